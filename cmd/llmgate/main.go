@@ -1,0 +1,43 @@
+// Command llmgate is one binary for running and comparing large language models:
+// an OpenAI- and Anthropic-compatible gateway, a benchmark, an engine simulator,
+// endpoint diagnostics and client configuration.
+package main
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/spf13/cobra"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+func main() {
+	root := newRootCmd()
+	if err := root.Execute(); err != nil {
+		fmt.Fprintln(os.Stderr, "llmgate:", err)
+		os.Exit(1)
+	}
+}
+
+func newRootCmd() *cobra.Command {
+	root := &cobra.Command{
+		Use:           "llmgate",
+		Short:         "One endpoint for every model: gateway, benchmark, simulator and diagnostics",
+		Version:       version,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.AddCommand(
+		newServeCmd(),
+		newKeysCmd(),
+		newUsageCmd(),
+		newSimCmd(),
+		newBenchCmd(),
+		newDoctorCmd(),
+		newConnectCmd(),
+		newMCPCmd(),
+	)
+	return root
+}

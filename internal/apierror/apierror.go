@@ -1,0 +1,79 @@
+// Package apierror defines the single error type that crosses package
+// boundaries inside llmgate. It carries an HTTP status and a message that is
+// safe to show to API clients; the edge renders it into the OpenAI or
+// Anthropic envelope depending on the endpoint.
+package apierror
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+)
+
+// Kind classifies an error independently of the wire dialect. The edge maps it
+// to the dialect's error type string.
+type Kind string
+
+// Error kinds, named after the situations clients must tell apart.
+const (
+	KindInvalidRequest Kind = "invalid_request_error"
+	KindAuthentication Kind = "authentication_error"
+	KindPermission     Kind = "permission_error"
+	KindNotFound       Kind = "not_found_error"
+	KindRateLimit      Kind = "rate_limit_error"
+	KindUpstream       Kind = "upstream_error"
+	KindTimeout        Kind = "timeout_error"
+	KindOverloaded     Kind = "overloaded_error"
+	KindInternal       Kind = "api_error"
+	KindClientClosed   Kind = "client_closed"
+)
+
+// Error is an error that knows how it should look to an API client.
+type Error struct {
+	Status  int    // HTTP status to send
+	Kind    Kind   // dialect-neutral classification
+	Code    string // short machine-readable code, e.g. "model_not_found"
+	Param   string // request parameter at fault, if any
+	Message string // client-safe message that says what to do
+	Err     error  // internal cause, logged but never sent to clients
+	// Header holds extra response headers (Retry-After, rate-limit headers).
+	Header http.Header
+}
+
+func (e *Error) Error() string {
+	if e.Err != nil {
+		return fmt.Sprintf("%s: %v", e.Message, e.Err)
+	}
+	return e.Message
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// New returns an Error with the given status, kind, code and message.
+func New(status int, kind Kind, code, msg string) *Error {
+	return &Error{Status: status, Kind: kind, Code: code, Message: msg}
+}
+
+// Newf is New with a formatted message.
+func Newf(status int, kind Kind, code, format string, args ...any) *Error {
+	return New(status, kind, code, fmt.Sprintf(format, args...))
+}
+
+// Wrap attaches an internal cause to e and returns e.
+func (e *Error) Wrap(err error) *Error { e.Err = err; return e }
+
+// From converts any error into an *Error. Errors that are not already an
+// *Error become a 500 whose message hides the internal detail.
+func From(err error) *Error {
+	var e *Error
+	if errors.As(err, &e) {
+		return e
+	}
+	return &Error{Status: http.StatusInternalServerError, Kind: KindInternal, Code: "internal_error",
+		Message: "internal error in llmgate; the gateway log has the details", Err: err}
+}
+
+// InvalidRequest returns a 400 error.
+func InvalidRequest(code, format string, args ...any) *Error {
+	return Newf(http.StatusBadRequest, KindInvalidRequest, code, format, args...)
+}
