@@ -1,18 +1,90 @@
 package main
 
 import (
+	"context"
 	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
 
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/spf13/cobra"
+
+	mcpserver "llmgate/internal/mcp"
 )
 
-// newMCPCmd is a placeholder until the subcommand lands.
+// newMCPCmd returns "llmgate mcp": the models behind an OpenAI-compatible
+// endpoint as MCP tools, spoken over stdin/stdout for clients such as Cline.
 func newMCPCmd() *cobra.Command {
-	return &cobra.Command{
+	var (
+		cfg      mcpserver.Config
+		logLevel string
+	)
+	cmd := &cobra.Command{
 		Use:   "mcp",
-		Short: "serve every model as MCP tools over stdio (not built yet)",
-		RunE: func(*cobra.Command, []string) error {
-			return errors.New("mcp is not built yet")
+		Short: "serve the models behind an endpoint as MCP tools over stdio (list_models, chat, compare)",
+		Long: `Serve the models behind an OpenAI-compatible endpoint (llmgate serve, vLLM, SGLang,
+llama.cpp, Ollama, a cloud API) as Model Context Protocol tools over stdin/stdout:
+
+  list_models  the models the endpoint serves
+  chat         ask one model; returns the answer with tokens, TTFT and tokens/s
+  compare      ask 2-4 models the same prompt at once; answers and figures side by side
+
+MCP clients start this command themselves. Configure it with the environment
+(flags win): LLMGATE_BASE_URL (default http://127.0.0.1:4000, with or without /v1),
+LLMGATE_API_KEY, LLMGATE_MODEL (default model for chat), LLMGATE_TIMEOUT.
+Logs go to stderr; stdout carries the protocol only.`,
+		Example: `  # Cline: cline_mcp_settings.json
+  {"mcpServers":{"llmgate":{"command":"llmgate","args":["mcp"],
+    "env":{"LLMGATE_BASE_URL":"http://127.0.0.1:4000/v1","LLMGATE_API_KEY":"sk-lg-...","LLMGATE_MODEL":"qwen3-8b"},
+    "timeout":180}}}`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var level slog.Level
+			if err := level.UnmarshalText([]byte(logLevel)); err != nil {
+				return fmt.Errorf("--log-level %q: use debug, info, warn or error", logLevel)
+			}
+			log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+			if !cmd.Flags().Changed("timeout") {
+				cfg.Timeout = 0 // let LLMGATE_TIMEOUT decide, then the default
+			} else if cfg.Timeout <= 0 {
+				return errors.New("--timeout must be positive, e.g. 120s")
+			}
+			if err := cfg.FromEnv(os.Getenv); err != nil {
+				return err
+			}
+			// The SDK narrates every session at info; keep that for debugging.
+			sdkLevel := max(level, slog.LevelWarn)
+			if level <= slog.LevelDebug {
+				sdkLevel = level
+			}
+			sdkLog := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: sdkLevel}))
+			srv, err := mcpserver.New(cfg, version, log, sdkLog)
+			if err != nil {
+				return err
+			}
+			if fi, err := os.Stdin.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
+				fmt.Fprintln(os.Stderr, "llmgate mcp speaks the Model Context Protocol on stdin/stdout; add it to an MCP client (see llmgate mcp --help) rather than typing here.")
+			}
+			base, _ := mcpserver.NormalizeBaseURL(cfg.BaseURL)
+			log.Info("llmgate mcp: serving tools over stdio", "base_url", base, "default_model", cfg.Model,
+				"api_key_set", cfg.APIKey != "", "timeout", cfg.Timeout)
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			err = srv.Run(ctx, &mcp.StdioTransport{})
+			if err != nil && ctx.Err() == nil && !errors.Is(err, context.Canceled) {
+				return fmt.Errorf("mcp session: %w", err)
+			}
+			return nil
 		},
 	}
+	f := cmd.Flags()
+	f.StringVar(&cfg.BaseURL, "base-url", "", "OpenAI-compatible API root (env "+mcpserver.EnvBaseURL+", default "+mcpserver.DefaultBaseURL+")")
+	f.StringVar(&cfg.APIKey, "api-key", "", "API key sent as a bearer token (env "+mcpserver.EnvAPIKey+"; prefer the env, flags show in ps)")
+	f.StringVar(&cfg.Model, "model", "", "default model for chat (env "+mcpserver.EnvModel+")")
+	f.DurationVar(&cfg.Timeout, "timeout", mcpserver.DefaultTimeout, "time-out of one upstream request (env "+mcpserver.EnvTimeout+")")
+	f.StringVar(&logLevel, "log-level", "info", "stderr log level: debug, info, warn or error")
+	return cmd
 }

@@ -1,0 +1,321 @@
+// Package mcpserver serves the models behind an OpenAI-compatible endpoint as
+// Model Context Protocol tools (list_models, chat, compare), so that MCP
+// clients such as Cline can ask another model for a second opinion, a
+// translation or a side-by-side comparison. "llmgate mcp" runs it over stdio.
+package mcpserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/jsonschema-go/jsonschema"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// Limits of the compare tool: two models make a comparison; more than four
+// overloads a single local engine and the agent's context alike.
+const (
+	minCompare = 2
+	maxCompare = 4
+)
+
+// Server holds the tools' state: the endpoint client and the default model.
+type Server struct {
+	client       *Client
+	defaultModel string
+	log          *slog.Logger
+}
+
+// New validates cfg (normalizing its base URL) and returns the MCP server
+// with the list_models, chat and compare tools registered. version is
+// reported to clients in the initialize handshake. log receives one line
+// per tool call; sdkLog receives the SDK's own session messages. Either may
+// be nil.
+func New(cfg Config, version string, log, sdkLog *slog.Logger) (*mcp.Server, error) {
+	base, err := NormalizeBaseURL(cfg.BaseURL)
+	if err != nil {
+		return nil, err
+	}
+	cfg.BaseURL = base
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if sdkLog == nil {
+		sdkLog = log
+	}
+	s := &Server{client: NewClient(cfg, nil, log), defaultModel: cfg.Model, log: log}
+	return s.build(version, sdkLog)
+}
+
+func (s *Server) build(version string, sdkLog *slog.Logger) (*mcp.Server, error) {
+	if version == "" {
+		version = "dev"
+	}
+	srv := mcp.NewServer(&mcp.Implementation{Name: "llmgate", Title: "llmgate models", Version: version},
+		&mcp.ServerOptions{Instructions: s.instructions(), Logger: sdkLog})
+
+	chatIn, err := jsonschema.For[ChatInput](nil)
+	if err != nil {
+		return nil, fmt.Errorf("chat input schema: %w", err)
+	}
+	if !s.hasDefault() {
+		chatIn.Required = append(chatIn.Required, "model")
+	}
+	limitChatSchema(chatIn)
+	cmpIn, err := jsonschema.For[CompareInput](nil)
+	if err != nil {
+		return nil, fmt.Errorf("compare input schema: %w", err)
+	}
+	limitChatSchema(cmpIn)
+	if m := cmpIn.Properties["models"]; m != nil {
+		m.Type, m.Types = "array", nil // a nil slice is never a valid list of models
+		m.MinItems, m.MaxItems = jsonschema.Ptr(minCompare), jsonschema.Ptr(maxCompare)
+	}
+
+	// chat and compare change nothing, but they cost tokens and are not
+	// idempotent (sampling), so they are not marked idempotent.
+	annotate := func(title string, idempotent bool) *mcp.ToolAnnotations {
+		return &mcp.ToolAnnotations{Title: title, ReadOnlyHint: true, IdempotentHint: idempotent,
+			DestructiveHint: jsonschema.Ptr(false), OpenWorldHint: jsonschema.Ptr(true)}
+	}
+
+	mcp.AddTool(srv, &mcp.Tool{
+		Name:        "list_models",
+		Title:       "List models",
+		Description: "List the models the endpoint serves (" + s.client.BaseURL() + "). Use the ids as the model argument of chat and compare.",
+		Annotations: annotate("List models", true),
+	}, s.listModels)
+	mcp.AddTool(srv, &mcp.Tool{
+		Name:  "chat",
+		Title: "Ask a model",
+		Description: "Send one prompt (with an optional system message) to a model behind the endpoint and return its answer, " +
+			"with prompt and completion tokens, time to first token (ms) and generation speed (tokens/s). " +
+			"Use it for a second opinion, a translation or a task for a cheaper or stronger model. " + s.modelHint(),
+		InputSchema: chatIn,
+		Annotations: annotate("Ask a model", false),
+	}, s.chat)
+	mcp.AddTool(srv, &mcp.Tool{
+		Name:  "compare",
+		Title: "Compare models",
+		Description: "Send the same prompt to 2-4 models at once and return their answers side by side with each one's tokens, " +
+			"time to first token, latency and tokens/s. The requests run concurrently, so models served by the same engine " +
+			"slow each other down; compare speeds with that in mind. A model that fails is reported in its row; the others still answer.",
+		InputSchema: cmpIn,
+		Annotations: annotate("Compare models", false),
+	}, s.compare)
+	return srv, nil
+}
+
+// limitChatSchema adds the numeric bounds the struct tags cannot express.
+func limitChatSchema(in *jsonschema.Schema) {
+	if p := in.Properties["max_tokens"]; p != nil {
+		p.Minimum = jsonschema.Ptr(1.0)
+	}
+	if p := in.Properties["temperature"]; p != nil {
+		p.Minimum, p.Maximum = jsonschema.Ptr(0.0), jsonschema.Ptr(2.0)
+	}
+	if p := in.Properties["prompt"]; p != nil {
+		p.MinLength = jsonschema.Ptr(1)
+	}
+}
+
+func (s *Server) hasDefault() bool { return s.defaultModel != "" }
+
+func (s *Server) modelHint() string {
+	if s.hasDefault() {
+		return fmt.Sprintf("model is optional: it defaults to %q.", s.defaultModel)
+	}
+	return "Call list_models first to learn the model names."
+}
+
+func (s *Server) instructions() string {
+	return "These tools reach the language models served at " + s.client.BaseURL() +
+		". list_models shows their names; chat asks one model; compare asks 2-4 models the same prompt and shows " +
+		"their answers and speeds side by side. Errors say which setting to fix (LLMGATE_BASE_URL, LLMGATE_API_KEY, LLMGATE_MODEL)."
+}
+
+// ListModelsInput takes no arguments.
+type ListModelsInput struct{}
+
+// ListModelsOutput is the structured result of list_models.
+type ListModelsOutput struct {
+	BaseURL      string      `json:"base_url" jsonschema:"the API root that was asked"`
+	DefaultModel string      `json:"default_model,omitempty" jsonschema:"the model chat uses when none is given"`
+	Models       []ModelInfo `json:"models" jsonschema:"the models the endpoint serves"`
+}
+
+func (s *Server) listModels(ctx context.Context, _ *mcp.CallToolRequest, _ ListModelsInput) (*mcp.CallToolResult, ListModelsOutput, error) {
+	start := time.Now()
+	models, err := s.client.ListModels(ctx)
+	if err != nil {
+		return fail[ListModelsOutput](s, "list_models", "", start, err)
+	}
+	out := ListModelsOutput{BaseURL: s.client.BaseURL(), DefaultModel: s.defaultModel, Models: models}
+	s.log.Info("tool call", "tool", "list_models", "models", len(models), "ms", time.Since(start).Milliseconds())
+	return textResult(formatModels(out)), out, nil
+}
+
+// ChatInput is the arguments of chat.
+type ChatInput struct {
+	Model       string   `json:"model,omitempty" jsonschema:"the model to ask, as list_models names it"`
+	Prompt      string   `json:"prompt" jsonschema:"the user message to send"`
+	System      string   `json:"system,omitempty" jsonschema:"an optional system message"`
+	MaxTokens   int      `json:"max_tokens,omitempty" jsonschema:"the most tokens to generate; the endpoint's default when omitted"`
+	Temperature *float64 `json:"temperature,omitempty" jsonschema:"sampling temperature from 0 to 2; the endpoint's default when omitted"`
+}
+
+// Answer is one model's answer with the figures measured for it.
+type Answer struct {
+	Model            string   `json:"model" jsonschema:"the model that answered"`
+	Answer           string   `json:"answer" jsonschema:"the answer text"`
+	Reasoning        string   `json:"reasoning,omitempty" jsonschema:"reasoning text, for models that return it separately"`
+	FinishReason     string   `json:"finish_reason,omitempty" jsonschema:"why generation stopped: stop, length (max_tokens reached), ..."`
+	PromptTokens     int      `json:"prompt_tokens" jsonschema:"tokens in the prompt"`
+	CompletionTokens int      `json:"completion_tokens" jsonschema:"tokens generated"`
+	TokensEstimated  bool     `json:"tokens_estimated,omitempty" jsonschema:"true when the endpoint reported no usage and the counts are estimates"`
+	TTFTms           *float64 `json:"ttft_ms,omitempty" jsonschema:"time to first token in milliseconds; absent when the endpoint did not stream"`
+	LatencyMs        float64  `json:"latency_ms" jsonschema:"time from sending the request to the last byte of the answer, in milliseconds"`
+	TokensPerSecond  float64  `json:"tokens_per_second" jsonschema:"generation speed: tokens after the first per second after the first token (whole answer over latency when not streamed)"`
+	Error            string   `json:"error,omitempty" jsonschema:"why this model gave no answer (compare only)"`
+}
+
+func answerFrom(r *ChatResult) Answer {
+	a := Answer{
+		Model: r.Model, Answer: r.Answer, Reasoning: r.Reasoning, FinishReason: r.FinishReason,
+		PromptTokens: r.PromptTokens, CompletionTokens: r.CompletionTokens, TokensEstimated: r.TokensEstimated,
+		LatencyMs: ms(r.Latency), TokensPerSecond: round1(r.TokensPerSecond()),
+	}
+	if r.Streamed && r.TTFT > 0 {
+		t := ms(r.TTFT)
+		a.TTFTms = &t
+	}
+	return a
+}
+
+func ms(d time.Duration) float64 { return round1(float64(d) / float64(time.Millisecond)) }
+
+func round1(f float64) float64 { return float64(int64(f*10+0.5)) / 10 }
+
+func (s *Server) chat(ctx context.Context, _ *mcp.CallToolRequest, in ChatInput) (*mcp.CallToolResult, Answer, error) {
+	start := time.Now()
+	model, err := s.resolveModel(ctx, in.Model)
+	if err != nil {
+		return fail[Answer](s, "chat", in.Model, start, err)
+	}
+	if strings.TrimSpace(in.Prompt) == "" {
+		return fail[Answer](s, "chat", model, start, errors.New("the prompt is empty: pass the question or task in \"prompt\""))
+	}
+	res, err := s.client.Chat(ctx, ChatParams{Model: model, System: in.System, Prompt: in.Prompt, MaxTokens: in.MaxTokens, Temperature: in.Temperature})
+	if err != nil {
+		return fail[Answer](s, "chat", model, start, err)
+	}
+	a := answerFrom(res)
+	s.log.Info("tool call", "tool", "chat", "model", model, "completion_tokens", a.CompletionTokens, "ms", time.Since(start).Milliseconds())
+	return textResult(formatAnswer(a)), a, nil
+}
+
+// resolveModel picks the model for a chat: the argument, else the default,
+// else the endpoint's only model (single-model engines such as a vLLM or
+// llama.cpp server need no configuration).
+func (s *Server) resolveModel(ctx context.Context, model string) (string, error) {
+	if m := strings.TrimSpace(model); m != "" {
+		return m, nil
+	}
+	if s.hasDefault() {
+		return s.defaultModel, nil
+	}
+	models, err := s.client.ListModels(ctx)
+	if err == nil && len(models) == 1 {
+		return models[0].ID, nil
+	}
+	names := ""
+	if err == nil && len(models) > 0 {
+		ids := make([]string, 0, len(models))
+		for _, m := range models {
+			ids = append(ids, m.ID)
+		}
+		names = " (available: " + strings.Join(ids, ", ") + ")"
+	}
+	return "", fmt.Errorf("no model given: pass \"model\"%s, or set %s (or --model) to a default", names, EnvModel)
+}
+
+// CompareInput is the arguments of compare.
+type CompareInput struct {
+	Models      []string `json:"models" jsonschema:"2 to 4 model names, as list_models names them"`
+	Prompt      string   `json:"prompt" jsonschema:"the user message every model receives"`
+	System      string   `json:"system,omitempty" jsonschema:"an optional system message for every model"`
+	MaxTokens   int      `json:"max_tokens,omitempty" jsonschema:"the most tokens each model may generate; the endpoint's default when omitted"`
+	Temperature *float64 `json:"temperature,omitempty" jsonschema:"sampling temperature from 0 to 2; the endpoint's default when omitted"`
+}
+
+// CompareOutput is the structured result of compare.
+type CompareOutput struct {
+	Results []Answer `json:"results" jsonschema:"one entry per model, in the order asked"`
+}
+
+func (s *Server) compare(ctx context.Context, _ *mcp.CallToolRequest, in CompareInput) (*mcp.CallToolResult, CompareOutput, error) {
+	start := time.Now()
+	models := make([]string, 0, len(in.Models))
+	for _, m := range in.Models {
+		if m = strings.TrimSpace(m); m != "" {
+			models = append(models, m)
+		}
+	}
+	label := strings.Join(models, ",")
+	if len(models) < minCompare || len(models) > maxCompare {
+		return fail[CompareOutput](s, "compare", label, start, fmt.Errorf("compare needs %d to %d model names in \"models\", got %d: use chat for one model", minCompare, maxCompare, len(models)))
+	}
+	if strings.TrimSpace(in.Prompt) == "" {
+		return fail[CompareOutput](s, "compare", label, start, errors.New("the prompt is empty: pass the question or task in \"prompt\""))
+	}
+	out := CompareOutput{Results: make([]Answer, len(models))}
+	var wg sync.WaitGroup
+	for i, m := range models {
+		wg.Go(func() {
+			res, err := s.client.Chat(ctx, ChatParams{Model: m, System: in.System, Prompt: in.Prompt, MaxTokens: in.MaxTokens, Temperature: in.Temperature})
+			if err != nil {
+				s.log.Warn("compare: model failed", "model", m, "error", err)
+				out.Results[i] = Answer{Model: m, Error: toolMessage(err)}
+				return
+			}
+			out.Results[i] = answerFrom(res)
+		})
+	}
+	wg.Wait()
+	failed := 0
+	for _, r := range out.Results {
+		if r.Error != "" {
+			failed++
+		}
+	}
+	if ctx.Err() != nil {
+		return fail[CompareOutput](s, "compare", label, start, errors.New("the request was cancelled by the MCP client"))
+	}
+	if failed == len(models) {
+		// Nothing to compare: a tool error, so the agent does not mistake it for answers.
+		msgs := make([]string, 0, len(models))
+		for _, r := range out.Results {
+			msgs = append(msgs, fmt.Sprintf("%s: %s", r.Model, r.Error))
+		}
+		return fail[CompareOutput](s, "compare", label, start, errors.New("every model failed:\n"+strings.Join(msgs, "\n")))
+	}
+	s.log.Info("tool call", "tool", "compare", "models", label, "failed", failed, "ms", time.Since(start).Milliseconds())
+	return textResult(formatCompare(out)), out, nil
+}
+
+// fail logs a failed tool call with its internal cause and returns the
+// client-facing message as a tool error (IsError), never a protocol error.
+func fail[Out any](s *Server, tool, model string, start time.Time, err error) (*mcp.CallToolResult, Out, error) {
+	var zero Out
+	s.log.Warn("tool call failed", "tool", tool, "model", model, "ms", time.Since(start).Milliseconds(), "error", err)
+	return nil, zero, errors.New(toolMessage(err))
+}
+
+func textResult(text string) *mcp.CallToolResult {
+	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: text}}}
+}
