@@ -1,0 +1,167 @@
+package translate
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"llmgate/internal/api/anthropic"
+	"llmgate/internal/api/openai"
+)
+
+// ChatToAnthropic converts a non-streaming chat completion into an Anthropic
+// message. model is the model name the client asked for.
+//
+// Content order is thinking (from reasoning_content), text, then one tool_use
+// block per tool call with its arguments parsed as the input object.
+// finish_reason maps stop -> end_turn, length -> max_tokens, tool_calls and
+// function_call -> tool_use, content_filter -> refusal. A chat completion
+// cannot say that a stop sequence matched; ChatBodyToAnthropic reads the
+// vLLM/SGLang extension that does. Usage: input_tokens = prompt_tokens -
+// cached_tokens and cache_read_input_tokens = cached_tokens, because
+// Anthropic counts cache reads separately from input while OpenAI includes
+// them in prompt_tokens.
+func ChatToAnthropic(resp *openai.ChatCompletion, model string) *anthropic.Message {
+	return chatToAnthropic(resp, model, "")
+}
+
+// ChatBodyToAnthropic decodes a raw chat completion body and converts it like
+// ChatToAnthropic. It also reads choices[0].stop_reason, which vLLM and
+// SGLang set to the stop string that ended generation: when it is a string
+// and finish_reason is "stop", the message gets stop_reason "stop_sequence"
+// and stop_sequence set to that string.
+func ChatBodyToAnthropic(body []byte, model string) (*anthropic.Message, error) {
+	var resp openai.ChatCompletion
+	if err := json.Unmarshal(body, &resp); err != nil {
+		return nil, fmt.Errorf("decode upstream chat completion: %w", err)
+	}
+	var ext struct {
+		Choices []struct {
+			StopReason json.RawMessage            `json:"stop_reason"`
+			Message    struct{ Reasoning string } `json:"message"`
+		} `json:"choices"`
+	}
+	_ = json.Unmarshal(body, &ext)
+	matched := ""
+	if len(ext.Choices) > 0 {
+		matched = stopString(ext.Choices[0].StopReason)
+		// Newer vLLM releases name the field "reasoning".
+		if len(resp.Choices) > 0 && resp.Choices[0].Message.ReasoningContent == "" {
+			resp.Choices[0].Message.ReasoningContent = ext.Choices[0].Message.Reasoning
+		}
+	}
+	return chatToAnthropic(&resp, model, matched), nil
+}
+
+// stopString returns the stop string of a vLLM stop_reason (a string, or a
+// token id number when a stop token matched, or null).
+func stopString(raw json.RawMessage) string {
+	var s string
+	if len(raw) > 0 && raw[0] == '"' && json.Unmarshal(raw, &s) == nil {
+		return s
+	}
+	return ""
+}
+
+func chatToAnthropic(resp *openai.ChatCompletion, model, matchedStop string) *anthropic.Message {
+	msg := &anthropic.Message{
+		ID:      anthropicMessageID(resp.ID),
+		Type:    "message",
+		Role:    "assistant",
+		Model:   model,
+		Content: []anthropic.ContentBlock{},
+	}
+	finish := ""
+	if len(resp.Choices) > 0 {
+		c := resp.Choices[0]
+		if c.FinishReason != nil {
+			finish = *c.FinishReason
+		}
+		m := c.Message
+		if m.ReasoningContent != "" {
+			msg.Content = append(msg.Content, anthropic.ContentBlock{Type: "thinking", Thinking: m.ReasoningContent})
+		}
+		if text := m.Content.String(); text != "" {
+			msg.Content = append(msg.Content, anthropic.ContentBlock{Type: "text", Text: text})
+		}
+		for i, tc := range m.ToolCalls {
+			id := tc.ID
+			if id == "" {
+				id = fmt.Sprintf("toolu_%s_%d", strings.TrimPrefix(resp.ID, "chatcmpl-"), i)
+			}
+			msg.Content = append(msg.Content, anthropic.ContentBlock{Type: "tool_use", ID: id,
+				Name: tc.Function.Name, Input: toolInput(tc.Function.Arguments)})
+		}
+	}
+	hasTools := false
+	for _, b := range msg.Content {
+		hasTools = hasTools || b.Type == "tool_use"
+	}
+	reason, seq := stopReason(finish, matchedStop, hasTools)
+	msg.StopReason = &reason
+	msg.StopSequence = seq
+	if resp.Usage != nil {
+		msg.Usage = anthropicUsage(resp.Usage)
+	}
+	return msg
+}
+
+// anthropicMessageID derives a stable message id from the upstream id so
+// logs on both sides can be matched.
+func anthropicMessageID(upstream string) string {
+	if upstream == "" {
+		return newID("msg_")
+	}
+	return "msg_" + strings.TrimPrefix(upstream, "chatcmpl-")
+}
+
+// stopReason maps an OpenAI finish_reason to an Anthropic stop reason.
+func stopReason(finish, matchedStop string, hasTools bool) (string, *string) {
+	switch finish {
+	case "length":
+		return anthropic.StopMaxTokens, nil
+	case "tool_calls", "function_call":
+		return anthropic.StopToolUse, nil
+	case "content_filter":
+		return anthropic.StopRefusal, nil
+	case "stop", "":
+		if matchedStop != "" {
+			return anthropic.StopStopSequence, &matchedStop
+		}
+		// Some engines report "stop" after a tool call; the client must
+		// still see tool_use or it will not run the tools.
+		if hasTools {
+			return anthropic.StopToolUse, nil
+		}
+		return anthropic.StopEndTurn, nil
+	default:
+		return anthropic.StopEndTurn, nil
+	}
+}
+
+// anthropicUsage converts OpenAI usage.
+func anthropicUsage(u *openai.Usage) anthropic.Usage {
+	cached := 0
+	if u.PromptTokensDetails != nil {
+		cached = u.PromptTokensDetails.CachedTokens
+	}
+	return anthropic.Usage{
+		InputTokens:          max(u.PromptTokens-cached, 0),
+		OutputTokens:         u.CompletionTokens,
+		CacheReadInputTokens: cached,
+	}
+}
+
+// toolInput turns a tool call's JSON arguments into a tool_use input object.
+// Models sometimes emit arguments that are not a JSON object; they are kept
+// under "raw_arguments" so the client's tool validation reports the problem
+// to the model instead of the call silently running with no arguments.
+func toolInput(args string) json.RawMessage {
+	if strings.TrimSpace(args) == "" {
+		return json.RawMessage(`{}`)
+	}
+	if validJSONObject(args) {
+		return json.RawMessage(compactJSON([]byte(args)))
+	}
+	return mustJSON(map[string]string{"raw_arguments": args})
+}

@@ -1,0 +1,312 @@
+package translate
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"llmgate/internal/api/anthropic"
+	"llmgate/internal/api/openai"
+	"llmgate/internal/apierror"
+)
+
+// chatChunk is an upstream chat stream chunk with the extensions local
+// engines send: "reasoning" (newer vLLM) next to "reasoning_content", the
+// matched stop string in choices[].stop_reason, and an in-band "error".
+type chatChunk struct {
+	ID      string `json:"id"`
+	Created int64  `json:"created"`
+	Model   string `json:"model"`
+	Choices []struct {
+		Index int `json:"index"`
+		Delta struct {
+			Role             string            `json:"role"`
+			Content          *string           `json:"content"`
+			ReasoningContent *string           `json:"reasoning_content"`
+			Reasoning        *string           `json:"reasoning"`
+			ToolCalls        []openai.ToolCall `json:"tool_calls"`
+		} `json:"delta"`
+		FinishReason *string         `json:"finish_reason"`
+		StopReason   json.RawMessage `json:"stop_reason"`
+	} `json:"choices"`
+	Usage *openai.Usage   `json:"usage"`
+	Error json.RawMessage `json:"error"`
+}
+
+// upstreamChunkError turns an in-band {"error": ...} of a chat stream into
+// an error. vLLM sends {"error":{"message","type","code"}}; some servers
+// send a bare string.
+func upstreamChunkError(raw json.RawMessage) *apierror.Error {
+	var body struct {
+		Message string          `json:"message"`
+		Type    string          `json:"type"`
+		Code    json.RawMessage `json:"code"`
+	}
+	if json.Unmarshal(raw, &body) != nil {
+		var s string
+		_ = json.Unmarshal(raw, &s)
+		body.Message = s
+	}
+	kind := apierror.KindUpstream
+	switch {
+	case strings.Contains(body.Type, "rate_limit"), string(body.Code) == "429":
+		kind = apierror.KindRateLimit
+	case strings.Contains(body.Type, "invalid_request"), strings.Contains(body.Type, "BadRequest"), string(body.Code) == "400":
+		kind = apierror.KindInvalidRequest
+	}
+	return upstreamStreamError(kind, body.Message)
+}
+
+// ChatToAnthropicStream translates an OpenAI chat completion stream into the
+// Anthropic Messages event sequence: exactly one message_start (always with
+// usage), a ping, content blocks (thinking, text, tool_use) each opened,
+// extended and closed in turn with consecutive indices, then message_delta
+// (stop_reason, stop_sequence, usage) and message_stop.
+type ChatToAnthropicStream struct {
+	model         string
+	inputEstimate int
+	msgID         string
+
+	started  bool
+	finished bool
+
+	open      int    // index of the open block, -1 when none
+	openKind  string // "text", "thinking", "tool_use"
+	openTool  int    // upstream tool index of the open tool_use block
+	nextIndex int    // index of the next block to start
+
+	tools       map[int]*streamTool // upstream tool index -> state
+	finish      string
+	matchedStop string
+	outChars    int // characters of output, for an estimate when usage is absent
+	hasTools    bool
+
+	usage    *openai.Usage
+	usageSet bool
+}
+
+type streamTool struct {
+	id, name string
+	pending  strings.Builder // arguments received before the name was known
+	started  bool
+	closed   bool
+}
+
+// NewChatToAnthropicStream returns a translator for a client that asked for
+// model. inputTokensEstimate is the input_tokens value message_start carries
+// until the upstream reports real usage (see EstimateAnthropicInputTokens).
+func NewChatToAnthropicStream(model string, inputTokensEstimate int) *ChatToAnthropicStream {
+	return &ChatToAnthropicStream{model: model, inputEstimate: inputTokensEstimate, open: -1,
+		tools: map[int]*streamTool{}}
+}
+
+// Feed translates one upstream "data:" payload (not "[DONE]"). On an error
+// the caller writes the returned events, then Finish(err).
+func (t *ChatToAnthropicStream) Feed(data []byte) ([]Event, error) {
+	if t.finished {
+		return nil, nil
+	}
+	var c chatChunk
+	if err := json.Unmarshal(data, &c); err != nil {
+		return nil, upstreamStreamError(apierror.KindUpstream, "the backend sent a stream chunk that is not valid JSON")
+	}
+	if len(c.Error) > 0 && string(c.Error) != "null" {
+		return nil, upstreamChunkError(c.Error)
+	}
+	var evs []Event
+	if c.Usage != nil {
+		t.usage, t.usageSet = c.Usage, true
+	}
+	if !t.started {
+		evs = t.start(evs, c.ID)
+	}
+	for _, ch := range c.Choices {
+		if ch.Index != 0 {
+			continue // n > 1 is not part of the Messages API
+		}
+		d := ch.Delta
+		reasoning := d.ReasoningContent
+		if reasoning == nil {
+			reasoning = d.Reasoning
+		}
+		if reasoning != nil && *reasoning != "" {
+			evs = t.ensureBlock(evs, "thinking", -1)
+			evs = t.delta(evs, anthropic.BlockDelta{Type: anthropic.DeltaThinking, Thinking: reasoning})
+			t.outChars += len(*reasoning)
+		}
+		if d.Content != nil && *d.Content != "" {
+			evs = t.ensureBlock(evs, "text", -1)
+			evs = t.delta(evs, anthropic.BlockDelta{Type: anthropic.DeltaText, Text: d.Content})
+			t.outChars += len(*d.Content)
+		}
+		for _, tc := range d.ToolCalls {
+			var err error
+			if evs, err = t.toolDelta(evs, tc); err != nil {
+				return evs, err
+			}
+		}
+		if ch.FinishReason != nil && *ch.FinishReason != "" {
+			t.finish = *ch.FinishReason
+			if s := stopString(ch.StopReason); s != "" {
+				t.matchedStop = s
+			}
+		}
+	}
+	return evs, nil
+}
+
+func (t *ChatToAnthropicStream) start(evs []Event, upstreamID string) []Event {
+	t.started = true
+	t.msgID = anthropicMessageID(upstreamID)
+	u := anthropic.Usage{InputTokens: t.inputEstimate}
+	if t.usageSet {
+		u = anthropicUsage(t.usage)
+		u.OutputTokens = 0
+	}
+	start := anthropic.MessageStartEvent{Type: anthropic.EventMessageStart, Message: anthropic.Message{
+		ID: t.msgID, Type: "message", Role: "assistant", Model: t.model,
+		Content: []anthropic.ContentBlock{}, Usage: u,
+	}}
+	evs = append(evs, Event{anthropic.EventMessageStart, mustJSON(start)})
+	return append(evs, Event{anthropic.EventPing, []byte(`{"type":"ping"}`)})
+}
+
+// ensureBlock makes a block of kind the open block, closing the previous one.
+func (t *ChatToAnthropicStream) ensureBlock(evs []Event, kind string, toolIdx int) []Event {
+	if t.open >= 0 && t.openKind == kind && (kind != "tool_use" || t.openTool == toolIdx) {
+		return evs
+	}
+	evs = t.closeOpen(evs)
+	var cb anthropic.ContentBlock
+	switch kind {
+	case "text":
+		cb = anthropic.ContentBlock{Type: "text"}
+	case "thinking":
+		cb = anthropic.ContentBlock{Type: "thinking"}
+	case "tool_use":
+		st := t.tools[toolIdx]
+		cb = anthropic.ContentBlock{Type: "tool_use", ID: st.id, Name: st.name}
+		st.started = true
+		t.openTool = toolIdx
+		t.hasTools = true
+	}
+	t.open, t.openKind = t.nextIndex, kind
+	t.nextIndex++
+	return append(evs, Event{anthropic.EventContentBlockStart, mustJSON(anthropic.ContentBlockStartEvent{
+		Type: anthropic.EventContentBlockStart, Index: t.open, ContentBlock: cb})})
+}
+
+func (t *ChatToAnthropicStream) closeOpen(evs []Event) []Event {
+	if t.open < 0 {
+		return evs
+	}
+	if t.openKind == "tool_use" {
+		t.tools[t.openTool].closed = true
+	}
+	evs = append(evs, Event{anthropic.EventContentBlockStop, mustJSON(anthropic.ContentBlockStopEvent{
+		Type: anthropic.EventContentBlockStop, Index: t.open})})
+	t.open = -1
+	return evs
+}
+
+func (t *ChatToAnthropicStream) delta(evs []Event, d anthropic.BlockDelta) []Event {
+	return append(evs, Event{anthropic.EventContentBlockDelta, mustJSON(anthropic.ContentBlockDeltaEvent{
+		Type: anthropic.EventContentBlockDelta, Index: t.open, Delta: d})})
+}
+
+// toolDelta handles one tool call fragment. Calls are streamed one after the
+// other, as Anthropic does; a fragment for a call whose block was already
+// closed cannot be delivered and ends the stream with an error rather than
+// corrupting the call's arguments.
+func (t *ChatToAnthropicStream) toolDelta(evs []Event, tc openai.ToolCall) ([]Event, error) {
+	idx := 0
+	if tc.Index != nil {
+		idx = *tc.Index
+	}
+	st := t.tools[idx]
+	if st == nil {
+		st = &streamTool{}
+		t.tools[idx] = st
+	}
+	if st.closed {
+		return evs, upstreamStreamError(apierror.KindUpstream,
+			fmt.Sprintf("the backend interleaved fragments of parallel tool call %d, which cannot be streamed as Anthropic content blocks; disable parallel tool calls or streaming", idx))
+	}
+	if tc.ID != "" && st.id == "" {
+		st.id = tc.ID
+	}
+	if tc.Function.Name != "" && !st.started {
+		st.name += tc.Function.Name
+	}
+	args := tc.Function.Arguments
+	if !st.started {
+		if st.name == "" {
+			st.pending.WriteString(args) // wait for the name to open the block
+			return evs, nil
+		}
+		if st.id == "" {
+			st.id = fmt.Sprintf("toolu_%s_%d", strings.TrimPrefix(t.msgID, "msg_"), idx)
+		}
+		args = st.pending.String() + args
+		st.pending.Reset()
+	}
+	evs = t.ensureBlock(evs, "tool_use", idx)
+	if args != "" {
+		evs = t.delta(evs, anthropic.BlockDelta{Type: anthropic.DeltaInputJSON, PartialJSON: &args})
+		t.outChars += len(args)
+	}
+	return evs, nil
+}
+
+// Finish ends the client stream. With upstreamErr nil (the upstream sent
+// [DONE]) it closes the open block and sends message_delta and
+// message_stop. With an error (an in-band upstream error, a cut
+// connection, a timeout) it closes the open block and sends an "error"
+// event in the Anthropic envelope and no message_stop, so clients report
+// the failure instead of a silently truncated message.
+func (t *ChatToAnthropicStream) Finish(upstreamErr error) []Event {
+	if t.finished {
+		return nil
+	}
+	t.finished = true
+	var evs []Event
+	if !t.started {
+		evs = t.start(evs, "")
+	}
+	if upstreamErr == nil {
+		// A tool call whose name never arrived still has to reach the client.
+		for _, st := range t.tools {
+			if !st.started && st.pending.Len() > 0 {
+				upstreamErr = upstreamStreamError(apierror.KindUpstream, "the backend streamed tool call arguments without a function name")
+			}
+		}
+	}
+	evs = t.closeOpen(evs)
+	if upstreamErr != nil {
+		e := streamError(upstreamErr)
+		return append(evs, Event{anthropic.EventError, anthropic.MarshalError(e)})
+	}
+	reason, seq := stopReason(t.finish, t.matchedStop, t.hasTools)
+	du := anthropic.DeltaUsage{OutputTokens: estimateTextTokens(t.outChars)}
+	if t.usageSet {
+		u := anthropicUsage(t.usage)
+		du = anthropic.DeltaUsage{OutputTokens: u.OutputTokens, InputTokens: ptr(u.InputTokens),
+			CacheReadInputTokens: ptr(u.CacheReadInputTokens)}
+	}
+	evs = append(evs, Event{anthropic.EventMessageDelta, mustJSON(anthropic.MessageDeltaEvent{
+		Type: anthropic.EventMessageDelta, Delta: anthropic.MessageDelta{StopReason: &reason, StopSequence: seq}, Usage: du})})
+	return append(evs, Event{anthropic.EventMessageStop, []byte(`{"type":"message_stop"}`)})
+}
+
+// Usage returns the upstream's token counts; ok is false when the upstream
+// sent none (the caller then records an estimate).
+func (t *ChatToAnthropicStream) Usage() (prompt, completion, cacheRead int, ok bool) {
+	if !t.usageSet {
+		return 0, 0, 0, false
+	}
+	cached := 0
+	if t.usage.PromptTokensDetails != nil {
+		cached = t.usage.PromptTokensDetails.CachedTokens
+	}
+	return t.usage.PromptTokens, t.usage.CompletionTokens, cached, true
+}
