@@ -1,18 +1,140 @@
 package main
 
 import (
-	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
+
+	"llmgate/internal/sim"
 )
 
-// newSimCmd is a placeholder until the subcommand lands.
+// newSimCmd builds `llmgate sim`: a vLLM-compatible engine simulator with a
+// continuous-batching timing model.
 func newSimCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:   "sim",
-		Short: "run the built-in engine simulator (not built yet)",
-		RunE: func(*cobra.Command, []string) error {
-			return errors.New("sim is not built yet")
+	var (
+		models  []string
+		listen  string
+		preset  string
+		cfg     sim.Config
+		m       sim.ModelConfig
+		listAll bool
+	)
+	cmd := &cobra.Command{
+		Use:   "sim --model NAME [--model NAME2 ...] [--listen 127.0.0.1:8000]",
+		Short: "run a simulated vLLM server (continuous batching timing model, no GPU)",
+		Long: `Run an OpenAI-compatible server that answers like vLLM, field for field, with the
+timing of a continuous-batching engine: at most --max-num-seqs sequences run at once, the
+rest wait in a FIFO queue; prefill cost grows with prompt tokens; each decode step costs
+--decode-base + --decode-per-seq x (sequences in the batch) and gives every running
+sequence one token.
+
+Model names that match a preset (` + strings.Join(sim.PresetNames(), ", ") + `, also as
+Hugging Face ids such as Qwen/Qwen2.5-7B-Instruct) take that preset's figures; other names
+take --preset (default ` + sim.DefaultPreset + `). Timing flags given explicitly override
+the preset for every model.`,
+		Example: `  llmgate sim --model qwen2.5-7b-instruct
+  llmgate sim --model qwen2.5-7b-instruct --model qwen3-32b --listen 127.0.0.1:9000
+  llmgate sim --model my-model --decode-base 20ms --max-num-seqs 8 --fail-429-rate 0.05`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if listAll {
+				for _, n := range sim.PresetNames() {
+					printModel(cmd, sim.Presets()[n])
+				}
+				return nil
+			}
+			if len(models) == 0 {
+				return fmt.Errorf("give at least one --model NAME (presets: %s)", strings.Join(sim.PresetNames(), ", "))
+			}
+			base, ok := sim.Presets()[strings.ToLower(preset)]
+			if !ok {
+				return fmt.Errorf("unknown --preset %q (presets: %s)", preset, strings.Join(sim.PresetNames(), ", "))
+			}
+			fl := cmd.Flags()
+			for _, name := range models {
+				mc, matched := sim.PresetFor(name)
+				if !matched {
+					mc = base
+					mc.Name, mc.Root = name, name
+				}
+				override := func(flag string, apply func()) {
+					if fl.Changed(flag) {
+						apply()
+					}
+				}
+				override("max-num-seqs", func() { mc.MaxNumSeqs = m.MaxNumSeqs })
+				override("max-queue", func() { mc.MaxQueue = m.MaxQueue })
+				override("max-model-len", func() { mc.MaxModelLen = m.MaxModelLen })
+				override("max-num-batched-tokens", func() { mc.MaxNumBatchedTokens = m.MaxNumBatchedTokens })
+				override("prefill-base", func() { mc.PrefillBase = m.PrefillBase })
+				override("prefill-per-token", func() { mc.PrefillPerToken = m.PrefillPerToken })
+				override("decode-base", func() { mc.DecodeBase = m.DecodeBase })
+				override("decode-per-seq", func() { mc.DecodePerSeq = m.DecodePerSeq })
+				override("mean-output-tokens", func() { mc.MeanOutputTokens = m.MeanOutputTokens })
+				override("embedding-dim", func() { mc.EmbeddingDim = m.EmbeddingDim })
+				cfg.Models = append(cfg.Models, mc)
+			}
+			if cfg.APIKey == "" {
+				cfg.APIKey = os.Getenv("VLLM_API_KEY")
+			}
+			ctx, cancel := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer cancel()
+			addr, stop, err := sim.Listen(ctx, listen, cfg)
+			if err != nil {
+				return err
+			}
+			defer stop()
+			out := cmd.OutOrStdout()
+			fmt.Fprintf(out, "llmgate sim: vLLM-compatible simulator on http://%s/v1\n", addr)
+			for _, mc := range cfg.Models {
+				printModel(cmd, mc)
+			}
+			if cfg.StartupDelay > 0 {
+				fmt.Fprintf(out, "  /health turns 200 after the startup delay of %s\n", cfg.StartupDelay)
+			}
+			if cfg.APIKey != "" {
+				fmt.Fprintln(out, "  API key required: Authorization: Bearer <key>")
+			}
+			fmt.Fprintf(out, "  try: curl -s http://%s/v1/chat/completions -H 'Content-Type: application/json' -d '{\"model\":%q,\"messages\":[{\"role\":\"user\",\"content\":\"Hello\"}]}'\n",
+				addr, cfg.Models[0].Name)
+			<-ctx.Done()
+			fmt.Fprintln(out, "llmgate sim: shutting down")
+			return nil
 		},
 	}
+	d, _ := sim.PresetFor(sim.DefaultPreset)
+	f := cmd.Flags()
+	f.StringArrayVar(&models, "model", nil, "served model name (repeat for several models, one engine each)")
+	f.StringVar(&listen, "listen", "127.0.0.1:8000", "address to listen on")
+	f.StringVar(&preset, "preset", sim.DefaultPreset, "preset for model names that match none")
+	f.BoolVar(&listAll, "list-presets", false, "print the presets and exit")
+	f.StringVar(&cfg.APIKey, "api-key", "", "require this API key on /v1 routes (default $VLLM_API_KEY)")
+	f.DurationVar(&cfg.StartupDelay, "startup-delay", 0, "answer /health with 503 for this long, as if loading weights")
+	f.Float64Var(&cfg.Faults.Fail429Rate, "fail-429-rate", 0, "fraction of requests answered with 429")
+	f.Float64Var(&cfg.Faults.Fail500Rate, "fail-500-rate", 0, "fraction of requests answered with 500")
+	f.Float64Var(&cfg.Faults.CutStreamRate, "cut-stream-rate", 0, "fraction of streams dropped mid-way without [DONE]")
+	f.Int64Var(&cfg.Seed, "seed", 0, "seed for fault injection and unseeded sampling (0 = random)")
+	f.IntVar(&cfg.QueueFullStatus, "queue-full-status", 503, "status for requests beyond --max-queue: 503 or 429")
+	f.IntVar(&m.MaxNumSeqs, "max-num-seqs", d.MaxNumSeqs, "most sequences running at once")
+	f.IntVar(&m.MaxQueue, "max-queue", d.MaxQueue, "most requests waiting; 0 = unbounded")
+	f.IntVar(&m.MaxModelLen, "max-model-len", d.MaxModelLen, "context length (prompt + max_tokens)")
+	f.IntVar(&m.MaxNumBatchedTokens, "max-num-batched-tokens", d.MaxNumBatchedTokens, "token budget per step (chunked prefill); 0 = none")
+	f.DurationVar(&m.PrefillBase, "prefill-base", d.PrefillBase, "fixed cost of a step that prefills")
+	f.DurationVar(&m.PrefillPerToken, "prefill-per-token", d.PrefillPerToken, "cost per prompt token prefilled")
+	f.DurationVar(&m.DecodeBase, "decode-base", d.DecodeBase, "fixed cost of every step")
+	f.DurationVar(&m.DecodePerSeq, "decode-per-seq", d.DecodePerSeq, "extra step cost per sequence in the batch")
+	f.IntVar(&m.MeanOutputTokens, "mean-output-tokens", d.MeanOutputTokens, "mean length of a natural ending (without ignore_eos)")
+	f.IntVar(&m.EmbeddingDim, "embedding-dim", d.EmbeddingDim, "length of embedding vectors")
+	return cmd
+}
+
+func printModel(cmd *cobra.Command, mc sim.ModelConfig) {
+	itl := mc.DecodeBase + mc.DecodePerSeq
+	fmt.Fprintf(cmd.OutOrStdout(), "  %-24s max-num-seqs %d, max-model-len %d, decode %s/token at batch 1, prefill %s + %s/token\n",
+		mc.Name, mc.MaxNumSeqs, mc.MaxModelLen, itl.Round(10*time.Microsecond), mc.PrefillBase, mc.PrefillPerToken)
 }

@@ -1,0 +1,243 @@
+package sim
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+)
+
+// Config describes one simulator instance: the models it serves, the API
+// key it requires, and the faults it injects.
+type Config struct {
+	// Models are served side by side, each with its own engine loop, as if
+	// each ran on its own GPU.
+	Models []ModelConfig
+	// APIKey, when set, is required as "Authorization: Bearer <key>" on /v1
+	// routes; a wrong or missing key gets vLLM's 401 {"error": "Unauthorized"}.
+	APIKey string
+	// StartupDelay keeps /health at 503 (and the API at 503) for this long
+	// after New, as if weights were loading.
+	StartupDelay time.Duration
+	// Faults injects errors at the given rates.
+	Faults Faults
+	// Seed makes fault injection and unseeded sampling reproducible; 0 picks
+	// a seed from the clock.
+	Seed int64
+	// QueueFullStatus is the HTTP status for requests rejected because a
+	// model's waiting queue is full: 503 (default, as proposed in vLLM RFC
+	// #18826) or 429 (as in vLLM PR #49330).
+	QueueFullStatus int
+	// Version is reported by /version; empty means DefaultVLLMVersion.
+	Version string
+}
+
+// Faults are injected failure rates, each a probability in [0, 1].
+type Faults struct {
+	// Fail429Rate answers this fraction of generation requests with 429.
+	Fail429Rate float64
+	// Fail500Rate answers this fraction of generation requests with 500.
+	Fail500Rate float64
+	// CutStreamRate aborts this fraction of streams mid-way: the connection
+	// is dropped after some tokens, without a finish chunk or [DONE].
+	CutStreamRate float64
+}
+
+// ModelConfig is the timing model and limits of one served model.
+//
+// Timing of one engine step (see the package documentation for the
+// scheduling rules):
+//
+//	step = DecodeBase + DecodePerSeq*B                 (B = sequences in the batch)
+//	     + PrefillBase + PrefillPerToken*T             (only if T > 0 prompt tokens are prefilled)
+//
+// so at batch size 1 a request with P prompt tokens sees
+//
+//	TTFT = PrefillBase + PrefillPerToken*P + DecodeBase + DecodePerSeq
+//	ITL  = DecodeBase + DecodePerSeq
+type ModelConfig struct {
+	// Name is the served model name clients send as "model".
+	Name string
+	// Preset names the preset this configuration started from, if any.
+	Preset string
+	// Root is the model path vLLM reports as "root" in /v1/models
+	// (a Hugging Face repository id); empty means Name.
+	Root string
+	// MaxNumSeqs is the most sequences running at once (vLLM --max-num-seqs).
+	MaxNumSeqs int
+	// MaxQueue bounds the FIFO of waiting requests; beyond it requests are
+	// rejected with QueueFullStatus. 0 means unbounded (vLLM's default).
+	MaxQueue int
+	// MaxModelLen is the context length: prompt + max_tokens must fit.
+	MaxModelLen int
+	// MaxNumBatchedTokens is the per-step token budget (vLLM
+	// --max-num-batched-tokens): decodes take one token each, prefills take
+	// the rest, and long prompts are prefilled in chunks over several steps.
+	// 0 means no budget (a whole prompt is prefilled in one step).
+	MaxNumBatchedTokens int
+	// PrefillBase is the fixed cost added to a step that prefills anything.
+	PrefillBase time.Duration
+	// PrefillPerToken is the cost of each prompt token prefilled in a step.
+	PrefillPerToken time.Duration
+	// DecodeBase is the fixed cost of every step (one forward pass).
+	DecodeBase time.Duration
+	// DecodePerSeq is the extra step cost per sequence in the batch.
+	DecodePerSeq time.Duration
+	// MeanOutputTokens is the mean length of a natural (EOS) ending when the
+	// request does not set ignore_eos; lengths are exponentially distributed.
+	MeanOutputTokens int
+	// EmbeddingDim is the length of /v1/embeddings vectors.
+	EmbeddingDim int
+}
+
+// DefaultVLLMVersion is the vLLM release whose response shapes the
+// simulator reproduces.
+const DefaultVLLMVersion = "0.11.0"
+
+// DefaultPreset is the preset used for model names that match no preset:
+// a 7B model in bf16 on one 80 GB data-centre GPU.
+const DefaultPreset = "qwen2.5-7b-instruct"
+
+// Presets returns the built-in timing profiles by preset name. The figures
+// and their sources are documented in the package documentation.
+func Presets() map[string]ModelConfig {
+	return map[string]ModelConfig{
+		"qwen2.5-7b-instruct": {
+			Name: "qwen2.5-7b-instruct", Preset: "qwen2.5-7b-instruct", Root: "Qwen/Qwen2.5-7B-Instruct",
+			MaxNumSeqs: 256, MaxQueue: 1024, MaxModelLen: 32768, MaxNumBatchedTokens: 8192,
+			PrefillBase: 8 * time.Millisecond, PrefillPerToken: 80 * time.Microsecond,
+			DecodeBase: 12 * time.Millisecond, DecodePerSeq: 150 * time.Microsecond,
+			MeanOutputTokens: 256, EmbeddingDim: 1024,
+		},
+		"qwen2.5-32b-instruct": {
+			Name: "qwen2.5-32b-instruct", Preset: "qwen2.5-32b-instruct", Root: "Qwen/Qwen2.5-32B-Instruct",
+			MaxNumSeqs: 64, MaxQueue: 1024, MaxModelLen: 32768, MaxNumBatchedTokens: 8192,
+			PrefillBase: 15 * time.Millisecond, PrefillPerToken: 120 * time.Microsecond,
+			DecodeBase: 24 * time.Millisecond, DecodePerSeq: 400 * time.Microsecond,
+			MeanOutputTokens: 256, EmbeddingDim: 1024,
+		},
+		"qwen3-32b": {
+			Name: "qwen3-32b", Preset: "qwen3-32b", Root: "Qwen/Qwen3-32B",
+			MaxNumSeqs: 64, MaxQueue: 1024, MaxModelLen: 40960, MaxNumBatchedTokens: 8192,
+			PrefillBase: 16 * time.Millisecond, PrefillPerToken: 125 * time.Microsecond,
+			DecodeBase: 25 * time.Millisecond, DecodePerSeq: 450 * time.Microsecond,
+			MeanOutputTokens: 384, EmbeddingDim: 1024,
+		},
+	}
+}
+
+// PresetNames returns the preset names in sorted order.
+func PresetNames() []string {
+	p := Presets()
+	names := make([]string, 0, len(p))
+	for n := range p {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// PresetFor returns the profile for a served model name: the preset whose
+// name equals the model name, or its last path element (so
+// "Qwen/Qwen2.5-7B-Instruct" finds "qwen2.5-7b-instruct"), case-insensitively;
+// otherwise DefaultPreset. The returned config carries name as its Name, and
+// ok reports whether a preset matched.
+func PresetFor(name string) (mc ModelConfig, ok bool) {
+	key := strings.ToLower(name)
+	if i := strings.LastIndexByte(key, '/'); i >= 0 {
+		key = key[i+1:]
+	}
+	presets := Presets()
+	mc, ok = presets[key]
+	if !ok {
+		mc = presets[DefaultPreset]
+		mc.Root = name
+	} else if strings.Contains(name, "/") {
+		mc.Root = name
+	}
+	mc.Name = name
+	return mc, ok
+}
+
+// validate checks one model's parameters and fills unset optional ones.
+func (m *ModelConfig) validate() error {
+	if strings.TrimSpace(m.Name) == "" {
+		return fmt.Errorf("model name is empty")
+	}
+	if m.MaxNumSeqs < 1 {
+		return fmt.Errorf("model %q: max-num-seqs must be at least 1, got %d", m.Name, m.MaxNumSeqs)
+	}
+	if m.MaxQueue < 0 {
+		return fmt.Errorf("model %q: max-queue must be 0 (unbounded) or positive, got %d", m.Name, m.MaxQueue)
+	}
+	if m.MaxModelLen < 2 {
+		return fmt.Errorf("model %q: max-model-len must be at least 2, got %d", m.Name, m.MaxModelLen)
+	}
+	if m.MaxNumBatchedTokens < 0 {
+		return fmt.Errorf("model %q: max-num-batched-tokens must be 0 (no budget) or positive", m.Name)
+	}
+	if m.MaxNumBatchedTokens > 0 && m.MaxNumBatchedTokens <= m.MaxNumSeqs {
+		return fmt.Errorf("model %q: max-num-batched-tokens (%d) must exceed max-num-seqs (%d) so prefills can progress",
+			m.Name, m.MaxNumBatchedTokens, m.MaxNumSeqs)
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"prefill-base", m.PrefillBase}, {"prefill-per-token", m.PrefillPerToken},
+		{"decode-base", m.DecodeBase}, {"decode-per-seq", m.DecodePerSeq}} {
+		if d.v < 0 {
+			return fmt.Errorf("model %q: %s must not be negative", m.Name, d.name)
+		}
+	}
+	if m.DecodeBase+m.DecodePerSeq <= 0 {
+		return fmt.Errorf("model %q: decode-base + decode-per-seq must be positive, or the engine would spin", m.Name)
+	}
+	if m.MeanOutputTokens <= 0 {
+		m.MeanOutputTokens = 256
+	}
+	if m.EmbeddingDim <= 0 {
+		m.EmbeddingDim = 1024
+	}
+	if m.Root == "" {
+		m.Root = m.Name
+	}
+	return nil
+}
+
+func (c *Config) validate() error {
+	if len(c.Models) == 0 {
+		return fmt.Errorf("no models configured: give at least one model")
+	}
+	seen := map[string]bool{}
+	for i := range c.Models {
+		if err := c.Models[i].validate(); err != nil {
+			return err
+		}
+		if seen[c.Models[i].Name] {
+			return fmt.Errorf("model %q is configured twice", c.Models[i].Name)
+		}
+		seen[c.Models[i].Name] = true
+	}
+	for _, r := range []struct {
+		name string
+		v    float64
+	}{{"fail-429-rate", c.Faults.Fail429Rate}, {"fail-500-rate", c.Faults.Fail500Rate}, {"cut-stream-rate", c.Faults.CutStreamRate}} {
+		if r.v < 0 || r.v > 1 {
+			return fmt.Errorf("%s must be between 0 and 1, got %g", r.name, r.v)
+		}
+	}
+	if c.StartupDelay < 0 {
+		return fmt.Errorf("startup delay must not be negative")
+	}
+	switch c.QueueFullStatus {
+	case 0:
+		c.QueueFullStatus = 503
+	case 429, 503:
+	default:
+		return fmt.Errorf("queue-full status must be 429 or 503, got %d", c.QueueFullStatus)
+	}
+	if c.Version == "" {
+		c.Version = DefaultVLLMVersion
+	}
+	return nil
+}

@@ -1,0 +1,400 @@
+package sim
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"llmgate/internal/sse"
+)
+
+// genRequest is what chat and text completions have in common once parsed.
+type genRequest struct {
+	chat         bool
+	e            *engine
+	model        string // name echoed in responses
+	prompt       string // text the output is seeded from
+	echo         string // completions with echo=true prepend the prompt
+	promptTokens int
+	maxTokens    *int
+	temperature  float64
+	seed         *int64
+	stops        []string
+	ignoreEOS    bool
+	stream       bool
+	includeUsage bool
+}
+
+func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
+	if e := s.precheck(); e != nil {
+		writeAPIError(w, e)
+		return
+	}
+	var req chatRequest
+	if e := decodeBody(r, &req); e != nil {
+		writeAPIError(w, e)
+		return
+	}
+	eng, e := s.lookup(req.Model)
+	if e != nil {
+		writeAPIError(w, e)
+		return
+	}
+	if len(req.Messages) == 0 {
+		writeAPIError(w, badRequest("messages", "messages must contain at least one message"))
+		return
+	}
+	var prompt strings.Builder
+	tokens := chatGenerationPrompt
+	for i, m := range req.Messages {
+		text, err := messageText(m.Content)
+		if err != nil {
+			writeAPIError(w, badRequest("messages", "messages[%d].content: %v", i, err))
+			return
+		}
+		prompt.WriteString(m.Role)
+		prompt.WriteByte('\n')
+		prompt.WriteString(text)
+		prompt.WriteByte('\n')
+		tokens += chatTokensPerMessage + countTextTokens(text) + countTextTokens(m.Name)
+	}
+	for _, t := range req.Tools {
+		tokens += countTextTokens(string(t))
+	}
+	g := genRequest{chat: true, e: eng, model: eng.mc.Name, prompt: prompt.String(), promptTokens: tokens,
+		maxTokens: req.MaxCompletionTokens, seed: req.Seed, stops: req.Stop, ignoreEOS: req.IgnoreEOS, stream: req.Stream}
+	if g.maxTokens == nil {
+		g.maxTokens = req.MaxTokens
+	}
+	if e := s.commonChecks(&g, req.N, req.Temperature, req.StreamOptions); e != nil {
+		writeAPIError(w, e)
+		return
+	}
+	s.serveGeneration(w, r, g)
+}
+
+func (s *Server) handleCompletion(w http.ResponseWriter, r *http.Request) {
+	if e := s.precheck(); e != nil {
+		writeAPIError(w, e)
+		return
+	}
+	var req completionRequest
+	if e := decodeBody(r, &req); e != nil {
+		writeAPIError(w, e)
+		return
+	}
+	eng, e := s.lookup(req.Model)
+	if e != nil {
+		writeAPIError(w, e)
+		return
+	}
+	prompt, tokens, e := parsePrompt(req.Prompt, "prompt")
+	if e != nil {
+		writeAPIError(w, e)
+		return
+	}
+	g := genRequest{e: eng, model: eng.mc.Name, prompt: prompt, promptTokens: tokens, maxTokens: req.MaxTokens,
+		seed: req.Seed, stops: req.Stop, ignoreEOS: req.IgnoreEOS, stream: req.Stream}
+	if g.maxTokens == nil {
+		// The legacy completions API defaults max_tokens to 16 (OpenAI and vLLM).
+		n := 16
+		g.maxTokens = &n
+	}
+	if req.Echo {
+		g.echo = prompt
+	}
+	if e := s.commonChecks(&g, req.N, req.Temperature, req.StreamOptions); e != nil {
+		writeAPIError(w, e)
+		return
+	}
+	s.serveGeneration(w, r, g)
+}
+
+// commonChecks validates sampling parameters and the context length, in
+// vLLM's words.
+func (s *Server) commonChecks(g *genRequest, n *int, temperature *float64, so *streamOptions) *apiError {
+	if n != nil && *n != 1 {
+		return badRequest("n", "n must be 1: the simulator generates one choice per request (got n=%d); send separate requests instead", *n)
+	}
+	if temperature != nil {
+		if *temperature < 0 {
+			return badRequest("temperature", "temperature must be non-negative, got %g.", *temperature)
+		}
+		g.temperature = *temperature
+	} else {
+		g.temperature = 1
+	}
+	if so != nil {
+		if !g.stream {
+			return badRequest("stream_options", "Stream options can only be defined when `stream=True`.")
+		}
+		g.includeUsage = so.IncludeUsage == nil || *so.IncludeUsage
+	}
+	if g.maxTokens != nil && *g.maxTokens < 1 {
+		return badRequest("max_tokens", "max_tokens must be at least 1, got %d.", *g.maxTokens)
+	}
+	limit := g.e.mc.MaxModelLen
+	if g.promptTokens >= limit {
+		return badRequest("", "This model's maximum context length is %d tokens. However, your request has %d input tokens. Please reduce the length of the input messages.",
+			limit, g.promptTokens)
+	}
+	if g.maxTokens == nil {
+		left := limit - g.promptTokens
+		g.maxTokens = &left
+	} else if g.promptTokens+*g.maxTokens > limit {
+		return badRequest("", "'max_tokens' or 'max_completion_tokens' is too large: %d. This model's maximum context length is %d tokens and your request has %d input tokens (%d > %d - %d).",
+			*g.maxTokens, limit, g.promptTokens, *g.maxTokens, limit, g.promptTokens)
+	}
+	return nil
+}
+
+// serveGeneration runs a request through the engine and writes the
+// response, streamed or whole.
+func (s *Server) serveGeneration(w http.ResponseWriter, r *http.Request, g genRequest) {
+	if e := s.injectFault(); e != nil {
+		writeAPIError(w, e)
+		return
+	}
+	gen := generate(seedFor(g.prompt, g.temperature, g.seed, s.uint64), *g.maxTokens, g.ignoreEOS,
+		g.e.mc.MeanOutputTokens, g.stops)
+	q := newSeq(g.promptTokens, gen.tokens)
+	q.finishReason = gen.finish
+	cutAt := -1
+	if g.stream && s.cfg.Faults.CutStreamRate > 0 && s.float() < s.cfg.Faults.CutStreamRate {
+		cutAt = 0
+		if gen.tokens >= 2 {
+			cutAt = 1 + s.intN(gen.tokens-1)
+		}
+	}
+	if !g.e.submit(q) {
+		writeAPIError(w, s.queueFull(g.e))
+		return
+	}
+	// Whatever happens next (client gone, stream cut, shutdown), the engine
+	// must stop working on this sequence.
+	defer q.cancelled.Store(true)
+
+	prefix := "cmpl-"
+	if g.chat {
+		prefix = "chatcmpl-"
+	}
+	id := prefix + randomHex()
+	created := time.Now().Unix()
+	usage := usageInfo{PromptTokens: g.promptTokens, CompletionTokens: gen.tokens, TotalTokens: g.promptTokens + gen.tokens}
+	if !g.stream {
+		if !s.wait(r, q) {
+			if r.Context().Err() == nil {
+				writeAPIError(w, s.precheck())
+			}
+			return
+		}
+		usage.PromptTokensDetails = rawNull
+		if g.chat {
+			writeJSON(w, http.StatusOK, chatResponse{ID: id, Object: "chat.completion", Created: created, Model: g.model,
+				Choices: []chatChoice{{Message: chatMessage{Role: "assistant", Content: gen.text, ToolCalls: []any{}},
+					FinishReason: gen.finish, StopReason: gen.stopReason}}, Usage: usage})
+			return
+		}
+		fin := gen.finish
+		writeJSON(w, http.StatusOK, completionResponse{ID: id, Object: "text_completion", Created: created, Model: g.model,
+			Choices: []completionChoice{{Text: g.echo + gen.text, FinishReason: &fin, StopReason: gen.stopReason}}, Usage: usage})
+		return
+	}
+
+	sse.SetHeaders(w.Header())
+	w.WriteHeader(http.StatusOK)
+	sw := sse.NewWriter(w)
+	st := streamer{w: sw, id: id, created: created, model: g.model, chat: g.chat, gen: &gen}
+	sent := 0
+	for {
+		select {
+		case <-q.notify:
+		case <-r.Context().Done():
+			return
+		case <-s.closed:
+			panic(http.ErrAbortHandler)
+		}
+		n, done := q.snapshot()
+		if n <= sent && !done {
+			continue
+		}
+		if sent == 0 && g.chat {
+			st.role()
+		}
+		if sent == 0 && g.echo != "" {
+			st.echo(g.echo)
+		}
+		if cutAt >= 0 && n >= cutAt {
+			if cutAt > sent {
+				st.tokens(sent, cutAt, false)
+			}
+			// Drop the connection without a finish chunk or [DONE], as a
+			// crashed engine or a broken proxy would.
+			panic(http.ErrAbortHandler)
+		}
+		st.tokens(sent, n, done)
+		sent = n
+		if sw.Err() != nil {
+			return
+		}
+		if done {
+			break
+		}
+	}
+	if g.includeUsage {
+		st.usage(usage)
+	}
+	_ = sw.WriteDone()
+}
+
+// wait blocks until q is done; false if the client left or the server closed.
+func (s *Server) wait(r *http.Request, q *seq) bool {
+	for {
+		if _, done := q.snapshot(); done {
+			return true
+		}
+		select {
+		case <-q.notify:
+		case <-r.Context().Done():
+			return false
+		case <-s.closed:
+			return false
+		}
+	}
+}
+
+// streamer writes one response's SSE chunks.
+type streamer struct {
+	w       *sse.Writer
+	id      string
+	created int64
+	model   string
+	chat    bool
+	gen     *generation
+}
+
+func (st *streamer) write(v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return
+	}
+	_ = st.w.WriteData(b)
+}
+
+// role writes vLLM's first chat chunk: the assistant role and empty content.
+func (st *streamer) role() {
+	empty := ""
+	st.write(chatChunk{ID: st.id, Object: "chat.completion.chunk", Created: st.created, Model: st.model,
+		Choices:        []chatChunkChoice{{Delta: chatDelta{Role: "assistant", Content: &empty}}},
+		PromptTokenIDs: rawNull})
+}
+
+func (st *streamer) echo(text string) {
+	st.write(completionChunk{ID: st.id, Object: "text_completion", Created: st.created, Model: st.model,
+		Choices: []completionChunkChoice{{Text: text}}})
+}
+
+// tokens writes tokens [from, to) as one chunk, the way vLLM merges the
+// tokens a slow reader has not yet received; final marks the finish chunk.
+func (st *streamer) tokens(from, to int, final bool) {
+	text := ""
+	if to > from {
+		text = st.gen.delta(from, to)
+	}
+	var finish *string
+	if final {
+		f := st.gen.finish
+		finish = &f
+	}
+	if st.chat {
+		c := chatChunkChoice{Delta: chatDelta{Content: &text}, FinishReason: finish, TokenIDs: rawNull}
+		if final {
+			c.StopReason = rawNull
+			if st.gen.stopReason != nil {
+				c.StopReason, _ = json.Marshal(st.gen.stopReason)
+			}
+		}
+		st.write(chatChunk{ID: st.id, Object: "chat.completion.chunk", Created: st.created, Model: st.model,
+			Choices: []chatChunkChoice{c}})
+		return
+	}
+	var stop any
+	if final {
+		stop = st.gen.stopReason
+	}
+	st.write(completionChunk{ID: st.id, Object: "text_completion", Created: st.created, Model: st.model,
+		Choices: []completionChunkChoice{{Text: text, FinishReason: finish, StopReason: stop}}})
+}
+
+// usage writes the usage-only chunk that include_usage asks for.
+func (st *streamer) usage(u usageInfo) {
+	object := "text_completion"
+	if st.chat {
+		object = "chat.completion.chunk"
+	}
+	st.write(completionUsageChunk{ID: st.id, Object: object, Created: st.created, Model: st.model,
+		Choices: []any{}, Usage: u})
+}
+
+// messageText extracts the text of a chat message content: a string, a
+// list of parts (text parts count; other parts are ignored), or null.
+func messageText(raw json.RawMessage) (string, error) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return "", nil
+	}
+	var s string
+	if err := json.Unmarshal(raw, &s); err == nil {
+		return s, nil
+	}
+	var parts []struct {
+		Type string `json:"type"`
+		Text string `json:"text"`
+	}
+	if err := json.Unmarshal(raw, &parts); err != nil {
+		return "", fmt.Errorf("must be a string, a list of content parts, or null")
+	}
+	var b strings.Builder
+	for _, p := range parts {
+		if p.Type == "text" {
+			b.WriteString(p.Text)
+		}
+	}
+	return b.String(), nil
+}
+
+// parsePrompt reads a completions prompt or an embeddings input: a string,
+// a list of one string, a list of token ids, or a list of one such list.
+// It returns the text used for seeding and the prompt token count.
+func parsePrompt(raw json.RawMessage, param string) (string, int, *apiError) {
+	empty := badRequest(param, "Either prompt or prompt_embeds must be provided and non-empty.")
+	if param == "input" {
+		empty = badRequest(param, "input must be a non-empty string, list of strings, or list of token ids")
+	}
+	if len(raw) == 0 || string(raw) == "null" {
+		return "", 0, empty
+	}
+	var s string
+	if err := json.Unmarshal(raw, &s); err == nil {
+		if s == "" {
+			return "", 0, empty
+		}
+		return s, countTextTokens(s), nil
+	}
+	var ids []int64
+	if err := json.Unmarshal(raw, &ids); err == nil {
+		if len(ids) == 0 {
+			return "", 0, empty
+		}
+		return string(raw), len(ids), nil
+	}
+	var many []json.RawMessage
+	if err := json.Unmarshal(raw, &many); err != nil {
+		return "", 0, badRequest(param, "%s must be a string, a list of strings, or a list of token ids", param)
+	}
+	if len(many) != 1 {
+		return "", 0, badRequest(param, "the simulator serves one %s per request (got %d); send each as its own request", param, len(many))
+	}
+	return parsePrompt(many[0], param)
+}

@@ -1,0 +1,206 @@
+package sim
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// seq is one request inside an engine. The fields before mu are owned by
+// the engine goroutine (cancelled excepted); the published state after mu
+// is read by the HTTP handler.
+type seq struct {
+	promptTokens int
+	target       int // tokens to generate; 0 for pooling (embedding) requests
+	prefilled    int
+	generated    int
+	arrival      time.Time
+	scheduled    time.Time // first step that included it
+	firstToken   time.Time
+	lastToken    time.Time
+	prevToken    time.Time
+	finishReason string // "stop" or "length", for vllm:request_success_total
+	cancelled    atomic.Bool
+
+	mu        sync.Mutex
+	pubTokens int  // tokens generated so far
+	pubDone   bool // all tokens generated (or prefill done, for pooling)
+	notify    chan struct{}
+}
+
+func newSeq(promptTokens, target int) *seq {
+	return &seq{promptTokens: max(promptTokens, 1), target: target, notify: make(chan struct{}, 1)}
+}
+
+// snapshot returns the published progress.
+func (s *seq) snapshot() (tokens int, done bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.pubTokens, s.pubDone
+}
+
+func (s *seq) publish() {
+	s.mu.Lock()
+	s.pubTokens = s.generated
+	s.pubDone = s.generated >= s.target && s.prefilled >= s.promptTokens
+	s.mu.Unlock()
+	select {
+	case s.notify <- struct{}{}:
+	default:
+	}
+}
+
+// prefillChunk is part (or all) of one sequence's prompt processed in a step.
+type prefillChunk struct {
+	s *seq
+	n int
+}
+
+// batch is what one engine step computes.
+type batch struct {
+	decode  []*seq
+	prefill []prefillChunk
+	dur     time.Duration
+	tokens  int // prompt tokens prefilled in this step
+}
+
+func (b *batch) empty() bool { return len(b.decode) == 0 && len(b.prefill) == 0 }
+
+// scheduler is the continuous-batching core, free of clocks and goroutines
+// so tests can drive it step by step. It mirrors vLLM V1's scheduler:
+// running sequences are served first (one decode token each, or the next
+// chunk of an unfinished prefill), then waiting sequences are admitted in
+// FIFO order while fewer than MaxNumSeqs run and the step's token budget
+// (MaxNumBatchedTokens) lasts. A prompt larger than the remaining budget is
+// prefilled in chunks over several steps (chunked prefill, on by default in
+// vLLM V1). A sequence's first token is sampled in the step that completes
+// its prefill, together with the decode tokens of the other sequences.
+type scheduler struct {
+	mc      ModelConfig
+	waiting []*seq
+	head    int // waiting[head:] are queued
+	running []*seq
+}
+
+func (s *scheduler) numWaiting() int { return len(s.waiting) - s.head }
+
+// enqueue adds a request to the waiting queue, or reports false when the
+// queue is full.
+func (s *scheduler) enqueue(q *seq) bool {
+	if s.mc.MaxQueue > 0 && s.numWaiting() >= s.mc.MaxQueue {
+		return false
+	}
+	s.waiting = append(s.waiting, q)
+	return true
+}
+
+// schedule removes cancelled sequences, admits waiting ones and returns the
+// next step's batch.
+func (s *scheduler) schedule(now time.Time) batch {
+	s.dropCancelled()
+	budget := s.mc.MaxNumBatchedTokens
+	if budget <= 0 {
+		budget = int(^uint(0) >> 1)
+	}
+	var b batch
+	for _, q := range s.running {
+		if budget <= 0 {
+			break
+		}
+		if q.prefilled < q.promptTokens {
+			n := min(q.promptTokens-q.prefilled, budget)
+			b.prefill = append(b.prefill, prefillChunk{q, n})
+			b.tokens += n
+			budget -= n
+			continue
+		}
+		b.decode = append(b.decode, q)
+		budget--
+	}
+	for s.numWaiting() > 0 && len(s.running) < s.mc.MaxNumSeqs && budget > 0 {
+		q := s.waiting[s.head]
+		s.waiting[s.head] = nil
+		s.head++
+		q.scheduled = now
+		s.running = append(s.running, q)
+		n := min(q.promptTokens, budget)
+		b.prefill = append(b.prefill, prefillChunk{q, n})
+		b.tokens += n
+		budget -= n
+	}
+	if s.head > 1024 && s.head*2 > len(s.waiting) {
+		s.waiting = append([]*seq(nil), s.waiting[s.head:]...)
+		s.head = 0
+	}
+	if b.empty() {
+		return b
+	}
+	b.dur = s.mc.DecodeBase + time.Duration(len(b.decode)+len(b.prefill))*s.mc.DecodePerSeq
+	if b.tokens > 0 {
+		b.dur += s.mc.PrefillBase + time.Duration(b.tokens)*s.mc.PrefillPerToken
+	}
+	return b
+}
+
+// complete applies a finished step at time end: every decoding sequence
+// gains a token, and every sequence whose prefill completed gains its first.
+// It returns the sequences that progressed; finished ones leave running.
+func (s *scheduler) complete(b batch, end time.Time) []*seq {
+	touched := make([]*seq, 0, len(b.decode)+len(b.prefill))
+	for _, q := range b.decode {
+		q.generated++
+		q.prevToken = q.lastToken
+		q.lastToken = end
+		touched = append(touched, q)
+	}
+	for _, c := range b.prefill {
+		q := c.s
+		q.prefilled += c.n
+		if q.prefilled >= q.promptTokens {
+			if q.target > 0 {
+				q.generated = 1
+				q.firstToken = end
+				q.lastToken = end
+			}
+			touched = append(touched, q)
+		}
+	}
+	kept := s.running[:0]
+	for _, q := range s.running {
+		if q.prefilled >= q.promptTokens && q.generated >= q.target {
+			continue
+		}
+		kept = append(kept, q)
+	}
+	for i := len(kept); i < len(s.running); i++ {
+		s.running[i] = nil
+	}
+	s.running = kept
+	return touched
+}
+
+// dropCancelled removes sequences whose client went away, as vLLM aborts
+// requests on disconnect.
+func (s *scheduler) dropCancelled() {
+	kept := s.running[:0]
+	for _, q := range s.running {
+		if !q.cancelled.Load() {
+			kept = append(kept, q)
+		}
+	}
+	for i := len(kept); i < len(s.running); i++ {
+		s.running[i] = nil
+	}
+	s.running = kept
+	w := s.waiting[s.head:]
+	keptW := w[:0]
+	for _, q := range w {
+		if !q.cancelled.Load() {
+			keptW = append(keptW, q)
+		}
+	}
+	for i := len(keptW); i < len(w); i++ {
+		w[i] = nil
+	}
+	s.waiting = s.waiting[:s.head+len(keptW)]
+}

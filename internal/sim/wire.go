@@ -1,0 +1,270 @@
+package sim
+
+import "encoding/json"
+
+// Wire shapes as vLLM 0.11 serializes them. Field order and the presence of
+// null fields follow vLLM's pydantic models (vllm/entrypoints/openai/
+// protocol.py): non-streaming responses are dumped with every field, stream
+// chunks with exclude_unset, the usage-only chunk with exclude_none.
+
+// jsonNull marshals as null; used where vLLM always sends null.
+type jsonNull struct{}
+
+func (jsonNull) MarshalJSON() ([]byte, error) { return []byte("null"), nil }
+
+var rawNull = json.RawMessage("null")
+
+type usageInfo struct {
+	PromptTokens        int             `json:"prompt_tokens"`
+	TotalTokens         int             `json:"total_tokens"`
+	CompletionTokens    int             `json:"completion_tokens"`
+	PromptTokensDetails json.RawMessage `json:"prompt_tokens_details,omitempty"`
+}
+
+type errorInfo struct {
+	Message string  `json:"message"`
+	Type    string  `json:"type"`
+	Param   *string `json:"param"`
+	Code    int     `json:"code"`
+}
+
+type errorResponse struct {
+	Error errorInfo `json:"error"`
+}
+
+// Chat, non-streaming.
+
+type chatMessage struct {
+	Role             string   `json:"role"`
+	Content          string   `json:"content"`
+	Refusal          jsonNull `json:"refusal"`
+	Annotations      jsonNull `json:"annotations"`
+	Audio            jsonNull `json:"audio"`
+	FunctionCall     jsonNull `json:"function_call"`
+	ToolCalls        []any    `json:"tool_calls"`
+	ReasoningContent jsonNull `json:"reasoning_content"`
+}
+
+type chatChoice struct {
+	Index        int         `json:"index"`
+	Message      chatMessage `json:"message"`
+	Logprobs     jsonNull    `json:"logprobs"`
+	FinishReason string      `json:"finish_reason"`
+	StopReason   any         `json:"stop_reason"`
+	TokenIDs     jsonNull    `json:"token_ids"`
+}
+
+type chatResponse struct {
+	ID                string       `json:"id"`
+	Object            string       `json:"object"`
+	Created           int64        `json:"created"`
+	Model             string       `json:"model"`
+	Choices           []chatChoice `json:"choices"`
+	ServiceTier       jsonNull     `json:"service_tier"`
+	SystemFingerprint jsonNull     `json:"system_fingerprint"`
+	Usage             usageInfo    `json:"usage"`
+	PromptLogprobs    jsonNull     `json:"prompt_logprobs"`
+	PromptTokenIDs    jsonNull     `json:"prompt_token_ids"`
+	KVTransferParams  jsonNull     `json:"kv_transfer_params"`
+}
+
+// Chat, streaming.
+
+type chatDelta struct {
+	Role    string  `json:"role,omitempty"`
+	Content *string `json:"content,omitempty"`
+}
+
+type chatChunkChoice struct {
+	Index        int             `json:"index"`
+	Delta        chatDelta       `json:"delta"`
+	Logprobs     jsonNull        `json:"logprobs"`
+	FinishReason *string         `json:"finish_reason"`
+	StopReason   json.RawMessage `json:"stop_reason,omitempty"`
+	TokenIDs     json.RawMessage `json:"token_ids,omitempty"`
+}
+
+type chatChunk struct {
+	ID             string            `json:"id"`
+	Object         string            `json:"object"`
+	Created        int64             `json:"created"`
+	Model          string            `json:"model"`
+	Choices        []chatChunkChoice `json:"choices"`
+	Usage          *usageInfo        `json:"usage,omitempty"`
+	PromptTokenIDs json.RawMessage   `json:"prompt_token_ids,omitempty"`
+}
+
+// Completions.
+
+type completionChoice struct {
+	Index          int      `json:"index"`
+	Text           string   `json:"text"`
+	Logprobs       jsonNull `json:"logprobs"`
+	FinishReason   *string  `json:"finish_reason"`
+	StopReason     any      `json:"stop_reason"`
+	TokenIDs       jsonNull `json:"token_ids"`
+	PromptLogprobs jsonNull `json:"prompt_logprobs"`
+	PromptTokenIDs jsonNull `json:"prompt_token_ids"`
+}
+
+type completionResponse struct {
+	ID                string             `json:"id"`
+	Object            string             `json:"object"`
+	Created           int64              `json:"created"`
+	Model             string             `json:"model"`
+	Choices           []completionChoice `json:"choices"`
+	ServiceTier       jsonNull           `json:"service_tier"`
+	SystemFingerprint jsonNull           `json:"system_fingerprint"`
+	Usage             usageInfo          `json:"usage"`
+	KVTransferParams  jsonNull           `json:"kv_transfer_params"`
+}
+
+type completionChunkChoice struct {
+	Index          int      `json:"index"`
+	Text           string   `json:"text"`
+	Logprobs       jsonNull `json:"logprobs"`
+	FinishReason   *string  `json:"finish_reason"`
+	StopReason     any      `json:"stop_reason"`
+	PromptTokenIDs jsonNull `json:"prompt_token_ids"`
+	TokenIDs       jsonNull `json:"token_ids"`
+}
+
+type completionChunk struct {
+	ID      string                  `json:"id"`
+	Object  string                  `json:"object"`
+	Created int64                   `json:"created"`
+	Model   string                  `json:"model"`
+	Choices []completionChunkChoice `json:"choices"`
+	Usage   *usageInfo              `json:"usage"`
+}
+
+type completionUsageChunk struct {
+	ID      string    `json:"id"`
+	Object  string    `json:"object"`
+	Created int64     `json:"created"`
+	Model   string    `json:"model"`
+	Choices []any     `json:"choices"`
+	Usage   usageInfo `json:"usage"`
+}
+
+// Embeddings.
+
+type embeddingData struct {
+	Index     int    `json:"index"`
+	Object    string `json:"object"`
+	Embedding any    `json:"embedding"`
+}
+
+type embeddingResponse struct {
+	ID      string          `json:"id"`
+	Object  string          `json:"object"`
+	Created int64           `json:"created"`
+	Model   string          `json:"model"`
+	Data    []embeddingData `json:"data"`
+	Usage   usageInfo       `json:"usage"`
+}
+
+// Models.
+
+type modelPermission struct {
+	ID                 string   `json:"id"`
+	Object             string   `json:"object"`
+	Created            int64    `json:"created"`
+	AllowCreateEngine  bool     `json:"allow_create_engine"`
+	AllowSampling      bool     `json:"allow_sampling"`
+	AllowLogprobs      bool     `json:"allow_logprobs"`
+	AllowSearchIndices bool     `json:"allow_search_indices"`
+	AllowView          bool     `json:"allow_view"`
+	AllowFineTuning    bool     `json:"allow_fine_tuning"`
+	Organization       string   `json:"organization"`
+	Group              jsonNull `json:"group"`
+	IsBlocking         bool     `json:"is_blocking"`
+}
+
+type modelCard struct {
+	ID          string            `json:"id"`
+	Object      string            `json:"object"`
+	Created     int64             `json:"created"`
+	OwnedBy     string            `json:"owned_by"`
+	Root        string            `json:"root"`
+	Parent      jsonNull          `json:"parent"`
+	MaxModelLen int               `json:"max_model_len"`
+	Permission  []modelPermission `json:"permission"`
+}
+
+type modelList struct {
+	Object string      `json:"object"`
+	Data   []modelCard `json:"data"`
+}
+
+// Requests: the fields the simulator honours. Unknown fields are ignored,
+// as vLLM ignores them (with a log line).
+
+type chatRequest struct {
+	Model               string            `json:"model"`
+	Messages            []chatRequestMsg  `json:"messages"`
+	Stream              bool              `json:"stream"`
+	StreamOptions       *streamOptions    `json:"stream_options"`
+	MaxTokens           *int              `json:"max_tokens"`
+	MaxCompletionTokens *int              `json:"max_completion_tokens"`
+	Temperature         *float64          `json:"temperature"`
+	N                   *int              `json:"n"`
+	Stop                stopParam         `json:"stop"`
+	Seed                *int64            `json:"seed"`
+	IgnoreEOS           bool              `json:"ignore_eos"`
+	Tools               []json.RawMessage `json:"tools"`
+}
+
+type chatRequestMsg struct {
+	Role    string          `json:"role"`
+	Content json.RawMessage `json:"content"`
+	Name    string          `json:"name"`
+}
+
+type streamOptions struct {
+	IncludeUsage *bool `json:"include_usage"`
+}
+
+type completionRequest struct {
+	Model         string          `json:"model"`
+	Prompt        json.RawMessage `json:"prompt"`
+	Stream        bool            `json:"stream"`
+	StreamOptions *streamOptions  `json:"stream_options"`
+	MaxTokens     *int            `json:"max_tokens"`
+	Temperature   *float64        `json:"temperature"`
+	N             *int            `json:"n"`
+	Stop          stopParam       `json:"stop"`
+	Seed          *int64          `json:"seed"`
+	IgnoreEOS     bool            `json:"ignore_eos"`
+	Echo          bool            `json:"echo"`
+}
+
+type embeddingRequest struct {
+	Model          string          `json:"model"`
+	Input          json.RawMessage `json:"input"`
+	EncodingFormat string          `json:"encoding_format"`
+	Dimensions     *int            `json:"dimensions"`
+}
+
+// stopParam accepts a string, a list of strings, or null.
+type stopParam []string
+
+func (s *stopParam) UnmarshalJSON(b []byte) error {
+	var one string
+	if err := json.Unmarshal(b, &one); err == nil {
+		*s = stopParam{one}
+		return nil
+	}
+	var many []string
+	if err := json.Unmarshal(b, &many); err != nil {
+		return errStop
+	}
+	*s = many
+	return nil
+}
+
+type stopError struct{}
+
+func (stopError) Error() string { return "stop must be a string or a list of strings" }
+
+var errStop = stopError{}
