@@ -1,0 +1,455 @@
+package doctor
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+)
+
+// envMap makes an injected environment; tests never read the real one.
+func envMap(kv ...string) func(string) (string, bool) {
+	m := map[string]string{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		m[kv[i]] = kv[i+1]
+	}
+	return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
+}
+
+// baseOpts returns options isolated from the machine: empty environment and
+// empty home and work directories.
+func baseOpts(t *testing.T, srvURL string, f *fakeServer) Options {
+	t.Helper()
+	return Options{
+		BaseURL:   srvURL + "/v1",
+		APIKey:    f.key,
+		Model:     f.models[0],
+		Timeout:   10 * time.Second,
+		LookupEnv: envMap(),
+		HomeDir:   t.TempDir(),
+		WorkDir:   t.TempDir(),
+	}
+}
+
+func run(t *testing.T, o Options) Report {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	r := Run(ctx, o)
+	if testing.Verbose() {
+		var b bytes.Buffer
+		_ = r.WriteText(&b)
+		t.Log("\n" + b.String())
+	}
+	return r
+}
+
+// must returns the check or fails the test.
+func must(t *testing.T, r Report, id string) Check {
+	t.Helper()
+	c := r.Check(id)
+	if c == nil {
+		ids := []string{}
+		for _, x := range r.Checks {
+			ids = append(ids, x.ID)
+		}
+		t.Fatalf("no check %q in %v", id, ids)
+	}
+	return *c
+}
+
+func expect(t *testing.T, r Report, id string, status Status, detailHas, fixHas string) Check {
+	t.Helper()
+	c := must(t, r, id)
+	if c.Status != status {
+		t.Errorf("%s: status %s, want %s (detail: %s; fix: %s)", id, c.Status, status, c.Detail, c.Fix)
+	}
+	if !strings.Contains(c.Detail, detailHas) {
+		t.Errorf("%s: detail %q lacks %q", id, c.Detail, detailHas)
+	}
+	if !strings.Contains(c.Fix, fixHas) {
+		t.Errorf("%s: fix %q lacks %q", id, c.Fix, fixHas)
+	}
+	return c
+}
+
+func TestRun_HealthyEndpointPassesEveryCheck(t *testing.T) {
+	f := newFake()
+	srv := httptest.NewServer(f)
+	defer srv.Close()
+	r := run(t, baseOpts(t, srv.URL, f))
+	for _, c := range r.Checks {
+		if c.Status != StatusPass && c.Status != StatusSkip {
+			t.Errorf("%s: %s: %s (fix: %s)", c.ID, c.Status, c.Detail, c.Fix)
+		}
+	}
+	for _, id := range []string{"env.keys", "url.shape", "env.proxy", "net.dns", "net.tcp", "auth", "models", "chat",
+		"stream", "stream.done", "stream.usage", "anthropic", "anthropic.stream", "perf"} {
+		if c := must(t, r, id); c.Status != StatusPass {
+			t.Errorf("%s is %s, want pass: %s", id, c.Status, c.Detail)
+		}
+	}
+	if !r.OK || r.Failed != 0 || r.Warnings != 0 {
+		t.Errorf("report OK=%v failed=%d warnings=%d", r.OK, r.Failed, r.Warnings)
+	}
+	if r.Metrics == nil || r.Metrics.OutputTokens != 8 || r.Metrics.TokensEstimated || r.Metrics.TTFTMS <= 0 {
+		t.Errorf("metrics = %+v, want 8 tokens from usage and a TTFT", r.Metrics)
+	}
+	if r.KeyFingerprint != "sk-lg-…cdef" {
+		t.Errorf("fingerprint %q", r.KeyFingerprint)
+	}
+}
+
+func TestRun_HealthyTLSEndpointReportsHandshake(t *testing.T) {
+	f := newFake()
+	srv := httptest.NewTLSServer(f)
+	defer srv.Close()
+	o := baseOpts(t, srv.URL, f)
+	o.TLSConfig = &tls.Config{RootCAs: srv.Client().Transport.(*http.Transport).TLSClientConfig.RootCAs}
+	r := run(t, o)
+	expect(t, r, "net.tls", StatusPass, "TLS 1.3", "")
+	if !r.OK {
+		t.Errorf("report failed: %+v", r.Checks)
+	}
+}
+
+func TestRun_UntrustedCertificateFailsTLSWithCAFix(t *testing.T) {
+	f := newFake()
+	srv := httptest.NewTLSServer(f)
+	defer srv.Close()
+	r := run(t, baseOpts(t, srv.URL, f))
+	expect(t, r, "net.tls", StatusFail, "certificate", "SSL_CERT_FILE")
+	expect(t, r, "chat", StatusSkip, "TLS failed", "")
+}
+
+func TestRun_KeyWithBearerPrefixGets401AndBareKeyFix(t *testing.T) {
+	f := newFake()
+	srv := httptest.NewServer(f)
+	defer srv.Close()
+	o := baseOpts(t, srv.URL, f)
+	o.APIKey = ""
+	o.LookupEnv = envMap("OPENAI_API_KEY", "Bearer: "+f.key)
+	r := run(t, o)
+	expect(t, r, "env.keys", StatusFail, "OPENAI_API_KEY starts with \"Bearer\"", "bare key")
+	expect(t, r, "auth", StatusFail, "HTTP 401", "Set OPENAI_API_KEY to the bare key sk-lg-…cdef")
+	// The doctor carries on with the bare key so the rest is still diagnosed.
+	expect(t, r, "chat", StatusPass, "OK", "")
+	if r.OK {
+		t.Error("report passed despite a key the server rejects")
+	}
+}
+
+func TestRun_QuotedKeyVariableIsFlagged(t *testing.T) {
+	f := newFake()
+	srv := httptest.NewServer(f)
+	defer srv.Close()
+	o := baseOpts(t, srv.URL, f)
+	o.APIKey = ""
+	o.LookupEnv = envMap("OPENAI_API_KEY", `"`+f.key+`"`, "ANTHROPIC_API_KEY", "")
+	r := run(t, o)
+	c := expect(t, r, "env.keys", StatusFail, "wrapped in literal quotes", "Remove the quotes")
+	if !strings.Contains(c.Detail, "ANTHROPIC_API_KEY set but empty") {
+		t.Errorf("empty variable not reported: %s", c.Detail)
+	}
+	expect(t, r, "auth", StatusFail, "without quotes", "bare key")
+}
+
+func TestRun_WrongKeyIs401WithKeyFix(t *testing.T) {
+	f := newFake()
+	srv := httptest.NewServer(f)
+	defer srv.Close()
+	o := baseOpts(t, srv.URL, f)
+	o.APIKey = "sk-lg-wrong-key-00000000wxyz"
+	r := run(t, o)
+	c := expect(t, r, "auth", StatusFail, "HTTP 401: key sk-lg-…wxyz", "llmgate keys list")
+	if strings.Contains(c.Detail, o.APIKey) {
+		t.Error("full key printed")
+	}
+	expect(t, r, "models", StatusSkip, "authentication failed", "")
+}
+
+func TestRun_ForbiddenIs403NotBadKey(t *testing.T) {
+	f := newFake()
+	f.forbidden = true
+	srv := httptest.NewServer(f)
+	defer srv.Close()
+	r := run(t, baseOpts(t, srv.URL, f))
+	expect(t, r, "auth", StatusFail, "HTTP 403", "403 means the key itself is valid")
+}
+
+func TestRun_MissingKeyIs401WithExportFix(t *testing.T) {
+	f := newFake()
+	srv := httptest.NewServer(f)
+	defer srv.Close()
+	o := baseOpts(t, srv.URL, f)
+	o.APIKey = ""
+	r := run(t, o)
+	expect(t, r, "env.keys", StatusWarn, "no key found", "OPENAI_API_KEY")
+	expect(t, r, "auth", StatusFail, "HTTP 401 without a key", "export OPENAI_API_KEY")
+}
+
+func TestRun_ServerWantingXAPIKeyIsNamed(t *testing.T) {
+	f := newFake()
+	f.xAPIKeyOnly = true
+	srv := httptest.NewServer(f)
+	defer srv.Close()
+	r := run(t, baseOpts(t, srv.URL, f))
+	expect(t, r, "auth", StatusFail, "accepted in x-api-key", "x-api-key")
+}
+
+func TestRun_DoubleV1Is404AndNamesTheFix(t *testing.T) {
+	f := newFake()
+	srv := httptest.NewServer(f)
+	defer srv.Close()
+	o := baseOpts(t, srv.URL, f)
+	o.BaseURL = srv.URL + "/v1/v1"
+	r := run(t, o)
+	expect(t, r, "url.shape", StatusFail, "repeats /v1", "Remove the duplicate /v1: use "+srv.URL+"/v1.")
+	expect(t, r, "url.path", StatusFail, "/v1/v1/models → HTTP 404", "Set the base URL to "+srv.URL+"/v1.")
+	expect(t, r, "chat", StatusPass, "OK", "")
+	if r.EffectiveBaseURL != srv.URL+"/v1" {
+		t.Errorf("effective base URL %q", r.EffectiveBaseURL)
+	}
+}
+
+func TestRun_MissingV1IsFoundByProbing(t *testing.T) {
+	f := newFake()
+	srv := httptest.NewServer(f)
+	defer srv.Close()
+	o := baseOpts(t, srv.URL, f)
+	o.BaseURL = srv.URL + "/"
+	r := run(t, o)
+	expect(t, r, "url.shape", StatusWarn, "has no /v1", "Append /v1")
+	expect(t, r, "url.path", StatusFail, "HTTP 404", "Set the base URL to "+srv.URL+"/v1.")
+}
+
+func TestRun_UnknownModelSuggestsNearestNames(t *testing.T) {
+	f := newFake()
+	srv := httptest.NewServer(f)
+	defer srv.Close()
+	o := baseOpts(t, srv.URL, f)
+	o.Model = "qwen2.5-7b-instrct"
+	r := run(t, o)
+	expect(t, r, "models", StatusFail, "nearest: qwen2.5-7b-instruct", "--model qwen2.5-7b-instruct")
+	expect(t, r, "chat", StatusPass, "qwen2.5-7b-instruct", "")
+}
+
+func TestRun_200WithErrorBodyQuotesTheBody(t *testing.T) {
+	f := newFake()
+	f.errorBody200 = true
+	srv := httptest.NewServer(f)
+	defer srv.Close()
+	r := run(t, baseOpts(t, srv.URL, f))
+	expect(t, r, "chat", StatusFail, "HTTP 200 but the body has no choices[0].message", "4xx/5xx status")
+	if c := must(t, r, "chat"); !strings.Contains(c.Detail, "upstream overloaded") {
+		t.Errorf("body not quoted: %s", c.Detail)
+	}
+}
+
+func TestRun_ProxyOnClosedPortRetriesDirect(t *testing.T) {
+	f := newFake()
+	srv := httptest.NewServer(f)
+	defer srv.Close()
+	closed := closedPort(t)
+	_, port, _ := net.SplitHostPort(srv.Listener.Addr().String())
+	o := baseOpts(t, srv.URL, f)
+	// A non-loopback name, because Go never proxies loopback addresses.
+	o.BaseURL = "http://llmgate.test:" + port + "/v1"
+	o.LookupHost = func(_ context.Context, host string) ([]string, error) {
+		if host == "llmgate.test" {
+			return []string{"127.0.0.1"}, nil
+		}
+		return nil, errors.New("no such host")
+	}
+	o.LookupEnv = envMap("http_proxy", "http://"+closed)
+	r := run(t, o)
+	expect(t, r, "env.proxy", StatusFail, "proxy http://"+closed+" failed", "Add llmgate.test to NO_PROXY")
+	if c := must(t, r, "env.proxy"); !strings.Contains(c.Detail, "answers directly (HTTP 200)") {
+		t.Errorf("direct retry not reported: %s", c.Detail)
+	}
+	expect(t, r, "net.tcp", StatusPass, "127.0.0.1:"+port, "")
+	expect(t, r, "chat", StatusPass, "OK", "")
+}
+
+func TestRun_NoProxyCoveringHostPasses(t *testing.T) {
+	f := newFake()
+	srv := httptest.NewServer(f)
+	defer srv.Close()
+	o := baseOpts(t, srv.URL, f)
+	o.LookupEnv = envMap("HTTPS_PROXY", "http://"+closedPort(t), "HTTP_PROXY", "http://"+closedPort(t))
+	r := run(t, o)
+	expect(t, r, "env.proxy", StatusWarn, "other HTTP libraries may send 127.0.0.1 to the proxy", "NO_PROXY")
+	o.LookupEnv = envMap("HTTP_PROXY", "http://"+closedPort(t), "NO_PROXY", "localhost,127.0.0.1")
+	r = run(t, o)
+	expect(t, r, "env.proxy", StatusPass, "bypass the proxy", "")
+}
+
+func closedPort(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr
+}
+
+func TestRun_StreamWithoutUsageWarnsButPasses(t *testing.T) {
+	f := newFake()
+	f.noUsage = true
+	srv := httptest.NewServer(f)
+	defer srv.Close()
+	r := run(t, baseOpts(t, srv.URL, f))
+	expect(t, r, "stream.usage", StatusWarn, "no usage chunk although stream_options.include_usage was true", "put llmgate in front")
+	expect(t, r, "stream.done", StatusPass, "[DONE]", "")
+	if !r.OK {
+		t.Error("a warning alone must not fail the report")
+	}
+	if r.Metrics == nil || !r.Metrics.TokensEstimated || r.Metrics.OutputTokens != 8 {
+		t.Errorf("metrics %+v, want 8 chunks counted as tokens", r.Metrics)
+	}
+}
+
+func TestRun_StreamWithoutDoneFails(t *testing.T) {
+	f := newFake()
+	f.noDone = true
+	srv := httptest.NewServer(f)
+	defer srv.Close()
+	r := run(t, baseOpts(t, srv.URL, f))
+	expect(t, r, "stream.done", StatusFail, "ended without data: [DONE]", "End every stream with `data: [DONE]`")
+	expect(t, r, "stream", StatusPass, "8 content chunks", "")
+	if r.OK {
+		t.Error("report passed without [DONE]")
+	}
+}
+
+func TestRun_MissingAnthropicEndpointWarnsUnlessRequired(t *testing.T) {
+	f := newFake()
+	f.noAnthropic = true
+	srv := httptest.NewServer(f)
+	defer srv.Close()
+	o := baseOpts(t, srv.URL, f)
+	r := run(t, o)
+	expect(t, r, "anthropic", StatusWarn, "HTTP 404", "llmgate serve")
+	if !r.OK {
+		t.Error("missing Anthropic endpoint must be a warning by default")
+	}
+	o.RequireAnthropic = true
+	r = run(t, o)
+	expect(t, r, "anthropic", StatusFail, "HTTP 404", "llmgate serve")
+}
+
+func TestRun_AnthropicStreamWithoutStartUsageFails(t *testing.T) {
+	f := newFake()
+	f.noStartUsage = true
+	srv := httptest.NewServer(f)
+	defer srv.Close()
+	r := run(t, baseOpts(t, srv.URL, f))
+	expect(t, r, "anthropic.stream", StatusFail, "message_start has no message.usage", "official Anthropic SDKs")
+}
+
+func TestRun_ConnectionRefusedNamesTheLayer(t *testing.T) {
+	addr := closedPort(t)
+	f := newFake()
+	o := baseOpts(t, "http://"+addr, f)
+	r := run(t, o)
+	expect(t, r, "net.dns", StatusPass, "IP address", "")
+	expect(t, r, "net.tcp", StatusFail, "connection refused", "Nothing listens on "+addr)
+	expect(t, r, "chat", StatusSkip, "TCP failed", "")
+}
+
+func TestRun_UnresolvableHostFailsDNS(t *testing.T) {
+	f := newFake()
+	o := baseOpts(t, "http://gateway.invalid:4000", f)
+	o.LookupHost = func(context.Context, string) ([]string, error) {
+		return nil, &net.DNSError{Err: "no such host", Name: "gateway.invalid", IsNotFound: true}
+	}
+	r := run(t, o)
+	expect(t, r, "net.dns", StatusFail, "cannot resolve gateway.invalid", "Docker service names")
+}
+
+func TestRun_HTMLAtModelsPointsAtWebPage(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html")
+		_, _ = w.Write([]byte("<!doctype html><html><body>Open WebUI</body></html>"))
+	}))
+	defer srv.Close()
+	f := newFake()
+	r := run(t, baseOpts(t, srv.URL, f))
+	expect(t, r, "models", StatusFail, "HTML page", "not at a web page")
+}
+
+func TestRun_DefaultsComeFromEnvironment(t *testing.T) {
+	f := newFake()
+	srv := httptest.NewServer(f)
+	defer srv.Close()
+	o := baseOpts(t, srv.URL, f)
+	o.BaseURL, o.APIKey, o.Model = "", "", ""
+	o.LookupEnv = envMap("ANTHROPIC_BASE_URL", srv.URL, "ANTHROPIC_AUTH_TOKEN", f.key, "OPENAI_API_KEY", "sk-other-key-000000000000")
+	r := run(t, o)
+	if r.BaseURL != srv.URL+"/v1" || r.BaseURLSource != "ANTHROPIC_BASE_URL" || r.KeySource != "ANTHROPIC_AUTH_TOKEN" {
+		t.Errorf("resolved %s from %s, key from %s", r.BaseURL, r.BaseURLSource, r.KeySource)
+	}
+	if r.Model != f.models[0] || r.ModelSource != "first listed model" {
+		t.Errorf("model %q from %q", r.Model, r.ModelSource)
+	}
+	if !r.OK {
+		t.Errorf("failed: %+v", r.Checks)
+	}
+}
+
+func TestReport_TextAndJSONCarryFixes(t *testing.T) {
+	f := newFake()
+	f.noDone = true
+	srv := httptest.NewServer(f)
+	defer srv.Close()
+	r := run(t, baseOpts(t, srv.URL, f))
+	var text bytes.Buffer
+	if err := r.WriteText(&text); err != nil {
+		t.Fatal(err)
+	}
+	out := text.String()
+	for _, want := range []string{"✓ ", "✗ stream ends with [DONE]", "→ End every stream", "1 failed"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("text report lacks %q:\n%s", want, out)
+		}
+	}
+	var js bytes.Buffer
+	if err := r.WriteJSON(&js); err != nil {
+		t.Fatal(err)
+	}
+	var back Report
+	if err := json.Unmarshal(js.Bytes(), &back); err != nil {
+		t.Fatal(err)
+	}
+	if back.OK || back.Failed != 1 || back.Check("stream.done").Fix == "" {
+		t.Errorf("JSON round trip lost data: ok=%v failed=%d", back.OK, back.Failed)
+	}
+	if strings.Contains(js.String(), f.key) {
+		t.Error("JSON report contains the full key")
+	}
+}
+
+func TestRun_CancelledContextReturnsPromptly(t *testing.T) {
+	f := newFake()
+	srv := httptest.NewServer(f)
+	defer srv.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	start := time.Now()
+	r := Run(ctx, baseOpts(t, srv.URL, f))
+	if time.Since(start) > 5*time.Second {
+		t.Errorf("took %s after cancellation", time.Since(start))
+	}
+	if r.OK {
+		t.Error("a cancelled run must not pass")
+	}
+}
