@@ -155,8 +155,11 @@ func convertAnthropicMessage(m *anthropic.MessageParam, path string) ([]openai.C
 			}
 			tools = append(tools, openai.ChatMessage{Role: "tool", ToolCallID: b.ToolUseID, Content: openai.TextContent(text)})
 			// Chat tool messages carry text only: images a tool returned
-			// travel in the user message that follows.
-			parts = append(parts, images...)
+			// travel in the user message that follows, labelled.
+			if len(images) > 0 {
+				parts = append(parts, openai.ContentPart{Type: "text", Text: "Images returned by tool call " + b.ToolUseID + ":"})
+				parts = append(parts, images...)
+			}
 		default:
 			p, err := userPart(b, bp)
 			if err != nil {

@@ -102,6 +102,14 @@ func chatToAnthropic(resp *openai.ChatCompletion, model, matchedStop string) *an
 	msg.StopSequence = seq
 	if resp.Usage != nil {
 		msg.Usage = anthropicUsage(resp.Usage)
+	} else {
+		// No usage from the backend: estimate output so clients that
+		// budget on output_tokens see a plausible value.
+		chars := 0
+		for _, b := range msg.Content {
+			chars += len(b.Text) + len(b.Thinking) + len(b.Input)
+		}
+		msg.Usage.OutputTokens = estimateTextTokens(chars)
 	}
 	return msg
 }

@@ -261,9 +261,10 @@ func (t *ChatToAnthropicStream) toolDelta(evs []Event, tc openai.ToolCall) ([]Ev
 // Finish ends the client stream. With upstreamErr nil (the upstream sent
 // [DONE]) it closes the open block and sends message_delta and
 // message_stop. With an error (an in-band upstream error, a cut
-// connection, a timeout) it closes the open block and sends an "error"
-// event in the Anthropic envelope and no message_stop, so clients report
-// the failure instead of a silently truncated message.
+// connection, a timeout) it closes an open text or thinking block (not a
+// tool_use block, whose input may be truncated) and sends an "error" event
+// in the Anthropic envelope and no message_stop, so clients report the
+// failure instead of a silently truncated message.
 func (t *ChatToAnthropicStream) Finish(upstreamErr error) []Event {
 	if t.finished {
 		return nil
@@ -281,11 +282,16 @@ func (t *ChatToAnthropicStream) Finish(upstreamErr error) []Event {
 			}
 		}
 	}
-	evs = t.closeOpen(evs)
 	if upstreamErr != nil {
+		// A tool_use block cut mid-stream is left open: its input may be
+		// truncated JSON, and clients run a tool once its block stops.
+		if t.openKind != "tool_use" {
+			evs = t.closeOpen(evs)
+		}
 		e := streamError(upstreamErr)
 		return append(evs, Event{anthropic.EventError, anthropic.MarshalError(e)})
 	}
+	evs = t.closeOpen(evs)
 	reason, seq := stopReason(t.finish, t.matchedStop, t.hasTools)
 	du := anthropic.DeltaUsage{OutputTokens: estimateTextTokens(t.outChars)}
 	if t.usageSet {

@@ -1,0 +1,334 @@
+package translate
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	"llmgate/internal/api/anthropic"
+	"llmgate/internal/api/openai"
+)
+
+// DefaultAnthropicMaxTokens is the max_tokens sent to an anthropic backend
+// when the chat request sets neither max_tokens nor max_completion_tokens:
+// Anthropic requires the field, chat does not.
+const DefaultAnthropicMaxTokens = 4096
+
+// reasoningBudgets maps reasoning_effort to a thinking budget.
+var reasoningBudgets = map[string]int{"minimal": 1024, "low": 2048, "medium": 8192, "high": 24576}
+
+// ChatToAnthropicRequest converts an OpenAI chat request into an Anthropic
+// Messages request for an anthropic-dialect backend.
+//
+// system and developer messages (wherever they appear) join the top-level
+// system prompt; consecutive messages of the same role are merged because
+// tool results must sit in the user turn right after the tool calls; tool
+// messages become tool_result blocks; data: URI images become base64 image
+// sources and http(s) URLs url sources; assistant reasoning_content is
+// dropped (Anthropic rejects thinking blocks without its signature);
+// temperature is clamped to Anthropic's 0..1 and wins over top_p (recent
+// Claude models reject both at once); n > 1 and response_format
+// other than text are rejected with a 400; reasoning_effort enables
+// thinking with a budget (minimal 1024, low 2048, medium 8192, high 24576
+// tokens) and raises max_tokens above the budget.
+func ChatToAnthropicRequest(req *openai.ChatCompletionRequest) (*anthropic.MessagesRequest, error) {
+	if req.N != nil && *req.N > 1 {
+		return nil, badRequest("n", "n > 1 is not supported for models on an anthropic backend; send n separate requests")
+	}
+	if len(req.ResponseFormat) > 0 {
+		var rf struct{ Type string }
+		_ = json.Unmarshal(req.ResponseFormat, &rf)
+		if rf.Type != "" && rf.Type != "text" {
+			return nil, badRequest("response_format", "response_format %q is not supported for models on an anthropic backend; describe the format in the prompt or use a tool", rf.Type)
+		}
+	}
+	out := &anthropic.MessagesRequest{
+		Model:         req.Model,
+		MaxTokens:     DefaultAnthropicMaxTokens,
+		TopP:          req.TopP,
+		StopSequences: req.Stop,
+		Stream:        req.Stream,
+	}
+	switch {
+	case req.MaxCompletionTokens != nil:
+		out.MaxTokens = *req.MaxCompletionTokens
+	case req.MaxTokens != nil:
+		out.MaxTokens = *req.MaxTokens
+	}
+	if out.MaxTokens <= 0 {
+		return nil, badRequest("max_tokens", "max_tokens must be a positive integer")
+	}
+	if req.Temperature != nil {
+		out.Temperature = ptr(min(max(*req.Temperature, 0), 1))
+		// Recent Claude models reject requests that set both.
+		out.TopP = nil
+	}
+	if req.User != "" {
+		out.Metadata = &anthropic.Metadata{UserID: req.User}
+	}
+	if budget, ok := reasoningBudgets[req.ReasoningEffort]; ok {
+		out.Thinking = &anthropic.ThinkingConfig{Type: "enabled", BudgetTokens: budget}
+		out.MaxTokens += budget
+		// Anthropic rejects sampling parameters while thinking is enabled.
+		out.Temperature, out.TopP = nil, nil
+	}
+
+	var system []string
+	for i := range req.Messages {
+		m := &req.Messages[i]
+		path := fmt.Sprintf("messages[%d]", i)
+		switch m.Role {
+		case "system", "developer":
+			system = append(system, m.Content.String())
+		case "user":
+			blocks, err := chatUserBlocks(m.Content, path)
+			if err != nil {
+				return nil, err
+			}
+			out.Messages = appendTurn(out.Messages, "user", blocks)
+		case "assistant":
+			blocks, err := chatAssistantBlocks(m, path)
+			if err != nil {
+				return nil, err
+			}
+			out.Messages = appendTurn(out.Messages, "assistant", blocks)
+		case "tool":
+			if m.ToolCallID == "" {
+				return nil, badRequest(path+".tool_call_id", "%s.tool_call_id is required for tool messages", path)
+			}
+			res := anthropic.ContentBlock{Type: "tool_result", ToolUseID: m.ToolCallID, Content: ptr(anthropic.TextContent(m.Content.String()))}
+			out.Messages = appendTurn(out.Messages, "user", []anthropic.ContentBlock{res})
+		default:
+			return nil, badRequest(path+".role", "%s.role %q is not one of system, developer, user, assistant, tool", path, m.Role)
+		}
+	}
+	if len(out.Messages) == 0 {
+		return nil, badRequest("messages", "messages must contain at least one user or assistant message")
+	}
+	if len(system) > 0 {
+		out.System = anthropic.TextContent(strings.Join(system, "\n\n"))
+	}
+
+	for i, t := range req.Tools {
+		if t.Type != "function" || t.Function.Name == "" {
+			return nil, badRequest(fmt.Sprintf("tools[%d]", i), "tools[%d] must be a function tool with a name", i)
+		}
+		schema := t.Function.Parameters
+		if len(schema) == 0 || string(schema) == "null" {
+			schema = json.RawMessage(`{"type":"object","properties":{}}`)
+		}
+		out.Tools = append(out.Tools, anthropic.Tool{Name: t.Function.Name, Description: t.Function.Description, InputSchema: schema})
+	}
+	tc, err := anthropicToolChoice(req.ToolChoice)
+	if err != nil {
+		return nil, err
+	}
+	if req.ParallelToolCalls != nil && !*req.ParallelToolCalls && len(out.Tools) > 0 {
+		if tc == nil {
+			tc = &anthropic.ToolChoice{Type: "auto"}
+		}
+		if tc.Type != "none" {
+			tc.DisableParallelToolUse = ptr(true)
+		}
+	}
+	out.ToolChoice = tc
+	return out, nil
+}
+
+// appendTurn appends blocks as a turn of role, merging with the previous
+// turn of the same role.
+func appendTurn(msgs []anthropic.MessageParam, role string, blocks []anthropic.ContentBlock) []anthropic.MessageParam {
+	if len(blocks) == 0 {
+		return msgs
+	}
+	if n := len(msgs); n > 0 && msgs[n-1].Role == role {
+		prev := &msgs[n-1]
+		// Anthropic wants tool results first in a user turn.
+		if role == "user" && blocks[0].Type == "tool_result" {
+			var results, rest []anthropic.ContentBlock
+			for _, b := range append(prev.Content.Blocks, blocks...) {
+				if b.Type == "tool_result" {
+					results = append(results, b)
+				} else {
+					rest = append(rest, b)
+				}
+			}
+			prev.Content.Blocks = append(results, rest...)
+			return msgs
+		}
+		prev.Content.Blocks = append(prev.Content.Blocks, blocks...)
+		return msgs
+	}
+	return append(msgs, anthropic.MessageParam{Role: role, Content: anthropic.Content{Blocks: blocks}})
+}
+
+func chatUserBlocks(c openai.Content, path string) ([]anthropic.ContentBlock, error) {
+	if c.Text != nil {
+		return []anthropic.ContentBlock{{Type: "text", Text: *c.Text}}, nil
+	}
+	var blocks []anthropic.ContentBlock
+	for j, p := range c.Parts {
+		pp := fmt.Sprintf("%s.content[%d]", path, j)
+		switch p.Type {
+		case "text":
+			blocks = append(blocks, anthropic.ContentBlock{Type: "text", Text: p.Text})
+		case "image_url":
+			if p.ImageURL == nil || p.ImageURL.URL == "" {
+				return nil, badRequest(pp+".image_url.url", "%s.image_url.url is required", pp)
+			}
+			src, err := anthropicImageSource(p.ImageURL.URL, pp)
+			if err != nil {
+				return nil, err
+			}
+			blocks = append(blocks, anthropic.ContentBlock{Type: "image", Source: src})
+		default:
+			return nil, badRequest(pp+".type", "%s: content part type %q is not supported for models on an anthropic backend", pp, p.Type)
+		}
+	}
+	if blocks == nil {
+		blocks = []anthropic.ContentBlock{{Type: "text", Text: ""}}
+	}
+	return blocks, nil
+}
+
+// anthropicImageSource parses a data: URI or takes an http(s) URL.
+func anthropicImageSource(u, path string) (*anthropic.ImageSource, error) {
+	if rest, ok := strings.CutPrefix(u, "data:"); ok {
+		meta, data, ok := strings.Cut(rest, ",")
+		mediaType, isB64 := strings.CutSuffix(meta, ";base64")
+		if !ok || !isB64 || mediaType == "" {
+			return nil, badRequest(path+".image_url.url", "%s: data URIs must look like data:image/png;base64,<data>", path)
+		}
+		return &anthropic.ImageSource{Type: "base64", MediaType: mediaType, Data: data}, nil
+	}
+	if strings.HasPrefix(u, "http://") || strings.HasPrefix(u, "https://") {
+		return &anthropic.ImageSource{Type: "url", URL: u}, nil
+	}
+	return nil, badRequest(path+".image_url.url", "%s: image URLs must be http(s) URLs or base64 data URIs", path)
+}
+
+func chatAssistantBlocks(m *openai.ChatMessage, path string) ([]anthropic.ContentBlock, error) {
+	var blocks []anthropic.ContentBlock
+	if text := m.Content.String(); text != "" {
+		blocks = append(blocks, anthropic.ContentBlock{Type: "text", Text: text})
+	}
+	for k, tc := range m.ToolCalls {
+		tp := fmt.Sprintf("%s.tool_calls[%d]", path, k)
+		if tc.ID == "" || tc.Function.Name == "" {
+			return nil, badRequest(tp, "%s needs an id and a function name", tp)
+		}
+		input := json.RawMessage(`{}`)
+		if strings.TrimSpace(tc.Function.Arguments) != "" {
+			if !validJSONObject(tc.Function.Arguments) {
+				return nil, badRequest(tp+".function.arguments", "%s.function.arguments must be a JSON object", tp)
+			}
+			input = json.RawMessage(compactJSON([]byte(tc.Function.Arguments)))
+		}
+		blocks = append(blocks, anthropic.ContentBlock{Type: "tool_use", ID: tc.ID, Name: tc.Function.Name, Input: input})
+	}
+	return blocks, nil
+}
+
+func anthropicToolChoice(raw json.RawMessage) (*anthropic.ToolChoice, error) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil, nil
+	}
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		switch s {
+		case "auto":
+			return &anthropic.ToolChoice{Type: "auto"}, nil
+		case "none":
+			return &anthropic.ToolChoice{Type: "none"}, nil
+		case "required":
+			return &anthropic.ToolChoice{Type: "any"}, nil
+		}
+		return nil, badRequest("tool_choice", "tool_choice %q is not one of auto, none, required", s)
+	}
+	var obj struct {
+		Type     string `json:"type"`
+		Function struct {
+			Name string `json:"name"`
+		} `json:"function"`
+	}
+	if json.Unmarshal(raw, &obj) != nil || obj.Type != "function" || obj.Function.Name == "" {
+		return nil, badRequest("tool_choice", `tool_choice must be "auto", "none", "required" or {"type":"function","function":{"name":...}}`)
+	}
+	return &anthropic.ToolChoice{Type: "tool", Name: obj.Function.Name}, nil
+}
+
+// AnthropicToChatCompletion converts an Anthropic message into a chat
+// completion for a client that spoke OpenAI chat. Text blocks join into
+// content, thinking blocks into reasoning_content, tool_use blocks become
+// tool_calls. stop_reason maps end_turn/stop_sequence/pause_turn -> stop,
+// max_tokens/model_context_window_exceeded -> length, tool_use ->
+// tool_calls, refusal -> content_filter. prompt_tokens counts input plus
+// cache reads and writes, as OpenAI does, with cached_tokens = cache reads.
+func AnthropicToChatCompletion(msg *anthropic.Message, model string) *openai.ChatCompletion {
+	m := openai.ChatMessage{Role: "assistant"}
+	var text, thinking strings.Builder
+	for _, b := range msg.Content {
+		switch b.Type {
+		case "text":
+			text.WriteString(b.Text)
+		case "thinking":
+			thinking.WriteString(b.Thinking)
+		case "tool_use":
+			args := "{}"
+			if len(b.Input) > 0 {
+				args = compactJSON(b.Input)
+			}
+			m.ToolCalls = append(m.ToolCalls, openai.ToolCall{ID: b.ID, Type: "function",
+				Function: openai.FunctionCall{Name: b.Name, Arguments: args}})
+		}
+	}
+	if text.Len() > 0 || len(m.ToolCalls) == 0 {
+		m.Content = openai.TextContent(text.String())
+	}
+	m.ReasoningContent = thinking.String()
+	reason := ""
+	if msg.StopReason != nil {
+		reason = *msg.StopReason
+	}
+	finish := finishReason(reason)
+	u := chatUsage(msg.Usage)
+	return &openai.ChatCompletion{
+		ID:      chatID(msg.ID),
+		Object:  "chat.completion",
+		Created: time.Now().Unix(),
+		Model:   model,
+		Choices: []openai.ChatChoice{{Index: 0, Message: m, FinishReason: &finish}},
+		Usage:   &u,
+	}
+}
+
+func chatID(anthropicID string) string {
+	if anthropicID == "" {
+		return newID("chatcmpl-")
+	}
+	return "chatcmpl-" + strings.TrimPrefix(anthropicID, "msg_")
+}
+
+// finishReason maps an Anthropic stop reason to an OpenAI finish_reason.
+func finishReason(stop string) string {
+	switch stop {
+	case anthropic.StopMaxTokens, anthropic.StopContextLimit:
+		return "length"
+	case anthropic.StopToolUse:
+		return "tool_calls"
+	case anthropic.StopRefusal:
+		return "content_filter"
+	default:
+		return "stop"
+	}
+}
+
+func chatUsage(u anthropic.Usage) openai.Usage {
+	prompt := u.InputTokens + u.CacheReadInputTokens + u.CacheCreationInputTokens
+	out := openai.Usage{PromptTokens: prompt, CompletionTokens: u.OutputTokens, TotalTokens: prompt + u.OutputTokens}
+	if u.CacheReadInputTokens > 0 {
+		out.PromptTokensDetails = &openai.PromptTokensDetails{CachedTokens: u.CacheReadInputTokens}
+	}
+	return out
+}

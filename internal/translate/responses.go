@@ -1,0 +1,356 @@
+package translate
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"llmgate/internal/api/openai"
+)
+
+// ResponsesToChat converts a Responses API request into a chat completions
+// request for a chat-only backend. The gateway stores nothing, so it works
+// statelessly (store:false, as Codex sends): previous_response_id and
+// conversation are rejected with a 400 that says to send the full input.
+//
+// instructions -> leading system message; input string -> one user message;
+// message items (roles system/developer -> system, user, assistant) with
+// input_text/output_text/refusal/input_image parts; function_call items ->
+// assistant tool_calls (consecutive calls and the assistant text before them
+// share one assistant message); function_call_output -> tool messages;
+// all system content (instructions first) is merged into one leading system
+// message;
+// reasoning items are dropped (their encrypted content is only meaningful to
+// the model that wrote it). Function tools map to chat tools; hosted tools
+// (web_search, file_search, ...) cannot run on a chat backend and are
+// skipped. tool_choice, parallel_tool_calls, max_output_tokens, temperature,
+// top_p, user, reasoning.effort and text.format (json_schema / json_object)
+// map to their chat equivalents.
+func ResponsesToChat(req *openai.ResponsesRequest) (*openai.ChatCompletionRequest, error) {
+	if req.PreviousResponseID != "" {
+		return nil, badRequest("previous_response_id", "previous_response_id is not supported: llmgate does not store responses; send the full conversation in input and set store to false")
+	}
+	if len(req.Conversation) > 0 && string(req.Conversation) != "null" {
+		return nil, badRequest("conversation", "conversation is not supported: llmgate does not store conversations; send the full conversation in input and set store to false")
+	}
+	out := &openai.ChatCompletionRequest{
+		Model:             req.Model,
+		Stream:            req.Stream,
+		MaxTokens:         req.MaxOutputTokens,
+		Temperature:       req.Temperature,
+		TopP:              req.TopP,
+		ParallelToolCalls: req.ParallelToolCalls,
+		User:              req.User,
+	}
+	if out.User == "" {
+		out.User = req.SafetyIdentifier
+	}
+	if req.Stream {
+		out.StreamOptions = &openai.StreamOptions{IncludeUsage: true}
+	}
+	if req.Reasoning != nil {
+		out.ReasoningEffort = req.Reasoning.Effort
+	}
+	if req.Text != nil && req.Text.Format != nil {
+		switch f := req.Text.Format; f.Type {
+		case "json_schema":
+			js := map[string]any{"name": f.Name, "schema": f.Schema}
+			if f.Description != "" {
+				js["description"] = f.Description
+			}
+			if f.Strict != nil {
+				js["strict"] = *f.Strict
+			}
+			out.ResponseFormat = mustJSON(map[string]any{"type": "json_schema", "json_schema": js})
+		case "json_object":
+			out.ResponseFormat = json.RawMessage(`{"type":"json_object"}`)
+		}
+	}
+	if req.Instructions != "" {
+		out.Messages = append(out.Messages, openai.ChatMessage{Role: "system", Content: openai.TextContent(req.Instructions)})
+	}
+	if req.Input.Text != nil {
+		out.Messages = append(out.Messages, openai.ChatMessage{Role: "user", Content: openai.TextContent(*req.Input.Text)})
+	}
+	for i := range req.Input.Items {
+		var err error
+		if out.Messages, err = appendInputItem(out.Messages, &req.Input.Items[i], fmt.Sprintf("input[%d]", i)); err != nil {
+			return nil, err
+		}
+	}
+	out.Messages = hoistSystem(out.Messages)
+	if len(out.Messages) == 0 {
+		return nil, badRequest("input", "input is required: send a string or a list of input items")
+	}
+	for i, t := range req.Tools {
+		if t.Type != "function" {
+			continue
+		}
+		if t.Name == "" {
+			return nil, badRequest(fmt.Sprintf("tools[%d].name", i), "tools[%d].name is required for function tools", i)
+		}
+		params := t.Parameters
+		if len(params) == 0 || string(params) == "null" {
+			params = json.RawMessage(`{"type":"object","properties":{}}`)
+		}
+		out.Tools = append(out.Tools, openai.Tool{Type: "function", Function: openai.FunctionDecl{
+			Name: t.Name, Description: t.Description, Parameters: params, Strict: t.Strict}})
+	}
+	if len(out.Tools) == 0 {
+		out.ParallelToolCalls = nil // some engines reject it without tools
+	}
+	tc, err := chatToolChoice(req.ToolChoice)
+	if err != nil {
+		return nil, err
+	}
+	if len(out.Tools) > 0 {
+		out.ToolChoice = tc
+	}
+	return out, nil
+}
+
+// hoistSystem merges every system message into one leading system message:
+// many engines' chat templates reject a system message that is not first.
+func hoistSystem(msgs []openai.ChatMessage) []openai.ChatMessage {
+	var sys []string
+	rest := make([]openai.ChatMessage, 0, len(msgs))
+	for _, m := range msgs {
+		if m.Role == "system" {
+			sys = append(sys, m.Content.String())
+			continue
+		}
+		rest = append(rest, m)
+	}
+	if len(sys) == 0 {
+		return msgs
+	}
+	return append([]openai.ChatMessage{{Role: "system", Content: openai.TextContent(strings.Join(sys, "\n\n"))}}, rest...)
+}
+
+func appendInputItem(msgs []openai.ChatMessage, it *openai.InputItem, path string) ([]openai.ChatMessage, error) {
+	typ := it.Type
+	if typ == "" && it.Role != "" {
+		typ = "message"
+	}
+	switch typ {
+	case "message":
+		return appendInputMessage(msgs, it, path)
+	case "function_call":
+		if it.CallID == "" || it.Name == "" {
+			return nil, badRequest(path, "%s: function_call items need call_id and name", path)
+		}
+		args := it.Arguments
+		if strings.TrimSpace(args) == "" {
+			args = "{}"
+		}
+		call := openai.ToolCall{ID: it.CallID, Type: "function", Function: openai.FunctionCall{Name: it.Name, Arguments: args}}
+		if n := len(msgs); n > 0 && msgs[n-1].Role == "assistant" {
+			msgs[n-1].ToolCalls = append(msgs[n-1].ToolCalls, call)
+			return msgs, nil
+		}
+		return append(msgs, openai.ChatMessage{Role: "assistant", ToolCalls: []openai.ToolCall{call}}), nil
+	case "function_call_output":
+		if it.CallID == "" {
+			return nil, badRequest(path+".call_id", "%s.call_id is required for function_call_output items", path)
+		}
+		out := it.Output
+		text := ""
+		if out.Text != nil {
+			text = *out.Text
+		} else {
+			var parts []string
+			for _, p := range out.Parts {
+				if p.Type == "input_text" || p.Type == "output_text" {
+					parts = append(parts, p.Text)
+				}
+			}
+			text = strings.Join(parts, "\n\n")
+		}
+		return append(msgs, openai.ChatMessage{Role: "tool", ToolCallID: it.CallID, Content: openai.TextContent(text)}), nil
+	case "reasoning":
+		return msgs, nil
+	default:
+		return nil, badRequest(path+".type", "%s: input item type %q is not supported for chat-only backends; send message, function_call and function_call_output items", path, typ)
+	}
+}
+
+func appendInputMessage(msgs []openai.ChatMessage, it *openai.InputItem, path string) ([]openai.ChatMessage, error) {
+	role := it.Role
+	switch role {
+	case "system", "developer":
+		role = "system" // many engines' chat templates know no "developer"
+	case "user", "assistant":
+	default:
+		return nil, badRequest(path+".role", "%s.role %q is not one of system, developer, user, assistant", path, it.Role)
+	}
+	var content openai.Content
+	if it.Content.Text != nil {
+		content = openai.TextContent(*it.Content.Text)
+	} else {
+		var parts []openai.ContentPart
+		for j, p := range it.Content.Parts {
+			pp := fmt.Sprintf("%s.content[%d]", path, j)
+			switch p.Type {
+			case "input_text", "output_text":
+				parts = append(parts, openai.ContentPart{Type: "text", Text: p.Text})
+			case "refusal":
+				parts = append(parts, openai.ContentPart{Type: "text", Text: p.Refusal})
+			case "input_image":
+				if p.ImageURL == "" {
+					return nil, badRequest(pp+".image_url", "%s: input_image needs image_url (file_id is not supported)", pp)
+				}
+				parts = append(parts, openai.ContentPart{Type: "image_url", ImageURL: &openai.ImageURL{URL: p.ImageURL, Detail: p.Detail}})
+			default:
+				return nil, badRequest(pp+".type", "%s: content type %q is not supported for chat-only backends", pp, p.Type)
+			}
+		}
+		content = simplifyParts(parts)
+	}
+	return append(msgs, openai.ChatMessage{Role: role, Content: content}), nil
+}
+
+// chatToolChoice converts a Responses tool_choice.
+func chatToolChoice(raw json.RawMessage) (json.RawMessage, error) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil, nil
+	}
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		switch s {
+		case "auto", "none", "required":
+			return raw, nil
+		}
+		return nil, badRequest("tool_choice", "tool_choice %q is not one of auto, none, required", s)
+	}
+	var obj struct {
+		Type string `json:"type"`
+		Name string `json:"name"`
+	}
+	if json.Unmarshal(raw, &obj) != nil {
+		return nil, badRequest("tool_choice", "tool_choice must be a string or an object")
+	}
+	if obj.Type == "function" && obj.Name != "" {
+		return mustJSON(map[string]any{"type": "function", "function": map[string]string{"name": obj.Name}}), nil
+	}
+	// Hosted-tool choices cannot be honoured by a chat backend.
+	return json.RawMessage(`"auto"`), nil
+}
+
+// ChatToResponses converts a non-streaming chat completion into a Responses
+// API response. req is the client's request, echoed into the response
+// (instructions, tools, sampling parameters); it may be nil. Reasoning
+// becomes a reasoning item, text a message item, each tool call a
+// function_call item. finish_reason length gives status "incomplete" with
+// reason max_output_tokens, content_filter reason content_filter.
+func ChatToResponses(resp *openai.ChatCompletion, req *openai.ResponsesRequest) *openai.Response {
+	r := baseResponse(responseID(resp.ID), resp.Created, resp.Model, req)
+	base := strings.TrimPrefix(resp.ID, "chatcmpl-")
+	finish := ""
+	if len(resp.Choices) > 0 {
+		c := resp.Choices[0]
+		if c.FinishReason != nil {
+			finish = *c.FinishReason
+		}
+		if c.Message.ReasoningContent != "" {
+			r.Output = append(r.Output, openai.OutputItem{Type: "reasoning", ID: "rs_" + base, Status: openai.ResponseCompleted,
+				Content: []openai.OutputContent{{Type: "reasoning_text", Text: c.Message.ReasoningContent}}})
+		}
+		if text := c.Message.Content.String(); text != "" {
+			r.Output = append(r.Output, openai.OutputItem{Type: "message", ID: "msg_" + base, Status: itemStatus(finish),
+				Role: "assistant", Content: []openai.OutputContent{{Type: "output_text", Text: text}}})
+		}
+		for i, tc := range c.Message.ToolCalls {
+			callID := tc.ID
+			if callID == "" {
+				callID = fmt.Sprintf("call_%s_%d", base, i)
+			}
+			r.Output = append(r.Output, openai.OutputItem{Type: "function_call", ID: "fc_" + callID, Status: openai.ResponseCompleted,
+				CallID: callID, Name: tc.Function.Name, Arguments: tc.Function.Arguments})
+		}
+	}
+	setTerminalStatus(r, finish)
+	if resp.Usage != nil {
+		r.Usage = responsesUsage(resp.Usage)
+	}
+	return r
+}
+
+func responseID(upstream string) string {
+	if upstream == "" {
+		return newID("resp_")
+	}
+	return "resp_" + strings.TrimPrefix(upstream, "chatcmpl-")
+}
+
+// baseResponse returns a response object echoing the request's settings.
+func baseResponse(id string, created int64, model string, req *openai.ResponsesRequest) *openai.Response {
+	r := &openai.Response{ID: id, Object: "response", CreatedAt: created, Status: openai.ResponseInProgress,
+		Model: model, Output: []openai.OutputItem{}, ParallelToolCalls: true, ToolChoice: json.RawMessage(`"auto"`),
+		Tools: []openai.ResponsesTool{}, Truncation: "disabled", Metadata: map[string]string{}}
+	if req == nil {
+		return r
+	}
+	if req.Model != "" {
+		r.Model = req.Model
+	}
+	if req.Instructions != "" {
+		r.Instructions = ptr(req.Instructions)
+	}
+	r.MaxOutputTokens = req.MaxOutputTokens
+	if req.ParallelToolCalls != nil {
+		r.ParallelToolCalls = *req.ParallelToolCalls
+	}
+	r.Store = req.Store != nil && *req.Store
+	r.Temperature, r.TopP = req.Temperature, req.TopP
+	if len(req.ToolChoice) > 0 {
+		r.ToolChoice = req.ToolChoice
+	}
+	if req.Tools != nil {
+		r.Tools = req.Tools
+	}
+	if req.User != "" {
+		r.User = ptr(req.User)
+	}
+	if req.Metadata != nil {
+		r.Metadata = req.Metadata
+	}
+	return r
+}
+
+// itemStatus is the status of a message item ended by finish: a message cut
+// by the token limit or a filter is "incomplete", as the Responses API says.
+func itemStatus(finish string) string {
+	if finish == "length" || finish == "content_filter" {
+		return openai.ResponseIncomplete
+	}
+	return openai.ResponseCompleted
+}
+
+// setTerminalStatus sets status and incomplete_details from finish_reason.
+func setTerminalStatus(r *openai.Response, finish string) {
+	switch finish {
+	case "length":
+		r.Status = openai.ResponseIncomplete
+		r.IncompleteDetails = &openai.IncompleteDetails{Reason: "max_output_tokens"}
+	case "content_filter":
+		r.Status = openai.ResponseIncomplete
+		r.IncompleteDetails = &openai.IncompleteDetails{Reason: "content_filter"}
+	default:
+		r.Status = openai.ResponseCompleted
+	}
+}
+
+func responsesUsage(u *openai.Usage) *openai.ResponsesUsage {
+	out := &openai.ResponsesUsage{InputTokens: u.PromptTokens, OutputTokens: u.CompletionTokens,
+		TotalTokens: u.PromptTokens + u.CompletionTokens}
+	if u.TotalTokens > 0 {
+		out.TotalTokens = u.TotalTokens
+	}
+	if u.PromptTokensDetails != nil {
+		out.InputTokensDetails.CachedTokens = u.PromptTokensDetails.CachedTokens
+	}
+	if u.CompletionTokensDetails != nil {
+		out.OutputTokensDetails.ReasoningTokens = u.CompletionTokensDetails.ReasoningTokens
+	}
+	return out
+}

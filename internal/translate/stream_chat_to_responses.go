@@ -1,0 +1,306 @@
+package translate
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	"llmgate/internal/api/openai"
+	"llmgate/internal/apierror"
+)
+
+// Responses stream event names.
+const (
+	evRespCreated       = "response.created"
+	evRespInProgress    = "response.in_progress"
+	evRespCompleted     = "response.completed"
+	evRespIncomplete    = "response.incomplete"
+	evRespFailed        = "response.failed"
+	evItemAdded         = "response.output_item.added"
+	evItemDone          = "response.output_item.done"
+	evPartAdded         = "response.content_part.added"
+	evPartDone          = "response.content_part.done"
+	evTextDelta         = "response.output_text.delta"
+	evTextDone          = "response.output_text.done"
+	evReasoningDelta    = "response.reasoning_text.delta"
+	evReasoningDone     = "response.reasoning_text.done"
+	evArgsDelta         = "response.function_call_arguments.delta"
+	evArgsDone          = "response.function_call_arguments.done"
+	evResponsesError    = "error"
+	itemMessage         = "message"
+	itemFunctionCall    = "function_call"
+	itemReasoning       = "reasoning"
+	contentOutputText   = "output_text"
+	contentReasoning    = "reasoning_text"
+	responsesStatusDone = openai.ResponseCompleted
+)
+
+// ChatToResponsesStream translates an OpenAI chat completion stream into
+// Responses API events, each with an increasing sequence_number:
+// response.created and response.in_progress first; then per output item
+// response.output_item.added, its content events (content_part.added,
+// output_text.delta..., output_text.done, content_part.done for messages;
+// function_call_arguments.delta..., .done for calls; reasoning_text deltas
+// for reasoning) and response.output_item.done; finally response.completed
+// (or response.incomplete) with the full output and usage. Items are
+// streamed one after another; a failure ends with an "error" event followed
+// by response.failed.
+type ChatToResponsesStream struct {
+	req *openai.ResponsesRequest
+	now func() time.Time
+
+	resp    *openai.Response
+	base    string // id suffix shared by the item ids
+	seq     int
+	started bool
+	done    bool
+
+	cur      *openai.OutputItem // open item, nil when none
+	curIndex int
+	curText  strings.Builder
+	curTool  int // upstream tool index of the open function_call
+
+	tools    map[int]bool // upstream tool indices already streamed
+	finish   string
+	usage    *openai.Usage
+	outChars int
+}
+
+// NewChatToResponsesStream returns a translator for the client's request
+// (echoed into the response objects; it may be nil).
+func NewChatToResponsesStream(req *openai.ResponsesRequest) *ChatToResponsesStream {
+	return &ChatToResponsesStream{req: req, now: time.Now, tools: map[int]bool{}}
+}
+
+func (t *ChatToResponsesStream) emit(evs []Event, name string, v any) []Event {
+	t.seq++
+	return append(evs, Event{Name: name, Data: mustJSON(v)})
+}
+
+// next returns the sequence number of the event being built.
+func (t *ChatToResponsesStream) next() int { return t.seq }
+
+func (t *ChatToResponsesStream) lifecycle(evs []Event, name string) []Event {
+	return t.emit(evs, name, openai.ResponsesLifecycleEvent{Type: name, SequenceNumber: t.next(), Response: *t.resp})
+}
+
+func (t *ChatToResponsesStream) begin(evs []Event, upstreamID string, created int64) []Event {
+	t.started = true
+	if created == 0 {
+		created = t.now().Unix()
+	}
+	model := ""
+	if t.req != nil {
+		model = t.req.Model
+	}
+	t.resp = baseResponse(responseID(upstreamID), created, model, t.req)
+	t.base = strings.TrimPrefix(t.resp.ID, "resp_")
+	evs = t.lifecycle(evs, evRespCreated)
+	return t.lifecycle(evs, evRespInProgress)
+}
+
+// Feed translates one upstream "data:" payload (not "[DONE]"). On an error
+// the caller writes the returned events, then Finish(err).
+func (t *ChatToResponsesStream) Feed(data []byte) ([]Event, error) {
+	if t.done {
+		return nil, nil
+	}
+	var c chatChunk
+	if err := json.Unmarshal(data, &c); err != nil {
+		return nil, upstreamStreamError(apierror.KindUpstream, "the backend sent a stream chunk that is not valid JSON")
+	}
+	if len(c.Error) > 0 && string(c.Error) != "null" {
+		return nil, upstreamChunkError(c.Error)
+	}
+	var evs []Event
+	if !t.started {
+		evs = t.begin(evs, c.ID, c.Created)
+	}
+	if c.Usage != nil {
+		t.usage = c.Usage
+	}
+	for _, ch := range c.Choices {
+		if ch.Index != 0 {
+			continue
+		}
+		d := ch.Delta
+		reasoning := d.ReasoningContent
+		if reasoning == nil {
+			reasoning = d.Reasoning
+		}
+		if reasoning != nil && *reasoning != "" {
+			evs = t.ensureItem(evs, itemReasoning, -1, "", "")
+			evs = t.textDelta(evs, evReasoningDelta, *reasoning)
+		}
+		if d.Content != nil && *d.Content != "" {
+			evs = t.ensureItem(evs, itemMessage, -1, "", "")
+			evs = t.textDelta(evs, evTextDelta, *d.Content)
+		}
+		for _, tc := range d.ToolCalls {
+			idx := 0
+			if tc.Index != nil {
+				idx = *tc.Index
+			}
+			if !(t.cur != nil && t.cur.Type == itemFunctionCall && t.curTool == idx) {
+				if t.tools[idx] {
+					return evs, upstreamStreamError(apierror.KindUpstream,
+						fmt.Sprintf("the backend interleaved fragments of parallel tool call %d; disable parallel tool calls or streaming", idx))
+				}
+				callID := tc.ID
+				if callID == "" {
+					callID = fmt.Sprintf("call_%s_%d", t.base, idx)
+				}
+				evs = t.ensureItem(evs, itemFunctionCall, idx, callID, tc.Function.Name)
+			} else if tc.Function.Name != "" && t.cur.Name == "" {
+				t.cur.Name = tc.Function.Name
+			}
+			if a := tc.Function.Arguments; a != "" {
+				t.curText.WriteString(a)
+				t.outChars += len(a)
+				evs = t.emit(evs, evArgsDelta, openai.ResponsesArgumentsEvent{Type: evArgsDelta, SequenceNumber: t.next(),
+					ItemID: t.cur.ID, OutputIndex: t.curIndex, Delta: ptr(a)})
+			}
+		}
+		if ch.FinishReason != nil && *ch.FinishReason != "" {
+			t.finish = *ch.FinishReason
+		}
+	}
+	return evs, nil
+}
+
+func (t *ChatToResponsesStream) textDelta(evs []Event, name, text string) []Event {
+	t.curText.WriteString(text)
+	t.outChars += len(text)
+	return t.emit(evs, name, openai.ResponsesTextEvent{Type: name, SequenceNumber: t.next(), ItemID: t.cur.ID,
+		OutputIndex: t.curIndex, ContentIndex: 0, Delta: ptr(text), Logprobs: []json.RawMessage{}})
+}
+
+// ensureItem makes an item of typ the open item, closing the previous one.
+func (t *ChatToResponsesStream) ensureItem(evs []Event, typ string, toolIdx int, callID, name string) []Event {
+	if t.cur != nil && t.cur.Type == typ && typ != itemFunctionCall {
+		return evs
+	}
+	evs = t.closeItem(evs, responsesStatusDone)
+	t.curIndex = len(t.resp.Output)
+	it := &openai.OutputItem{Type: typ, Status: openai.ResponseInProgress}
+	switch typ {
+	case itemMessage:
+		it.ID, it.Role = fmt.Sprintf("msg_%s_%d", t.base, t.curIndex), "assistant"
+	case itemReasoning:
+		it.ID = fmt.Sprintf("rs_%s_%d", t.base, t.curIndex)
+	case itemFunctionCall:
+		it.ID, it.CallID, it.Name = "fc_"+callID, callID, name
+		t.curTool = toolIdx
+		t.tools[toolIdx] = true
+	}
+	t.cur = it
+	t.curText.Reset()
+	evs = t.emit(evs, evItemAdded, openai.ResponsesOutputItemEvent{Type: evItemAdded, SequenceNumber: t.next(),
+		OutputIndex: t.curIndex, Item: *it})
+	if typ == itemMessage {
+		evs = t.emit(evs, evPartAdded, openai.ResponsesContentPartEvent{Type: evPartAdded, SequenceNumber: t.next(),
+			ItemID: it.ID, OutputIndex: t.curIndex, ContentIndex: 0, Part: openai.OutputContent{Type: contentOutputText}})
+	}
+	return evs
+}
+
+// closeItem finishes the open item with status and records it in the
+// response output. A function call cut by a failure gets no done events:
+// clients run calls when they see output_item.done, and its arguments may
+// be truncated; it appears in response.failed's output as "incomplete".
+func (t *ChatToResponsesStream) closeItem(evs []Event, status string) []Event {
+	it := t.cur
+	if it == nil {
+		return evs
+	}
+	text := t.curText.String()
+	if it.Type == itemFunctionCall && status != responsesStatusDone {
+		it.Arguments, it.Status = text, status
+		t.resp.Output = append(t.resp.Output, *it)
+		t.cur = nil
+		return evs
+	}
+	switch it.Type {
+	case itemMessage:
+		part := openai.OutputContent{Type: contentOutputText, Text: text}
+		evs = t.emit(evs, evTextDone, openai.ResponsesTextEvent{Type: evTextDone, SequenceNumber: t.next(), ItemID: it.ID,
+			OutputIndex: t.curIndex, Text: ptr(text), Logprobs: []json.RawMessage{}})
+		evs = t.emit(evs, evPartDone, openai.ResponsesContentPartEvent{Type: evPartDone, SequenceNumber: t.next(),
+			ItemID: it.ID, OutputIndex: t.curIndex, Part: part})
+		it.Content = []openai.OutputContent{part}
+	case itemReasoning:
+		evs = t.emit(evs, evReasoningDone, openai.ResponsesTextEvent{Type: evReasoningDone, SequenceNumber: t.next(), ItemID: it.ID,
+			OutputIndex: t.curIndex, Text: ptr(text), Logprobs: []json.RawMessage{}})
+		it.Content = []openai.OutputContent{{Type: contentReasoning, Text: text}}
+	case itemFunctionCall:
+		evs = t.emit(evs, evArgsDone, openai.ResponsesArgumentsEvent{Type: evArgsDone, SequenceNumber: t.next(),
+			ItemID: it.ID, OutputIndex: t.curIndex, Arguments: ptr(text)})
+		it.Arguments = text
+	}
+	it.Status = status
+	evs = t.emit(evs, evItemDone, openai.ResponsesOutputItemEvent{Type: evItemDone, SequenceNumber: t.next(),
+		OutputIndex: t.curIndex, Item: *it})
+	t.resp.Output = append(t.resp.Output, *it)
+	t.cur = nil
+	return evs
+}
+
+// Finish ends the client stream. With upstreamErr nil it closes the open
+// item and sends response.completed (or response.incomplete when the
+// output hit max_output_tokens) with the output and usage; usage is
+// estimated from the output when the upstream sent none. With an error it
+// closes an open message or reasoning item as "incomplete" (an open
+// function call is left without done events, see closeItem), then sends an
+// "error" event and response.failed.
+func (t *ChatToResponsesStream) Finish(upstreamErr error) []Event {
+	if t.done {
+		return nil
+	}
+	t.done = true
+	var evs []Event
+	if !t.started {
+		evs = t.begin(evs, "", 0)
+	}
+	if upstreamErr != nil {
+		evs = t.closeItem(evs, openai.ResponseIncomplete)
+		e := streamError(upstreamErr)
+		code := openai.ResponsesErrorCode(e.Kind)
+		if lower := strings.ToLower(e.Message); strings.Contains(lower, "context length") || strings.Contains(lower, "context window") {
+			code = "context_length_exceeded" // Codex tells the user to start a new conversation
+		}
+		evs = t.emit(evs, evResponsesError, openai.ResponsesErrorEvent{Type: evResponsesError, SequenceNumber: t.next(),
+			Code: ptr(code), Message: e.Message})
+		t.resp.Status = openai.ResponseFailed
+		t.resp.Error = &openai.ResponseError{Code: code, Message: e.Message}
+		t.resp.Usage = t.finalUsage()
+		return t.lifecycle(evs, evRespFailed)
+	}
+	evs = t.closeItem(evs, itemStatus(t.finish))
+	setTerminalStatus(t.resp, t.finish)
+	t.resp.Usage = t.finalUsage()
+	if t.resp.Status == openai.ResponseIncomplete {
+		return t.lifecycle(evs, evRespIncomplete)
+	}
+	return t.lifecycle(evs, evRespCompleted)
+}
+
+func (t *ChatToResponsesStream) finalUsage() *openai.ResponsesUsage {
+	if t.usage != nil {
+		return responsesUsage(t.usage)
+	}
+	out := estimateTextTokens(t.outChars)
+	return &openai.ResponsesUsage{OutputTokens: out, TotalTokens: out}
+}
+
+// Usage returns the upstream's token counts; ok is false when it sent none.
+func (t *ChatToResponsesStream) Usage() (prompt, completion, cacheRead int, ok bool) {
+	if t.usage == nil {
+		return 0, 0, 0, false
+	}
+	cached := 0
+	if t.usage.PromptTokensDetails != nil {
+		cached = t.usage.PromptTokensDetails.CachedTokens
+	}
+	return t.usage.PromptTokens, t.usage.CompletionTokens, cached, true
+}
