@@ -226,16 +226,20 @@ func (s *Server) serveGeneration(w http.ResponseWriter, r *http.Request, g genRe
 		if sent == 0 && g.echo != "" {
 			st.echo(g.echo)
 		}
-		if cutAt >= 0 && n >= cutAt {
-			if cutAt > sent {
-				st.tokens(sent, cutAt, false)
+		// One chunk per token, as vLLM sends when the client keeps up. (vLLM
+		// merges the tokens of a lagging client into one chunk; the
+		// simulator does not, so transcripts are reproducible under load.)
+		for ; sent < n; sent++ {
+			if sent == cutAt {
+				break
 			}
+			st.tokens(sent, sent+1, done && sent == n-1)
+		}
+		if cutAt >= 0 && sent >= cutAt {
 			// Drop the connection without a finish chunk or [DONE], as a
 			// crashed engine or a broken proxy would.
 			panic(http.ErrAbortHandler)
 		}
-		st.tokens(sent, n, done)
-		sent = n
 		if sw.Err() != nil {
 			return
 		}
@@ -276,7 +280,7 @@ type streamer struct {
 }
 
 func (st *streamer) write(v any) {
-	b, err := json.Marshal(v)
+	b, err := marshal(v)
 	if err != nil {
 		return
 	}
@@ -296,8 +300,8 @@ func (st *streamer) echo(text string) {
 		Choices: []completionChunkChoice{{Text: text}}})
 }
 
-// tokens writes tokens [from, to) as one chunk, the way vLLM merges the
-// tokens a slow reader has not yet received; final marks the finish chunk.
+// tokens writes tokens [from, to) as one chunk; final marks the finish
+// chunk.
 func (st *streamer) tokens(from, to int, final bool) {
 	text := ""
 	if to > from {

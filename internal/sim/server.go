@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/subtle"
@@ -223,8 +224,20 @@ func writeAPIError(w http.ResponseWriter, e *apiError) {
 	writeJSON(w, e.status, body)
 }
 
+// marshal encodes v like Python's json module does for vLLM: without
+// escaping <, > and & as \u003c and friends, and without a trailing newline.
+func marshal(v any) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
+}
+
 func writeJSON(w http.ResponseWriter, status int, v any) {
-	b, err := json.Marshal(v)
+	b, err := marshal(v)
 	if err != nil {
 		http.Error(w, `{"error":{"message":"internal error encoding the response","type":"InternalServerError","param":null,"code":500}}`, http.StatusInternalServerError)
 		return
