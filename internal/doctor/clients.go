@@ -23,6 +23,8 @@ var ClineSettingsDirs = []string{
 // clientFinding accumulates what one client configuration says.
 type clientFinding struct {
 	c Check
+	// path is the file, shown at the start of the detail.
+	path string
 	// base is the OpenAI-style base URL the client will use, key its key.
 	base, key, keyFrom string
 }
@@ -100,7 +102,7 @@ func (d *diagnosis) checkClients() {
 		target = trimSlash(cleanValue(d.baseURL))
 	}
 	for _, f := range found {
-		if f.c.Status == StatusSkip || f.c.Status == "" {
+		if f.c.Status == "" {
 			f.c.Status = StatusPass
 		}
 		if f.base != "" && !sameURL(f.base, target) {
@@ -113,6 +115,9 @@ func (d *diagnosis) checkClients() {
 		}
 		if f.c.Detail == "" {
 			f.c.Detail = "matches the endpoint and key"
+		}
+		if f.path != "" {
+			f.c.Detail = shortPath(f.path, d.opts.HomeDir) + ": " + f.c.Detail
 		}
 		d.add(f.c)
 	}
@@ -160,11 +165,11 @@ func (d *diagnosis) claudeFindings() []*clientFinding {
 		if !ok {
 			continue
 		}
-		id := "clients.claude-code"
+		id, title := "clients.claude-code", "Claude Code settings"
 		if i > 0 {
-			id = "clients.claude-code-project"
+			id, title = "clients.claude-code-project", "Claude Code project settings"
 		}
-		f := &clientFinding{c: Check{ID: id, Title: "Claude Code " + shortPath(p, d.opts.HomeDir)}}
+		f := &clientFinding{c: Check{ID: id, Title: title}, path: p}
 		out = append(out, f)
 		if err != nil {
 			f.note(StatusFail, "cannot parse: "+err.Error(), "Fix the JSON syntax; Claude Code ignores the whole file otherwise.")
@@ -237,7 +242,7 @@ func (d *diagnosis) codexFinding() *clientFinding {
 	if errors.Is(err, fs.ErrNotExist) && !authOK {
 		return nil
 	}
-	f := &clientFinding{c: Check{ID: "clients.codex", Title: "Codex " + shortPath(path, d.opts.HomeDir)}}
+	f := &clientFinding{c: Check{ID: "clients.codex", Title: "Codex config"}, path: path}
 	if authErr != nil {
 		f.note(StatusFail, "cannot parse auth.json: "+authErr.Error(), "Fix auth.json or log in again with codex login.")
 	}
@@ -307,9 +312,9 @@ func (d *diagnosis) clineFinding() *clientFinding {
 		if !ok {
 			continue
 		}
-		f := &clientFinding{c: Check{ID: "clients.cline", Title: "Cline MCP settings"}}
+		f := &clientFinding{c: Check{ID: "clients.cline", Title: "Cline MCP settings"}, path: path}
 		if err != nil {
-			f.note(StatusFail, "cannot parse "+shortPath(path, d.opts.HomeDir)+": "+err.Error(), "Fix the JSON syntax; Cline shows no MCP servers otherwise.")
+			f.note(StatusFail, "cannot parse: "+err.Error(), "Fix the JSON syntax; Cline shows no MCP servers otherwise.")
 			return f
 		}
 		for _, srv := range s.MCPServers {
@@ -343,7 +348,7 @@ func (d *diagnosis) opencodeFinding() *clientFinding {
 	if !ok {
 		return nil
 	}
-	f := &clientFinding{c: Check{ID: "clients.opencode", Title: "opencode " + shortPath(path, d.opts.HomeDir)}}
+	f := &clientFinding{c: Check{ID: "clients.opencode", Title: "opencode config"}, path: path}
 	if err != nil {
 		f.note(StatusFail, "cannot parse: "+err.Error(), "Fix the JSON syntax; opencode will not start otherwise.")
 		return f

@@ -9,6 +9,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
+	"sync/atomic"
 	"strings"
 	"testing"
 	"time"
@@ -276,6 +278,35 @@ func TestRun_ProxyOnClosedPortRetriesDirect(t *testing.T) {
 	}
 	expect(t, r, "net.tcp", StatusPass, "127.0.0.1:"+port, "")
 	expect(t, r, "chat", StatusPass, "OK", "")
+}
+
+func TestRun_WorkingProxyCarriesEveryRequest(t *testing.T) {
+	f := newFake()
+	srv := httptest.NewServer(f)
+	defer srv.Close()
+	var proxied atomic.Int64
+	// A forward proxy: it receives absolute URLs and dials the fake server
+	// whatever the host name says.
+	fwd := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) { proxied.Add(1) },
+		Transport: &http.Transport{DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, network, srv.Listener.Addr().String())
+		}},
+	}
+	proxy := httptest.NewServer(fwd)
+	defer proxy.Close()
+	o := baseOpts(t, srv.URL, f)
+	o.BaseURL = "http://gateway.internal:4000/v1"
+	o.LookupHost = func(context.Context, string) ([]string, error) { return nil, errors.New("only the proxy can resolve this") }
+	o.LookupEnv = envMap("HTTP_PROXY", proxy.URL)
+	r := run(t, o)
+	expect(t, r, "env.proxy", StatusPass, "go through proxy "+proxy.URL, "")
+	expect(t, r, "net.dns", StatusSkip, "which connects for us", "")
+	expect(t, r, "stream.done", StatusPass, "[DONE]", "")
+	expect(t, r, "anthropic.stream", StatusPass, "message_stop", "")
+	if !r.OK || proxied.Load() < 6 {
+		t.Errorf("ok=%v, %d requests through the proxy", r.OK, proxied.Load())
+	}
 }
 
 func TestRun_NoProxyCoveringHostPasses(t *testing.T) {
