@@ -125,6 +125,8 @@ func statusFromType(e endpointError) int {
 		return http.StatusGatewayTimeout
 	case strings.Contains(t, "overloaded"):
 		return http.StatusServiceUnavailable
+	case strings.Contains(t, "api_error"), strings.Contains(t, "server_error"), strings.Contains(t, "internal"):
+		return http.StatusInternalServerError
 	}
 	return http.StatusBadGateway
 }

@@ -219,9 +219,9 @@ func (s *Server) chat(ctx context.Context, _ *mcp.CallToolRequest, in ChatInput)
 	return textResult(formatAnswer(a)), a, nil
 }
 
-// resolveModel picks the model for a chat: the argument, else the default,
-// else the endpoint's only model (single-model engines such as a vLLM or
-// llama.cpp server need no configuration).
+// resolveModel picks the model for a chat: the argument, else the default.
+// Without either the error lists the endpoint's models, so the agent can
+// retry with a valid name at once.
 func (s *Server) resolveModel(ctx context.Context, model string) (string, error) {
 	if m := strings.TrimSpace(model); m != "" {
 		return m, nil
@@ -230,9 +230,6 @@ func (s *Server) resolveModel(ctx context.Context, model string) (string, error)
 		return s.defaultModel, nil
 	}
 	models, err := s.client.ListModels(ctx)
-	if err == nil && len(models) == 1 {
-		return models[0].ID, nil
-	}
 	names := ""
 	if err == nil && len(models) > 0 {
 		ids := make([]string, 0, len(models))
