@@ -10,8 +10,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
-	"sync/atomic"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -297,7 +297,9 @@ func TestRun_WorkingProxyCarriesEveryRequest(t *testing.T) {
 	defer proxy.Close()
 	o := baseOpts(t, srv.URL, f)
 	o.BaseURL = "http://gateway.internal:4000/v1"
-	o.LookupHost = func(context.Context, string) ([]string, error) { return nil, errors.New("only the proxy can resolve this") }
+	o.LookupHost = func(context.Context, string) ([]string, error) {
+		return nil, errors.New("only the proxy can resolve this")
+	}
 	o.LookupEnv = envMap("HTTP_PROXY", proxy.URL)
 	r := run(t, o)
 	expect(t, r, "env.proxy", StatusPass, "go through proxy "+proxy.URL, "")
