@@ -1,0 +1,318 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Options configure a benchmark run: the targets, the load matrix and the
+// workload. The zero value is not usable; cmd/llmgate fills it from flags.
+type Options struct {
+	Targets []Target
+	// Concurrencies are closed-loop cells; Rates are open-loop cells
+	// (math.Inf(1) for "inf"). At least one cell is required.
+	Concurrencies []int
+	Rates         []float64
+	// MaxConcurrency caps in-flight requests in open-loop cells.
+	MaxConcurrency int
+	// Burstiness shapes open-loop arrivals (1 = Poisson, +Inf = constant).
+	Burstiness float64
+	// NumRequests per cell, or Duration per cell when NumRequests is 0.
+	NumRequests int
+	Duration    time.Duration
+	// Warmup requests per cell before measuring; -1 means one per
+	// connection of the cell's pool, so every connection is open before the
+	// clock starts.
+	Warmup   int
+	Workload Workload
+	Request  RequestOptions
+	Goodput  Goodput
+	// Sweep runs closed-loop cells at 1, 2, 4, ... up to SweepMax and stops
+	// once doubling the concurrency raises output throughput by less than
+	// SweepGain (default 0.10), reporting the saturation point.
+	Sweep     bool
+	SweepMax  int
+	SweepGain float64
+	// Progress receives live progress lines (usually os.Stderr); nil is
+	// silent.
+	Progress io.Writer
+	// KeepRequests keeps per-request results in the report for JSONL.
+	KeepRequests bool
+}
+
+// Report is a whole run: settings, client facts and one result per
+// target × cell.
+type Report struct {
+	Tool       string         `json:"tool"`
+	Version    string         `json:"version"`
+	Date       string         `json:"date"`
+	Settings   Settings       `json:"settings"`
+	Client     ClientInfo     `json:"client"`
+	Results    []*CellResult  `json:"results"`
+	Saturation []Saturation   `json:"saturation,omitempty"`
+	Requests   []RequestRow   `json:"-"`
+	Notes      []string       `json:"notes,omitempty"`
+	Extra      map[string]any `json:"extra,omitempty"`
+}
+
+// Settings records the run's parameters in the JSON report.
+type Settings struct {
+	Targets        []Target `json:"targets"`
+	Concurrencies  []int    `json:"concurrencies,omitempty"`
+	RequestRates   []Rate   `json:"request_rates,omitempty"`
+	MaxConcurrency int      `json:"max_concurrency,omitempty"`
+	Burstiness     Rate     `json:"burstiness"`
+	NumRequests    int      `json:"num_requests,omitempty"`
+	DurationS      float64  `json:"duration_s,omitempty"`
+	Warmup         int      `json:"warmup"`
+	Dataset        string   `json:"dataset"`
+	DatasetPath    string   `json:"dataset_path,omitempty"`
+	InputLen       int      `json:"input_len,omitempty"`
+	OutputLen      int      `json:"output_len,omitempty"`
+	RangeRatio     float64  `json:"range_ratio,omitempty"`
+	Seed           uint64   `json:"seed"`
+	Temperature    float64  `json:"temperature"`
+	IgnoreEOS      bool     `json:"ignore_eos"`
+	Goodput        *Goodput `json:"goodput,omitempty"`
+	Sweep          bool     `json:"sweep,omitempty"`
+	TimeoutS       float64  `json:"timeout_s"`
+}
+
+// ClientInfo describes the machine that ran the client, since every figure
+// depends on it.
+type ClientInfo struct {
+	GOOS       string `json:"goos"`
+	GOARCH     string `json:"goarch"`
+	NumCPU     int    `json:"num_cpu"`
+	GOMAXPROCS int    `json:"gomaxprocs"`
+	GoVersion  string `json:"go_version"`
+	Protocol   string `json:"protocol"`
+}
+
+// Saturation is the sweep's finding for one target.
+type Saturation struct {
+	Target      string  `json:"target"`
+	Concurrency int     `json:"concurrency"`
+	Throughput  float64 `json:"output_throughput"`
+	Reason      string  `json:"reason"`
+}
+
+// RequestRow is one line of the optional per-request JSONL.
+type RequestRow struct {
+	Target      string    `json:"target"`
+	Cell        string    `json:"cell"`
+	Index       int       `json:"index"`
+	OK          bool      `json:"ok"`
+	Error       string    `json:"error,omitempty"`
+	ErrorDetail string    `json:"error_detail,omitempty"`
+	Status      int       `json:"status"`
+	TTFTMs      float64   `json:"ttft_ms"`
+	E2ELMs      float64   `json:"e2el_ms"`
+	ITLMs       []float64 `json:"itl_ms,omitempty"`
+	InputTokens int       `json:"input_tokens"`
+	OutputTok   int       `json:"output_tokens"`
+	Estimated   bool      `json:"output_tokens_estimated,omitempty"`
+	DispatchMs  float64   `json:"dispatch_lag_ms"`
+	QueueMs     float64   `json:"client_queue_time_ms"`
+	StartUnixMs float64   `json:"start_unix_ms"`
+}
+
+// Version is written into reports; cmd/llmgate sets it.
+var Version = "dev"
+
+func (o *Options) validate() error {
+	if len(o.Targets) == 0 {
+		return errors.New("no targets: pass --base-url and --model, or --config")
+	}
+	if !o.Sweep && len(o.Concurrencies) == 0 && len(o.Rates) == 0 {
+		return errors.New("no load given: pass --concurrency, --request-rate or --sweep")
+	}
+	for _, c := range o.Concurrencies {
+		if c <= 0 {
+			return fmt.Errorf("concurrency %d must be positive", c)
+		}
+	}
+	for _, r := range o.Rates {
+		if !(r > 0) {
+			return fmt.Errorf("request rate %g must be positive or inf", r)
+		}
+	}
+	if o.NumRequests <= 0 && o.Duration <= 0 {
+		return errors.New("give --num-requests or --duration per cell")
+	}
+	if o.Burstiness <= 0 {
+		return errors.New("--burstiness must be positive (1 = Poisson, inf = constant rate)")
+	}
+	return nil
+}
+
+// Run executes the matrix: for each target, every closed-loop cell, then
+// every open-loop cell, then the sweep if asked. Targets run one after
+// another so they never compete for the client or a shared server.
+func Run(ctx context.Context, o Options) (*Report, error) {
+	if o.Burstiness == 0 {
+		o.Burstiness = 1
+	}
+	if err := o.validate(); err != nil {
+		return nil, err
+	}
+	if o.SweepGain <= 0 {
+		o.SweepGain = 0.10
+	}
+	if o.SweepMax <= 0 {
+		o.SweepMax = 256
+	}
+	n := o.NumRequests
+	if n <= 0 {
+		// Duration mode cycles through a pool of prompts.
+		n = 1000
+	}
+	prompts, err := o.Workload.Prompts(n)
+	if err != nil {
+		return nil, err
+	}
+	rep := &Report{
+		Tool: "llmgate bench", Version: Version, Date: time.Now().UTC().Format(time.RFC3339),
+		Settings: o.settings(),
+		Client: ClientInfo{GOOS: runtime.GOOS, GOARCH: runtime.GOARCH, NumCPU: runtime.NumCPU(),
+			GOMAXPROCS: runtime.GOMAXPROCS(0), GoVersion: runtime.Version(), Protocol: "HTTP/1.1"},
+	}
+	for ti := range o.Targets {
+		t := &o.Targets[ti]
+		bodies := make([][]byte, len(prompts))
+		for i := range prompts {
+			if bodies[i], err = buildBody(t, &prompts[i], &o.Request, prompts[i].MaxTokens); err != nil {
+				return nil, fmt.Errorf("build request: %w", err)
+			}
+		}
+		var cells []Cell
+		for _, c := range o.Concurrencies {
+			cells = append(cells, Cell{Concurrency: c})
+		}
+		for _, r := range o.Rates {
+			cells = append(cells, Cell{Rate: r, MaxConcurrency: o.MaxConcurrency})
+		}
+		for ci, cell := range cells {
+			if err := ctx.Err(); err != nil {
+				return rep, err
+			}
+			o.runOne(ctx, rep, t, cell, prompts, bodies, ti, ci)
+		}
+		if o.Sweep {
+			sat, err := o.sweep(ctx, t, prompts, bodies, ti, rep)
+			if err != nil {
+				return rep, err
+			}
+			rep.Saturation = append(rep.Saturation, sat)
+		}
+	}
+	return rep, nil
+}
+
+func (o *Options) runOne(ctx context.Context, rep *Report, t *Target, cell Cell, prompts []Prompt, bodies [][]byte, ti, ci int) *CellResult {
+	warm := o.Warmup
+	if warm < 0 {
+		warm = cell.conns(o.NumRequests)
+		if cell.Open() && cell.MaxConcurrency == 0 {
+			warm = min(warm, 64)
+		}
+	}
+	label := fmt.Sprintf("[%s %s]", t.Name, cell)
+	pr := startProgress(o.Progress, label, o.NumRequests)
+	plan := &cellPlan{
+		bodies: bodies, prompts: prompts, numRequests: o.NumRequests, duration: o.Duration,
+		warmup: warm, burstiness: o.Burstiness, seed: o.Workload.Seed + uint64(ci)*7919, progress: pr,
+	}
+	run := runCell(ctx, t, cell, plan, &o.Request, "llmgate-bench-"+strconv.Itoa(ti)+"-"+strconv.Itoa(ci)+"-")
+	c := Compute(run, o.Goodput, o.Burstiness)
+	rep.Results = append(rep.Results, c)
+	summary := fmt.Sprintf("| %.1f req/s  %.0f tok/s  TTFT p50 %.1f ms  ITL p50 %.1f ms",
+		c.RequestThroughput, c.OutputThroughput, c.TTFT.P50, c.ITL.P50)
+	if c.Unreliable {
+		summary += "  UNRELIABLE: " + strings.Join(c.UnreliableReasons, "; ")
+	}
+	pr.finish(summary)
+	if o.KeepRequests {
+		for i := range run.Results {
+			rep.Requests = append(rep.Requests, requestRow(run, &run.Results[i]))
+		}
+	}
+	return c
+}
+
+func requestRow(run *CellRun, res *Result) RequestRow {
+	row := RequestRow{
+		Target: run.Target.Name, Cell: run.Cell.String(), Index: res.Index, OK: res.OK(),
+		Error: res.Err, ErrorDetail: res.ErrDetail, Status: res.Status,
+		TTFTMs: round3(ms(res.TTFT)), E2ELMs: round3(ms(res.E2EL)),
+		InputTokens: res.InputTokens, OutputTok: res.OutputTokens, Estimated: res.OutputEstimated,
+		DispatchMs: round3(ms(res.DispatchLag)), QueueMs: round3(ms(res.QueueWait)),
+	}
+	if !res.Sent.IsZero() {
+		row.StartUnixMs = float64(res.Sent.UnixMicro()) / 1000
+	}
+	for k := 1; k < len(res.Chunks); k++ {
+		row.ITLMs = append(row.ITLMs, round3(ms(res.Chunks[k]-res.Chunks[k-1])))
+	}
+	return row
+}
+
+// sweep doubles the concurrency until throughput stops growing.
+func (o *Options) sweep(ctx context.Context, t *Target, prompts []Prompt, bodies [][]byte, ti int, rep *Report) (Saturation, error) {
+	var prev *CellResult
+	sat := Saturation{Target: t.Name}
+	for c, ci := 1, 1000; c <= o.SweepMax; c, ci = c*2, ci+1 {
+		if err := ctx.Err(); err != nil {
+			return sat, err
+		}
+		res := o.runOne(ctx, rep, t, Cell{Concurrency: c}, prompts, bodies, ti, ci)
+		if res.Completed == 0 || res.Failed > res.Completed/10 {
+			if prev != nil {
+				sat.Concurrency, sat.Throughput = prev.Concurrency, prev.OutputThroughput
+			}
+			sat.Reason = fmt.Sprintf("errors at concurrency %d (%d of %d failed)", c, res.Failed, res.Failed+res.Completed)
+			return sat, nil
+		}
+		if prev != nil && res.OutputThroughput < prev.OutputThroughput*(1+o.SweepGain) {
+			sat.Concurrency, sat.Throughput = prev.Concurrency, prev.OutputThroughput
+			sat.Reason = fmt.Sprintf("doubling to %d raised output throughput by %.1f%% (< %.0f%%)",
+				c, 100*(res.OutputThroughput/math.Max(prev.OutputThroughput, 1e-9)-1), 100*o.SweepGain)
+			return sat, nil
+		}
+		prev = res
+	}
+	if prev != nil {
+		sat.Concurrency, sat.Throughput = prev.Concurrency, prev.OutputThroughput
+	}
+	sat.Reason = fmt.Sprintf("still scaling at the sweep maximum %d; raise --sweep-max", o.SweepMax)
+	return sat, nil
+}
+
+func (o *Options) settings() Settings {
+	s := Settings{
+		Targets: o.Targets, Concurrencies: o.Concurrencies, MaxConcurrency: o.MaxConcurrency,
+		Burstiness: Rate(o.Burstiness), NumRequests: o.NumRequests, DurationS: o.Duration.Seconds(), Warmup: o.Warmup,
+		Dataset: o.Workload.Dataset, DatasetPath: o.Workload.Path, InputLen: o.Workload.InputLen,
+		OutputLen: o.Workload.OutputLen, RangeRatio: o.Workload.RangeRatio, Seed: o.Workload.Seed,
+		Temperature: o.Request.Temperature, IgnoreEOS: o.Request.IgnoreEOS, Sweep: o.Sweep,
+		TimeoutS: o.Request.Timeout.Seconds(),
+	}
+	if s.Dataset == "" {
+		s.Dataset = "random"
+	}
+	for _, r := range o.Rates {
+		s.RequestRates = append(s.RequestRates, Rate(r))
+	}
+	if o.Goodput.Set() {
+		g := o.Goodput
+		s.Goodput = &g
+	}
+	return s
+}

@@ -1,0 +1,370 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Result is the measurement of one request. Durations are measured on the
+// monotonic clock from Origin: the scheduled send time in open-loop runs
+// (so a late client cannot hide its own lateness) and the send time in
+// closed-loop runs.
+type Result struct {
+	Index int `json:"index"`
+	// Origin is the instant latencies are measured from.
+	Origin time.Time `json:"-"`
+	// Sent is when the request was handed to the HTTP client.
+	Sent time.Time `json:"-"`
+	// QueueWait is the time an open-loop request waited for a free slot
+	// under --max-concurrency (vLLM's client_queue_time).
+	QueueWait time.Duration `json:"-"`
+	// DispatchLag is Sent minus the intended send time: the client's own
+	// lateness.
+	DispatchLag time.Duration `json:"-"`
+	// Status is the HTTP status, 0 when no response arrived.
+	Status int `json:"status"`
+	// TTFT is the arrival of the first chunk with non-empty choices.
+	TTFT time.Duration `json:"-"`
+	// E2EL is the arrival of the last chunk with non-empty choices.
+	E2EL time.Duration `json:"-"`
+	// Chunks holds each content chunk's arrival offset from Origin; the
+	// first is the TTFT.
+	Chunks []time.Duration `json:"-"`
+	// ChunkBytes is the text length of each content chunk, used to share
+	// the token count across chunks for the per-token ITL estimate.
+	ChunkBytes []int32 `json:"-"`
+	// ChunkTokens holds cumulative completion tokens per chunk when the
+	// server sends usage in every chunk; nil otherwise.
+	ChunkTokens []int32 `json:"-"`
+	// InputTokens and OutputTokens come from the server's usage when sent;
+	// otherwise they are estimates and the Estimated flags are set.
+	InputTokens     int  `json:"input_tokens"`
+	OutputTokens    int  `json:"output_tokens"`
+	InputEstimated  bool `json:"input_tokens_estimated,omitempty"`
+	OutputEstimated bool `json:"output_tokens_estimated,omitempty"`
+	// Err is the error kind ("" on success) and ErrDetail a short message.
+	Err       string `json:"error,omitempty"`
+	ErrDetail string `json:"error_detail,omitempty"`
+
+	outChars int
+}
+
+// OK reports whether the request succeeded.
+func (r *Result) OK() bool { return r.Err == "" }
+
+// requester sends prepared requests over one HTTP client.
+type requester struct {
+	client  *http.Client
+	target  *Target
+	url     string
+	timeout time.Duration
+	idBase  string
+}
+
+// do sends one request and measures it. origin is the instant latencies are
+// measured from; the send time is taken just before the request is handed
+// to the transport.
+func (q *requester) do(ctx context.Context, body []byte, p *Prompt, index int, origin time.Time, res *Result) {
+	res.Index = index
+	res.Origin = origin
+	res.InputTokens = p.InputTokens
+	res.InputEstimated = true
+	timeout := q.timeout
+	if timeout <= 0 {
+		timeout = 10 * time.Minute
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, q.url, bytes.NewReader(body))
+	if err != nil {
+		res.Err, res.ErrDetail = ErrTransport, err.Error()
+		return
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "text/event-stream")
+	req.Header.Set("Accept-Encoding", "identity")
+	req.Header.Set("X-Request-Id", q.idBase+strconv.Itoa(index))
+	if q.target.APIKey != "" {
+		req.Header.Set("Authorization", "Bearer "+q.target.APIKey)
+	}
+	for k, v := range q.target.Headers {
+		req.Header.Set(k, v)
+	}
+	res.Sent = time.Now()
+	resp, err := q.client.Do(req)
+	if err != nil {
+		res.Err, res.ErrDetail = classifyTransportError(ctx, err, false), shortErr(err)
+		return
+	}
+	defer resp.Body.Close()
+	res.Status = resp.StatusCode
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 2048))
+		res.Err, res.ErrDetail = httpErrKind(resp.StatusCode), errorMessage(b)
+		return
+	}
+	if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "text/event-stream") {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		if bytes.Contains(b, []byte(`"error"`)) {
+			res.Err, res.ErrDetail = ErrErrorEvent, errorMessage(b)
+			return
+		}
+		res.Err, res.ErrDetail = ErrNotStreamed, "response is "+ct+", not an SSE stream; the server ignored stream=true"
+		return
+	}
+	readStream(ctx, resp.Body, res)
+}
+
+// chunkFields is the part of a stream chunk the benchmark needs.
+type chunkFields struct {
+	Choices []struct {
+		Text  *string `json:"text"`
+		Delta struct {
+			Content          *string         `json:"content"`
+			ReasoningContent *string         `json:"reasoning_content"`
+			Reasoning        *string         `json:"reasoning"`
+			ToolCalls        json.RawMessage `json:"tool_calls"`
+		} `json:"delta"`
+		FinishReason *string `json:"finish_reason"`
+	} `json:"choices"`
+	Usage *struct {
+		PromptTokens     int `json:"prompt_tokens"`
+		CompletionTokens int `json:"completion_tokens"`
+	} `json:"usage"`
+	Error json.RawMessage `json:"error"`
+}
+
+// readStream reads an SSE body. Each event is stamped with the time the
+// read that delivered its last data line returned, before any JSON is
+// parsed, so parsing cost never shows up as latency.
+func readStream(ctx context.Context, body io.Reader, res *Result) {
+	lr := newLineReader(body)
+	var (
+		data      []byte
+		dataStamp time.Time
+		evName    string
+		done      bool
+		finished  bool
+		usageSeen bool
+		cf        chunkFields
+	)
+	handle := func() bool {
+		defer func() { data = data[:0]; evName = "" }()
+		if len(data) == 0 {
+			return true
+		}
+		if bytes.Equal(data, []byte("[DONE]")) {
+			done = true
+			return false
+		}
+		if evName == "error" {
+			res.Err, res.ErrDetail = ErrErrorEvent, errorMessage(data)
+			return false
+		}
+		cf.Choices = cf.Choices[:0]
+		cf.Usage = nil
+		cf.Error = nil
+		if err := json.Unmarshal(data, &cf); err != nil {
+			res.Err, res.ErrDetail = ErrBadChunk, "chunk is not JSON: "+truncate(string(data), 120)
+			return false
+		}
+		if len(cf.Error) > 0 && !bytes.Equal(cf.Error, []byte("null")) {
+			res.Err, res.ErrDetail = ErrErrorEvent, errorMessage(data)
+			return false
+		}
+		if len(cf.Choices) > 0 {
+			off := dataStamp.Sub(res.Origin)
+			res.Chunks = append(res.Chunks, off)
+			n := 0
+			c := &cf.Choices[0]
+			for _, s := range []*string{c.Text, c.Delta.Content, c.Delta.ReasoningContent, c.Delta.Reasoning} {
+				if s != nil {
+					n += len(*s)
+				}
+			}
+			n += len(c.Delta.ToolCalls)
+			res.outChars += n
+			res.ChunkBytes = append(res.ChunkBytes, int32(n))
+			if cf.Usage != nil {
+				res.ChunkTokens = append(res.ChunkTokens, int32(cf.Usage.CompletionTokens))
+			}
+			if c.FinishReason != nil && *c.FinishReason != "" {
+				finished = true
+			}
+		}
+		if cf.Usage != nil {
+			usageSeen = true
+			res.OutputTokens = cf.Usage.CompletionTokens
+			if cf.Usage.PromptTokens > 0 {
+				res.InputTokens = cf.Usage.PromptTokens
+				res.InputEstimated = false
+			}
+		}
+		return true
+	}
+	for {
+		line, stamp, err := lr.next()
+		if err != nil {
+			if len(data) > 0 {
+				// A last event without its blank line still counts.
+				handle()
+			}
+			if res.Err != "" || done {
+				break
+			}
+			if errors.Is(err, io.EOF) {
+				if !finished {
+					res.Err, res.ErrDetail = ErrStreamCut, "stream ended without [DONE] or finish_reason"
+				}
+			} else {
+				res.Err, res.ErrDetail = classifyTransportError(ctx, err, true), shortErr(err)
+			}
+			break
+		}
+		if len(line) == 0 {
+			if !handle() {
+				// Read the rest (normally just the chunked terminator) so
+				// the connection goes back to the pool instead of closing.
+				_, _ = io.Copy(io.Discard, io.LimitReader(body, 256<<10))
+				break
+			}
+			continue
+		}
+		switch {
+		case line[0] == ':':
+		case bytes.HasPrefix(line, []byte("data:")):
+			v := line[5:]
+			if len(v) > 0 && v[0] == ' ' {
+				v = v[1:]
+			}
+			if len(data) > 0 {
+				data = append(data, '\n')
+			}
+			data = append(data, v...)
+			dataStamp = stamp
+		case bytes.HasPrefix(line, []byte("event:")):
+			evName = strings.TrimSpace(string(line[6:]))
+		}
+	}
+	if res.Err == "" && len(res.Chunks) == 0 {
+		res.Err, res.ErrDetail = ErrNoContent, "stream carried no chunk with choices"
+	}
+	if res.Err != "" {
+		return
+	}
+	res.TTFT = res.Chunks[0]
+	res.E2EL = res.Chunks[len(res.Chunks)-1]
+	if !usageSeen || res.OutputTokens <= 0 {
+		// Most engines send one token per chunk; the count is labelled an
+		// estimate in every report.
+		res.OutputTokens = max(len(res.Chunks), (res.outChars+3)/4)
+		if res.outChars == 0 {
+			res.OutputTokens = len(res.Chunks)
+		}
+		res.OutputEstimated = true
+	}
+	if len(res.ChunkTokens) != len(res.Chunks) {
+		res.ChunkTokens = nil
+	}
+}
+
+// lineReader splits a body into lines with no per-line allocation and
+// remembers when the bytes of each line arrived.
+type lineReader struct {
+	r     io.Reader
+	buf   []byte
+	start int
+	end   int
+	stamp time.Time
+	err   error
+}
+
+const maxLine = 8 << 20
+
+func newLineReader(r io.Reader) *lineReader {
+	return &lineReader{r: r, buf: make([]byte, 16<<10)}
+}
+
+// next returns the next line without its line ending and the time the read
+// that completed it returned. The line is valid until the next call.
+func (l *lineReader) next() ([]byte, time.Time, error) {
+	for {
+		if i := bytes.IndexByte(l.buf[l.start:l.end], '\n'); i >= 0 {
+			line := l.buf[l.start : l.start+i]
+			l.start += i + 1
+			if n := len(line); n > 0 && line[n-1] == '\r' {
+				line = line[:n-1]
+			}
+			return line, l.stamp, nil
+		}
+		if l.err != nil {
+			if l.start < l.end {
+				line := l.buf[l.start:l.end]
+				l.start = l.end
+				return line, l.stamp, nil
+			}
+			return nil, l.stamp, l.err
+		}
+		if l.start > 0 {
+			l.end = copy(l.buf, l.buf[l.start:l.end])
+			l.start = 0
+		}
+		if l.end == len(l.buf) {
+			if len(l.buf) >= maxLine {
+				return nil, l.stamp, errors.New("sse line longer than 8 MiB")
+			}
+			nb := make([]byte, 2*len(l.buf))
+			copy(nb, l.buf[:l.end])
+			l.buf = nb
+		}
+		n, err := l.r.Read(l.buf[l.end:])
+		if n > 0 {
+			// The stamp is taken the moment the bytes are in hand.
+			l.stamp = time.Now()
+			l.end += n
+		}
+		if err != nil {
+			l.err = err
+		}
+	}
+}
+
+// errorMessage extracts a readable message from an error body.
+func errorMessage(b []byte) string {
+	var env struct {
+		Error json.RawMessage `json:"error"`
+		Msg   string          `json:"message"`
+	}
+	if json.Unmarshal(b, &env) == nil {
+		var inner struct {
+			Message string `json:"message"`
+		}
+		if json.Unmarshal(env.Error, &inner) == nil && inner.Message != "" {
+			return truncate(inner.Message, 200)
+		}
+		var s string
+		if json.Unmarshal(env.Error, &s) == nil && s != "" {
+			return truncate(s, 200)
+		}
+		if env.Msg != "" {
+			return truncate(env.Msg, 200)
+		}
+	}
+	return truncate(strings.TrimSpace(string(b)), 200)
+}
+
+func shortErr(err error) string { return truncate(err.Error(), 200) }
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}

@@ -1,0 +1,153 @@
+package bench
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Endpoint names the OpenAI API a target is benchmarked through.
+const (
+	EndpointChat        = "chat"
+	EndpointCompletions = "completions"
+)
+
+// Target is one model behind one OpenAI-compatible base URL: the unit the
+// matrix compares (the same model direct and through a gateway are two
+// targets).
+type Target struct {
+	// Name labels the target in every report; defaults to the model name.
+	Name string `json:"name" yaml:"name"`
+	// BaseURL is the API root, e.g. http://127.0.0.1:8000/v1.
+	BaseURL string `json:"base_url" yaml:"base_url"`
+	// APIKey is sent as a Bearer token. It is never written to reports.
+	APIKey string `json:"-" yaml:"api_key"`
+	// APIKeyEnv names an environment variable holding the key.
+	APIKeyEnv string `json:"api_key_env,omitempty" yaml:"api_key_env"`
+	// Model is the model name sent in each request.
+	Model string `json:"model" yaml:"model"`
+	// Endpoint is "chat" (default) or "completions".
+	Endpoint string `json:"endpoint" yaml:"endpoint"`
+	// Headers are extra HTTP headers sent with every request.
+	Headers map[string]string `json:"-" yaml:"headers"`
+}
+
+// URL returns the full request URL for the target's endpoint.
+func (t *Target) URL() string {
+	base := strings.TrimRight(t.BaseURL, "/")
+	if t.Endpoint == EndpointCompletions {
+		return base + "/completions"
+	}
+	return base + "/chat/completions"
+}
+
+// Backend is a short label for the server behind the target (host:port),
+// used in the CSV's backend column.
+func (t *Target) Backend() string {
+	u, err := url.Parse(t.BaseURL)
+	if err != nil || u.Host == "" {
+		return t.BaseURL
+	}
+	return u.Host
+}
+
+// Normalize fills defaults and resolves the API key: an explicit key wins,
+// then api_key_env, then LLMGATE_API_KEY, then OPENAI_API_KEY.
+func (t *Target) Normalize(getenv func(string) string) error {
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	if t.BaseURL == "" {
+		return errors.New("target has no base_url: set --base-url or base_url in the config")
+	}
+	u, err := url.Parse(t.BaseURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("base_url %q is not an http(s) URL such as http://127.0.0.1:8000/v1", t.BaseURL)
+	}
+	if t.Model == "" {
+		return fmt.Errorf("target %q has no model: set --model or model in the config", t.BaseURL)
+	}
+	switch t.Endpoint {
+	case "", "chat", "chat/completions":
+		t.Endpoint = EndpointChat
+	case "completions":
+		t.Endpoint = EndpointCompletions
+	default:
+		return fmt.Errorf("target %q: endpoint %q must be chat or completions", t.Model, t.Endpoint)
+	}
+	if t.Name == "" {
+		t.Name = t.Model
+	}
+	if t.APIKey == "" && t.APIKeyEnv != "" {
+		t.APIKey = getenv(t.APIKeyEnv)
+		if t.APIKey == "" {
+			return fmt.Errorf("target %q: environment variable %s named by api_key_env is empty", t.Name, t.APIKeyEnv)
+		}
+	}
+	if t.APIKey == "" {
+		t.APIKey = getenv("LLMGATE_API_KEY")
+	}
+	if t.APIKey == "" {
+		t.APIKey = getenv("OPENAI_API_KEY")
+	}
+	return nil
+}
+
+// FileConfig is the layout of a --config file (YAML or JSON).
+type FileConfig struct {
+	Targets []Target `yaml:"targets"`
+}
+
+// LoadTargets parses a YAML or JSON config listing targets. Unknown fields
+// are an error so a misspelt key is not silently ignored.
+func LoadTargets(r io.Reader, getenv func(string) string) ([]Target, error) {
+	b, err := io.ReadAll(r)
+	if err != nil {
+		return nil, fmt.Errorf("read config: %w", err)
+	}
+	var fc FileConfig
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	if err := dec.Decode(&fc); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, errors.New("config is empty: list targets under \"targets:\"")
+		}
+		return nil, fmt.Errorf("parse config: %w", err)
+	}
+	if len(fc.Targets) == 0 {
+		return nil, errors.New("config lists no targets: add entries under \"targets:\"")
+	}
+	seen := map[string]bool{}
+	for i := range fc.Targets {
+		if err := fc.Targets[i].Normalize(getenv); err != nil {
+			return nil, fmt.Errorf("targets[%d]: %w", i, err)
+		}
+		if seen[fc.Targets[i].Name] {
+			return nil, fmt.Errorf("targets[%d]: duplicate name %q; give each target a unique name", i, fc.Targets[i].Name)
+		}
+		seen[fc.Targets[i].Name] = true
+	}
+	return fc.Targets, nil
+}
+
+// TargetsFromFlags builds one target per model at one base URL.
+func TargetsFromFlags(baseURL, apiKey string, models []string, endpoint string, getenv func(string) string) ([]Target, error) {
+	if len(models) == 0 {
+		return nil, errors.New("no model given: pass --model (repeatable) or --config")
+	}
+	var out []Target
+	for _, m := range models {
+		t := Target{BaseURL: baseURL, APIKey: apiKey, Model: m, Endpoint: endpoint}
+		if err := t.Normalize(getenv); err != nil {
+			return nil, err
+		}
+		out = append(out, t)
+	}
+	return out, nil
+}

@@ -1,0 +1,164 @@
+package bench
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// TimedUpstream is an OpenAI-compatible streaming server whose timing is
+// known exactly: the first chunk is written T1 after the request arrives and
+// each further chunk T2 after the previous one, and every write time is
+// recorded. Accuracy tests and `llmgate bench self-test` compare the
+// client's measurements with these records.
+//
+// The model name selects a behaviour, so one server can answer every case:
+// "fail-500" answers HTTP 500, "fail-cut" closes the stream mid-way,
+// "fail-event" sends an error object after the first chunk with status
+// 200, "fail-slow" never sends a chunk, "no-usage" omits the usage chunk.
+type TimedUpstream struct {
+	T1, T2 time.Duration
+	// Chunks is the number of content chunks per response (default 8);
+	// TokensPerChunk the tokens each carries (default 1).
+	Chunks         int
+	TokensPerChunk int
+	// PromptTokens is reported in usage (default 10).
+	PromptTokens int
+	// Record keeps per-request timing; turn it off for capacity runs that
+	// read the times embedded in each chunk instead.
+	Record bool
+
+	mu  sync.Mutex
+	log map[string]*UpstreamLog
+}
+
+// UpstreamLog is the server's own record of one request.
+type UpstreamLog struct {
+	// Recv is when the handler started, Writes when each content chunk's
+	// flush returned.
+	Recv   time.Time
+	Writes []time.Time
+	Tokens int
+}
+
+// Log returns the record for a request id (the X-Request-Id header).
+func (u *TimedUpstream) Log(id string) *UpstreamLog {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.log[id]
+}
+
+// ServeHTTP implements the chat and completions streaming endpoints.
+func (u *TimedUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	recv := time.Now()
+	if r.Method == http.MethodGet && strings.HasSuffix(r.URL.Path, "/log") {
+		u.serveLog(w, r)
+		return
+	}
+	var req struct {
+		Model     string `json:"model"`
+		MaxTokens int    `json:"max_tokens"`
+	}
+	b, _ := io.ReadAll(r.Body)
+	_ = json.Unmarshal(b, &req)
+	completions := strings.HasSuffix(r.URL.Path, "/completions") && !strings.HasSuffix(r.URL.Path, "/chat/completions")
+	if req.Model == "fail-500" {
+		http.Error(w, `{"error":{"message":"injected failure","type":"server_error"}}`, http.StatusInternalServerError)
+		return
+	}
+	chunks := u.Chunks
+	if chunks <= 0 {
+		chunks = 8
+	}
+	tpc := max(u.TokensPerChunk, 1)
+	rec := &UpstreamLog{Recv: recv}
+	if u.Record {
+		u.mu.Lock()
+		if u.log == nil {
+			u.log = map[string]*UpstreamLog{}
+		}
+		u.log[r.Header.Get("X-Request-Id")] = rec
+		u.mu.Unlock()
+	}
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	w.WriteHeader(http.StatusOK)
+	rc := http.NewResponseController(w)
+	_ = rc.Flush()
+	if req.Model == "fail-slow" {
+		<-r.Context().Done()
+		return
+	}
+	word := strings.Repeat("tok ", tpc)
+	var buf []byte
+	next := recv.Add(u.T1)
+	for i := 0; i < chunks; i++ {
+		if d := time.Until(next); d > 0 {
+			time.Sleep(d)
+		}
+		if req.Model == "fail-cut" && i == chunks/2 {
+			// Abort the connection without the chunked terminator.
+			panic(http.ErrAbortHandler)
+		}
+		finish := "null"
+		if i == chunks-1 {
+			finish = `"length"`
+		}
+		buf = buf[:0]
+		if completions {
+			buf = fmt.Appendf(buf, `data: {"id":"cmpl-1","object":"text_completion","choices":[{"index":0,"text":%q,"finish_reason":%s}]}`+"\n\n", word, finish)
+		} else {
+			buf = fmt.Appendf(buf, `data: {"id":"chatcmpl-1","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":%q},"finish_reason":%s}]}`+"\n\n", word, finish)
+		}
+		if _, err := w.Write(buf); err != nil {
+			return
+		}
+		_ = rc.Flush()
+		now := time.Now()
+		rec.Writes = append(rec.Writes, now)
+		rec.Tokens += tpc
+		if req.Model == "fail-event" && i == 0 {
+			_, _ = io.WriteString(w, `data: {"error":{"message":"injected error after headers","type":"server_error"}}`+"\n\n")
+			_ = rc.Flush()
+			return
+		}
+		next = next.Add(u.T2)
+	}
+	if req.Model != "no-usage" {
+		fmt.Fprintf(w, `data: {"id":"x","choices":[],"usage":{"prompt_tokens":%d,"completion_tokens":%d,"total_tokens":%d}}`+"\n\n",
+			max(u.PromptTokens, 10), rec.Tokens, max(u.PromptTokens, 10)+rec.Tokens)
+	}
+	_, _ = io.WriteString(w, "data: [DONE]\n\n")
+	_ = rc.Flush()
+}
+
+// serveLog answers GET .../log?id=ID with the request's write times in Unix
+// nanoseconds, for readers in another process.
+func (u *TimedUpstream) serveLog(w http.ResponseWriter, r *http.Request) {
+	l := u.Log(r.URL.Query().Get("id"))
+	if l == nil {
+		http.NotFound(w, r)
+		return
+	}
+	out := struct {
+		Recv   int64   `json:"recv_ns"`
+		Writes []int64 `json:"writes_ns"`
+	}{Recv: l.Recv.UnixNano()}
+	for _, t := range l.Writes {
+		out.Writes = append(out.Writes, t.UnixNano())
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(out)
+}
+
+// RequestID is the X-Request-Id the benchmark sends for request index i of
+// target ti in cell ci; tests use it to find the server's record.
+func RequestID(ti, ci, i int) string {
+	return "llmgate-bench-" + strconv.Itoa(ti) + "-" + strconv.Itoa(ci) + "-" + strconv.Itoa(i)
+}
