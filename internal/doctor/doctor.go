@@ -226,6 +226,7 @@ func (d *diagnosis) run(ctx context.Context) {
 	d.checkChat(ctx)
 	d.checkStream(ctx)
 	d.checkAnthropic(ctx)
+	d.checkResponses(ctx)
 	d.checkPerf()
 	if !d.opts.SkipClients {
 		d.checkClients()

@@ -93,7 +93,7 @@ func TestRun_HealthyEndpointPassesEveryCheck(t *testing.T) {
 		}
 	}
 	for _, id := range []string{"env.keys", "url.shape", "env.proxy", "net.dns", "net.tcp", "auth", "models", "chat",
-		"stream", "stream.done", "stream.usage", "anthropic", "anthropic.stream", "perf"} {
+		"stream", "stream.done", "stream.usage", "anthropic", "anthropic.stream", "responses", "perf"} {
 		if c := must(t, r, id); c.Status != StatusPass {
 			t.Errorf("%s is %s, want pass: %s", id, c.Status, c.Detail)
 		}
@@ -341,7 +341,7 @@ func TestRun_StreamWithoutUsageWarnsButPasses(t *testing.T) {
 	srv := httptest.NewServer(f)
 	defer srv.Close()
 	r := run(t, baseOpts(t, srv.URL, f))
-	expect(t, r, "stream.usage", StatusWarn, "no usage chunk although stream_options.include_usage was true", "put llmgate in front")
+	expect(t, r, "stream.usage", StatusWarn, "no usage chunk although stream_options.include_usage was true", "honours stream_options.include_usage")
 	expect(t, r, "stream.done", StatusPass, "[DONE]", "")
 	if !r.OK {
 		t.Error("a warning alone must not fail the report")
@@ -378,6 +378,18 @@ func TestRun_MissingAnthropicEndpointWarnsUnlessRequired(t *testing.T) {
 	o.RequireAnthropic = true
 	r = run(t, o)
 	expect(t, r, "anthropic", StatusFail, "HTTP 404", "llmgate serve")
+}
+
+func TestRun_MissingResponsesAPIWarnsForCodex(t *testing.T) {
+	f := newFake()
+	f.noResponses = true
+	srv := httptest.NewServer(f)
+	defer srv.Close()
+	r := run(t, baseOpts(t, srv.URL, f))
+	expect(t, r, "responses", StatusWarn, "HTTP 404: no Responses API", "Codex speaks only the Responses API")
+	if !r.OK {
+		t.Error("a missing Responses API must be a warning")
+	}
 }
 
 func TestRun_AnthropicStreamWithoutStartUsageFails(t *testing.T) {

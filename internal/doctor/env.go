@@ -179,7 +179,7 @@ func (d *diagnosis) checkKeyVariables() {
 // the prefix up to its last dash or underscore in the first eight
 // characters, and the last four characters ("sk-lg-…abcd").
 func Fingerprint(k string) string {
-	k = cleanValue(k)
+	k = cleanKey(k)
 	n := len(k)
 	switch {
 	case n == 0:

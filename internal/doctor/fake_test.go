@@ -19,6 +19,7 @@ type fakeServer struct {
 	noUsage      bool // streams ignore stream_options.include_usage
 	noDone       bool // streams end without data: [DONE]
 	noAnthropic  bool // no /v1/messages
+	noResponses  bool // no /v1/responses
 	noStartUsage bool // Anthropic message_start without usage
 	xAPIKeyOnly  bool // OpenAI endpoints accept only x-api-key
 	forbidden    bool // every authenticated request gets 403
@@ -81,6 +82,10 @@ func (f *fakeServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case r.Method == http.MethodPost && r.URL.Path == "/v1/chat/completions":
 		if f.authOpenAI(w, r) {
 			f.chat(w, r)
+		}
+	case r.Method == http.MethodPost && r.URL.Path == "/v1/responses" && !f.noResponses:
+		if f.authOpenAI(w, r) {
+			f.responses(w, r)
 		}
 	case r.Method == http.MethodPost && r.URL.Path == "/v1/messages" && !f.noAnthropic:
 		f.messages(w, r)
@@ -191,4 +196,22 @@ func (f *fakeServer) messages(w http.ResponseWriter, r *http.Request) {
 	ev("content_block_stop", map[string]any{"type": "content_block_stop", "index": 0})
 	ev("message_delta", map[string]any{"type": "message_delta", "delta": map[string]any{"stop_reason": "end_turn"}, "usage": map[string]int{"output_tokens": 2}})
 	ev("message_stop", map[string]any{"type": "message_stop"})
+}
+
+func (f *fakeServer) responses(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		Model string `json:"model"`
+	}
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+		openaiErr(w, 400, "invalid_request_error", "bad_json", "invalid JSON body")
+		return
+	}
+	if !f.hasModel(req.Model) {
+		openaiErr(w, 404, "invalid_request_error", "model_not_found", fmt.Sprintf("The model `%s` does not exist.", req.Model))
+		return
+	}
+	writeJSON(w, 200, map[string]any{"id": "resp_1", "object": "response", "created_at": 1700000000, "status": "completed", "model": req.Model,
+		"output": []map[string]any{{"type": "message", "id": "msg_1", "status": "completed", "role": "assistant",
+			"content": []map[string]any{{"type": "output_text", "text": "OK", "annotations": []any{}}}}},
+		"usage": map[string]int{"input_tokens": 9, "output_tokens": 1, "total_tokens": 10}})
 }

@@ -258,13 +258,13 @@ func (d *diagnosis) checkModelList(r httpResult) {
 	case d.model == "":
 		c.Status = StatusPass
 		d.model, d.modelSrc = d.models[0], "first listed model"
-		c.Detail = fmt.Sprintf("%d models (%s); no model given, testing %s", len(d.models), shown, d.model)
+		c.Detail = fmt.Sprintf("%s (%s); no model given, testing %s", plural(len(d.models), "model"), shown, d.model)
 	case contains(d.models, d.model):
-		c.Status, c.Detail = StatusPass, fmt.Sprintf("%d models; %s is served", len(d.models), d.model)
+		c.Status, c.Detail = StatusPass, fmt.Sprintf("%s; %s is served", plural(len(d.models), "model"), d.model)
 	default:
 		near := Nearest(d.model, d.models, 3)
 		c.Status = StatusFail
-		c.Detail = fmt.Sprintf("model %q (from %s) is not among the %d served models (%s)", d.model, d.modelSrc, len(d.models), shown)
+		c.Detail = fmt.Sprintf("model %q (from %s) is not among the %s served (%s)", d.model, d.modelSrc, plural(len(d.models), "model"), shown)
 		use := d.models[0]
 		if len(near) > 0 {
 			c.Detail += "; nearest: " + strings.Join(near, ", ")
@@ -274,6 +274,13 @@ func (d *diagnosis) checkModelList(r httpResult) {
 		c.Fix = "Use a served model name, e.g. --model " + use + " (and the same name in the client's settings)."
 		d.model = use
 	}
+}
+
+func plural(n int, word string) string {
+	if n == 1 {
+		return "1 " + word
+	}
+	return fmt.Sprintf("%d %ss", n, word)
 }
 
 func contains(list []string, s string) bool {
@@ -383,7 +390,7 @@ func (d *diagnosis) checkChat(ctx context.Context) {
 	if err := json.Unmarshal(r.body, &body); err != nil || body.Choices == nil || len(*body.Choices) == 0 || (*body.Choices)[0].Message == nil {
 		c.Status = StatusFail
 		c.Detail = fmt.Sprintf("HTTP %d but the body has no choices[0].message, so clients crash reading it: %s", r.status, quote(string(r.body), 160))
-		c.Fix = "The server (or a proxy in between) must report errors with a 4xx/5xx status and an error envelope, not HTTP 200; llmgate does this for its backends."
+		c.Fix = "The server (or a proxy in between) must report errors with a 4xx/5xx status and an error envelope, not HTTP 200."
 		if err != nil {
 			c.Detail = fmt.Sprintf("HTTP %d but the body is not JSON: %s", r.status, quote(string(r.body), 160))
 		}
@@ -403,7 +410,7 @@ func (d *diagnosis) checkChat(ctx context.Context) {
 	case body.Usage == nil:
 		c.Status = StatusWarn
 		c.Detail += "; no usage in the response"
-		c.Fix = "Clients that track tokens or cost will see none; use a server that reports usage, or put llmgate in front (it counts tokens)."
+		c.Fix = "Clients that track tokens or cost will see none; use a server version that reports usage."
 	default:
 		c.Detail += fmt.Sprintf(", %d prompt + %d completion tokens", body.Usage.PromptTokens, body.Usage.CompletionTokens)
 	}

@@ -159,8 +159,11 @@ func (d *diagnosis) checkStream(ctx context.Context) {
 		st.Status, st.Detail = StatusFail, "the stream carried an error: "+streamErr
 		st.Fix = "The server failed mid-stream; check its log for this request."
 	case readErr != nil:
-		st.Status, st.Detail = StatusFail, "reading the stream failed after "+fmt.Sprint(chunks)+" chunks: "+shortErr(readErr)
-		st.Fix = requestErrFix(readErr, d.opts.Timeout)
+		st.Status, st.Detail = StatusFail, "the stream broke after "+plural(chunks, "content chunk")+": "+shortErr(readErr)
+		st.Fix = "The connection closed mid-stream; check the server's log (crash, out of memory) and any proxy's read time-out."
+		if isTimeout(readErr) {
+			st.Fix = requestErrFix(readErr, d.opts.Timeout)
+		}
 	case chunks == 0:
 		st.Status, st.Detail = StatusFail, "the stream carried no content chunks"
 		if badChunk != "" {
@@ -175,14 +178,16 @@ func (d *diagnosis) checkStream(ctx context.Context) {
 		done.Status, done.Detail = StatusPass, "data: [DONE] received"
 	} else {
 		done.Status, done.Detail = StatusFail, "the stream ended without data: [DONE]"
-		done.Fix = "End every stream with `data: [DONE]`; many clients treat a stream without it as cut off (llmgate adds it in front of such servers)."
+		done.Fix = "End every stream with `data: [DONE]`; many clients treat a stream without it as cut off."
 	}
-	if usageTokens >= 0 {
+	if usageTokens < 0 && readErr != nil {
+		usage.Status, usage.Detail = StatusSkip, "the stream broke before a usage chunk could arrive"
+	} else if usageTokens >= 0 {
 		usage.Status, usage.Detail = StatusPass, fmt.Sprintf("usage chunk reports %d completion tokens", usageTokens)
 	} else {
 		usage.Status = StatusWarn
 		usage.Detail = "no usage chunk although stream_options.include_usage was true"
-		usage.Fix = "Token and cost tracking will be estimated or zero; upgrade the server to honour include_usage, or put llmgate in front (it counts tokens when the backend does not)."
+		usage.Fix = "Clients that track tokens or cost will see none; use a server version that honours stream_options.include_usage."
 	}
 	if chunks > 0 {
 		m := &Metrics{TTFTMS: ms(ttft), TotalMS: ms(last), OutputTokens: usageTokens}
