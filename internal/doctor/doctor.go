@@ -171,7 +171,8 @@ type diagnosis struct {
 	blocked string
 	// authOK records that the key (or no key) is accepted.
 	authOK bool
-	// authHeader is "bearer" normally or "x-api-key" when only that worked.
+	// keyForRequests is the key sent: the given one, or a cleaned one once
+	// the auth check proved the server accepts only that.
 	keyForRequests string
 	models         []string
 	metrics        *Metrics
