@@ -35,6 +35,10 @@ type fakeGateway struct {
 	// all of them have arrived: proof that compare runs them concurrently.
 	barrier *barrier
 
+	// cancelled receives when a request to the "slow" model is abandoned
+	// by the client before its answer.
+	cancelled chan struct{}
+
 	mu       sync.Mutex
 	requests []openai.ChatCompletionRequest
 	auth     []string
@@ -42,7 +46,8 @@ type fakeGateway struct {
 
 func newFakeGateway(t testing.TB) *fakeGateway {
 	t.Helper()
-	g := &fakeGateway{key: "sk-lg-good", models: []string{"model-a", "model-b", "model-c"}, tokenGap: 2 * time.Millisecond}
+	g := &fakeGateway{key: "sk-lg-good", models: []string{"model-a", "model-b", "model-c"}, tokenGap: 2 * time.Millisecond,
+		cancelled: make(chan struct{}, 16)}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/models", g.handleModels)
 	mux.HandleFunc("POST /v1/chat/completions", g.handleChat)
@@ -135,6 +140,10 @@ func (g *fakeGateway) handleChat(w http.ResponseWriter, r *http.Request) {
 		select {
 		case <-time.After(10 * time.Second):
 		case <-r.Context().Done():
+			select {
+			case g.cancelled <- struct{}{}:
+			default:
+			}
 		}
 		return
 	case !known && !strings.HasPrefix(req.Model, "stream-"):

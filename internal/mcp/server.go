@@ -29,6 +29,9 @@ type Server struct {
 	client       *Client
 	defaultModel string
 	log          *slog.Logger
+	// progressEvery is the least time between two progress notifications
+	// of one tool call.
+	progressEvery time.Duration
 }
 
 // New validates cfg (normalizing its base URL) and returns the MCP server
@@ -37,6 +40,17 @@ type Server struct {
 // per tool call; sdkLog receives the SDK's own session messages. Either may
 // be nil.
 func New(cfg Config, version string, log, sdkLog *slog.Logger) (*mcp.Server, error) {
+	s, err := newServer(cfg, log)
+	if err != nil {
+		return nil, err
+	}
+	if sdkLog == nil {
+		sdkLog = s.log
+	}
+	return s.build(version, sdkLog)
+}
+
+func newServer(cfg Config, log *slog.Logger) (*Server, error) {
 	base, err := NormalizeBaseURL(cfg.BaseURL)
 	if err != nil {
 		return nil, err
@@ -45,11 +59,7 @@ func New(cfg Config, version string, log, sdkLog *slog.Logger) (*mcp.Server, err
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	if sdkLog == nil {
-		sdkLog = log
-	}
-	s := &Server{client: NewClient(cfg, nil, log), defaultModel: cfg.Model, log: log}
-	return s.build(version, sdkLog)
+	return &Server{client: NewClient(cfg, nil, log), defaultModel: cfg.Model, log: log, progressEvery: time.Second}, nil
 }
 
 func (s *Server) build(version string, sdkLog *slog.Logger) (*mcp.Server, error) {
@@ -201,7 +211,7 @@ func ms(d time.Duration) float64 { return round1(float64(d) / float64(time.Milli
 
 func round1(f float64) float64 { return float64(int64(f*10+0.5)) / 10 }
 
-func (s *Server) chat(ctx context.Context, _ *mcp.CallToolRequest, in ChatInput) (*mcp.CallToolResult, Answer, error) {
+func (s *Server) chat(ctx context.Context, req *mcp.CallToolRequest, in ChatInput) (*mcp.CallToolResult, Answer, error) {
 	start := time.Now()
 	model, err := s.resolveModel(ctx, in.Model)
 	if err != nil {
@@ -210,7 +220,9 @@ func (s *Server) chat(ctx context.Context, _ *mcp.CallToolRequest, in ChatInput)
 	if strings.TrimSpace(in.Prompt) == "" {
 		return fail[Answer](s, "chat", model, start, errors.New("the prompt is empty: pass the question or task in \"prompt\""))
 	}
-	res, err := s.client.Chat(ctx, ChatParams{Model: model, System: in.System, Prompt: in.Prompt, MaxTokens: in.MaxTokens, Temperature: in.Temperature})
+	prog := s.newProgress(ctx, req, 1)
+	res, err := s.client.Chat(ctx, ChatParams{Model: model, System: in.System, Prompt: in.Prompt, MaxTokens: in.MaxTokens,
+		Temperature: in.Temperature, OnChunk: prog.update(0, model)})
 	if err != nil {
 		return fail[Answer](s, "chat", model, start, err)
 	}
@@ -255,7 +267,7 @@ type CompareOutput struct {
 	Results []Answer `json:"results" jsonschema:"one entry per model, in the order asked"`
 }
 
-func (s *Server) compare(ctx context.Context, _ *mcp.CallToolRequest, in CompareInput) (*mcp.CallToolResult, CompareOutput, error) {
+func (s *Server) compare(ctx context.Context, req *mcp.CallToolRequest, in CompareInput) (*mcp.CallToolResult, CompareOutput, error) {
 	start := time.Now()
 	models := make([]string, 0, len(in.Models))
 	for _, m := range in.Models {
@@ -271,10 +283,12 @@ func (s *Server) compare(ctx context.Context, _ *mcp.CallToolRequest, in Compare
 		return fail[CompareOutput](s, "compare", label, start, errors.New("the prompt is empty: pass the question or task in \"prompt\""))
 	}
 	out := CompareOutput{Results: make([]Answer, len(models))}
+	prog := s.newProgress(ctx, req, len(models))
 	var wg sync.WaitGroup
 	for i, m := range models {
 		wg.Go(func() {
-			res, err := s.client.Chat(ctx, ChatParams{Model: m, System: in.System, Prompt: in.Prompt, MaxTokens: in.MaxTokens, Temperature: in.Temperature})
+			res, err := s.client.Chat(ctx, ChatParams{Model: m, System: in.System, Prompt: in.Prompt, MaxTokens: in.MaxTokens,
+				Temperature: in.Temperature, OnChunk: prog.update(i, m)})
 			if err != nil {
 				s.log.Warn("compare: model failed", "model", m, "error", err)
 				out.Results[i] = Answer{Model: m, Error: toolMessage(err)}
@@ -315,4 +329,59 @@ func fail[Out any](s *Server, tool, model string, start time.Time, err error) (*
 
 func textResult(text string) *mcp.CallToolResult {
 	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: text}}}
+}
+
+// progress sends MCP progress notifications while answers stream in, when
+// the client asked for them with a progress token. Clients that reset their
+// request time-out on progress then wait for long generations instead of
+// giving up. Notifications are throttled to one per progressEvery.
+type progress struct {
+	s      *Server
+	ctx    context.Context
+	req    *mcp.CallToolRequest
+	token  any
+	mu     sync.Mutex
+	chunks []int
+	last   time.Time
+}
+
+func (s *Server) newProgress(ctx context.Context, req *mcp.CallToolRequest, models int) *progress {
+	p := &progress{s: s, ctx: ctx, req: req, chunks: make([]int, models)}
+	if req != nil && req.Params != nil && req.Session != nil {
+		p.token = req.Params.GetProgressToken()
+	}
+	return p
+}
+
+// update returns the OnChunk callback of the i-th model, or nil when the
+// client wants no progress.
+func (p *progress) update(i int, model string) func(int) {
+	if p.token == nil {
+		return nil
+	}
+	return func(n int) {
+		// The lock is held while sending so that progress never goes
+		// backwards between the streams of a compare.
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		p.chunks[i] = n
+		now := time.Now()
+		if now.Sub(p.last) < p.s.progressEvery {
+			return
+		}
+		p.last = now
+		total := 0
+		for _, c := range p.chunks {
+			total += c
+		}
+		msg := fmt.Sprintf("%s: %d tokens so far", model, n)
+		if len(p.chunks) > 1 {
+			msg = fmt.Sprintf("%d tokens so far across %d models", total, len(p.chunks))
+		}
+		err := p.req.Session.NotifyProgress(p.ctx, &mcp.ProgressNotificationParams{
+			ProgressToken: p.token, Progress: float64(total), Message: msg})
+		if err != nil {
+			p.s.log.Debug("progress notification failed", "error", err)
+		}
+	}
 }

@@ -3,7 +3,9 @@ package mcpserver
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -18,13 +20,18 @@ func connectInMemory(t *testing.T, cfg Config) *mcp.ClientSession {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return connectServer(t, srv, nil)
+}
+
+func connectServer(t *testing.T, srv *mcp.Server, opts *mcp.ClientOptions) *mcp.ClientSession {
+	t.Helper()
 	ct, st := mcp.NewInMemoryTransports()
 	ctx := context.Background()
 	ss, err := srv.Connect(ctx, st, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test-client", Version: "v0"}, nil).Connect(ctx, ct, nil)
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test-client", Version: "v0"}, opts).Connect(ctx, ct, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -199,5 +206,81 @@ func TestListModelsTool_MarksTheDefaultAndWarnsWhenItIsMissing(t *testing.T) {
 func TestNew_RefusesABaseURLThatCannotWork(t *testing.T) {
 	if _, err := New(Config{BaseURL: "ftp://gateway"}, "test", nil, nil); err == nil {
 		t.Fatal("ftp:// accepted")
+	}
+}
+
+func TestChatTool_SendsProgressWhileTheAnswerStreams(t *testing.T) {
+	g := newFakeGateway(t)
+	s, err := newServer(Config{BaseURL: g.URL, APIKey: g.key, Model: "model-a"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.progressEvery = 0 // every chunk, so the test needs no long answer
+	srv, err := s.build("test", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var got []*mcp.ProgressNotificationParams
+	cs := connectServer(t, srv, &mcp.ClientOptions{ProgressNotificationHandler: func(_ context.Context, r *mcp.ProgressNotificationClientRequest) {
+		mu.Lock()
+		got = append(got, r.Params)
+		mu.Unlock()
+	}})
+	params := &mcp.CallToolParams{Name: "chat", Arguments: map[string]any{"prompt": "one two three"}}
+	params.SetProgressToken("tok-1")
+	res, err := cs.CallTool(context.Background(), params)
+	if err != nil || res.IsError {
+		t.Fatalf("chat: %v %s", err, resultText(res))
+	}
+	want := len(strings.Fields(answerFor("model-a", "one two three")))
+	// Notifications are asynchronous; the last may trail the result.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		mu.Lock()
+		n := len(got)
+		mu.Unlock()
+		if n >= want || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(got) != want {
+		t.Fatalf("%d progress notifications, want one per chunk (%d)", len(got), want)
+	}
+	for i, p := range got {
+		if p.ProgressToken != "tok-1" || p.Progress != float64(i+1) {
+			t.Errorf("notification %d = %+v", i, p)
+		}
+	}
+	mustContain(t, got[want-1].Message, fmt.Sprintf("model-a: %d tokens so far", want))
+}
+
+func TestChatTool_ClientCancellationCancelsTheUpstreamRequest(t *testing.T) {
+	g := newFakeGateway(t)
+	cs := connectInMemory(t, Config{BaseURL: g.URL, APIKey: g.key})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "chat", Arguments: map[string]any{"model": "slow", "prompt": "hi"}})
+		done <- err
+	}()
+	// Wait until the request reached the upstream, then cancel it.
+	for deadline := time.Now().Add(5 * time.Second); len(g.chatRequests()) == 0; {
+		if time.Now().After(deadline) {
+			t.Fatal("the chat request never reached the upstream")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err == nil {
+		t.Fatal("a cancelled call returned no error")
+	}
+	select {
+	case <-g.cancelled:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the upstream request was still running 5s after the client cancelled (the fake answers after 10s)")
 	}
 }

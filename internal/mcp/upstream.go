@@ -134,6 +134,9 @@ type ChatParams struct {
 	Prompt      string
 	MaxTokens   int
 	Temperature *float64
+	// OnChunk, when set, is called from the reading goroutine with the
+	// number of text chunks received so far, for progress reporting.
+	OnChunk func(chunks int)
 }
 
 // ChatResult is an answer with the figures measured on the client side.
@@ -337,6 +340,9 @@ func (c *Client) readStream(ctx context.Context, body io.Reader, p ChatParams, s
 				textChunks++
 				if res.TTFT == 0 {
 					res.TTFT = now.Sub(start)
+				}
+				if p.OnChunk != nil {
+					p.OnChunk(textChunks)
 				}
 			}
 			if choice.FinishReason != nil && *choice.FinishReason != "" {
