@@ -197,7 +197,12 @@ func newDiagnosis(opts Options) *diagnosis {
 	d := &diagnosis{opts: opts, env: opts.LookupEnv}
 	d.resolveInputs()
 	d.dialer = &net.Dialer{Timeout: d.connectTimeout(), KeepAlive: 30 * time.Second}
-	d.client = &http.Client{Transport: d.transport()}
+	d.client = &http.Client{
+		Transport: d.transport(),
+		// Redirects are reported, not followed: clients turn a POST into a
+		// GET on 301/302, so a redirecting base URL breaks chat requests.
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
 	return d
 }
 
@@ -218,9 +223,12 @@ func (d *diagnosis) skip(id, title string) {
 
 func (d *diagnosis) run(ctx context.Context) {
 	d.checkKeyVariables()
+	d.checkConsistency()
 	d.checkURLShape()
 	if d.blocked == "" {
 		d.checkProxy(ctx)
+	} else {
+		d.skip("env.proxy", "proxy")
 	}
 	d.checkNetwork(ctx)
 	d.checkAuthAndModels(ctx)

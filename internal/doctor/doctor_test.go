@@ -221,6 +221,21 @@ func TestRun_DoubleV1Is404AndNamesTheFix(t *testing.T) {
 	}
 }
 
+func TestRun_RedirectIsReportedAndFollowedForTheRest(t *testing.T) {
+	f := newFake()
+	srv := httptest.NewServer(f)
+	defer srv.Close()
+	// An http front that redirects everything, as a TLS terminator might.
+	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, srv.URL+r.URL.Path, http.StatusMovedPermanently)
+	}))
+	defer front.Close()
+	o := baseOpts(t, front.URL, f)
+	r := run(t, o)
+	expect(t, r, "url.redirect", StatusFail, "HTTP 301 to "+srv.URL+"/v1/models", "Use the redirect target as the base URL: "+srv.URL+"/v1.")
+	expect(t, r, "chat", StatusPass, "OK", "")
+}
+
 func TestRun_MissingV1IsFoundByProbing(t *testing.T) {
 	f := newFake()
 	srv := httptest.NewServer(f)

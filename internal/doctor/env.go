@@ -46,8 +46,10 @@ func (d *diagnosis) resolveInputs() {
 		for _, bv := range baseURLVars {
 			if v, ok := d.lookup(bv.name); ok {
 				d.baseURL, d.baseSrc = v, bv.name
-				if bv.anthropic {
-					d.baseURL = trimSlash(cleanValue(v)) + "/v1"
+				if root := trimSlash(cleanValue(v)); bv.anthropic && !strings.HasSuffix(root, "/v1") {
+					// A root that already ends in /v1 is a mistake that
+					// checkConsistency names; testing it as is avoids /v1/v1.
+					d.baseURL = root + "/v1"
 				}
 				keyFamily = append(append([]string(nil), bv.keys...), keyVars...)
 				break
@@ -194,4 +196,59 @@ func Fingerprint(k string) string {
 		prefix = k[:i+1]
 	}
 	return prefix + "…" + k[n-4:]
+}
+
+// checkConsistency compares the endpoint and key variables of the OpenAI,
+// Anthropic and llmgate families: Claude Code reads the ANTHROPIC_ ones,
+// most other clients the OPENAI_ ones, and they drift apart.
+func (d *diagnosis) checkConsistency() {
+	c := Check{ID: "env.consistency", Title: "OpenAI vs Anthropic variables", Status: StatusPass}
+	type val struct{ name, v string }
+	var bases, keys []val
+	for _, bv := range baseURLVars {
+		v, ok := d.lookup(bv.name)
+		if !ok {
+			continue
+		}
+		v = trimSlash(cleanValue(v))
+		if bv.anthropic {
+			if strings.HasSuffix(v, "/v1") {
+				c.Status = StatusFail
+				c.Detail = "ANTHROPIC_BASE_URL ends in /v1, so Claude Code requests /v1/v1/messages"
+				c.Fix = "Set ANTHROPIC_BASE_URL=" + strings.TrimSuffix(v, "/v1") + "; Claude Code appends /v1/messages itself."
+				v = strings.TrimSuffix(v, "/v1")
+			}
+			v += "/v1"
+		}
+		bases = append(bases, val{bv.name, v})
+	}
+	for _, k := range keyVars {
+		if v, ok := d.lookup(k); ok {
+			keys = append(keys, val{k, cleanKey(v)})
+		}
+	}
+	var notes []string
+	for _, b := range bases[min(1, len(bases)):] {
+		if !sameURL(b.v, bases[0].v) {
+			notes = append(notes, fmt.Sprintf("%s points at %s but %s at %s", bases[0].name, bases[0].v, b.name, b.v))
+		}
+	}
+	for _, k := range keys[min(1, len(keys)):] {
+		if k.v != keys[0].v {
+			notes = append(notes, fmt.Sprintf("%s is %s but %s is %s", keys[0].name, Fingerprint(keys[0].v), k.name, Fingerprint(k.v)))
+		}
+	}
+	switch {
+	case len(notes) > 0:
+		c.Detail = joinNonEmpty(c.Detail, strings.Join(notes, "; "))
+		if c.Status == StatusPass {
+			c.Status = StatusWarn
+			c.Fix = "Point every family at the same endpoint and key (eval \"$(llmgate connect env)\" sets them together), or expect clients to disagree."
+		}
+	case c.Status == StatusPass && len(bases)+len(keys) > 2:
+		c.Detail = "the endpoint and key variables agree"
+	case c.Status == StatusPass:
+		c.Status, c.Detail = StatusSkip, "fewer than two families set; nothing to compare"
+	}
+	d.add(c)
 }

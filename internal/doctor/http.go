@@ -111,6 +111,9 @@ func (d *diagnosis) checkAuthAndModels(ctx context.Context) {
 		d.skip("models", "model list")
 		return
 	}
+	if loc := r.header.Get("Location"); r.status >= 300 && r.status < 400 && loc != "" {
+		d.followRedirect(rctx, &r, loc)
+	}
 	if r.status == http.StatusNotFound {
 		d.tryCorrectedURL(rctx, &r)
 	}
@@ -142,6 +145,23 @@ func (d *diagnosis) checkAuthAndModels(ctx context.Context) {
 		d.add(auth)
 	}
 	d.checkModelList(r)
+}
+
+// followRedirect reports a redirect of the model list and continues with
+// the target, so one redirect does not hide every other finding.
+func (d *diagnosis) followRedirect(ctx context.Context, r *httpResult, loc string) {
+	req, _ := http.NewRequest(http.MethodGet, d.api+"/models", nil)
+	target, err := req.URL.Parse(loc)
+	if err != nil {
+		return
+	}
+	base := strings.TrimSuffix(trimSlash(target.String()), "/models")
+	c := Check{ID: "url.redirect", Title: "redirect", Status: StatusFail,
+		Detail: fmt.Sprintf("GET %s/models → HTTP %d to %s; clients turn POST into GET on 301/302 and drop the Authorization header across hosts", d.api, r.status, target),
+		Fix:    "Use the redirect target as the base URL: " + base + "."}
+	d.add(c)
+	d.api = base
+	*r = d.do(ctx, http.MethodGet, d.api+"/models", d.bearer(d.keyForRequests), nil)
 }
 
 // tryCorrectedURL probes likely fixes of a base URL that answered 404 and,

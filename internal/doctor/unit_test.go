@@ -112,3 +112,31 @@ func TestKeyVariables_LineBreakIsAFailureAndStillSendable(t *testing.T) {
 		t.Errorf("key for requests %q", d.keyForRequests)
 	}
 }
+
+func TestConsistency_FindsDriftBetweenFamilies(t *testing.T) {
+	d := newDiagnosis(Options{HomeDir: "/nonexistent", WorkDir: "/nonexistent", LookupEnv: envMap(
+		"OPENAI_BASE_URL", "http://localhost:4000/v1/", "ANTHROPIC_BASE_URL", "http://127.0.0.1:8000",
+		"OPENAI_API_KEY", "sk-lg-aaaaaaaaaaaa1111", "ANTHROPIC_AUTH_TOKEN", "sk-lg-bbbbbbbbbbbb2222")})
+	d.checkConsistency()
+	c := d.checks[0]
+	if c.Status != StatusWarn || !strings.Contains(c.Detail, "OPENAI_BASE_URL points at http://localhost:4000/v1 but ANTHROPIC_BASE_URL at http://127.0.0.1:8000/v1") ||
+		!strings.Contains(c.Detail, "OPENAI_API_KEY is sk-lg-…1111 but ANTHROPIC_AUTH_TOKEN is sk-lg-…2222") || !strings.Contains(c.Fix, "llmgate connect env") {
+		t.Errorf("got %s %q fix %q", c.Status, c.Detail, c.Fix)
+	}
+
+	d = newDiagnosis(Options{HomeDir: "/nonexistent", WorkDir: "/nonexistent", LookupEnv: envMap(
+		"OPENAI_BASE_URL", "http://localhost:4000/v1", "ANTHROPIC_BASE_URL", "http://127.0.0.1:4000/v1")})
+	d.checkConsistency()
+	c = d.checks[0]
+	if c.Status != StatusFail || !strings.Contains(c.Fix, "ANTHROPIC_BASE_URL=http://127.0.0.1:4000;") {
+		t.Errorf("got %s %q fix %q", c.Status, c.Detail, c.Fix)
+	}
+
+	d = newDiagnosis(Options{HomeDir: "/nonexistent", WorkDir: "/nonexistent", LookupEnv: envMap(
+		"OPENAI_BASE_URL", "http://localhost:4000/v1", "ANTHROPIC_BASE_URL", "http://127.0.0.1:4000",
+		"OPENAI_API_KEY", "sk-lg-aaaaaaaaaaaa1111", "ANTHROPIC_AUTH_TOKEN", "sk-lg-aaaaaaaaaaaa1111")})
+	d.checkConsistency()
+	if c = d.checks[0]; c.Status != StatusPass {
+		t.Errorf("agreeing variables: %s %q", c.Status, c.Detail)
+	}
+}
