@@ -1,18 +1,183 @@
 package main
 
 import (
+	"context"
 	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"sort"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
+
+	"llmgate/internal/config"
+	"llmgate/internal/discover"
+	"llmgate/internal/gateway"
 )
 
-// newServeCmd is a placeholder until the subcommand lands.
+type serveFlags struct {
+	config   string
+	listen   string
+	database string
+	demo     bool
+	dataDir  string
+	logJSON  bool
+}
+
 func newServeCmd() *cobra.Command {
-	return &cobra.Command{
+	var f serveFlags
+	cmd := &cobra.Command{
 		Use:   "serve",
-		Short: "run the gateway (not built yet)",
-		RunE: func(*cobra.Command, []string) error {
-			return errors.New("serve is not built yet")
-		},
+		Short: "Run the gateway: one OpenAI-compatible endpoint in front of every backend",
+		Long: `Run the gateway. With -c/--config (or LLMGATE_CONFIG) it serves the models of
+that file. Without a config it probes local engines on 127.0.0.1 ports 8000
+(vLLM), 30000 (SGLang), 8080 (llama.cpp) and 11434 (Ollama), adds cloud
+backends whose keys are set (OPENAI_API_KEY, DEEPSEEK_API_KEY,
+DASHSCOPE_API_KEY), and prints what it found.`,
+		RunE: func(cmd *cobra.Command, _ []string) error { return runServe(cmd.Context(), f, cmd.ErrOrStderr()) },
 	}
+	cmd.Flags().StringVarP(&f.config, "config", "c", "", "config file (default $LLMGATE_CONFIG; none = discover backends)")
+	cmd.Flags().StringVar(&f.listen, "listen", "", "listen address (overrides the config; default 127.0.0.1:4000)")
+	cmd.Flags().StringVar(&f.database, "database", "", "SQLite file (overrides the config; default llmgate.db)")
+	cmd.Flags().BoolVar(&f.demo, "demo", false, "start simulated engines and a demo key: try everything without a GPU")
+	cmd.Flags().StringVar(&f.dataDir, "data", "", "demo data directory (default: a new temporary directory)")
+	cmd.Flags().BoolVar(&f.logJSON, "log-json", false, "log as JSON")
+	return cmd
+}
+
+// loadConfig reads the config named by path or LLMGATE_CONFIG. It returns
+// nil, nil when neither is set.
+func loadConfig(path string) (*config.Config, error) {
+	if path == "" {
+		path = os.Getenv("LLMGATE_CONFIG")
+	}
+	if path == "" {
+		return nil, nil
+	}
+	fh, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("open config: %w", err)
+	}
+	defer fh.Close()
+	return config.Load(fh, path)
+}
+
+func newLogger(w io.Writer, json bool) *slog.Logger {
+	if json {
+		return slog.New(slog.NewJSONHandler(w, nil))
+	}
+	return slog.New(slog.NewTextHandler(w, nil))
+}
+
+func runServe(ctx context.Context, f serveFlags, out io.Writer) error {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if f.demo {
+		return runDemo(ctx, f, out)
+	}
+	cfg, err := loadConfig(f.config)
+	if err != nil {
+		return err
+	}
+	log := newLogger(out, f.logJSON || (cfg != nil && cfg.LogFormat == "json"))
+	zero := cfg == nil
+	var found []discover.Found
+	if zero {
+		local := discover.Probe(ctx, "127.0.0.1", discover.DefaultPorts, 700*time.Millisecond)
+		cfg, found = discover.Build(local, os.LookupEnv, discover.DefaultClouds)
+		cfg.ApplyDefaults()
+	}
+	if f.listen != "" {
+		cfg.Listen = f.listen
+	}
+	if f.database != "" {
+		cfg.Database = f.database
+	}
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	logBackends(log, cfg)
+	warnProxy(log)
+	g, err := gateway.Start(ctx, gateway.Options{Config: cfg, Logger: log, Notice: out})
+	if err != nil {
+		return err
+	}
+	if zero {
+		printDiscovery(out, g.URL(), found)
+	}
+	log.Info("llmgate listening", "url", g.URL(), "models", len(cfg.Models), "database", cfg.Database)
+	return waitAndClose(ctx, g, log)
+}
+
+func waitAndClose(ctx context.Context, g *gateway.Gateway, log *slog.Logger) error {
+	<-ctx.Done()
+	log.Info("shutting down: finishing requests in flight and flushing the usage ledger")
+	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := g.Close(sctx); err != nil && !errors.Is(err, context.Canceled) {
+		return err
+	}
+	return nil
+}
+
+func logBackends(log *slog.Logger, cfg *config.Config) {
+	names := make([]string, 0, len(cfg.Backends))
+	for n := range cfg.Backends {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		b := cfg.Backends[n]
+		attrs := []any{"backend", n, "base_url", b.BaseURL, "dialect", b.Dialect, "api_key", b.APIKey != ""}
+		if strings.TrimRight(b.URL, "/") != b.BaseURL {
+			attrs = append(attrs, "configured_url", b.URL)
+		}
+		log.Info("backend", attrs...)
+	}
+}
+
+// warnProxy says when proxy variables are set, since a stray HTTP_PROXY is
+// a classic cause of "backend unreachable". Loopback backends bypass it.
+func warnProxy(log *slog.Logger) {
+	for _, v := range []string{"HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"} {
+		if val := os.Getenv(v); val != "" {
+			log.Warn("proxy variable set: requests to non-loopback backends go through it (NO_PROXY excludes hosts)", "var", v)
+		}
+	}
+}
+
+func printDiscovery(w io.Writer, url string, found []discover.Found) {
+	if len(found) == 0 {
+		fmt.Fprintf(w, `
+  No backends found: nothing answered GET /v1/models on 127.0.0.1 ports 8000, 30000,
+  8080 or 11434, and none of OPENAI_API_KEY, DEEPSEEK_API_KEY, DASHSCOPE_API_KEY is set.
+  The gateway runs anyway. To add a backend, start an engine on one of those ports
+  and restart, set a cloud key, or write a config file:
+
+      backends:
+        local-vllm: {url: http://127.0.0.1:8000/v1}
+      models:
+        my-model: {backend: local-vllm}
+
+  and run 'llmgate serve -c llmgate.yaml'. To try llmgate without a GPU: 'llmgate serve --demo'.
+
+`)
+		return
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "\n  BACKEND\tURL\tFOUND BY\tMODELS")
+	for _, f := range found {
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", f.Backend, f.URL, f.Source, strings.Join(f.Models, ", "))
+	}
+	tw.Flush()
+	fmt.Fprintf(w, "\n  Base URL: %s\n  API key:  the master key (LLMGATE_MASTER_KEY, or the one printed at first start),\n            or a key from 'llmgate keys create'\n\n", url)
 }

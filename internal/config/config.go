@@ -1,0 +1,435 @@
+// Package config loads llmgate's YAML configuration: ${ENV} expansion,
+// defaults, backend URL normalization and validation with errors that name
+// the key and the line.
+package config
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"regexp"
+	"sort"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Defaults applied when the file leaves a setting out.
+const (
+	DefaultListen       = "127.0.0.1:4000"
+	DefaultDatabase     = "llmgate.db"
+	DefaultMaxBodyBytes = 32 << 20
+)
+
+// Dialects a backend may speak.
+const (
+	DialectOpenAI    = "openai"
+	DialectAnthropic = "anthropic"
+)
+
+// Config is the whole gateway configuration. Models, backends and engines
+// live here; keys and usage live in the database.
+type Config struct {
+	Listen   string `yaml:"listen"`
+	Database string `yaml:"database"`
+	// MaxBodyBytes limits request bodies (default 32 MiB).
+	MaxBodyBytes int64               `yaml:"max_body_bytes"`
+	LogFormat    string              `yaml:"log_format"` // text (default) or json
+	Backends     map[string]*Backend `yaml:"backends"`
+	Models       map[string]*Model   `yaml:"models"`
+
+	// Source names where the configuration came from, for messages.
+	Source string `yaml:"-"`
+}
+
+// Backend is one upstream server or cloud API.
+type Backend struct {
+	Name    string            `yaml:"-"`
+	URL     string            `yaml:"url"`
+	APIKey  string            `yaml:"api_key"`
+	Dialect string            `yaml:"dialect"` // openai (default) or anthropic
+	Headers map[string]string `yaml:"headers"`
+	// Timeouts; zero means the default.
+	ConnectTimeout Duration `yaml:"connect_timeout"` // default 5s
+	FirstByte      Duration `yaml:"first_byte_timeout"`
+	Timeout        Duration `yaml:"timeout"` // whole request, default none
+	// BaseURL is URL after normalization (set by Validate).
+	BaseURL string `yaml:"-"`
+	line    int
+}
+
+// Model is one public model name and where it is served.
+type Model struct {
+	Name          string `yaml:"-"`
+	Backend       string `yaml:"backend"`
+	UpstreamModel string `yaml:"upstream_model"` // default: the public name
+	line          int
+}
+
+// Duration is a time.Duration that reads "30s", "2m" or a number of seconds.
+type Duration time.Duration
+
+// UnmarshalYAML accepts Go duration strings and plain numbers of seconds.
+func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
+	var s string
+	if err := n.Decode(&s); err != nil {
+		return err
+	}
+	if v, err := time.ParseDuration(s); err == nil {
+		*d = Duration(v)
+		return nil
+	}
+	var secs float64
+	if _, err := fmt.Sscanf(s, "%g", &secs); err == nil {
+		*d = Duration(time.Duration(secs * float64(time.Second)))
+		return nil
+	}
+	return fmt.Errorf("invalid duration %q: use a value like 30s or 2m", s)
+}
+
+// LineError is a configuration error tied to a line of the file.
+type LineError struct {
+	Source string
+	Line   int
+	Key    string
+	Msg    string
+}
+
+func (e *LineError) Error() string {
+	var b strings.Builder
+	if e.Source != "" {
+		b.WriteString(e.Source)
+	} else {
+		b.WriteString("config")
+	}
+	if e.Line > 0 {
+		fmt.Fprintf(&b, ":%d", e.Line)
+	}
+	if e.Key != "" {
+		fmt.Fprintf(&b, ": %s", e.Key)
+	}
+	b.WriteString(": ")
+	b.WriteString(e.Msg)
+	return b.String()
+}
+
+var envRef = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)(:-([^}]*))?\}`)
+
+// ExpandEnv replaces ${NAME} and ${NAME:-default} using lookup.
+func ExpandEnv(s string, lookup func(string) (string, bool)) string {
+	return envRef.ReplaceAllStringFunc(s, func(m string) string {
+		sub := envRef.FindStringSubmatch(m)
+		if v, ok := lookup(sub[1]); ok && v != "" {
+			return v
+		}
+		return sub[3]
+	})
+}
+
+// Load reads, expands, defaults and validates a configuration. source names
+// the file in error messages.
+func Load(r io.Reader, source string) (*Config, error) {
+	return LoadWithEnv(r, source, os.LookupEnv)
+}
+
+// LoadWithEnv is Load with an injectable environment lookup.
+func LoadWithEnv(r io.Reader, source string, lookup func(string) (string, bool)) (*Config, error) {
+	data, err := io.ReadAll(r)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", source, err)
+	}
+	data = expandText(data, lookup)
+	var root yaml.Node
+	if err := yaml.Unmarshal(data, &root); err != nil {
+		return nil, &LineError{Source: source, Msg: strings.TrimPrefix(err.Error(), "yaml: ")}
+	}
+	cfg := &Config{Source: source}
+	if len(root.Content) == 0 { // empty file
+		cfg.ApplyDefaults()
+		return cfg, cfg.Validate()
+	}
+	doc := root.Content[0]
+	if err := checkKnownKeys(doc, source); err != nil {
+		return nil, err
+	}
+	if err := doc.Decode(cfg); err != nil {
+		var te *yaml.TypeError
+		if errors.As(err, &te) && len(te.Errors) > 0 {
+			return nil, &LineError{Source: source, Msg: te.Errors[0]}
+		}
+		return nil, &LineError{Source: source, Msg: err.Error()}
+	}
+	cfg.Source = source
+	recordLines(doc, cfg)
+	cfg.ApplyDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return cfg, nil
+}
+
+// expandText expands ${ENV} references before YAML parsing, as Docker
+// Compose does, so that references work inside flow mappings like
+// "{api_key: ${KEY}}" where braces are YAML syntax. A reference that forms a
+// whole scalar is inserted as a double-quoted string, so values with YAML
+// special characters stay one string; values never contain newlines that
+// would shift line numbers, since quoting escapes them.
+func expandText(data []byte, lookup func(string) (string, bool)) []byte {
+	src := string(data)
+	var b strings.Builder
+	last := 0
+	for _, loc := range envRef.FindAllStringSubmatchIndex(src, -1) {
+		start, end := loc[0], loc[1]
+		b.WriteString(src[last:start])
+		val := ExpandEnv(src[start:end], lookup)
+		if wholeScalar(src, start, end) {
+			q, _ := json.Marshal(val)
+			b.Write(q)
+		} else {
+			b.WriteString(strings.ReplaceAll(val, "\n", " "))
+		}
+		last = end
+	}
+	b.WriteString(src[last:])
+	return []byte(b.String())
+}
+
+// wholeScalar reports whether src[start:end] stands alone as a YAML value:
+// after "key: " or "- " and before a separator or the end of the line.
+func wholeScalar(src string, start, end int) bool {
+	before := strings.TrimRight(src[:start], " \t")
+	if !(strings.HasSuffix(before, ":") || strings.HasSuffix(before, "-") || strings.HasSuffix(before, "[") || strings.HasSuffix(before, ",")) {
+		return false
+	}
+	if start > 0 && src[start-1] != ' ' && src[start-1] != '[' && src[start-1] != ',' {
+		return false
+	}
+	rest := strings.TrimLeft(src[end:], " \t")
+	return rest == "" || strings.ContainsAny(rest[:1], ",}]#\r\n")
+}
+
+var knownKeys = map[string][]string{
+	"":        {"listen", "database", "max_body_bytes", "log_format", "backends", "models"},
+	"backend": {"url", "api_key", "dialect", "headers", "connect_timeout", "first_byte_timeout", "timeout"},
+	"model":   {"backend", "upstream_model"},
+}
+
+// checkKnownKeys rejects misspelled keys with the line and the nearest name,
+// because a silently ignored key costs hours.
+func checkKnownKeys(doc *yaml.Node, source string) error {
+	if doc.Kind != yaml.MappingNode {
+		return &LineError{Source: source, Line: doc.Line, Msg: "the top level must be a mapping of settings"}
+	}
+	check := func(m *yaml.Node, kind, path string) error {
+		if m.Kind != yaml.MappingNode {
+			return &LineError{Source: source, Line: m.Line, Key: path, Msg: "must be a mapping"}
+		}
+		for i := 0; i+1 < len(m.Content); i += 2 {
+			k := m.Content[i]
+			if !contains(knownKeys[kind], k.Value) {
+				msg := fmt.Sprintf("unknown key %q", k.Value)
+				if near := Nearest(k.Value, knownKeys[kind]); near != "" {
+					msg += fmt.Sprintf("; did you mean %q?", near)
+				}
+				return &LineError{Source: source, Line: k.Line, Key: joinKey(path, k.Value), Msg: msg}
+			}
+		}
+		return nil
+	}
+	if err := check(doc, "", ""); err != nil {
+		return err
+	}
+	for i := 0; i+1 < len(doc.Content); i += 2 {
+		k, v := doc.Content[i], doc.Content[i+1]
+		kind := map[string]string{"backends": "backend", "models": "model"}[k.Value]
+		if kind == "" {
+			continue
+		}
+		if v.Kind == yaml.ScalarNode && v.Tag == "!!null" {
+			continue
+		}
+		if v.Kind != yaml.MappingNode {
+			return &LineError{Source: source, Line: v.Line, Key: k.Value, Msg: "must be a mapping of names to settings"}
+		}
+		for j := 0; j+1 < len(v.Content); j += 2 {
+			name, body := v.Content[j], v.Content[j+1]
+			if err := check(body, kind, k.Value+"."+name.Value); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// recordLines remembers where each backend and model was defined.
+func recordLines(doc *yaml.Node, cfg *Config) {
+	for i := 0; i+1 < len(doc.Content); i += 2 {
+		k, v := doc.Content[i], doc.Content[i+1]
+		for j := 0; j+1 < len(v.Content); j += 2 {
+			name := v.Content[j]
+			switch k.Value {
+			case "backends":
+				if b := cfg.Backends[name.Value]; b != nil {
+					b.line = name.Line
+				}
+			case "models":
+				if m := cfg.Models[name.Value]; m != nil {
+					m.line = name.Line
+				}
+			}
+		}
+	}
+}
+
+// ApplyDefaults fills in every setting the file left out.
+func (c *Config) ApplyDefaults() {
+	if c.Listen == "" {
+		c.Listen = DefaultListen
+	}
+	if c.Database == "" {
+		c.Database = DefaultDatabase
+	}
+	if c.MaxBodyBytes == 0 {
+		c.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if c.Backends == nil {
+		c.Backends = map[string]*Backend{}
+	}
+	if c.Models == nil {
+		c.Models = map[string]*Model{}
+	}
+	for name, b := range c.Backends {
+		if b == nil {
+			b = &Backend{}
+			c.Backends[name] = b
+		}
+		b.Name = name
+		if b.Dialect == "" {
+			b.Dialect = DialectOpenAI
+		}
+	}
+	for name, m := range c.Models {
+		if m == nil {
+			m = &Model{}
+			c.Models[name] = m
+		}
+		m.Name = name
+		if m.UpstreamModel == "" {
+			m.UpstreamModel = name
+		}
+	}
+}
+
+// Validate checks the configuration and normalizes backend URLs. It is safe
+// to call more than once.
+func (c *Config) Validate() error {
+	le := func(line int, key, format string, args ...any) error {
+		return &LineError{Source: c.Source, Line: line, Key: key, Msg: fmt.Sprintf(format, args...)}
+	}
+	if c.MaxBodyBytes < 0 {
+		return le(0, "max_body_bytes", "must be positive")
+	}
+	if c.LogFormat != "" && c.LogFormat != "text" && c.LogFormat != "json" {
+		return le(0, "log_format", "must be text or json, not %q", c.LogFormat)
+	}
+	for _, name := range sortedKeys(c.Backends) {
+		b := c.Backends[name]
+		key := "backends." + name
+		if b.URL == "" {
+			return le(b.line, key+".url", "is required (for example http://127.0.0.1:8000/v1)")
+		}
+		if b.Dialect != DialectOpenAI && b.Dialect != DialectAnthropic {
+			return le(b.line, key+".dialect", "must be openai or anthropic, not %q", b.Dialect)
+		}
+		base, err := NormalizeBaseURL(b.URL, b.Dialect)
+		if err != nil {
+			return le(b.line, key+".url", "%v", err)
+		}
+		b.BaseURL = base
+		if strings.Contains(b.APIKey, "${") {
+			return le(b.line, key+".api_key", "unexpanded reference %q", b.APIKey)
+		}
+	}
+	backendNames := sortedKeys(c.Backends)
+	for _, name := range sortedKeys(c.Models) {
+		m := c.Models[name]
+		key := "models." + name
+		if m.Backend == "" {
+			return le(m.line, key+".backend", "is required: name one of the backends (%s)", strings.Join(backendNames, ", "))
+		}
+		if _, ok := c.Backends[m.Backend]; !ok {
+			msg := fmt.Sprintf("unknown backend %q", m.Backend)
+			if near := Nearest(m.Backend, backendNames); near != "" {
+				msg += fmt.Sprintf("; did you mean %q?", near)
+			} else if len(backendNames) > 0 {
+				msg += fmt.Sprintf("; defined backends: %s", strings.Join(backendNames, ", "))
+			} else {
+				msg += "; add it under backends:"
+			}
+			return le(m.line, key+".backend", "%s", msg)
+		}
+	}
+	return nil
+}
+
+// NormalizeBaseURL returns the base URL requests are joined to. For the
+// OpenAI dialect a bare host (no path) gets "/v1"; a path ending in "/v1" or
+// any other explicit path (e.g. "/api/paas/v4") is kept; "/v1/v1" is fixed.
+// For the Anthropic dialect the base has no "/v1": paths are "/v1/messages".
+func NormalizeBaseURL(raw, dialect string) (string, error) {
+	raw = strings.TrimSpace(raw)
+	if !strings.HasPrefix(raw, "http://") && !strings.HasPrefix(raw, "https://") {
+		return "", fmt.Errorf("URL %q must start with http:// or https://", raw)
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "", fmt.Errorf("invalid URL %q: %v", raw, err)
+	}
+	if u.Host == "" {
+		return "", fmt.Errorf("URL %q has no host", raw)
+	}
+	if u.RawQuery != "" || u.Fragment != "" {
+		return "", fmt.Errorf("URL %q must not have a query or fragment", raw)
+	}
+	p := strings.TrimRight(u.Path, "/")
+	for strings.HasSuffix(p, "/v1/v1") {
+		p = strings.TrimSuffix(p, "/v1")
+	}
+	if dialect == DialectAnthropic {
+		p = strings.TrimSuffix(p, "/v1")
+	} else if p == "" {
+		p = "/v1"
+	}
+	u.Path = p
+	u.RawPath = ""
+	return u.String(), nil
+}
+
+func joinKey(path, k string) string {
+	if path == "" {
+		return k
+	}
+	return path + "." + k
+}
+
+func contains(xs []string, s string) bool {
+	for _, x := range xs {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	return ks
+}

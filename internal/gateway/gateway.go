@@ -1,0 +1,200 @@
+// Package gateway assembles a running gateway from a configuration: store,
+// master key, key verifier, usage ledger, routing table and HTTP server. The
+// serve command, demo mode and end-to-end tests all start gateways here.
+package gateway
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"llmgate/internal/config"
+	"llmgate/internal/keys"
+	"llmgate/internal/router"
+	"llmgate/internal/server"
+	"llmgate/internal/store"
+	"llmgate/internal/store/sqlite"
+	"llmgate/internal/usage"
+)
+
+// Options are the inputs of a gateway beyond its configuration.
+type Options struct {
+	Config *config.Config
+	Logger *slog.Logger
+	// MasterKey overrides LLMGATE_MASTER_KEY; empty means read the
+	// environment, then the stored hash, then generate one.
+	MasterKey string
+	// Notice receives one-time messages for the operator (a generated
+	// master key); nil means stderr.
+	Notice io.Writer
+	// Listener, when set, is used instead of listening on Config.Listen.
+	Listener net.Listener
+	// LedgerOptions tunes batching (tests use small intervals).
+	LedgerOptions usage.Options
+}
+
+// Gateway is a running gateway.
+type Gateway struct {
+	Config   *config.Config
+	Store    store.Store
+	Verifier *keys.Verifier
+	Ledger   *usage.Ledger
+	Server   *server.Server
+	HTTP     *http.Server
+	Addr     string // actual listen address
+	log      *slog.Logger
+	ln       net.Listener
+	cancel   context.CancelFunc
+	served   chan error
+}
+
+// OpenStore opens the store named by a database setting.
+func OpenStore(ctx context.Context, database string) (store.Store, error) {
+	if strings.HasPrefix(database, "postgres://") || strings.HasPrefix(database, "postgresql://") {
+		return nil, errors.New("PostgreSQL storage is not available in this build yet; use a SQLite file path for database:")
+	}
+	return sqlite.Open(ctx, database)
+}
+
+// Start opens everything and begins serving. Close stops it gracefully.
+func Start(ctx context.Context, opt Options) (*Gateway, error) {
+	cfg := opt.Config
+	log := opt.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	st, err := OpenStore(ctx, cfg.Database)
+	if err != nil {
+		return nil, err
+	}
+	g := &Gateway{Config: cfg, Store: st, log: log, served: make(chan error, 1)}
+	masterHash, err := ensureMaster(ctx, st, opt)
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	g.Verifier, err = keys.NewVerifier(ctx, st, masterHash, log)
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	g.Ledger = usage.NewLedger(st, opt.LedgerOptions, log)
+	table := router.New(cfg)
+	g.Server = server.New(server.Options{Table: table, Verifier: g.Verifier, Ledger: g.Ledger, Logger: log, MaxBodyBytes: cfg.MaxBodyBytes})
+
+	ln := opt.Listener
+	if ln == nil {
+		ln, err = net.Listen("tcp", cfg.Listen)
+		if err != nil {
+			g.Ledger.Close(ctx)
+			st.Close()
+			return nil, fmt.Errorf("listen on %s: %w (is another llmgate or server using the port? set listen: in the config or --listen)", cfg.Listen, err)
+		}
+	}
+	g.ln = ln
+	g.Addr = ln.Addr().String()
+	g.HTTP = &http.Server{Handler: g.Server, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second,
+		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	wctx, cancel := context.WithCancel(context.Background())
+	g.cancel = cancel
+	go g.Verifier.Watch(wctx, 500*time.Millisecond)
+	go func() { g.served <- g.HTTP.Serve(ln) }()
+	return g, nil
+}
+
+// URL is the base URL clients use, with /v1.
+func (g *Gateway) URL() string { return "http://" + g.Addr + "/v1" }
+
+// Close stops accepting requests, waits for requests in flight (up to the
+// context's deadline), flushes the ledger and closes the store.
+func (g *Gateway) Close(ctx context.Context) error {
+	err := g.HTTP.Shutdown(ctx)
+	if err != nil {
+		g.HTTP.Close()
+	}
+	g.cancel()
+	if lerr := g.Ledger.Close(ctx); lerr != nil {
+		err = errors.Join(err, fmt.Errorf("flush usage ledger: %w", lerr))
+	}
+	g.Server.Table().Close()
+	if serr := g.Store.Close(); serr != nil {
+		err = errors.Join(err, serr)
+	}
+	return err
+}
+
+const masterSetting = "master_key_sha256"
+
+// ensureMaster returns the master key's hash. LLMGATE_MASTER_KEY wins; else
+// the stored hash; else a new key is generated, printed once, and only its
+// hash kept.
+func ensureMaster(ctx context.Context, st store.Store, opt Options) ([32]byte, error) {
+	var zero [32]byte
+	secret := opt.MasterKey
+	if secret == "" {
+		secret = strings.TrimSpace(os.Getenv("LLMGATE_MASTER_KEY"))
+	}
+	if secret != "" {
+		return keys.HashBytes(secret), nil
+	}
+	stored, err := st.GetSetting(ctx, masterSetting)
+	if err != nil {
+		return zero, fmt.Errorf("read master key: %w", err)
+	}
+	if stored != "" {
+		if raw, err := hex.DecodeString(stored); err == nil && len(raw) == 32 {
+			return [32]byte(raw), nil
+		}
+	}
+	secret, err = keys.Generate()
+	if err != nil {
+		return zero, err
+	}
+	if err := st.SetSetting(ctx, masterSetting, keys.Hash(secret)); err != nil {
+		return zero, fmt.Errorf("store master key hash: %w", err)
+	}
+	w := opt.Notice
+	if w == nil {
+		w = os.Stderr
+	}
+	fmt.Fprintf(w, "\n  Generated master key (shown once, only its hash is stored):\n\n      %s\n\n"+
+		"  Save it now: it manages keys and can call every model. To choose your own,\n"+
+		"  set LLMGATE_MASTER_KEY; to replace a lost one, run 'llmgate keys reset-master'.\n\n", secret)
+	return keys.HashBytes(secret), nil
+}
+
+// ResetMaster generates a new master key, stores its hash and returns it.
+func ResetMaster(ctx context.Context, st store.Store) (string, error) {
+	secret, err := keys.Generate()
+	if err != nil {
+		return "", err
+	}
+	return secret, st.SetSetting(ctx, masterSetting, keys.Hash(secret))
+}
+
+// CreateKey issues a new virtual key and returns the record and the secret,
+// which is not stored and cannot be shown again.
+func CreateKey(ctx context.Context, st keys.Store, k keys.Key) (*keys.Key, string, error) {
+	secret, err := keys.Generate()
+	if err != nil {
+		return nil, "", err
+	}
+	k.ID = keys.NewID()
+	k.Hash = keys.Hash(secret)
+	k.Hint = keys.Hint(secret)
+	if k.CreatedAt.IsZero() {
+		k.CreatedAt = time.Now()
+	}
+	if err := st.CreateKey(ctx, &k); err != nil {
+		return nil, "", err
+	}
+	return &k, secret, nil
+}

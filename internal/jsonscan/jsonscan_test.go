@@ -1,0 +1,84 @@
+package jsonscan
+
+import (
+	"encoding/json"
+	"testing"
+)
+
+func TestFind_TopLevelOnly(t *testing.T) {
+	doc := []byte(`{"messages":[{"role":"user","content":"{\"model\":\"fake\"}"}],"nested":{"model":"no"},"model":"qwen\u002d7b","stream":true}`)
+	sp, err := Find(doc, "model", "stream", "stream_options")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m, ok := String(doc, sp[0]); !ok || m != "qwen-7b" {
+		t.Fatalf("model = %q %v", m, ok)
+	}
+	if !Bool(doc, sp[1]) {
+		t.Fatal("stream should be true")
+	}
+	if sp[2].Valid() {
+		t.Fatal("stream_options should be absent")
+	}
+}
+
+func TestReplaceAndInsert_KeepValidJSON(t *testing.T) {
+	doc := []byte(`{ "model" : "a", "stream": true }`)
+	sp, _ := Find(doc, "model")
+	out := Replace(doc, sp[0], []byte(`"b"`))
+	out = Insert(out, "stream_options", []byte(`{"include_usage":true}`))
+	var v map[string]any
+	if err := json.Unmarshal(out, &v); err != nil {
+		t.Fatalf("invalid: %s: %v", out, err)
+	}
+	if v["model"] != "b" || v["stream_options"].(map[string]any)["include_usage"] != true {
+		t.Fatalf("got %s", out)
+	}
+}
+
+func TestFields_RejectsNonObject(t *testing.T) {
+	if err := Fields([]byte(`[1,2]`), func([]byte, Span) bool { return true }); err != ErrNotObject {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+func TestSyntaxOffset_PointsAtError(t *testing.T) {
+	off, msg := SyntaxOffset([]byte(`{"model": "a",, }`))
+	if off != 15 || msg == "" {
+		t.Fatalf("offset %d msg %q", off, msg)
+	}
+}
+
+func FuzzFind(f *testing.F) {
+	f.Add([]byte(`{"model":"x","stream":false}`))
+	f.Add([]byte(`{"a":[{"b":"}"}],"model":"\"q\""}`))
+	f.Fuzz(func(t *testing.T, doc []byte) {
+		if !json.Valid(doc) {
+			return
+		}
+		var want map[string]json.RawMessage
+		isObj := json.Unmarshal(doc, &want) == nil
+		sp, err := Find(doc, "model")
+		if !isObj {
+			return
+		}
+		if err != nil {
+			t.Fatalf("valid object rejected: %s: %v", doc, err)
+		}
+		if raw, ok := want["model"]; ok && sp[0].Valid() {
+			if got := doc[sp[0].Start:sp[0].End]; string(got) != string(raw) {
+				// Duplicate keys: encoding/json keeps the last, Find the first.
+				var n int
+				_ = Fields(doc, func(k []byte, _ Span) bool {
+					if string(k) == "model" {
+						n++
+					}
+					return true
+				})
+				if n < 2 {
+					t.Fatalf("model span %q, want %q", got, raw)
+				}
+			}
+		}
+	})
+}

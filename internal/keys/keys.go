@@ -1,0 +1,128 @@
+// Package keys issues and verifies virtual API keys. A key's secret is shown
+// once; only its SHA-256 hash is stored, and lookups compare hashes in
+// constant time.
+package keys
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"path"
+	"strings"
+	"time"
+)
+
+// Prefix starts every key issued by llmgate.
+const Prefix = "sk-lg-"
+
+// Key is a virtual API key as stored. It never holds the secret.
+type Key struct {
+	ID        string
+	Name      string
+	Owner     string
+	Hash      string   // hex SHA-256 of the secret
+	Hint      string   // "sk-lg-…abcd": enough to recognise, useless to use
+	Models    []string // allowed public models as glob patterns; empty = all
+	RPM       int      // requests per minute; 0 = unlimited
+	TPM       int      // tokens per minute; 0 = unlimited
+	MaxConc   int      // concurrent requests; 0 = unlimited
+	BudgetUSD float64  // 0 = no budget
+	// BudgetPeriod is "", "daily" or "monthly".
+	BudgetPeriod string
+	Metadata     map[string]string
+	CreatedAt    time.Time
+	ExpiresAt    *time.Time
+	RevokedAt    *time.Time
+}
+
+// Errors returned by verification.
+var (
+	ErrNotFound = errors.New("key not found")
+	ErrRevoked  = errors.New("key revoked")
+	ErrExpired  = errors.New("key expired")
+)
+
+// Allows reports whether the key may use the public model name.
+func (k *Key) Allows(model string) bool {
+	if len(k.Models) == 0 {
+		return true
+	}
+	for _, p := range k.Models {
+		if p == model || p == "*" {
+			return true
+		}
+		if ok, err := path.Match(p, model); err == nil && ok {
+			return true
+		}
+	}
+	return false
+}
+
+// Usable returns nil when the key is neither revoked nor expired at now.
+func (k *Key) Usable(now time.Time) error {
+	if k.RevokedAt != nil {
+		return ErrRevoked
+	}
+	if k.ExpiresAt != nil && !now.Before(*k.ExpiresAt) {
+		return ErrExpired
+	}
+	return nil
+}
+
+// Generate returns a new random secret with the sk-lg- prefix (192 bits).
+func Generate() (string, error) {
+	var b [24]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", err
+	}
+	return Prefix + base64.RawURLEncoding.EncodeToString(b[:]), nil
+}
+
+// NewID returns a short random identifier for a key record.
+func NewID() string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return "key_" + hex.EncodeToString(b[:])
+}
+
+// Hash returns the hex SHA-256 of a secret.
+func Hash(secret string) string {
+	sum := sha256.Sum256([]byte(secret))
+	return hex.EncodeToString(sum[:])
+}
+
+// HashBytes returns the raw SHA-256 of a secret, for map lookups without
+// allocating a hex string on the hot path.
+func HashBytes(secret string) [32]byte { return sha256.Sum256([]byte(secret)) }
+
+// Hint returns a recognisable but useless fragment of a secret.
+func Hint(secret string) string {
+	if len(secret) <= 10 {
+		return "…"
+	}
+	p := Prefix
+	if !strings.HasPrefix(secret, Prefix) {
+		p = secret[:3]
+	}
+	return p + "…" + secret[len(secret)-4:]
+}
+
+// Equal compares two hashes in constant time.
+func Equal(a, b [32]byte) bool { return subtle.ConstantTimeCompare(a[:], b[:]) == 1 }
+
+// Store is what the keys package needs from persistence.
+type Store interface {
+	CreateKey(ctx context.Context, k *Key) error
+	ListKeys(ctx context.Context) ([]*Key, error)
+	GetKey(ctx context.Context, id string) (*Key, error)
+	RevokeKey(ctx context.Context, id string, at time.Time) error
+	// KeysVersion returns a number that changes whenever any key changes,
+	// so verifiers on every replica know when to reload.
+	KeysVersion(ctx context.Context) (int64, error)
+	GetSetting(ctx context.Context, name string) (string, error)
+	SetSetting(ctx context.Context, name, value string) error
+}

@@ -1,0 +1,158 @@
+// Package provider turns a configured backend into HTTP requests: URL
+// joining, authentication headers, a connection pool sized for a gateway,
+// time-outs, and classification of transport failures into client-safe
+// errors that name the backend.
+package provider
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"syscall"
+	"time"
+
+	"llmgate/internal/apierror"
+	"llmgate/internal/config"
+)
+
+// Backend is a configured upstream, ready to send requests.
+type Backend struct {
+	Name    string
+	BaseURL string
+	Dialect string
+	apiKey  string
+	headers map[string]string
+	client  *http.Client
+	timeout time.Duration
+}
+
+// NewBackend builds a Backend from configuration. Each backend owns its
+// transport so that pools and time-outs do not interfere across backends.
+func NewBackend(b *config.Backend) *Backend {
+	connect := time.Duration(b.ConnectTimeout)
+	if connect <= 0 {
+		connect = 5 * time.Second
+	}
+	tr := &http.Transport{
+		Proxy:                 http.ProxyFromEnvironment,
+		DialContext:           (&net.Dialer{Timeout: connect, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConns:          1024,
+		MaxIdleConnsPerHost:   512,
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   connect,
+		ResponseHeaderTimeout: time.Duration(b.FirstByte),
+		ExpectContinueTimeout: time.Second,
+		// Bodies are inspected for usage; ask upstreams for identity encoding.
+		DisableCompression: true,
+		ForceAttemptHTTP2:  true,
+		WriteBufferSize:    32 << 10,
+		ReadBufferSize:     32 << 10,
+	}
+	return &Backend{
+		Name: b.Name, BaseURL: b.BaseURL, Dialect: b.Dialect, apiKey: b.APIKey,
+		headers: b.Headers, client: &http.Client{Transport: tr}, timeout: time.Duration(b.Timeout),
+	}
+}
+
+// Close releases idle connections.
+func (b *Backend) Close() { b.client.CloseIdleConnections() }
+
+// Timeout is the whole-request time-out, zero for none.
+func (b *Backend) Timeout() time.Duration { return b.timeout }
+
+// NewRequest builds a POST (or GET when body is nil) to BaseURL+path with the
+// backend's credentials.
+func (b *Backend) NewRequest(ctx context.Context, path string, body []byte, requestID string) (*http.Request, error) {
+	method := http.MethodPost
+	var rd *bytes.Reader
+	if body == nil {
+		method = http.MethodGet
+	} else {
+		rd = bytes.NewReader(body)
+	}
+	var req *http.Request
+	var err error
+	if rd != nil {
+		req, err = http.NewRequestWithContext(ctx, method, b.BaseURL+path, rd)
+	} else {
+		req, err = http.NewRequestWithContext(ctx, method, b.BaseURL+path, nil)
+	}
+	if err != nil {
+		return nil, err
+	}
+	h := req.Header
+	if body != nil {
+		h["Content-Type"] = jsonCT
+	}
+	if b.apiKey != "" {
+		if b.Dialect == config.DialectAnthropic {
+			h.Set("X-Api-Key", b.apiKey)
+		} else {
+			h["Authorization"] = []string{"Bearer " + b.apiKey}
+		}
+	}
+	if b.Dialect == config.DialectAnthropic {
+		h.Set("Anthropic-Version", "2023-06-01")
+	}
+	if requestID != "" {
+		h["X-Request-Id"] = []string{requestID}
+	}
+	for k, v := range b.headers {
+		h.Set(k, v)
+	}
+	return req, nil
+}
+
+var jsonCT = []string{"application/json"}
+
+// Do sends the request. Transport failures come back as *apierror.Error
+// that say which backend failed and how.
+func (b *Backend) Do(req *http.Request) (*http.Response, error) {
+	resp, err := b.client.Do(req)
+	if err != nil {
+		return nil, b.Classify(req.Context(), err)
+	}
+	return resp, nil
+}
+
+// Classify turns a transport error into a client-facing error.
+func (b *Backend) Classify(ctx context.Context, err error) *apierror.Error {
+	var ae *apierror.Error
+	if errors.As(err, &ae) {
+		return ae
+	}
+	if ctx.Err() == context.Canceled {
+		return (&apierror.Error{Status: 499, Kind: apierror.KindClientClosed, Code: "client_closed",
+			Message: "client closed the request"}).Wrap(err)
+	}
+	var ne net.Error
+	if errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()) {
+		return apierror.Newf(http.StatusGatewayTimeout, apierror.KindTimeout, "backend_timeout",
+			"backend %q (%s) did not answer in time; check that it is not overloaded, or raise backends.%s.timeout / first_byte_timeout",
+			b.Name, b.BaseURL, b.Name).Wrap(err)
+	}
+	if errors.Is(err, syscall.ECONNREFUSED) {
+		return apierror.Newf(http.StatusBadGateway, apierror.KindUpstream, "backend_unavailable",
+			"backend %q refused the connection at %s: is the server running and listening on that port?", b.Name, b.BaseURL).Wrap(err)
+	}
+	var dnsErr *net.DNSError
+	if errors.As(err, &dnsErr) {
+		return apierror.Newf(http.StatusBadGateway, apierror.KindUpstream, "backend_unavailable",
+			"backend %q: cannot resolve host %q; check backends.%s.url", b.Name, dnsErr.Name, b.Name).Wrap(err)
+	}
+	return apierror.Newf(http.StatusBadGateway, apierror.KindUpstream, "backend_error",
+		"backend %q (%s) failed: %s", b.Name, b.BaseURL, shortErr(err)).Wrap(err)
+}
+
+// shortErr keeps the last part of a wrapped network error, which is the
+// informative one ("connection reset by peer"), without internal URLs twice.
+func shortErr(err error) string {
+	var oe *net.OpError
+	if errors.As(err, &oe) && oe.Err != nil {
+		return fmt.Sprintf("%s: %v", oe.Op, oe.Err)
+	}
+	return err.Error()
+}

@@ -1,0 +1,408 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"llmgate/internal/api/openai"
+	"llmgate/internal/apierror"
+	"llmgate/internal/jsonscan"
+	"llmgate/internal/keys"
+	"llmgate/internal/router"
+	"llmgate/internal/usage"
+)
+
+// endpoint describes one OpenAI-dialect endpoint the gateway relays.
+type endpoint struct {
+	name     string // ledger name
+	path     string // upstream path after the base URL
+	required string // top-level key a successful response must have
+}
+
+var (
+	endpointChat        = endpoint{"chat", "/chat/completions", "choices"}
+	endpointCompletions = endpoint{"completions", "/completions", "choices"}
+	endpointEmbeddings  = endpoint{"embeddings", "/embeddings", "data"}
+)
+
+// call is the state of one relayed request, from parsing to the ledger.
+type call struct {
+	ep        endpoint
+	reqID     string
+	start     time.Time
+	principal keys.Principal
+	model     string
+	dep       router.Deployment
+	body      []byte // the client's body, for estimating prompt tokens
+
+	stream           bool
+	clientWantsUsage bool
+
+	status    int
+	errType   string
+	usage     openai.Usage
+	haveUsage bool
+	ttft      time.Duration
+	outChars  int // characters of generated text seen, for estimates
+}
+
+var bufPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+func getBuf() *bytes.Buffer {
+	b := bufPool.Get().(*bytes.Buffer)
+	b.Reset()
+	return b
+}
+
+func putBuf(b *bytes.Buffer) {
+	if b.Cap() <= 1<<20 {
+		bufPool.Put(b)
+	}
+}
+
+// readBody reads the request body into a pooled buffer, enforcing the limit.
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request, buf *bytes.Buffer) error {
+	if r.ContentLength > s.maxBody {
+		return tooLarge(s.maxBody)
+	}
+	if r.ContentLength > 0 {
+		buf.Grow(int(r.ContentLength))
+	}
+	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, s.maxBody))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return tooLarge(s.maxBody)
+		}
+		return apierror.InvalidRequest("body_read_error", "could not read the request body: %v", err)
+	}
+	return nil
+}
+
+func tooLarge(limit int64) error {
+	return apierror.Newf(http.StatusRequestEntityTooLarge, apierror.KindInvalidRequest, "body_too_large",
+		"request body is larger than the gateway's limit of %d MiB: send a smaller request, or raise max_body_bytes in the config", limit>>20)
+}
+
+// proxy returns the handler relaying one OpenAI endpoint.
+func (s *Server) proxy(ep endpoint) func(http.ResponseWriter, *http.Request, keys.Principal) {
+	return func(w http.ResponseWriter, r *http.Request, p keys.Principal) {
+		c := &call{ep: ep, start: time.Now(), principal: p, reqID: s.requestID(r)}
+		w.Header()["X-Request-Id"] = []string{c.reqID}
+		buf := getBuf()
+		defer putBuf(buf)
+		if err := s.readBody(w, r, buf); err != nil {
+			openai.WriteError(w, err)
+			return
+		}
+		upstreamBody, err := s.prepare(c, buf.Bytes())
+		if err != nil {
+			openai.WriteError(w, err)
+			if c.model != "" { // known model: the refusal belongs in the ledger
+				c.fail(err)
+				s.record(c)
+			}
+			return
+		}
+		s.forward(w, r, c, upstreamBody)
+		s.record(c)
+	}
+}
+
+// prepare validates the body, resolves the route and returns the body to
+// send upstream (with the upstream model name and include_usage set).
+func (s *Server) prepare(c *call, body []byte) ([]byte, error) {
+	if len(bytes.TrimSpace(body)) == 0 {
+		return nil, apierror.InvalidRequest("empty_body", `request body is empty: send a JSON object such as {"model": "...", "messages": [...]}`)
+	}
+	if !json.Valid(body) {
+		off, desc := jsonscan.SyntaxOffset(body)
+		return nil, apierror.InvalidRequest("invalid_json", "request body is not valid JSON: %s (at byte offset %d)", desc, off)
+	}
+	sp, err := jsonscan.Find(body, "model", "stream", "stream_options")
+	if err != nil {
+		return nil, apierror.InvalidRequest("invalid_body", "%v", err)
+	}
+	model, ok := jsonscan.String(body, sp[0])
+	if sp[0].Valid() && !ok {
+		return nil, apierror.InvalidRequest("invalid_model", `"model" must be a string naming one of the gateway's models (GET /v1/models lists them)`)
+	}
+	route, err := s.Table().Route(model)
+	if err != nil {
+		return nil, err
+	}
+	c.model = model
+	c.body = body
+	if !c.principal.Master && !c.principal.Key.Allows(model) {
+		return nil, apierror.Newf(http.StatusForbidden, apierror.KindPermission, "model_not_allowed",
+			"API key %q may not use model %q; it may use: %s", c.principal.Key.Name, model, strings.Join(c.principal.Key.Models, ", "))
+	}
+	c.dep = route.Deployments[0]
+	c.stream = jsonscan.Bool(body, sp[1])
+
+	out := body
+	if c.dep.UpstreamModel != model {
+		q, _ := json.Marshal(c.dep.UpstreamModel)
+		out = jsonscan.Replace(out, sp[0], q)
+	}
+	if c.stream && c.ep.name != "embeddings" {
+		out, c.clientWantsUsage = ensureIncludeUsage(out)
+	}
+	return out, nil
+}
+
+// ensureIncludeUsage makes a streaming request ask for the usage chunk and
+// reports whether the client had asked for it itself.
+func ensureIncludeUsage(body []byte) ([]byte, bool) {
+	sp, _ := jsonscan.Find(body, "stream_options")
+	if jsonscan.IsNull(body, sp[0]) {
+		if sp[0].Valid() { // "stream_options": null
+			return jsonscan.Replace(body, sp[0], []byte(`{"include_usage":true}`)), false
+		}
+		return jsonscan.Insert(body, "stream_options", []byte(`{"include_usage":true}`)), false
+	}
+	var opts map[string]json.RawMessage
+	if err := json.Unmarshal(body[sp[0].Start:sp[0].End], &opts); err != nil {
+		return body, false // not an object: let the backend explain
+	}
+	wanted := string(opts["include_usage"]) == "true"
+	if wanted {
+		return body, true
+	}
+	opts["include_usage"] = json.RawMessage("true")
+	b, _ := json.Marshal(opts)
+	return jsonscan.Replace(body, sp[0], b), false
+}
+
+// forward sends the request upstream and relays the response.
+func (s *Server) forward(w http.ResponseWriter, r *http.Request, c *call, body []byte) {
+	b := c.dep.Backend
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	if t := b.Timeout(); t > 0 {
+		ctx, cancel = context.WithTimeout(ctx, t)
+		defer cancel()
+	}
+	req, err := b.NewRequest(ctx, c.ep.path, body, c.reqID)
+	if err != nil {
+		s.writeFail(w, c, apierror.From(err))
+		return
+	}
+	if c.stream {
+		req.Header["Accept"] = []string{"text/event-stream"}
+	}
+	resp, err := b.Do(req)
+	if err != nil {
+		s.writeFail(w, c, err)
+		return
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		s.writeFail(w, c, s.upstreamError(c, resp))
+		return
+	}
+	if c.stream && strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+		s.relayStream(w, ctx, c, resp)
+		return
+	}
+	s.relayJSON(w, c, resp)
+}
+
+func (s *Server) writeFail(w http.ResponseWriter, c *call, err error) {
+	e := c.fail(err)
+	if e.Status == 499 {
+		return // nobody is listening
+	}
+	openai.WriteError(w, e)
+}
+
+// fail records err as the call's outcome and returns it as an *apierror.Error.
+func (c *call) fail(err error) *apierror.Error {
+	e := apierror.From(err)
+	c.status = e.Status
+	c.errType = e.Code
+	return e
+}
+
+// relayJSON relays a non-streaming response after checking that it is a
+// real result, and takes its usage.
+func (s *Server) relayJSON(w http.ResponseWriter, c *call, resp *http.Response) {
+	buf := getBuf()
+	defer putBuf(buf)
+	_, err := buf.ReadFrom(io.LimitReader(resp.Body, 256<<20))
+	c.ttft = time.Since(c.start)
+	if err != nil {
+		s.writeFail(w, c, c.dep.Backend.Classify(resp.Request.Context(), err))
+		return
+	}
+	body := buf.Bytes()
+	if err := s.checkResult(c, body); err != nil {
+		s.writeFail(w, c, err)
+		return
+	}
+	c.status = http.StatusOK
+	h := w.Header()
+	h["Content-Type"] = []string{"application/json"}
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(body)
+}
+
+var (
+	keyUsage = []byte(`"usage"`)
+	keyError = []byte(`"error"`)
+)
+
+// checkResult verifies a 2xx body carries a result and extracts usage. A
+// 200 without "choices" is a backend failure the client could not read.
+func (s *Server) checkResult(c *call, body []byte) error {
+	bad := func(why string) error {
+		return apierror.Newf(http.StatusBadGateway, apierror.KindUpstream, "bad_upstream_response",
+			"backend %q answered 200 but %s; the body starts: %s", c.dep.Backend.Name, why, quoteStart(body, 200))
+	}
+	if !json.Valid(body) {
+		return bad("the body is not valid JSON")
+	}
+	sp, err := jsonscan.Find(body, c.ep.required, "usage", "error")
+	if err != nil {
+		return bad("the body is not a JSON object")
+	}
+	if !jsonscan.IsNull(body, sp[2]) && !sp[0].Valid() {
+		return apierror.Newf(http.StatusBadGateway, apierror.KindUpstream, "upstream_error_in_body",
+			"backend %q answered 200 with an error: %s", c.dep.Backend.Name, errorMessage(body))
+	}
+	if !sp[0].Valid() || jsonscan.IsNull(body, sp[0]) {
+		return bad(fmt.Sprintf("its body has no %q", c.ep.required))
+	}
+	if !jsonscan.IsNull(body, sp[1]) {
+		var u openai.Usage
+		if json.Unmarshal(body[sp[1].Start:sp[1].End], &u) == nil {
+			c.usage, c.haveUsage = u, true
+		}
+	}
+	if !c.haveUsage {
+		c.outChars = approxGeneratedChars(body)
+	}
+	return nil
+}
+
+// upstreamError maps a non-2xx backend answer to what the client should see:
+// the client's own mistakes keep their status, the gateway's configuration
+// or backend problems become 502 naming the backend.
+func (s *Server) upstreamError(c *call, resp *http.Response) error {
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	name := c.dep.Backend.Name
+	msg := errorMessage(body)
+	st := resp.StatusCode
+	var e *apierror.Error
+	switch {
+	case st == http.StatusUnauthorized || st == http.StatusForbidden:
+		e = apierror.Newf(http.StatusBadGateway, apierror.KindUpstream, "backend_auth_failed",
+			"backend %q rejected the gateway's credentials (%d: %s): set backends.%s.api_key (or the environment variable it names) to a valid key",
+			name, st, msg, name)
+	case st == http.StatusNotFound:
+		e = apierror.Newf(http.StatusBadGateway, apierror.KindUpstream, "backend_not_found",
+			"backend %q answered 404 for model %q (%s): check that the backend serves that model name (models.%s.upstream_model) and the %s endpoint",
+			name, c.dep.UpstreamModel, msg, c.model, c.ep.path)
+	case st == http.StatusTooManyRequests:
+		e = apierror.Newf(http.StatusTooManyRequests, apierror.KindRateLimit, "backend_rate_limited",
+			"backend %q is rate limiting (%s): retry later", name, msg)
+		if ra := resp.Header.Get("Retry-After"); ra != "" {
+			e.Header = http.Header{"Retry-After": {ra}}
+		}
+	case st == http.StatusGatewayTimeout:
+		e = apierror.Newf(http.StatusGatewayTimeout, apierror.KindTimeout, "backend_timeout", "backend %q timed out (%s)", name, msg)
+	case st >= 500:
+		e = apierror.Newf(http.StatusBadGateway, apierror.KindUpstream, "backend_error", "backend %q failed (%d: %s)", name, st, msg)
+	default: // 400, 413, 422 ...: the request itself was refused
+		e = apierror.Newf(st, apierror.KindInvalidRequest, "backend_rejected_request", "backend %q rejected the request: %s", name, msg)
+	}
+	return e
+}
+
+// errorMessage pulls the human message out of the error bodies engines send:
+// OpenAI {"error":{"message"}}, vLLM auth {"error":"..."}, FastAPI
+// {"detail":...}, {"message":...}; otherwise the start of the body.
+func errorMessage(body []byte) string {
+	var v struct {
+		Error   json.RawMessage `json:"error"`
+		Detail  json.RawMessage `json:"detail"`
+		Message string          `json:"message"`
+	}
+	if json.Unmarshal(body, &v) == nil {
+		if len(v.Error) > 0 {
+			var inner struct {
+				Message string `json:"message"`
+			}
+			if json.Unmarshal(v.Error, &inner) == nil && inner.Message != "" {
+				return truncate(inner.Message, 500)
+			}
+			var s string
+			if json.Unmarshal(v.Error, &s) == nil && s != "" {
+				return truncate(s, 500)
+			}
+		}
+		if len(v.Detail) > 0 {
+			var s string
+			if json.Unmarshal(v.Detail, &s) == nil {
+				return truncate(s, 500)
+			}
+			return truncate(string(v.Detail), 500)
+		}
+		if v.Message != "" {
+			return truncate(v.Message, 500)
+		}
+	}
+	if len(bytes.TrimSpace(body)) == 0 {
+		return "empty body"
+	}
+	return quoteStart(body, 200)
+}
+
+func quoteStart(b []byte, n int) string {
+	b = bytes.TrimSpace(b)
+	if len(b) == 0 {
+		return "(empty)"
+	}
+	s := string(b)
+	if len(s) > n {
+		s = s[:n] + "…"
+	}
+	return fmt.Sprintf("%q", s)
+}
+
+// record writes the call to the ledger, estimating tokens when the backend
+// reported none.
+func (s *Server) record(c *call) {
+	if s.ledger == nil {
+		return
+	}
+	rec := usage.Record{
+		ID: c.reqID, Time: c.start, KeyID: c.principal.KeyID(), Model: c.model, Endpoint: c.ep.name,
+		Status: c.status, ErrorType: c.errType, TTFT: c.ttft, Latency: time.Since(c.start), Stream: c.stream,
+	}
+	if c.dep.Backend != nil {
+		rec.Backend, rec.UpstreamModel = c.dep.Backend.Name, c.dep.UpstreamModel
+	}
+	if c.haveUsage {
+		rec.PromptTokens, rec.CompletionTokens = c.usage.PromptTokens, c.usage.CompletionTokens
+		if d := c.usage.PromptTokensDetails; d != nil {
+			rec.CachedTokens = d.CachedTokens
+		}
+	} else if c.status == http.StatusOK || c.status == 499 || c.outChars > 0 {
+		// The backend did not say; count locally and say so.
+		rec.PromptTokens = usage.EstimatePromptTokens(c.body)
+		rec.CompletionTokens = usage.EstimateTokensFromChars(c.outChars)
+		rec.Estimated = true
+	}
+	if err := s.ledger.Add(rec); err != nil {
+		s.log.Error("usage record not queued", "request_id", c.reqID, "err", err)
+	}
+}

@@ -1,0 +1,165 @@
+// Package server is llmgate's HTTP edge: routes, authentication, request
+// parsing just deep enough to route, relaying to backends with usage
+// capture, and error rendering in the client's protocol envelope.
+package server
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"llmgate/internal/api/openai"
+	"llmgate/internal/apierror"
+	"llmgate/internal/keys"
+	"llmgate/internal/router"
+	"llmgate/internal/usage"
+)
+
+// Ledger receives one record per served request.
+type Ledger interface {
+	Add(usage.Record) error
+}
+
+// Options configures a Server.
+type Options struct {
+	Table        *router.Table
+	Verifier     *keys.Verifier
+	Ledger       Ledger
+	Logger       *slog.Logger
+	MaxBodyBytes int64
+	// Ready reports readiness for /readyz; nil means always ready.
+	Ready func() error
+}
+
+// Server serves the gateway API.
+type Server struct {
+	table    atomic.Pointer[router.Table]
+	verifier *keys.Verifier
+	ledger   Ledger
+	log      *slog.Logger
+	maxBody  int64
+	ready    func() error
+	mux      *http.ServeMux
+	started  time.Time
+
+	idPrefix string
+	idSeq    atomic.Uint64
+}
+
+// New returns a Server.
+func New(opt Options) *Server {
+	if opt.Logger == nil {
+		opt.Logger = slog.Default()
+	}
+	if opt.MaxBodyBytes <= 0 {
+		opt.MaxBodyBytes = 32 << 20
+	}
+	var rb [4]byte
+	_, _ = rand.Read(rb[:])
+	s := &Server{verifier: opt.Verifier, ledger: opt.Ledger, log: opt.Logger, maxBody: opt.MaxBodyBytes,
+		ready: opt.Ready, started: time.Now(), idPrefix: "req_" + hex.EncodeToString(rb[:]) + "_"}
+	s.table.Store(opt.Table)
+	s.routes()
+	return s
+}
+
+// SetTable swaps the routing table atomically; requests in flight finish on
+// the table they started with.
+func (s *Server) SetTable(t *router.Table) { s.table.Store(t) }
+
+// Table returns the current routing table.
+func (s *Server) Table() *router.Table { return s.table.Load() }
+
+// ServeHTTP implements http.Handler.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	defer func() {
+		if v := recover(); v != nil {
+			if v == http.ErrAbortHandler {
+				panic(v)
+			}
+			s.log.Error("panic in handler", "path", r.URL.Path, "panic", v)
+			openai.WriteError(w, apierror.From(nil))
+		}
+	}()
+	s.mux.ServeHTTP(w, r)
+}
+
+func (s *Server) routes() {
+	m := http.NewServeMux()
+	m.Handle("/v1/chat/completions", s.api(http.MethodPost, s.proxy(endpointChat)))
+	m.Handle("/v1/completions", s.api(http.MethodPost, s.proxy(endpointCompletions)))
+	m.Handle("/v1/embeddings", s.api(http.MethodPost, s.proxy(endpointEmbeddings)))
+	m.Handle("/v1/models", s.api(http.MethodGet, s.handleModels))
+	m.HandleFunc("/healthz", s.handleHealth)
+	m.HandleFunc("/readyz", s.handleReady)
+	m.HandleFunc("/", s.handleNotFound)
+	s.mux = m
+}
+
+// requestID returns the client's x-request-id when it is sane, else a new one.
+func (s *Server) requestID(r *http.Request) string {
+	if id := r.Header.Get("X-Request-Id"); id != "" && len(id) <= 128 && printable(id) {
+		return id
+	}
+	return s.newID()
+}
+
+func (s *Server) newID() string {
+	return s.idPrefix + strconv.FormatUint(s.idSeq.Add(1), 36)
+}
+
+func printable(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x21 || s[i] > 0x7e {
+			return false
+		}
+	}
+	return true
+}
+
+type ctxKey int
+
+const principalKey ctxKey = 0
+
+// api wraps an OpenAI-dialect handler with method checking and
+// authentication.
+func (s *Server) api(method string, h func(http.ResponseWriter, *http.Request, keys.Principal)) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != method {
+			w.Header().Set("Allow", method)
+			openai.WriteError(w, apierror.Newf(http.StatusMethodNotAllowed, apierror.KindInvalidRequest, "method_not_allowed",
+				"%s %s is not supported: use %s", r.Method, r.URL.Path, method))
+			return
+		}
+		p, err := s.authenticate(r)
+		if err != nil {
+			openai.WriteError(w, err)
+			return
+		}
+		h(w, r, p)
+	})
+}
+
+func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write([]byte(`{"status":"ok"}`))
+}
+
+func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
+	if s.ready != nil {
+		if err := s.ready(); err != nil {
+			openai.WriteError(w, apierror.Newf(http.StatusServiceUnavailable, apierror.KindOverloaded, "not_ready", "not ready: %v", err))
+			return
+		}
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write([]byte(`{"status":"ready"}`))
+}
+
+// Shutdown hooks may need a context; kept for symmetry with http.Server.
+var _ = context.Background
