@@ -31,6 +31,8 @@ type fakeGateway struct {
 	rejectStreamOptions bool
 	// ignoreStream makes the gateway answer every chat with one JSON body.
 	ignoreStream bool
+	// rejectStream makes the gateway answer 400 to any streaming request.
+	rejectStream bool
 	// barrier, when set, holds chat requests for the models it names until
 	// all of them have arrived: proof that compare runs them concurrently.
 	barrier *barrier
@@ -150,6 +152,9 @@ func (g *fakeGateway) handleChat(w http.ResponseWriter, r *http.Request) {
 		writeEnvelope(w, http.StatusNotFound, "invalid_request_error", "model_not_found",
 			fmt.Sprintf("the model %q does not exist or you do not have access to it", req.Model))
 		return
+	case req.Stream && g.rejectStream:
+		writeEnvelope(w, http.StatusBadRequest, "invalid_request_error", "unsupported_parameter", "stream=true is not supported by this server")
+		return
 	case req.StreamOptions != nil && g.rejectStreamOptions:
 		writeEnvelope(w, http.StatusBadRequest, "invalid_request_error", "unsupported_parameter", "Unrecognized request argument supplied: stream_options")
 		return
@@ -181,6 +186,13 @@ func (g *fakeGateway) handleChat(w http.ResponseWriter, r *http.Request) {
 			Choices: []openai.ChunkChoice{{Delta: d, FinishReason: finish}}}
 	}
 	send(chunk(openai.ChunkDelta{Role: "assistant"}, nil))
+	if req.Model == "stream-reasoner" {
+		// Newer vLLM names the field "reasoning"; older engines "reasoning_content".
+		time.Sleep(g.tokenGap)
+		fmt.Fprint(w, `data: {"object":"chat.completion.chunk","choices":[{"index":0,"delta":{"reasoning":"thinking "},"finish_reason":null}]}`+"\n\n")
+		fmt.Fprint(w, `data: {"object":"chat.completion.chunk","choices":[{"index":0,"delta":{"reasoning_content":"hard"},"finish_reason":null}]}`+"\n\n")
+		fl.Flush()
+	}
 	for i, word := range words {
 		time.Sleep(g.tokenGap)
 		if req.Model == "stream-cut" && i == 2 {

@@ -275,11 +275,23 @@ func buildRequest(p ChatParams, mode int32) *openai.ChatCompletionRequest {
 	return r
 }
 
-// streamChunk is a chat chunk that may instead carry an error, as vLLM and
-// llmgate send when a stream fails after the headers.
+// streamChunk decodes only what the tools read from a chat chunk. It is
+// its own type because engines disagree on the reasoning field: DeepSeek,
+// SGLang and older vLLM send delta.reasoning_content, newer vLLM and
+// OpenRouter send delta.reasoning.
 type streamChunk struct {
-	openai.ChatCompletionChunk
-	Error json.RawMessage `json:"error,omitempty"`
+	Model   string `json:"model"`
+	Choices []struct {
+		Index int `json:"index"`
+		Delta struct {
+			Content          *string           `json:"content"`
+			ReasoningContent *string           `json:"reasoning_content"`
+			Reasoning        *string           `json:"reasoning"`
+			ToolCalls        []json.RawMessage `json:"tool_calls"`
+		} `json:"delta"`
+		FinishReason *string `json:"finish_reason"`
+	} `json:"choices"`
+	Usage *openai.Usage `json:"usage"`
 }
 
 func (c *Client) readStream(ctx context.Context, body io.Reader, p ChatParams, start time.Time) (*ChatResult, error) {
@@ -332,9 +344,11 @@ func (c *Client) readStream(ctx context.Context, body io.Reader, p ChatParams, s
 				answer.WriteString(*d.Content)
 				gotText = true
 			}
-			if d.ReasoningContent != nil && *d.ReasoningContent != "" {
-				reasoning.WriteString(*d.ReasoningContent)
-				gotText = true
+			for _, r := range []*string{d.ReasoningContent, d.Reasoning} {
+				if r != nil && *r != "" {
+					reasoning.WriteString(*r)
+					gotText = true
+				}
 			}
 			if gotText || len(d.ToolCalls) > 0 {
 				textChunks++
@@ -372,7 +386,16 @@ func (c *Client) readWhole(ctx context.Context, resp *http.Response, p ChatParam
 	}
 	latency := time.Since(start)
 	var cc struct {
-		openai.ChatCompletion
+		Model   string `json:"model"`
+		Choices []struct {
+			Message struct {
+				Content          openai.Content `json:"content"`
+				ReasoningContent string         `json:"reasoning_content"`
+				Reasoning        string         `json:"reasoning"`
+			} `json:"message"`
+			FinishReason *string `json:"finish_reason"`
+		} `json:"choices"`
+		Usage *openai.Usage   `json:"usage"`
 		Error json.RawMessage `json:"error,omitempty"`
 	}
 	if err := json.Unmarshal(raw, &cc); err != nil {
@@ -392,7 +415,7 @@ func (c *Client) readWhole(ctx context.Context, resp *http.Response, p ChatParam
 		res.Model = cc.Model
 	}
 	msg := cc.Choices[0].Message
-	res.Answer, res.Reasoning = msg.Content.String(), msg.ReasoningContent
+	res.Answer, res.Reasoning = msg.Content.String(), msg.ReasoningContent+msg.Reasoning
 	if fr := cc.Choices[0].FinishReason; fr != nil {
 		res.FinishReason = *fr
 	}

@@ -107,6 +107,38 @@ func TestClientChat_RetriesWithoutStreamOptionsWhenRejectedAndRemembers(t *testi
 	}
 }
 
+func TestClientChat_FallsBackToNonStreamingWhenStreamingIsRejected(t *testing.T) {
+	g := newFakeGateway(t)
+	g.rejectStream = true
+	c := newTestClient(t, g, g.key, 10*time.Second)
+	for range 2 {
+		res, err := c.Chat(context.Background(), ChatParams{Model: "model-a", Prompt: "p q"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Answer != answerFor("model-a", "p q") || res.Streamed || res.TokensEstimated {
+			t.Errorf("result %+v", res)
+		}
+	}
+	reqs := g.chatRequests()
+	// The streaming request is refused and retried whole; the second call goes straight to whole.
+	if len(reqs) != 3 || !reqs[0].Stream || reqs[1].Stream || reqs[2].Stream {
+		t.Errorf("%d requests; the last streamed = %v", len(reqs), len(reqs) > 0 && reqs[len(reqs)-1].Stream)
+	}
+}
+
+func TestClientChat_CollectsReasoningFromBothFieldNames(t *testing.T) {
+	g := newFakeGateway(t)
+	c := newTestClient(t, g, g.key, 10*time.Second)
+	res, err := c.Chat(context.Background(), ChatParams{Model: "stream-reasoner", Prompt: "why"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Reasoning != "thinking hard" || res.Answer != answerFor("stream-reasoner", "why") {
+		t.Errorf("reasoning %q answer %q", res.Reasoning, res.Answer)
+	}
+}
+
 func TestClientChat_AcceptsAWholeJSONAnswerWhenTheEndpointDoesNotStream(t *testing.T) {
 	g := newFakeGateway(t)
 	g.ignoreStream = true
