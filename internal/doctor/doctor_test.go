@@ -426,6 +426,18 @@ func TestRun_ConnectionRefusedNamesTheLayer(t *testing.T) {
 	expect(t, r, "chat", StatusSkip, "TCP failed", "")
 }
 
+func TestRun_LocalhostResolvingToIPv6FirstWarns(t *testing.T) {
+	f := newFake()
+	srv := httptest.NewServer(f) // listens on 127.0.0.1 only
+	defer srv.Close()
+	_, port, _ := net.SplitHostPort(srv.Listener.Addr().String())
+	o := baseOpts(t, "http://localhost:"+port, f)
+	o.LookupHost = func(context.Context, string) ([]string, error) { return []string{"::1", "127.0.0.1"}, nil }
+	r := run(t, o)
+	expect(t, r, "net.tcp", StatusWarn, "after [::1]:"+port+" failed", "Use 127.0.0.1 instead of localhost")
+	expect(t, r, "chat", StatusPass, "OK", "")
+}
+
 func TestRun_UnresolvableHostFailsDNS(t *testing.T) {
 	f := newFake()
 	o := baseOpts(t, "http://gateway.invalid:4000", f)
