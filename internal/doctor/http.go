@@ -104,15 +104,15 @@ func (d *diagnosis) checkAuthAndModels(ctx context.Context) {
 	rctx, cancel := context.WithTimeout(ctx, d.opts.Timeout)
 	defer cancel()
 	r := d.do(rctx, http.MethodGet, d.api+"/models", d.bearer(d.keyForRequests), nil)
+	if loc := r.header.Get("Location"); r.err == nil && r.status >= 300 && r.status < 400 && loc != "" {
+		d.followRedirect(rctx, &r, loc)
+	}
 	if r.err != nil {
 		d.add(Check{ID: "auth", Title: "authentication", Status: StatusFail, Detail: "GET " + d.api + "/models failed: " + shortErr(r.err),
 			Fix: requestErrFix(r.err, d.opts.Timeout)})
 		d.blocked = "HTTP"
 		d.skip("models", "model list")
 		return
-	}
-	if loc := r.header.Get("Location"); r.status >= 300 && r.status < 400 && loc != "" {
-		d.followRedirect(rctx, &r, loc)
 	}
 	if r.status == http.StatusNotFound {
 		d.tryCorrectedURL(rctx, &r)
