@@ -39,6 +39,9 @@ type Options struct {
 	Listener net.Listener
 	// LedgerOptions tunes batching (tests use small intervals).
 	LedgerOptions usage.Options
+	// Admission and Middleware are passed to the server (see server.Options).
+	Admission  server.Admission
+	Middleware []func(http.Handler) http.Handler
 }
 
 // Gateway is a running gateway.
@@ -88,7 +91,8 @@ func Start(ctx context.Context, opt Options) (*Gateway, error) {
 	}
 	g.Ledger = usage.NewLedger(st, opt.LedgerOptions, log)
 	table := router.New(cfg)
-	g.Server = server.New(server.Options{Table: table, Verifier: g.Verifier, Ledger: g.Ledger, Logger: log, MaxBodyBytes: cfg.MaxBodyBytes})
+	g.Server = server.New(server.Options{Table: table, Verifier: g.Verifier, Ledger: g.Ledger, Logger: log, MaxBodyBytes: cfg.MaxBodyBytes,
+		Admission: opt.Admission, Middleware: opt.Middleware})
 
 	ln := opt.Listener
 	if ln == nil {

@@ -2,6 +2,7 @@
 package router
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"sort"
@@ -98,4 +99,16 @@ func (t *Table) notFound(model string) error {
 		e.Param = "model"
 	}
 	return e
+}
+
+// Attempt sends the request to one deployment. committed reports whether
+// anything reached the client (after which no retry is possible); err is
+// the failure, an *apierror.Error when it should reach the client as is.
+type Attempt func(ctx context.Context, dep Deployment) (committed bool, err error)
+
+// Forward runs attempt against the route's deployments. This version tries
+// the first deployment only; retries, fallbacks and health decide here.
+func (t *Table) Forward(ctx context.Context, route *Route, attempt Attempt) error {
+	_, err := attempt(ctx, route.Deployments[0])
+	return err
 }

@@ -40,8 +40,10 @@ type call struct {
 	start     time.Time
 	principal keys.Principal
 	model     string
-	dep       router.Deployment
-	body      []byte // the client's body, for estimating prompt tokens
+	route     *router.Route
+	dep       router.Deployment // the deployment of the current attempt
+	body      []byte            // the client's body, for estimating prompt tokens
+	ticket    Ticket
 
 	stream           bool
 	clientWantsUsage bool
@@ -104,6 +106,9 @@ func (s *Server) proxy(ep endpoint) func(http.ResponseWriter, *http.Request, key
 			return
 		}
 		upstreamBody, err := s.prepare(c, buf.Bytes())
+		if err == nil && s.admit != nil {
+			c.ticket, err = s.admit.Admit(r.Context(), AdmitRequest{Principal: p, Model: c.model, Endpoint: ep.name, Body: c.body})
+		}
 		if err != nil {
 			openai.WriteError(w, err)
 			if c.model != "" { // known model: the refusal belongs in the ledger
@@ -112,7 +117,12 @@ func (s *Server) proxy(ep endpoint) func(http.ResponseWriter, *http.Request, key
 			}
 			return
 		}
-		s.forward(w, r, c, upstreamBody)
+		err = s.Table().Forward(r.Context(), c.route, func(ctx context.Context, dep router.Deployment) (bool, error) {
+			return s.attempt(ctx, w, c, dep, upstreamBody)
+		})
+		if err != nil {
+			s.writeFail(w, c, err)
+		}
 		s.record(c)
 	}
 }
@@ -145,14 +155,10 @@ func (s *Server) prepare(c *call, body []byte) ([]byte, error) {
 		return nil, apierror.Newf(http.StatusForbidden, apierror.KindPermission, "model_not_allowed",
 			"API key %q may not use model %q; it may use: %s", c.principal.Key.Name, model, strings.Join(c.principal.Key.Models, ", "))
 	}
-	c.dep = route.Deployments[0]
+	c.route = route
 	c.stream = jsonscan.Bool(body, sp[1])
 
 	out := body
-	if c.dep.UpstreamModel != model {
-		q, _ := json.Marshal(c.dep.UpstreamModel)
-		out = jsonscan.Replace(out, sp[0], q)
-	}
 	if c.stream && c.ep.name != "embeddings" {
 		out, c.clientWantsUsage = ensureIncludeUsage(out)
 	}
@@ -182,38 +188,51 @@ func ensureIncludeUsage(body []byte) ([]byte, bool) {
 	return jsonscan.Replace(body, sp[0], b), false
 }
 
-// forward sends the request upstream and relays the response.
-func (s *Server) forward(w http.ResponseWriter, r *http.Request, c *call, body []byte) {
-	b := c.dep.Backend
-	ctx, cancel := context.WithCancel(r.Context())
+// attempt sends the request to one deployment and relays the response. It
+// reports committed once anything was written to the client; before that,
+// a failure is returned so the router may try elsewhere.
+func (s *Server) attempt(ctx context.Context, w http.ResponseWriter, c *call, dep router.Deployment, body []byte) (committed bool, err error) {
+	c.dep = dep
+	b := dep.Backend
+	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	if t := b.Timeout(); t > 0 {
 		ctx, cancel = context.WithTimeout(ctx, t)
 		defer cancel()
 	}
+	if dep.UpstreamModel != c.model {
+		body = setModel(body, dep.UpstreamModel)
+	}
 	req, err := b.NewRequest(ctx, c.ep.path, body, c.reqID)
 	if err != nil {
-		s.writeFail(w, c, apierror.From(err))
-		return
+		return false, c.fail(err)
 	}
 	if c.stream {
 		req.Header["Accept"] = []string{"text/event-stream"}
 	}
 	resp, err := b.Do(req)
 	if err != nil {
-		s.writeFail(w, c, err)
-		return
+		return false, c.fail(err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode/100 != 2 {
-		s.writeFail(w, c, s.upstreamError(c, resp))
-		return
+		return false, c.fail(s.upstreamError(c, resp))
 	}
 	if c.stream && strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
 		s.relayStream(w, ctx, c, resp)
-		return
+		return true, nil
 	}
-	s.relayJSON(w, c, resp)
+	return s.relayJSON(w, c, resp)
+}
+
+// setModel rewrites the top-level "model" of a valid JSON body.
+func setModel(body []byte, model string) []byte {
+	sp, err := jsonscan.Find(body, "model")
+	if err != nil || !sp[0].Valid() {
+		return body
+	}
+	q, _ := json.Marshal(model)
+	return jsonscan.Replace(body, sp[0], q)
 }
 
 func (s *Server) writeFail(w http.ResponseWriter, c *call, err error) {
@@ -234,25 +253,24 @@ func (c *call) fail(err error) *apierror.Error {
 
 // relayJSON relays a non-streaming response after checking that it is a
 // real result, and takes its usage.
-func (s *Server) relayJSON(w http.ResponseWriter, c *call, resp *http.Response) {
+func (s *Server) relayJSON(w http.ResponseWriter, c *call, resp *http.Response) (committed bool, err error) {
 	buf := getBuf()
 	defer putBuf(buf)
-	_, err := buf.ReadFrom(io.LimitReader(resp.Body, 256<<20))
+	_, err = buf.ReadFrom(io.LimitReader(resp.Body, 256<<20))
 	c.ttft = time.Since(c.start)
 	if err != nil {
-		s.writeFail(w, c, c.dep.Backend.Classify(resp.Request.Context(), err))
-		return
+		return false, c.fail(c.dep.Backend.Classify(resp.Request.Context(), err))
 	}
 	body := buf.Bytes()
 	if err := s.checkResult(c, body); err != nil {
-		s.writeFail(w, c, err)
-		return
+		return false, c.fail(err)
 	}
 	c.status = http.StatusOK
 	h := w.Header()
 	h["Content-Type"] = []string{"application/json"}
 	w.WriteHeader(http.StatusOK)
 	_, _ = w.Write(body)
+	return true, nil
 }
 
 var (
@@ -401,6 +419,9 @@ func (s *Server) record(c *call) {
 		rec.PromptTokens = usage.EstimatePromptTokens(c.body)
 		rec.CompletionTokens = usage.EstimateTokensFromChars(c.outChars)
 		rec.Estimated = true
+	}
+	if c.ticket != nil {
+		c.ticket.Done(&rec)
 	}
 	if err := s.ledger.Add(rec); err != nil {
 		s.log.Error("usage record not queued", "request_id", c.reqID, "err", err)

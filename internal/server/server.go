@@ -25,6 +25,29 @@ type Ledger interface {
 	Add(usage.Record) error
 }
 
+// Admission decides whether a request may proceed (rate limits,
+// concurrency, budgets) and settles it afterwards.
+type Admission interface {
+	// Admit is called once the route and key are known. A refusal is an
+	// *apierror.Error (429 with rate-limit headers, 402/429 for budgets).
+	Admit(ctx context.Context, req AdmitRequest) (Ticket, error)
+}
+
+// AdmitRequest describes a request about to be forwarded.
+type AdmitRequest struct {
+	Principal keys.Principal
+	Model     string
+	Endpoint  string
+	// Body is the client's JSON body (read-only), for estimating tokens.
+	Body []byte
+}
+
+// Ticket is an admitted request. Done is called exactly once with the final
+// ledger record, before it is written; it may set the record's cost.
+type Ticket interface {
+	Done(rec *usage.Record)
+}
+
 // Options configures a Server.
 type Options struct {
 	Table        *router.Table
@@ -34,6 +57,11 @@ type Options struct {
 	MaxBodyBytes int64
 	// Ready reports readiness for /readyz; nil means always ready.
 	Ready func() error
+	// Admission, when set, admits every model request (limits, budgets).
+	Admission Admission
+	// Middleware wraps the whole handler, outermost first (request ids,
+	// tracing, metrics).
+	Middleware []func(http.Handler) http.Handler
 }
 
 // Server serves the gateway API.
@@ -45,6 +73,8 @@ type Server struct {
 	maxBody  int64
 	ready    func() error
 	mux      *http.ServeMux
+	handler  http.Handler
+	admit    Admission
 	started  time.Time
 
 	idPrefix string
@@ -62,9 +92,13 @@ func New(opt Options) *Server {
 	var rb [4]byte
 	_, _ = rand.Read(rb[:])
 	s := &Server{verifier: opt.Verifier, ledger: opt.Ledger, log: opt.Logger, maxBody: opt.MaxBodyBytes,
-		ready: opt.Ready, started: time.Now(), idPrefix: "req_" + hex.EncodeToString(rb[:]) + "_"}
+		ready: opt.Ready, admit: opt.Admission, started: time.Now(), idPrefix: "req_" + hex.EncodeToString(rb[:]) + "_"}
 	s.table.Store(opt.Table)
 	s.routes()
+	s.handler = http.Handler(s.mux)
+	for i := len(opt.Middleware) - 1; i >= 0; i-- {
+		s.handler = opt.Middleware[i](s.handler)
+	}
 	return s
 }
 
@@ -86,8 +120,15 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			openai.WriteError(w, apierror.From(nil))
 		}
 	}()
-	s.mux.ServeHTTP(w, r)
+	s.handler.ServeHTTP(w, r)
 }
+
+// Handle mounts an extra handler (admin API, console, metrics) on the
+// server's mux. Call it before serving.
+func (s *Server) Handle(pattern string, h http.Handler) { s.mux.Handle(pattern, h) }
+
+// Authenticate exposes the gateway's key check to mounted handlers.
+func (s *Server) Authenticate(r *http.Request) (keys.Principal, error) { return s.authenticate(r) }
 
 func (s *Server) routes() {
 	m := http.NewServeMux()
@@ -160,6 +201,3 @@ func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	_, _ = w.Write([]byte(`{"status":"ready"}`))
 }
-
-// Shutdown hooks may need a context; kept for symmetry with http.Server.
-var _ = context.Background
