@@ -68,7 +68,7 @@ func (d *diagnosis) checkAnthropic(ctx context.Context) {
 			c.Status = StatusFail
 		}
 		c.Detail = fmt.Sprintf("POST %s → HTTP %d: this server does not speak the Anthropic Messages API", url, r.status)
-		c.Fix = "Claude Code needs /v1/messages: run llmgate serve in front of this server, which translates Messages to chat completions."
+		c.Fix = "Claude Code needs /v1/messages: use a server that provides it (llmgate serve translates Messages for any chat backend)."
 	case !is2xx(r.status):
 		c.Status = StatusFail
 		c.Detail, c.Fix = d.explainStatus("POST /v1/messages", r)

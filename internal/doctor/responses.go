@@ -28,7 +28,7 @@ func (d *diagnosis) checkResponses(ctx context.Context) {
 	case r.status == http.StatusNotFound || r.status == http.StatusMethodNotAllowed:
 		c.Status = StatusWarn
 		c.Detail = fmt.Sprintf("POST %s/responses → HTTP %d: no Responses API", d.api, r.status)
-		c.Fix = "Codex speaks only the Responses API; run llmgate serve in front of this server for Codex."
+		c.Fix = "Codex speaks only the Responses API: use a server that provides /v1/responses (llmgate serve translates it for any chat backend)."
 	case !is2xx(r.status):
 		c.Status = StatusFail
 		c.Detail, c.Fix = d.explainStatus("POST /responses", r)
