@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strings"
 	"time"
 )
 
@@ -252,6 +253,16 @@ func (d *diagnosis) report() Report {
 		KeySource:      d.keySrc,
 		Checks:         d.checks,
 		Metrics:        d.metrics,
+	}
+	// Servers sometimes echo the key in error messages; the report quotes
+	// those, so every detail is scrubbed of the key before it leaves.
+	for i := range r.Checks {
+		for _, k := range []string{d.key, cleanKey(d.key), d.keyForRequests} {
+			if len(k) >= 8 {
+				r.Checks[i].Detail = strings.ReplaceAll(r.Checks[i].Detail, k, Fingerprint(k))
+				r.Checks[i].Fix = strings.ReplaceAll(r.Checks[i].Fix, k, Fingerprint(k))
+			}
+		}
 	}
 	if d.api != "" && d.api != trimSlash(d.baseURL) {
 		r.EffectiveBaseURL = d.api

@@ -171,8 +171,13 @@ func TestRun_WrongKeyIs401WithKeyFix(t *testing.T) {
 	o.APIKey = "sk-lg-wrong-key-00000000wxyz"
 	r := run(t, o)
 	c := expect(t, r, "auth", StatusFail, "HTTP 401: key sk-lg-…wxyz", "llmgate keys list")
-	if strings.Contains(c.Detail, o.APIKey) {
-		t.Error("full key printed")
+	if !strings.Contains(c.Detail, "Incorrect API key provided: Bearer sk-lg-…wxyz") {
+		t.Errorf("server message not quoted with the key scrubbed: %s", c.Detail)
+	}
+	var js bytes.Buffer
+	_ = r.WriteJSON(&js)
+	if strings.Contains(js.String(), o.APIKey) {
+		t.Error("full key in the report")
 	}
 	expect(t, r, "models", StatusSkip, "authentication failed", "")
 }

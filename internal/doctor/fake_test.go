@@ -49,7 +49,8 @@ func (f *fakeServer) authOpenAI(w http.ResponseWriter, r *http.Request) bool {
 	}
 	if !ok {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="fake"`)
-		openaiErr(w, http.StatusUnauthorized, "authentication_error", "invalid_api_key", "Incorrect API key provided.")
+		// Like some real servers, echo the rejected credential.
+		openaiErr(w, http.StatusUnauthorized, "authentication_error", "invalid_api_key", "Incorrect API key provided: "+r.Header.Get("Authorization"))
 		return false
 	}
 	if f.forbidden {
