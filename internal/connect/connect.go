@@ -227,6 +227,9 @@ func Plan(t Target, o Options) (*Change, error) {
 // PATH.bak-YYYYMMDDTHHMMSSZ first, the new one replaces it atomically. An
 // unchanged file is not touched and gets no backup.
 func Apply(t Target, o Options) (*Change, error) {
+	if err := o.defaults(); err != nil {
+		return nil, err
+	}
 	c, err := Plan(t, o)
 	if err != nil || !c.Changed {
 		return c, err

@@ -370,3 +370,20 @@ func TestShellQuote_QuotesOnlyWhenNeeded(t *testing.T) {
 		}
 	}
 }
+
+func TestApply_ZeroOptionsUseDefaultsAndBackUp(t *testing.T) {
+	home := t.TempDir()
+	env := map[string]string{"LLMGATE_API_KEY": testKey}
+	o := Options{HomeDir: home, LookupEnv: func(k string) (string, bool) { v, ok := env[k]; return v, ok }}
+	path := install(t, Codex, "toml", o)
+	c, err := Apply(Codex, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !c.Changed || c.Backup == "" || len(backups(t, path)) != 1 {
+		t.Errorf("changed=%v backup=%q", c.Changed, c.Backup)
+	}
+	if !strings.Contains(string(c.After), `base_url = "http://127.0.0.1:4000/v1"`) {
+		t.Errorf("default base URL not written:\n%s", c.After)
+	}
+}
