@@ -24,8 +24,8 @@ const (
 	maxCompare = 4
 )
 
-// Server holds the tools' state: the endpoint client and the default model.
-type Server struct {
+// toolServer holds the tools' state: the endpoint client and the default model.
+type toolServer struct {
 	client       *Client
 	defaultModel string
 	log          *slog.Logger
@@ -50,7 +50,7 @@ func New(cfg Config, version string, log, sdkLog *slog.Logger) (*mcp.Server, err
 	return s.build(version, sdkLog)
 }
 
-func newServer(cfg Config, log *slog.Logger) (*Server, error) {
+func newServer(cfg Config, log *slog.Logger) (*toolServer, error) {
 	base, err := NormalizeBaseURL(cfg.BaseURL)
 	if err != nil {
 		return nil, err
@@ -59,10 +59,10 @@ func newServer(cfg Config, log *slog.Logger) (*Server, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Server{client: NewClient(cfg, nil, log), defaultModel: cfg.Model, log: log, progressEvery: time.Second}, nil
+	return &toolServer{client: NewClient(cfg, nil, log), defaultModel: cfg.Model, log: log, progressEvery: time.Second}, nil
 }
 
-func (s *Server) build(version string, sdkLog *slog.Logger) (*mcp.Server, error) {
+func (s *toolServer) build(version string, sdkLog *slog.Logger) (*mcp.Server, error) {
 	if version == "" {
 		version = "dev"
 	}
@@ -134,16 +134,16 @@ func limitChatSchema(in *jsonschema.Schema) {
 	}
 }
 
-func (s *Server) hasDefault() bool { return s.defaultModel != "" }
+func (s *toolServer) hasDefault() bool { return s.defaultModel != "" }
 
-func (s *Server) modelHint() string {
+func (s *toolServer) modelHint() string {
 	if s.hasDefault() {
 		return fmt.Sprintf("model is optional: it defaults to %q.", s.defaultModel)
 	}
 	return "Call list_models first to learn the model names."
 }
 
-func (s *Server) instructions() string {
+func (s *toolServer) instructions() string {
 	return "These tools reach the language models served at " + s.client.BaseURL() +
 		". list_models shows their names; chat asks one model; compare asks 2-4 models the same prompt and shows " +
 		"their answers and speeds side by side. Errors say which setting to fix (LLMGATE_BASE_URL, LLMGATE_API_KEY, LLMGATE_MODEL)."
@@ -159,7 +159,7 @@ type ListModelsOutput struct {
 	Models       []ModelInfo `json:"models" jsonschema:"the models the endpoint serves"`
 }
 
-func (s *Server) listModels(ctx context.Context, _ *mcp.CallToolRequest, _ ListModelsInput) (*mcp.CallToolResult, ListModelsOutput, error) {
+func (s *toolServer) listModels(ctx context.Context, _ *mcp.CallToolRequest, _ ListModelsInput) (*mcp.CallToolResult, ListModelsOutput, error) {
 	start := time.Now()
 	models, err := s.client.ListModels(ctx)
 	if err != nil {
@@ -211,7 +211,7 @@ func ms(d time.Duration) float64 { return round1(float64(d) / float64(time.Milli
 
 func round1(f float64) float64 { return float64(int64(f*10+0.5)) / 10 }
 
-func (s *Server) chat(ctx context.Context, req *mcp.CallToolRequest, in ChatInput) (*mcp.CallToolResult, Answer, error) {
+func (s *toolServer) chat(ctx context.Context, req *mcp.CallToolRequest, in ChatInput) (*mcp.CallToolResult, Answer, error) {
 	start := time.Now()
 	model, err := s.resolveModel(ctx, in.Model)
 	if err != nil {
@@ -234,7 +234,7 @@ func (s *Server) chat(ctx context.Context, req *mcp.CallToolRequest, in ChatInpu
 // resolveModel picks the model for a chat: the argument, else the default.
 // Without either the error lists the endpoint's models, so the agent can
 // retry with a valid name at once.
-func (s *Server) resolveModel(ctx context.Context, model string) (string, error) {
+func (s *toolServer) resolveModel(ctx context.Context, model string) (string, error) {
 	if m := strings.TrimSpace(model); m != "" {
 		return m, nil
 	}
@@ -267,7 +267,7 @@ type CompareOutput struct {
 	Results []Answer `json:"results" jsonschema:"one entry per model, in the order asked"`
 }
 
-func (s *Server) compare(ctx context.Context, req *mcp.CallToolRequest, in CompareInput) (*mcp.CallToolResult, CompareOutput, error) {
+func (s *toolServer) compare(ctx context.Context, req *mcp.CallToolRequest, in CompareInput) (*mcp.CallToolResult, CompareOutput, error) {
 	start := time.Now()
 	models := make([]string, 0, len(in.Models))
 	for _, m := range in.Models {
@@ -321,7 +321,7 @@ func (s *Server) compare(ctx context.Context, req *mcp.CallToolRequest, in Compa
 
 // fail logs a failed tool call with its internal cause and returns the
 // client-facing message as a tool error (IsError), never a protocol error.
-func fail[Out any](s *Server, tool, model string, start time.Time, err error) (*mcp.CallToolResult, Out, error) {
+func fail[Out any](s *toolServer, tool, model string, start time.Time, err error) (*mcp.CallToolResult, Out, error) {
 	var zero Out
 	s.log.Warn("tool call failed", "tool", tool, "model", model, "ms", time.Since(start).Milliseconds(), "error", err)
 	return nil, zero, errors.New(toolMessage(err))
@@ -336,7 +336,7 @@ func textResult(text string) *mcp.CallToolResult {
 // request time-out on progress then wait for long generations instead of
 // giving up. Notifications are throttled to one per progressEvery.
 type progress struct {
-	s      *Server
+	s      *toolServer
 	ctx    context.Context
 	req    *mcp.CallToolRequest
 	token  any
@@ -345,7 +345,7 @@ type progress struct {
 	last   time.Time
 }
 
-func (s *Server) newProgress(ctx context.Context, req *mcp.CallToolRequest, models int) *progress {
+func (s *toolServer) newProgress(ctx context.Context, req *mcp.CallToolRequest, models int) *progress {
 	p := &progress{s: s, ctx: ctx, req: req, chunks: make([]int, models)}
 	if req != nil && req.Params != nil && req.Session != nil {
 		p.token = req.Params.GetProgressToken()

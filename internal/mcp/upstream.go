@@ -49,7 +49,6 @@ func NewClient(cfg Config, hc *http.Client, log *slog.Logger) *Client {
 		tr := http.DefaultTransport.(*http.Transport).Clone()
 		tr.DialContext = (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext
 		tr.MaxIdleConnsPerHost = 8 // compare runs up to four requests at once
-		tr.ResponseHeaderTimeout = 0
 		hc = &http.Client{Transport: tr}
 	}
 	if log == nil {
