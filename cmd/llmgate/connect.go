@@ -41,7 +41,12 @@ from LLMGATE_API_KEY, --model from LLMGATE_MODEL.`,
 		Example: `  llmgate connect claude-code --api-key sk-lg-... --model qwen2.5-7b-instruct
   llmgate connect codex --print
   eval "$(llmgate connect env)"`,
-		Args:      cobra.ExactArgs(1),
+		Args: func(_ *cobra.Command, args []string) error {
+			if len(args) != 1 {
+				return fmt.Errorf("connect needs one target: %s", strings.Join(names, ", "))
+			}
+			return nil
+		},
 		ValidArgs: names,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			t := connect.Target(args[0])

@@ -37,12 +37,9 @@ func (d *diagnosis) checkURLShape() {
 		d.blocked = "URL"
 		return
 	}
+	// Requests go to the URL without query and fragment: clients that keep
+	// them append paths after the query, which no server understands.
 	d.api = trimSlash(u.Scheme + "://" + u.Host + u.EscapedPath())
-	if u.RawQuery != "" {
-		// Keep the query for requests: some gateways (Azure) need it; the
-		// finding is that most clients drop or mangle it.
-		d.api = trimSlash(raw)
-	}
 	path := strings.TrimRight(u.Path, "/")
 	var notes []string
 	warn := func(detail, fix string) {
