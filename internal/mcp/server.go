@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"time"
@@ -99,7 +100,7 @@ func (s *toolServer) build(version string, sdkLog *slog.Logger) (*mcp.Server, er
 		Title:       "List models",
 		Description: "List the models the endpoint serves (" + s.client.BaseURL() + "). Use the ids as the model argument of chat and compare.",
 		Annotations: annotate("List models", true),
-	}, s.listModels)
+	}, guard(s, "list_models", s.listModels))
 	mcp.AddTool(srv, &mcp.Tool{
 		Name:  "chat",
 		Title: "Ask a model",
@@ -108,7 +109,7 @@ func (s *toolServer) build(version string, sdkLog *slog.Logger) (*mcp.Server, er
 			"Use it for a second opinion, a translation or a task for a cheaper or stronger model. " + s.modelHint(),
 		InputSchema: chatIn,
 		Annotations: annotate("Ask a model", false),
-	}, s.chat)
+	}, guard(s, "chat", s.chat))
 	mcp.AddTool(srv, &mcp.Tool{
 		Name:  "compare",
 		Title: "Compare models",
@@ -117,7 +118,7 @@ func (s *toolServer) build(version string, sdkLog *slog.Logger) (*mcp.Server, er
 			"slow each other down; compare speeds with that in mind. A model that fails is reported in its row; the others still answer.",
 		InputSchema: cmpIn,
 		Annotations: annotate("Compare models", false),
-	}, s.compare)
+	}, guard(s, "compare", s.compare))
 	return srv, nil
 }
 
@@ -287,6 +288,12 @@ func (s *toolServer) compare(ctx context.Context, req *mcp.CallToolRequest, in C
 	var wg sync.WaitGroup
 	for i, m := range models {
 		wg.Go(func() {
+			defer func() {
+				if r := recover(); r != nil {
+					s.log.Error("compare: panic", "model", m, "panic", r, "stack", string(debug.Stack()))
+					out.Results[i] = Answer{Model: m, Error: internalError("compare")}
+				}
+			}()
 			res, err := s.client.Chat(ctx, ChatParams{Model: m, System: in.System, Prompt: in.Prompt, MaxTokens: in.MaxTokens,
 				Temperature: in.Temperature, OnChunk: prog.update(i, m)})
 			if err != nil {
@@ -317,6 +324,26 @@ func (s *toolServer) compare(ctx context.Context, req *mcp.CallToolRequest, in C
 	}
 	s.log.Info("tool call", "tool", "compare", "models", label, "failed", failed, "ms", time.Since(start).Milliseconds())
 	return textResult(formatCompare(out)), out, nil
+}
+
+// guard turns a panic in a tool handler into a tool error: the SDK does
+// not recover panics, and one bad response must not take the server (and
+// every tool with it) down for the rest of the editor session.
+func guard[In, Out any](s *toolServer, tool string, h mcp.ToolHandlerFor[In, Out]) mcp.ToolHandlerFor[In, Out] {
+	return func(ctx context.Context, req *mcp.CallToolRequest, in In) (res *mcp.CallToolResult, out Out, err error) {
+		defer func() {
+			if r := recover(); r != nil {
+				s.log.Error("tool panicked", "tool", tool, "panic", r, "stack", string(debug.Stack()))
+				var zero Out
+				res, out, err = nil, zero, errors.New(internalError(tool))
+			}
+		}()
+		return h(ctx, req, in)
+	}
+}
+
+func internalError(tool string) string {
+	return "internal error in llmgate mcp while running " + tool + "; its log (stderr) has the details, please report it"
 }
 
 // fail logs a failed tool call with its internal cause and returns the

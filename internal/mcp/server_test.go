@@ -284,3 +284,20 @@ func TestChatTool_ClientCancellationCancelsTheUpstreamRequest(t *testing.T) {
 		t.Fatal("the upstream request was still running 5s after the client cancelled (the fake answers after 10s)")
 	}
 }
+
+func TestGuard_TurnsAPanicIntoAToolError(t *testing.T) {
+	s, err := newServer(Config{BaseURL: "http://127.0.0.1:1"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := guard(s, "chat", func(context.Context, *mcp.CallToolRequest, ChatInput) (*mcp.CallToolResult, Answer, error) {
+		var m map[string]int
+		m["boom"]++ // a nil-map write panics
+		return nil, Answer{}, nil
+	})
+	res, _, err := h(context.Background(), nil, ChatInput{})
+	if res != nil || err == nil {
+		t.Fatalf("result %v, error %v; want a tool error", res, err)
+	}
+	mustContain(t, err.Error(), "internal error in llmgate mcp while running chat", "stderr")
+}
