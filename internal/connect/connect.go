@@ -161,11 +161,17 @@ func (o *Options) path(t Target) (string, error) {
 		}
 		return filepath.Join(o.HomeDir, ".codex", "config.toml"), nil
 	case Cline:
-		dir := ".config/Code/User/globalStorage/saoudrizwan.claude-dev/settings"
-		if o.GOOS == "darwin" {
-			dir = "Library/Application Support/Code/User/globalStorage/saoudrizwan.claude-dev/settings"
+		const rel = "Code/User/globalStorage/saoudrizwan.claude-dev/settings/cline_mcp_settings.json"
+		switch o.GOOS {
+		case "darwin":
+			return filepath.Join(o.HomeDir, "Library", "Application Support", filepath.FromSlash(rel)), nil
+		case "windows":
+			if d := env("APPDATA"); d != "" {
+				return filepath.Join(d, filepath.FromSlash(rel)), nil
+			}
+			return filepath.Join(o.HomeDir, "AppData", "Roaming", filepath.FromSlash(rel)), nil
 		}
-		return filepath.Join(o.HomeDir, filepath.FromSlash(dir), "cline_mcp_settings.json"), nil
+		return filepath.Join(o.HomeDir, ".config", filepath.FromSlash(rel)), nil
 	case OpenCode:
 		if d := env("XDG_CONFIG_HOME"); d != "" {
 			return filepath.Join(d, "opencode", "opencode.json"), nil

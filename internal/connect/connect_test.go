@@ -350,6 +350,11 @@ func TestPaths_FollowToolConventions(t *testing.T) {
 	o := testOpts(t)
 	env := map[string]string{"CODEX_HOME": "/srv/codex", "XDG_CONFIG_HOME": "/srv/xdg"}
 	o.LookupEnv = func(k string) (string, bool) { v, ok := env[k]; return v, ok }
+	o.GOOS = "windows"
+	env["APPDATA"] = "/users/me/AppData/Roaming"
+	if got, _ := DefaultPath(Cline, o); got != filepath.FromSlash("/users/me/AppData/Roaming/Code/User/globalStorage/saoudrizwan.claude-dev/settings/cline_mcp_settings.json") {
+		t.Errorf("windows cline path %s", got)
+	}
 	o.GOOS = "darwin"
 	for target, want := range map[Target]string{
 		Codex:      "/srv/codex/config.toml",

@@ -14,7 +14,8 @@ import (
 )
 
 // ClineSettingsDirs are where the Cline VS Code extension keeps
-// cline_mcp_settings.json, relative to the home directory (Linux, macOS).
+// cline_mcp_settings.json, relative to the home directory (Linux, macOS);
+// on Windows it is under %APPDATA%.
 var ClineSettingsDirs = []string{
 	".config/Code/User/globalStorage/saoudrizwan.claude-dev/settings",
 	"Library/Application Support/Code/User/globalStorage/saoudrizwan.claude-dev/settings",
@@ -299,8 +300,14 @@ func (d *diagnosis) codexFinding() *clientFinding {
 
 // clineFinding reads the llmgate entry of Cline's MCP settings.
 func (d *diagnosis) clineFinding() *clientFinding {
+	var paths []string
 	for _, dir := range ClineSettingsDirs {
-		path := filepath.Join(d.opts.HomeDir, dir, "cline_mcp_settings.json")
+		paths = append(paths, filepath.Join(d.opts.HomeDir, filepath.FromSlash(dir), "cline_mcp_settings.json"))
+	}
+	if appdata, ok := d.lookup("APPDATA"); ok {
+		paths = append(paths, filepath.Join(appdata, "Code", "User", "globalStorage", "saoudrizwan.claude-dev", "settings", "cline_mcp_settings.json"))
+	}
+	for _, path := range paths {
 		var s struct {
 			MCPServers map[string]struct {
 				Command string            `json:"command"`
