@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Compares llmgate with a direct call and a bare httputil.ReverseProxy on
+# loopback and prints the ratios. Usage: bench/gateway.sh [-duration 10s] [-c 16] [-rate 1000]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if ! command -v wrk >/dev/null 2>&1; then
+  echo "wrk not found: using the Go load generator (install wrk for a lighter client: apt-get install wrk)" >&2
+fi
+go build -o /tmp/proxycmp ./bench/proxycmp
+exec /tmp/proxycmp "$@"

@@ -1,0 +1,455 @@
+// Command proxycmp compares llmgate with a direct call and with a bare
+// httputil.ReverseProxy in one run, on loopback, and prints the ratios.
+//
+//	go run ./bench/proxycmp            (or bench/gateway.sh)
+//
+// It starts, as separate processes: a fixed-answer upstream, a bare
+// standard-library reverse proxy, and `llmgate serve` (auth and ledger on).
+// Throughput at 16 connections is measured with wrk when installed (a
+// closed-loop Go generator otherwise); latency at a fixed request rate with
+// an open-loop generator that measures from the scheduled send time.
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+const fixedAnswer = `{"id":"chatcmpl-1","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"Hello there, this is a fixed answer."},"logprobs":null,"finish_reason":"stop"}],"usage":{"prompt_tokens":11,"total_tokens":20,"completion_tokens":9}}`
+
+const reqBody = `{"model":"m","messages":[{"role":"user","content":"Say hello to the benchmark"}],"max_tokens":16}`
+
+const masterKey = "sk-lg-proxycmp-master"
+
+func main() {
+	role := flag.String("role", "", "internal: upstream | revproxy")
+	addr := flag.String("addr", "127.0.0.1:0", "listen address for a role")
+	target := flag.String("target", "", "revproxy target URL")
+	duration := flag.Duration("duration", 10*time.Second, "length of each measurement")
+	conns := flag.Int("c", 16, "connections for the throughput test")
+	rate := flag.Int("rate", 1000, "requests per second for the latency test")
+	flag.Parse()
+	var err error
+	switch *role {
+	case "upstream":
+		err = serveUpstream(*addr)
+	case "revproxy":
+		err = serveRevProxy(*addr, *target)
+	case "":
+		err = orchestrate(*duration, *conns, *rate)
+	default:
+		err = fmt.Errorf("unknown role %q", *role)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "proxycmp:", err)
+		os.Exit(1)
+	}
+}
+
+func listen(addr string) (net.Listener, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	fmt.Println("LISTEN", ln.Addr().String()) // read by the orchestrator
+	return ln, nil
+}
+
+func serveUpstream(addr string) error {
+	ln, err := listen(addr)
+	if err != nil {
+		return err
+	}
+	body := []byte(fixedAnswer)
+	return http.Serve(ln, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		w.Write(body)
+	}))
+}
+
+// serveRevProxy is the bare baseline: httputil.ReverseProxy with its
+// defaults, as a user would write it in five lines.
+func serveRevProxy(addr, target string) error {
+	u, err := url.Parse(target)
+	if err != nil {
+		return err
+	}
+	ln, err := listen(addr)
+	if err != nil {
+		return err
+	}
+	return http.Serve(ln, httputil.NewSingleHostReverseProxy(u))
+}
+
+type proc struct {
+	cmd  *exec.Cmd
+	addr string
+}
+
+func start(name string, args []string, env []string) (*proc, error) {
+	cmd := exec.Command(name, args...)
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	sc := bufio.NewScanner(out)
+	p := &proc{cmd: cmd}
+	for sc.Scan() {
+		if a, ok := strings.CutPrefix(sc.Text(), "LISTEN "); ok {
+			p.addr = a
+			break
+		}
+	}
+	go io.Copy(io.Discard, out)
+	if p.addr == "" {
+		cmd.Process.Kill()
+		return nil, fmt.Errorf("%s did not report its address", name)
+	}
+	return p, nil
+}
+
+func (p *proc) stop() {
+	p.cmd.Process.Signal(os.Interrupt)
+	done := make(chan struct{})
+	go func() { p.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		p.cmd.Process.Kill()
+	}
+}
+
+func freePort() string {
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+func waitUp(url string) error {
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		resp, err := http.Get(url)
+		if err == nil {
+			resp.Body.Close()
+			return nil
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return fmt.Errorf("%s did not come up", url)
+}
+
+func orchestrate(dur time.Duration, conns, rate int) error {
+	dir, err := os.MkdirTemp("", "proxycmp")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	bin := filepath.Join(dir, "llmgate")
+	fmt.Println("building llmgate ...")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/llmgate")
+	build.Stderr = os.Stderr
+	if err := build.Run(); err != nil {
+		return fmt.Errorf("build llmgate (run from the repository root): %w", err)
+	}
+	up, err := start(self, []string{"-role", "upstream"}, nil)
+	if err != nil {
+		return err
+	}
+	defer up.stop()
+	rp, err := start(self, []string{"-role", "revproxy", "-target", "http://" + up.addr}, nil)
+	if err != nil {
+		return err
+	}
+	defer rp.stop()
+	gwAddr := freePort()
+	cfgPath := filepath.Join(dir, "llmgate.yaml")
+	cfg := fmt.Sprintf("listen: %s\ndatabase: %s\nbackends:\n  up: {url: http://%s/v1}\nmodels:\n  m: {backend: up}\n", gwAddr, filepath.Join(dir, "llmgate.db"), up.addr)
+	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
+		return err
+	}
+	gw := exec.Command(bin, "serve", "-c", cfgPath)
+	gw.Env = append(os.Environ(), "LLMGATE_MASTER_KEY="+masterKey)
+	gwLog, _ := os.Create(filepath.Join(dir, "gateway.log"))
+	gw.Stdout, gw.Stderr = gwLog, gwLog
+	if err := gw.Start(); err != nil {
+		return err
+	}
+	defer func() { gw.Process.Signal(os.Interrupt); gw.Wait() }()
+	if err := waitUp("http://" + gwAddr + "/healthz"); err != nil {
+		return err
+	}
+	targets := []struct{ name, url string }{
+		{"direct", "http://" + up.addr + "/v1/chat/completions"},
+		{"reverseproxy", "http://" + rp.addr + "/v1/chat/completions"},
+		{"llmgate", "http://" + gwAddr + "/v1/chat/completions"},
+	}
+	for _, t := range targets { // sanity and warm-up
+		if err := check(t.url); err != nil {
+			return fmt.Errorf("%s: %w", t.name, err)
+		}
+	}
+	wrk, _ := exec.LookPath("wrk")
+	fmt.Printf("\nThroughput, closed loop, %d connections, %s each (%s)\n", conns, dur, map[bool]string{true: "wrk -t1", false: "Go generator; install wrk for a lighter client"}[wrk != ""])
+	tp := map[string]result{}
+	for _, t := range targets {
+		var r result
+		if wrk != "" {
+			r, err = runWrk(wrk, t.url, conns, dur, dir)
+		} else {
+			r, err = closedLoop(t.url, conns, dur)
+		}
+		if err != nil {
+			return fmt.Errorf("%s: %w", t.name, err)
+		}
+		tp[t.name] = r
+		fmt.Printf("  %-13s %9.0f req/s   p50 %7.3f ms   p99 %7.3f ms   errors %d\n", t.name, r.rps, ms(r.p50), ms(r.p99), r.errors)
+	}
+	fmt.Printf("\nLatency, open loop, %d req/s, %s each, from scheduled send time\n", rate, dur)
+	lat := map[string]result{}
+	for _, t := range []string{"direct", "llmgate"} {
+		var u string
+		for _, x := range targets {
+			if x.name == t {
+				u = x.url
+			}
+		}
+		r, err := openLoop(u, rate, dur)
+		if err != nil {
+			return err
+		}
+		lat[t] = r
+		fmt.Printf("  %-13s %9.0f req/s   p50 %7.3f ms   p99 %7.3f ms   errors %d   max dispatch lag %.3f ms\n", t, r.rps, ms(r.p50), ms(r.p99), r.errors, ms(r.lag))
+	}
+	rss := vmHWM(gw.Process.Pid)
+	fmt.Printf("\nRatios (targets from issue 2)\n")
+	fmt.Printf("  llmgate / reverseproxy throughput at %d conns: %.2fx   (target >= 1.0x)\n", conns, tp["llmgate"].rps/tp["reverseproxy"].rps)
+	fmt.Printf("  llmgate / direct throughput:                  %.2fx\n", tp["llmgate"].rps/tp["direct"].rps)
+	fmt.Printf("  added p50 at %d req/s: %.3f ms   (target <= 0.2 ms)\n", rate, ms(lat["llmgate"].p50-lat["direct"].p50))
+	fmt.Printf("  added p99 at %d req/s: %.3f ms   (target <= 1 ms)\n", rate, ms(lat["llmgate"].p99-lat["direct"].p99))
+	fmt.Printf("  gateway peak RSS: %.1f MB   (target <= 100 MB)\n", float64(rss)/1024)
+	return nil
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+type result struct {
+	rps      float64
+	p50, p99 time.Duration
+	lag      time.Duration
+	errors   int
+}
+
+func newReq(u string) *http.Request {
+	req, _ := http.NewRequest("POST", u, strings.NewReader(reqBody))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+masterKey)
+	return req
+}
+
+func check(u string) error {
+	resp, err := http.DefaultClient.Do(newReq(u))
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 || !bytes.Contains(b, []byte(`"choices"`)) {
+		return fmt.Errorf("status %d: %s", resp.StatusCode, b)
+	}
+	return nil
+}
+
+func runWrk(wrk, u string, conns int, dur time.Duration, dir string) (result, error) {
+	script := filepath.Join(dir, "post.lua")
+	lua := fmt.Sprintf("wrk.method = \"POST\"\nwrk.body = %q\nwrk.headers[\"Content-Type\"] = \"application/json\"\nwrk.headers[\"Authorization\"] = \"Bearer %s\"\n", reqBody, masterKey)
+	if err := os.WriteFile(script, []byte(lua), 0o600); err != nil {
+		return result{}, err
+	}
+	out, err := exec.Command(wrk, "-t1", fmt.Sprintf("-c%d", conns), fmt.Sprintf("-d%ds", int(dur.Seconds())), "--latency", "-s", script, u).CombinedOutput()
+	if err != nil {
+		return result{}, fmt.Errorf("wrk: %v: %s", err, out)
+	}
+	var r result
+	s := string(out)
+	if m := regexp.MustCompile(`Requests/sec:\s+([\d.]+)`).FindStringSubmatch(s); m != nil {
+		r.rps, _ = strconv.ParseFloat(m[1], 64)
+	}
+	r.p50 = wrkPct(s, "50%")
+	r.p99 = wrkPct(s, "99%")
+	if m := regexp.MustCompile(`Non-2xx or 3xx responses: (\d+)`).FindStringSubmatch(s); m != nil {
+		r.errors, _ = strconv.Atoi(m[1])
+	}
+	if m := regexp.MustCompile(`Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)`).FindStringSubmatch(s); m != nil {
+		for _, x := range m[1:] {
+			n, _ := strconv.Atoi(x)
+			r.errors += n
+		}
+	}
+	return r, nil
+}
+
+func wrkPct(s, p string) time.Duration {
+	m := regexp.MustCompile(`\s` + regexp.QuoteMeta(p) + `\s+([\d.]+)(us|ms|s)`).FindStringSubmatch(s)
+	if m == nil {
+		return 0
+	}
+	v, _ := strconv.ParseFloat(m[1], 64)
+	switch m[2] {
+	case "us":
+		return time.Duration(v * float64(time.Microsecond))
+	case "ms":
+		return time.Duration(v * float64(time.Millisecond))
+	}
+	return time.Duration(v * float64(time.Second))
+}
+
+func client(conns int) *http.Client {
+	return &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: conns, MaxConnsPerHost: conns, DisableCompression: true}, Timeout: 30 * time.Second}
+}
+
+func do(c *http.Client, u string) error {
+	resp, err := c.Do(newReq(u))
+	if err != nil {
+		return err
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		return errors.New(resp.Status)
+	}
+	return nil
+}
+
+func closedLoop(u string, conns int, dur time.Duration) (result, error) {
+	c := client(conns)
+	var mu sync.Mutex
+	var lats []time.Duration
+	errs := 0
+	end := time.Now().Add(dur)
+	var wg sync.WaitGroup
+	for i := 0; i < conns; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			local := make([]time.Duration, 0, 1<<16)
+			e := 0
+			for time.Now().Before(end) {
+				t := time.Now()
+				if do(c, u) != nil {
+					e++
+					continue
+				}
+				local = append(local, time.Since(t))
+			}
+			mu.Lock()
+			lats = append(lats, local...)
+			errs += e
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	return summarize(lats, dur, errs, 0), nil
+}
+
+// openLoop sends at a constant rate and measures each latency from the
+// time the request was scheduled, so a stalled client cannot hide delay.
+func openLoop(u string, rate int, dur time.Duration) (result, error) {
+	c := client(256)
+	n := int(float64(rate) * dur.Seconds())
+	lats := make([]time.Duration, n)
+	ok := make([]bool, n)
+	interval := time.Second / time.Duration(rate)
+	start := time.Now().Add(50 * time.Millisecond)
+	var wg sync.WaitGroup
+	var maxLag time.Duration
+	ctx, cancel := context.WithTimeout(context.Background(), dur+30*time.Second)
+	defer cancel()
+	for i := 0; i < n; i++ {
+		sched := start.Add(time.Duration(i) * interval)
+		if d := time.Until(sched); d > 0 {
+			time.Sleep(d)
+		}
+		if lag := time.Since(sched); lag > maxLag {
+			maxLag = lag
+		}
+		wg.Add(1)
+		go func(i int, sched time.Time) {
+			defer wg.Done()
+			if ctx.Err() != nil {
+				return
+			}
+			if do(c, u) == nil {
+				lats[i] = time.Since(sched)
+				ok[i] = true
+			}
+		}(i, sched)
+	}
+	wg.Wait()
+	var good []time.Duration
+	errs := 0
+	for i := range lats {
+		if ok[i] {
+			good = append(good, lats[i])
+		} else {
+			errs++
+		}
+	}
+	return summarize(good, dur, errs, maxLag), nil
+}
+
+func summarize(lats []time.Duration, dur time.Duration, errs int, lag time.Duration) result {
+	sort.Slice(lats, func(i, j int) bool { return lats[i] < lats[j] })
+	pct := func(p float64) time.Duration {
+		if len(lats) == 0 {
+			return 0
+		}
+		return lats[min(len(lats)-1, int(p*float64(len(lats))))]
+	}
+	return result{rps: float64(len(lats)) / dur.Seconds(), p50: pct(0.5), p99: pct(0.99), errors: errs, lag: lag}
+}
+
+// vmHWM returns a process's peak resident set size in KiB.
+func vmHWM(pid int) int {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(line, "VmHWM:") {
+			f := strings.Fields(line)
+			if len(f) >= 2 {
+				v, _ := strconv.Atoi(f[1])
+				return v
+			}
+		}
+	}
+	return 0
+}
