@@ -20,7 +20,8 @@ import (
 // The model name selects a behaviour, so one server can answer every case:
 // "fail-500" answers HTTP 500, "fail-cut" closes the stream mid-way,
 // "fail-event" sends an error object after the first chunk with status
-// 200, "fail-slow" never sends a chunk, "no-usage" omits the usage chunk.
+// 200, "fail-slow" never sends a chunk, "no-usage" omits the usage chunk,
+// "flaky" answers HTTP 500 to every third request (by request index).
 type TimedUpstream struct {
 	T1, T2 time.Duration
 	// Chunks is the number of content chunks per response (default 8);
@@ -63,15 +64,29 @@ func (u *TimedUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	var req struct {
 		Model     string `json:"model"`
 		MaxTokens int    `json:"max_tokens"`
+		// Per-request timing overrides, used by the capacity self-test.
+		T1Micros int64 `json:"llmgate_t1_us"`
+		T2Micros int64 `json:"llmgate_t2_us"`
+		Chunks   int   `json:"llmgate_chunks"`
 	}
 	b, _ := io.ReadAll(r.Body)
 	_ = json.Unmarshal(b, &req)
+	t1, t2 := u.T1, u.T2
+	if req.T1Micros > 0 {
+		t1 = time.Duration(req.T1Micros) * time.Microsecond
+	}
+	if req.T2Micros > 0 {
+		t2 = time.Duration(req.T2Micros) * time.Microsecond
+	}
 	completions := strings.HasSuffix(r.URL.Path, "/completions") && !strings.HasSuffix(r.URL.Path, "/chat/completions")
-	if req.Model == "fail-500" {
+	if req.Model == "fail-500" || (req.Model == "flaky" && requestIndex(r)%3 == 2) {
 		http.Error(w, `{"error":{"message":"injected failure","type":"server_error"}}`, http.StatusInternalServerError)
 		return
 	}
 	chunks := u.Chunks
+	if req.Chunks > 0 {
+		chunks = req.Chunks
+	}
 	if chunks <= 0 {
 		chunks = 8
 	}
@@ -97,7 +112,7 @@ func (u *TimedUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	word := strings.Repeat("tok ", tpc)
 	var buf []byte
-	next := recv.Add(u.T1)
+	next := recv.Add(t1)
 	for i := 0; i < chunks; i++ {
 		if d := time.Until(next); d > 0 {
 			time.Sleep(d)
@@ -128,7 +143,7 @@ func (u *TimedUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			_ = rc.Flush()
 			return
 		}
-		next = next.Add(u.T2)
+		next = next.Add(t2)
 	}
 	if req.Model != "no-usage" {
 		fmt.Fprintf(w, `data: {"id":"x","choices":[],"usage":{"prompt_tokens":%d,"completion_tokens":%d,"total_tokens":%d}}`+"\n\n",
@@ -161,4 +176,15 @@ func (u *TimedUpstream) serveLog(w http.ResponseWriter, r *http.Request) {
 // target ti in cell ci; tests use it to find the server's record.
 func RequestID(ti, ci, i int) string {
 	return "llmgate-bench-" + strconv.Itoa(ti) + "-" + strconv.Itoa(ci) + "-" + strconv.Itoa(i)
+}
+
+// requestIndex parses the trailing number of the X-Request-Id header.
+func requestIndex(r *http.Request) int {
+	id := r.Header.Get("X-Request-Id")
+	i := strings.LastIndexByte(id, '-')
+	n, err := strconv.Atoi(id[i+1:])
+	if err != nil {
+		return -1
+	}
+	return n
 }

@@ -1,0 +1,251 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/csv"
+	"encoding/json"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// matrixReport runs three models × concurrency 1,4,8,16 against a
+// vLLM-like streaming server (the shape of `llmgate serve --demo`).
+func matrixReport(t *testing.T) *Report {
+	t.Helper()
+	up := &TimedUpstream{T1: 15 * time.Millisecond, T2: 3 * time.Millisecond, Chunks: 6, TokensPerChunk: 2, PromptTokens: 30}
+	srv := httptest.NewServer(up)
+	t.Cleanup(srv.Close)
+	targets, err := TargetsFromFlags(srv.URL+"/v1", "sk-test", []string{"qwen2.5-7b", "qwen2.5-32b", "qwen3-32b"}, "chat", func(string) string { return "" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	rep, err := Run(ctx, Options{
+		Targets: targets, Concurrencies: []int{1, 4, 8, 16}, NumRequests: 32, Warmup: -1, Burstiness: 1,
+		Workload: Workload{InputLen: 32, OutputLen: 12, Seed: 3},
+		Request:  RequestOptions{Timeout: 30 * time.Second},
+		Goodput:  Goodput{TTFT: 1000}, KeepRequests: true,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rep
+}
+
+func TestMatrix_WritesCSVJSONAndHTMLForEveryTargetAndCell(t *testing.T) {
+	rep := matrixReport(t)
+	if len(rep.Results) != 12 {
+		t.Fatalf("%d cells, want 3 targets × 4 concurrencies", len(rep.Results))
+	}
+	for _, c := range rep.Results {
+		if c.Completed != 32 || c.Failed != 0 {
+			t.Errorf("%s c=%d: completed %d failed %d %v", c.Target, c.Concurrency, c.Completed, c.Failed, c.ErrorSamples)
+		}
+		if c.MaxConcurrentRequests > c.Concurrency {
+			t.Errorf("%s c=%d: %d requests in flight, more than the concurrency", c.Target, c.Concurrency, c.MaxConcurrentRequests)
+		}
+	}
+
+	var csvBuf bytes.Buffer
+	if err := WriteCSV(&csvBuf, rep); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := csv.NewReader(&csvBuf).ReadAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 13 || len(rows[1]) != len(CSVHeader()) {
+		t.Fatalf("csv: %d rows of %d columns", len(rows), len(rows[0]))
+	}
+	col := map[string]int{}
+	for i, h := range rows[0] {
+		col[h] = i
+	}
+	for _, name := range []string{"model", "backend", "concurrency", "completed", "failed", "mean_ttft_ms", "p99_itl_ms", "mean_tpot_ms", "output_throughput"} {
+		if _, ok := col[name]; !ok {
+			t.Errorf("csv lacks column %s", name)
+		}
+	}
+	if rows[4][col["concurrency"]] != "16" || rows[5][col["model"]] != "qwen2.5-32b" {
+		t.Errorf("csv row order: %v / %v", rows[4][:6], rows[5][:6])
+	}
+
+	var js bytes.Buffer
+	if err := WriteJSON(&js, rep); err != nil {
+		t.Fatal(err)
+	}
+	var generic map[string]any
+	if err := json.Unmarshal(js.Bytes(), &generic); err != nil {
+		t.Fatal(err)
+	}
+	first := generic["results"].([]any)[0].(map[string]any)
+	for _, k := range []string{"duration", "completed", "failed", "total_input_tokens", "total_output_tokens", "request_throughput",
+		"request_goodput", "output_throughput", "total_token_throughput", "mean_ttft_ms", "median_ttft_ms", "std_ttft_ms", "p99_ttft_ms",
+		"mean_tpot_ms", "mean_itl_ms", "median_e2el_ms", "p90_e2el_ms", "p95_itl_ms", "p50_tpot_ms", "mean_itl_per_token_ms"} {
+		if _, ok := first[k]; !ok {
+			t.Errorf("json result lacks vLLM field %s", k)
+		}
+	}
+	if generic["settings"].(map[string]any)["concurrencies"] == nil {
+		t.Error("json lacks the run's settings")
+	}
+	if strings.Contains(js.String(), "sk-test") {
+		t.Error("API key leaked into the JSON report")
+	}
+	back, err := ReadReport(bytes.NewReader(js.Bytes()))
+	if err != nil || !near(back.Results[3].TTFT.P99, rep.Results[3].TTFT.P99, 0.001) {
+		t.Errorf("round trip: %v", err)
+	}
+
+	var page bytes.Buffer
+	if err := WriteHTML(&page, rep); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(page.String(), "http://") && regexp.MustCompile(`(src|href)="https?://`).MatchString(page.String()) {
+		t.Error("HTML report loads something from the network")
+	}
+	var lines bytes.Buffer
+	if err := WriteRequestsJSONL(&lines, rep); err != nil || strings.Count(lines.String(), "\n") != 12*32 {
+		t.Errorf("jsonl: %d lines, %v", strings.Count(lines.String(), "\n"), err)
+	}
+	var table bytes.Buffer
+	if err := WriteTable(&table, rep); err != nil || !strings.Contains(table.String(), "qwen3-32b") {
+		t.Errorf("table: %v\n%s", err, table.String())
+	}
+	t.Logf("console table:\n%s", table.String())
+}
+
+func chromiumPath() string {
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "google-chrome-stable"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	if _, err := os.Stat("/usr/bin/chromium"); err == nil {
+		return "/usr/bin/chromium"
+	}
+	return ""
+}
+
+func TestHTMLReport_RendersChartsInHeadlessChromiumWithoutConsoleErrors(t *testing.T) {
+	bin := chromiumPath()
+	if bin == "" {
+		if os.Getenv("CI") != "" {
+			t.Fatal("chromium is not installed; CI must install Debian's chromium package (apt-get install -y chromium)")
+		}
+		t.Skip("chromium not installed (apt-get install -y chromium); CI unset, skipping")
+	}
+	rep := matrixReport(t)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "report.html")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteHTML(f, rep); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if keep := os.Getenv("LLMGATE_BENCH_KEEP_HTML"); keep != "" {
+		// For looking at the page by hand.
+		b, _ := os.ReadFile(path)
+		_ = os.WriteFile(keep, b, 0o644)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin,
+		"--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+		"--disable-background-networking", "--disable-component-update", "--disable-sync",
+		"--disable-dev-shm-usage", "--user-data-dir="+filepath.Join(dir, "profile"),
+		"--enable-logging=stderr", "--v=0", "--virtual-time-budget=10000",
+		"--dump-dom", "file://"+path)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("chromium: %v\n%s", err, tail(stderr.String(), 3000))
+	}
+	dom := stdout.String()
+	m := regexp.MustCompile(`data-charts-rendered="(\d+)"`).FindStringSubmatch(dom)
+	if m == nil {
+		t.Fatalf("page script did not finish (no data-charts-rendered marker); stderr:\n%s", tail(stderr.String(), 3000))
+	}
+	// 4 latency + 3 throughput charts, and a TTFT and an ITL CDF per target.
+	want := 4 + 3 + 2*3
+	if n, _ := strconv.Atoi(m[1]); n != want {
+		t.Errorf("charts rendered = %s, want %d", m[1], want)
+	}
+	if !strings.Contains(dom, `data-status="ok"`) {
+		t.Errorf("status is not ok: %s", regexp.MustCompile(`<div id="status"[^>]*>[^<]*`).FindString(dom))
+	}
+	if e := regexp.MustCompile(`<pre id="js-errors">([^<]*)</pre>`).FindStringSubmatch(dom); e == nil || strings.TrimSpace(e[1]) != "" {
+		t.Errorf("script errors in page: %v", e)
+	}
+	if n := strings.Count(dom, `<svg `); n < want {
+		t.Errorf("%d <svg> elements in the DOM, want at least %d", n, want)
+	}
+	// Every latency chart has a p50 and a p99 line per target.
+	if n := strings.Count(dom, `class="series"`); n < 4*2*3 {
+		t.Errorf("%d plotted series, want at least %d", n, 4*2*3)
+	}
+	if n := strings.Count(dom, "<circle "); n < 4*2*3*4 {
+		t.Errorf("%d data points drawn, want at least %d", n, 4*2*3*4)
+	}
+	for _, line := range strings.Split(stderr.String(), "\n") {
+		if strings.Contains(line, ":CONSOLE") || strings.Contains(line, "Uncaught") {
+			t.Errorf("console output from the page: %s", line)
+		}
+	}
+}
+
+func tail(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[len(s)-n:]
+}
+
+func TestCompare_ReportsPerMetricChangeWithDirection(t *testing.T) {
+	mk := func(ttft, thr float64) *Report {
+		c := &CellResult{Target: "m", Mode: "concurrency", Concurrency: 4, Completed: 10, OutputThroughput: thr, RequestThroughput: 1}
+		c.TTFT = Summary{Mean: ttft, Median: ttft, P90: ttft, P99: ttft}
+		return &Report{Results: []*CellResult{c}}
+	}
+	changes, unmatched := Compare(mk(100, 1000), mk(80, 900), 5)
+	if len(unmatched) != 0 {
+		t.Fatalf("unmatched %v", unmatched)
+	}
+	got := map[string]Change{}
+	for _, c := range changes {
+		got[c.Metric] = c
+	}
+	if c := got["mean_ttft_ms"]; !near(c.Percent, -20, 1e-9) || c.Verdict != "better" {
+		t.Errorf("ttft change %+v, want -20%% better", c)
+	}
+	if c := got["output_throughput"]; !near(c.Percent, -10, 1e-9) || c.Verdict != "worse" {
+		t.Errorf("throughput change %+v, want -10%% worse", c)
+	}
+	if c := got["request_throughput"]; c.Verdict != "" {
+		t.Errorf("unchanged metric marked %q", c.Verdict)
+	}
+	var out bytes.Buffer
+	if err := WriteComparison(&out, mk(100, 1000), mk(80, 900), 5); err != nil || !strings.Contains(out.String(), "-20.0%") {
+		t.Errorf("comparison output: %v\n%s", err, out.String())
+	}
+	// Different target names (direct vs gateway run separately) still
+	// match by load.
+	b := mk(80, 900)
+	b.Results[0].Target = "via-gateway"
+	if ch, _ := Compare(mk(100, 1000), b, 5); len(ch) == 0 {
+		t.Error("reports with different target names did not match by load")
+	}
+}
