@@ -1,18 +1,369 @@
 package main
 
 import (
+	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
+
+	"llmgate/internal/bench"
 )
 
-// newBenchCmd is a placeholder until the subcommand lands.
+// benchFlags holds the bench command's flags before they become Options.
+type benchFlags struct {
+	config, baseURL, apiKey, endpoint string
+	models, headers, rates, goodput   []string
+	concurrency                       []int
+	maxConcurrency, numRequests       int
+	warmup                            int
+	duration, timeout                 time.Duration
+	burstiness                        string
+	dataset, datasetPath, prompt      string
+	inputLen, outputLen               int
+	rangeRatio, temperature           float64
+	ignoreEOS, continuousUsage        bool
+	extraBody                         string
+	seed                              uint64
+	sweep                             bool
+	sweepMax                          int
+	sweepGain                         float64
+	outDir, csvPath, jsonPath         string
+	htmlPath, requestsPath            string
+	quiet                             bool
+}
+
+// newBenchCmd measures latency and throughput of OpenAI-compatible
+// endpoints with vLLM's metric definitions.
 func newBenchCmd() *cobra.Command {
-	return &cobra.Command{
+	var f benchFlags
+	cmd := &cobra.Command{
 		Use:   "bench",
-		Short: "benchmark OpenAI-compatible endpoints (not built yet)",
-		RunE: func(*cobra.Command, []string) error {
-			return errors.New("bench is not built yet")
+		Short: "Benchmark OpenAI-compatible endpoints: TTFT, TPOT, ITL, E2EL and throughput across a load matrix",
+		Long: `Benchmark any OpenAI-compatible endpoint (llmgate, vLLM, SGLang, llama.cpp,
+TensorRT-LLM, Ollama, hosted APIs) over a matrix of targets × load cells.
+
+Metrics use the definitions of vLLM's "bench serve": TTFT (first streamed chunk
+with choices), TPOT = (E2EL − TTFT)/(output tokens − 1), ITL per streamed chunk,
+E2EL, request/output/total-token throughput, goodput under --goodput SLOs; mean,
+median, std, p50/p90/p95/p99 each. A per-token ITL is reported separately.
+Token counts come from the server's usage (stream_options.include_usage); when
+a server sends none they are estimated and labelled so.
+
+Honest measurement: chunks are timestamped when their bytes are read, before
+any JSON parsing; open-loop latency starts at the scheduled send time; the
+dispatch lag and the client's CPU and wake-up lag are recorded and a cell is
+flagged UNRELIABLE when the client itself may have been the bottleneck.
+The connection pool is sized to the concurrency, HTTP/1.1 only; proxies from
+HTTP_PROXY/HTTPS_PROXY/NO_PROXY are used and shown in the report.
+
+Load: --concurrency 1,4,8,16 (closed loop) and/or --request-rate 2,8,inf (open
+loop, Poisson by default, --burstiness as vLLM defines it, "inf" = constant
+rate), each cell for --num-requests or --duration; --sweep doubles concurrency
+until output throughput stops growing and reports the saturation point.
+
+Targets: --base-url with one or more --model, or --config FILE (YAML or JSON):
+  targets:
+    - name: qwen-direct
+      base_url: http://127.0.0.1:8000/v1
+      model: Qwen/Qwen2.5-7B-Instruct
+    - name: qwen-gateway
+      base_url: http://127.0.0.1:4000/v1
+      api_key_env: LLMGATE_API_KEY
+      model: qwen2.5-7b
+      endpoint: chat          # or completions
+The API key defaults to LLMGATE_API_KEY, then OPENAI_API_KEY.`,
+		Example: `  llmgate bench --base-url http://127.0.0.1:8000/v1 --model Qwen/Qwen2.5-7B-Instruct --concurrency 1,4,8,16 --out results/
+  llmgate bench --config targets.yaml --request-rate 2,4,8 --burstiness 1 --num-requests 200 --goodput ttft:500 tpot:50
+  llmgate bench --base-url http://127.0.0.1:8000/v1 --model m --sweep --num-requests 64
+  llmgate bench compare before/results.json after/results.json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runBench(cmd, &f)
 		},
 	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.config, "config", "", "YAML or JSON file listing targets")
+	fl.StringVar(&f.baseURL, "base-url", "", "API base URL, e.g. http://127.0.0.1:8000/v1 (default $LLMGATE_BASE_URL or $OPENAI_BASE_URL)")
+	fl.StringVar(&f.apiKey, "api-key", "", "API key (default $LLMGATE_API_KEY, then $OPENAI_API_KEY)")
+	fl.StringSliceVar(&f.models, "model", nil, "model to benchmark; repeat or comma-separate for several targets")
+	fl.StringVar(&f.endpoint, "endpoint", "chat", "chat or completions")
+	fl.StringArrayVar(&f.headers, "header", nil, "extra request header KEY=VALUE (repeatable)")
+	fl.IntSliceVar(&f.concurrency, "concurrency", nil, "closed-loop concurrency levels, e.g. 1,4,8,16")
+	fl.StringSliceVar(&f.rates, "request-rate", nil, "open-loop request rates in req/s, e.g. 2,8,inf")
+	fl.IntVar(&f.maxConcurrency, "max-concurrency", 0, "cap on in-flight requests in open-loop cells (0 = none)")
+	fl.StringVar(&f.burstiness, "burstiness", "1", "open-loop arrival shape: 1 = Poisson, <1 burstier, >1 smoother, inf = constant rate")
+	fl.IntVar(&f.numRequests, "num-requests", 100, "requests per cell (0 with --duration)")
+	fl.DurationVar(&f.duration, "duration", 0, "run each cell this long instead of --num-requests")
+	fl.IntVar(&f.warmup, "warmup", -1, "warm-up requests per cell, discarded (-1 = one per connection)")
+	fl.StringVar(&f.dataset, "dataset", "random", "random, fixed, sharegpt or jsonl")
+	fl.StringVar(&f.datasetPath, "dataset-path", "", "ShareGPT JSON or JSONL file")
+	fl.StringVar(&f.prompt, "prompt", "", "prompt for --dataset fixed")
+	fl.IntVar(&f.inputLen, "input-len", 256, "random prompts: input length in tokens (approximate)")
+	fl.IntVar(&f.outputLen, "output-len", 128, "output tokens (max_tokens) per request")
+	fl.Float64Var(&f.rangeRatio, "range-ratio", 0, "random prompts: lengths drawn from [len·(1−r), len·(1+r)]")
+	fl.Float64Var(&f.temperature, "temperature", 0, "sampling temperature")
+	fl.BoolVar(&f.ignoreEOS, "ignore-eos", false, "send ignore_eos so vLLM-compatible servers generate exactly max_tokens")
+	fl.BoolVar(&f.continuousUsage, "continuous-usage", false, "ask vLLM for usage in every chunk (exact per-token ITL)")
+	fl.StringVar(&f.extraBody, "extra-body", "", "JSON object merged into every request body")
+	fl.DurationVar(&f.timeout, "timeout", 10*time.Minute, "per-request timeout")
+	fl.StringSliceVar(&f.goodput, "goodput", nil, "SLOs for goodput, e.g. ttft:500 tpot:50 e2el:10000 (ms)")
+	fl.Uint64Var(&f.seed, "seed", 0, "seed for prompts and arrivals")
+	fl.BoolVar(&f.sweep, "sweep", false, "closed-loop sweep 1,2,4,... until throughput saturates")
+	fl.IntVar(&f.sweepMax, "sweep-max", 256, "highest concurrency the sweep tries")
+	fl.Float64Var(&f.sweepGain, "sweep-gain", 0.10, "sweep stops when doubling concurrency adds less than this fraction of throughput")
+	fl.StringVar(&f.outDir, "out", "", "directory for results.csv, results.json, report.html and requests.jsonl")
+	fl.StringVar(&f.csvPath, "csv", "", "write the CSV here")
+	fl.StringVar(&f.jsonPath, "json", "", "write the JSON report here")
+	fl.StringVar(&f.htmlPath, "html", "", "write the HTML report here")
+	fl.StringVar(&f.requestsPath, "requests-jsonl", "", "write one JSON line per request here")
+	fl.BoolVarP(&f.quiet, "quiet", "q", false, "no live progress on stderr")
+	cmd.AddCommand(newBenchCompareCmd(), newBenchSelfTestCmd())
+	return cmd
+}
+
+func runBench(cmd *cobra.Command, f *benchFlags) error {
+	o, err := f.options(cmd.Flags().Changed("num-requests"))
+	if err != nil {
+		return err
+	}
+	if !f.quiet {
+		o.Progress = cmd.ErrOrStderr()
+	}
+	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt)
+	defer stop()
+	rep, runErr := bench.Run(ctx, o)
+	if rep == nil {
+		return runErr
+	}
+	if len(rep.Results) > 0 {
+		fmt.Fprintln(cmd.OutOrStdout())
+		if err := bench.WriteTable(cmd.OutOrStdout(), rep); err != nil {
+			return err
+		}
+		if err := f.writeOutputs(cmd, rep); err != nil {
+			return err
+		}
+	}
+	if runErr != nil && errors.Is(runErr, context.Canceled) {
+		return errors.New("interrupted; partial results written")
+	}
+	return runErr
+}
+
+// options turns flags into bench.Options. numRequestsSet tells whether
+// --num-requests was given, since --duration alone replaces its default.
+func (f *benchFlags) options(numRequestsSet bool) (bench.Options, error) {
+	var o bench.Options
+	getenv := os.Getenv
+	var err error
+	if f.config != "" {
+		file, err := os.Open(f.config)
+		if err != nil {
+			return o, fmt.Errorf("open config: %w", err)
+		}
+		o.Targets, err = bench.LoadTargets(file, getenv)
+		file.Close()
+		if err != nil {
+			return o, fmt.Errorf("%s: %w", f.config, err)
+		}
+	} else {
+		base := f.baseURL
+		for _, k := range []string{"LLMGATE_BASE_URL", "OPENAI_BASE_URL"} {
+			if base == "" {
+				base = os.Getenv(k)
+			}
+		}
+		if base == "" {
+			return o, errors.New("no endpoint: pass --base-url http://HOST:PORT/v1 (or --config), or set LLMGATE_BASE_URL")
+		}
+		if o.Targets, err = bench.TargetsFromFlags(base, f.apiKey, f.models, f.endpoint, getenv); err != nil {
+			return o, err
+		}
+	}
+	if len(f.headers) > 0 {
+		hdr := map[string]string{}
+		for _, h := range f.headers {
+			k, v, ok := strings.Cut(h, "=")
+			if !ok || strings.TrimSpace(k) == "" {
+				return o, fmt.Errorf("--header %q: use KEY=VALUE", h)
+			}
+			hdr[strings.TrimSpace(k)] = v
+		}
+		for i := range o.Targets {
+			if o.Targets[i].Headers == nil {
+				o.Targets[i].Headers = map[string]string{}
+			}
+			for k, v := range hdr {
+				o.Targets[i].Headers[k] = v
+			}
+		}
+	}
+	o.Concurrencies = f.concurrency
+	for _, r := range f.rates {
+		v, err := parseRate(r)
+		if err != nil {
+			return o, fmt.Errorf("--request-rate %q: %w", r, err)
+		}
+		o.Rates = append(o.Rates, v)
+	}
+	if o.Burstiness, err = parseRate(f.burstiness); err != nil {
+		return o, fmt.Errorf("--burstiness %q: %w", f.burstiness, err)
+	}
+	o.MaxConcurrency = f.maxConcurrency
+	o.NumRequests, o.Duration, o.Warmup = f.numRequests, f.duration, f.warmup
+	if f.duration > 0 && !numRequestsSet {
+		o.NumRequests = 0
+	}
+	o.Workload = bench.Workload{Dataset: f.dataset, Path: f.datasetPath, FixedPrompt: f.prompt,
+		InputLen: f.inputLen, OutputLen: f.outputLen, RangeRatio: f.rangeRatio, Seed: f.seed}
+	o.Request = bench.RequestOptions{Temperature: f.temperature, IgnoreEOS: f.ignoreEOS,
+		ContinuousUsage: f.continuousUsage, Timeout: f.timeout}
+	if f.extraBody != "" {
+		if err := json.Unmarshal([]byte(f.extraBody), &o.Request.ExtraBody); err != nil {
+			return o, fmt.Errorf("--extra-body must be a JSON object: %w", err)
+		}
+	}
+	if o.Goodput, err = bench.ParseGoodput(f.goodput); err != nil {
+		return o, err
+	}
+	o.Sweep, o.SweepMax, o.SweepGain = f.sweep, f.sweepMax, f.sweepGain
+	o.KeepRequests = f.requestsPath != "" || f.outDir != ""
+	return o, nil
+}
+
+func parseRate(s string) (float64, error) {
+	s = strings.TrimSpace(strings.ToLower(s))
+	if s == "inf" || s == "+inf" || s == "infinity" {
+		return math.Inf(1), nil
+	}
+	v, err := strconv.ParseFloat(s, 64)
+	if err != nil || !(v > 0) {
+		return 0, errors.New("must be a positive number or inf")
+	}
+	return v, nil
+}
+
+func (f *benchFlags) writeOutputs(cmd *cobra.Command, rep *bench.Report) error {
+	type out struct {
+		path  string
+		write func(io.Writer, *bench.Report) error
+	}
+	outs := []out{{f.csvPath, bench.WriteCSV}, {f.jsonPath, bench.WriteJSON}, {f.htmlPath, bench.WriteHTML}, {f.requestsPath, bench.WriteRequestsJSONL}}
+	if f.outDir != "" {
+		if err := os.MkdirAll(f.outDir, 0o755); err != nil {
+			return err
+		}
+		names := []string{"results.csv", "results.json", "report.html", "requests.jsonl"}
+		for i := range outs {
+			if outs[i].path == "" {
+				outs[i].path = filepath.Join(f.outDir, names[i])
+			}
+		}
+	}
+	for _, o := range outs {
+		if o.path == "" {
+			continue
+		}
+		file, err := os.Create(o.path)
+		if err != nil {
+			return err
+		}
+		if err := o.write(file, rep); err != nil {
+			file.Close()
+			return fmt.Errorf("write %s: %w", o.path, err)
+		}
+		if err := file.Close(); err != nil {
+			return err
+		}
+		fmt.Fprintf(cmd.ErrOrStderr(), "wrote %s\n", o.path)
+	}
+	return nil
+}
+
+func newBenchCompareCmd() *cobra.Command {
+	var threshold float64
+	cmd := &cobra.Command{
+		Use:   "compare A.json B.json",
+		Short: "Show the change of every metric between two bench JSON reports",
+		Long: `Match the cells of two JSON reports (by target and load; by load alone when
+the target names differ, e.g. direct versus via the gateway) and print A, B and
+the change of each metric, marking changes of at least --threshold percent as
+better or worse (lower latency and higher throughput are better).`,
+		Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var reps [2]*bench.Report
+			for i, p := range args {
+				file, err := os.Open(p)
+				if err != nil {
+					return err
+				}
+				reps[i], err = bench.ReadReport(file)
+				file.Close()
+				if err != nil {
+					return fmt.Errorf("%s: %w", p, err)
+				}
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "A = %s\nB = %s\n\n", args[0], args[1])
+			return bench.WriteComparison(cmd.OutOrStdout(), reps[0], reps[1], threshold)
+		},
+	}
+	cmd.Flags().Float64Var(&threshold, "threshold", 5, "percent change marked better/worse")
+	return cmd
+}
+
+func newBenchSelfTestCmd() *cobra.Command {
+	var (
+		streams int
+		step    time.Duration
+		allCore bool
+	)
+	cmd := &cobra.Command{
+		Use:   "self-test",
+		Short: "Measure how many streamed chunks per second this client ingests with ≤ 1 ms timing error",
+		Long: `Start a streaming test server with known timing in a child process and offer
+rising chunk rates (10k to 200k chunks/s) over --streams connections. For each
+rate print the chunks per second the client ingested and its timestamp error
+against the server's recorded write time of every chunk. The client runs on one
+core (GOMAXPROCS=1) unless --all-cores. Run it on the machine you benchmark
+from: above the reported figure, timings from that machine are not trustworthy.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if os.Getenv(bench.UpstreamChildEnv) == "1" {
+				return bench.ServeUpstreamChild()
+			}
+			exe, err := os.Executable()
+			if err != nil {
+				return err
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt)
+			defer stop()
+			base, stopChild, err := bench.StartUpstreamChild(ctx, exe, "bench", "self-test")
+			if err != nil {
+				return err
+			}
+			defer stopChild()
+			_, best, err := bench.MeasureCapacity(ctx, bench.CapacityOptions{
+				BaseURL: base, Streams: streams, Step: step, OneCore: !allCore, Progress: cmd.OutOrStdout(),
+			})
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "client capacity: %.0f chunks/s with p99 timestamp error ≤ 1 ms\n", best)
+			return nil
+		},
+	}
+	cmd.Flags().IntVar(&streams, "streams", 64, "concurrent streams")
+	cmd.Flags().DurationVar(&step, "step", 2*time.Second, "time per offered rate")
+	cmd.Flags().BoolVar(&allCore, "all-cores", false, "let the client use every core instead of one")
+	return cmd
 }
