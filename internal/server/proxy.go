@@ -14,6 +14,7 @@ import (
 
 	"llmgate/internal/api/openai"
 	"llmgate/internal/apierror"
+	"llmgate/internal/config"
 	"llmgate/internal/jsonscan"
 	"llmgate/internal/keys"
 	"llmgate/internal/router"
@@ -44,6 +45,11 @@ type call struct {
 	dep       router.Deployment // the deployment of the current attempt
 	body      []byte            // the client's body, for estimating prompt tokens
 	ticket    Ticket
+	hub       *hub // translated request, for other dialects
+	writeErr  func(http.ResponseWriter, error)
+
+	anthropicBeta string
+	sawStop       bool // Anthropic message_stop seen
 
 	stream           bool
 	clientWantsUsage bool
@@ -97,7 +103,7 @@ func tooLarge(limit int64) error {
 // proxy returns the handler relaying one OpenAI endpoint.
 func (s *Server) proxy(ep endpoint) func(http.ResponseWriter, *http.Request, keys.Principal) {
 	return func(w http.ResponseWriter, r *http.Request, p keys.Principal) {
-		c := &call{ep: ep, start: time.Now(), principal: p, reqID: s.requestID(r)}
+		c := &call{ep: ep, start: time.Now(), principal: p, reqID: s.requestID(r), writeErr: openai.WriteError}
 		w.Header()["X-Request-Id"] = []string{c.reqID}
 		buf := getBuf()
 		defer putBuf(buf)
@@ -194,6 +200,16 @@ func ensureIncludeUsage(body []byte) ([]byte, bool) {
 func (s *Server) attempt(ctx context.Context, w http.ResponseWriter, c *call, dep router.Deployment, body []byte) (committed bool, err error) {
 	c.dep = dep
 	b := dep.Backend
+	if b.Dialect == config.DialectAnthropic {
+		if c.ep.name != "chat" {
+			return false, c.fail(apierror.Newf(http.StatusBadRequest, apierror.KindInvalidRequest, "unsupported_endpoint",
+				"model %q is served by an Anthropic backend, which has no %s endpoint; use /v1/chat/completions or /v1/messages", c.model, c.ep.path))
+		}
+		if _, err := c.chatHub(); err != nil {
+			return false, c.fail(err)
+		}
+		return s.attemptHub(ctx, w, c, dep)
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	if t := b.Timeout(); t > 0 {
@@ -239,6 +255,10 @@ func (s *Server) writeFail(w http.ResponseWriter, c *call, err error) {
 	e := c.fail(err)
 	if e.Status == 499 {
 		return // nobody is listening
+	}
+	if c.writeErr != nil {
+		c.writeErr(w, e)
+		return
 	}
 	openai.WriteError(w, e)
 }
