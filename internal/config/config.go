@@ -41,9 +41,13 @@ type Config struct {
 	LogFormat    string              `yaml:"log_format"` // text (default) or json
 	Backends     map[string]*Backend `yaml:"backends"`
 	Models       map[string]*Model   `yaml:"models"`
+	// Engines are local model servers started on demand (see engines.go).
+	Engines map[string]*Engine `yaml:"engines"`
 
 	// Source names where the configuration came from, for messages.
 	Source string `yaml:"-"`
+	// lookup reads the environment for preset API key variables.
+	lookup func(string) (string, bool)
 }
 
 // Backend is one upstream server or cloud API.
@@ -57,17 +61,37 @@ type Backend struct {
 	ConnectTimeout Duration `yaml:"connect_timeout"` // default 5s
 	FirstByte      Duration `yaml:"first_byte_timeout"`
 	Timeout        Duration `yaml:"timeout"` // whole request, default none
+	// IdleTimeout bounds the gap between two stream events; zero for none.
+	IdleTimeout Duration `yaml:"idle_timeout"`
+	// Provider and Engine name presets (see internal/preset) that fill in
+	// the URL, dialect, API key variable and health path.
+	Provider    string       `yaml:"provider"`
+	Engine      string       `yaml:"engine"`
+	HealthCheck *HealthCheck `yaml:"health_check"`
 	// BaseURL is URL after normalization (set by Validate).
 	BaseURL string `yaml:"-"`
 	line    int
 }
 
-// Model is one public model name and where it is served.
+// Model is one public model name and where it is served: either one
+// backend (backend/upstream_model) or a list of deployments.
 type Model struct {
 	Name          string `yaml:"-"`
 	Backend       string `yaml:"backend"`
 	UpstreamModel string `yaml:"upstream_model"` // default: the public name
-	line          int
+	// Engine names the engine serving this model, for the models an engine
+	// lists; never set in the file.
+	Engine string `yaml:"-"`
+	// Deployments lists every place the model is served. ApplyDefaults
+	// turns the single-backend form into one deployment.
+	Deployments []*Deployment `yaml:"deployments"`
+	// Fallbacks are other public models tried in order when every
+	// deployment failed.
+	Fallbacks []string `yaml:"fallbacks"`
+	// Balancing picks among deployments of equal priority:
+	// least_outstanding (default), weighted_random or lowest_latency.
+	Balancing string `yaml:"balancing"`
+	line      int
 }
 
 // Duration is a time.Duration that reads "30s", "2m" or a number of seconds.
@@ -147,7 +171,7 @@ func LoadWithEnv(r io.Reader, source string, lookup func(string) (string, bool))
 	if err := yaml.Unmarshal(data, &root); err != nil {
 		return nil, &LineError{Source: source, Msg: strings.TrimPrefix(err.Error(), "yaml: ")}
 	}
-	cfg := &Config{Source: source}
+	cfg := &Config{Source: source, lookup: lookup}
 	if len(root.Content) == 0 { // empty file
 		cfg.ApplyDefaults()
 		return cfg, cfg.Validate()
@@ -164,6 +188,7 @@ func LoadWithEnv(r io.Reader, source string, lookup func(string) (string, bool))
 		return nil, &LineError{Source: source, Msg: err.Error()}
 	}
 	cfg.Source = source
+	cfg.lookup = lookup
 	recordLines(doc, cfg)
 	cfg.ApplyDefaults()
 	if err := cfg.Validate(); err != nil {
@@ -184,6 +209,9 @@ func expandText(data []byte, lookup func(string) (string, bool)) []byte {
 	last := 0
 	for _, loc := range envRef.FindAllStringSubmatchIndex(src, -1) {
 		start, end := loc[0], loc[1]
+		if src[start:end] == PortPlaceholder {
+			continue // an engine's port, filled in when it starts
+		}
 		b.WriteString(src[last:start])
 		val := ExpandEnv(src[start:end], lookup)
 		if wholeScalar(src, start, end) {
@@ -213,9 +241,14 @@ func wholeScalar(src string, start, end int) bool {
 }
 
 var knownKeys = map[string][]string{
-	"":        {"listen", "database", "max_body_bytes", "log_format", "backends", "models"},
-	"backend": {"url", "api_key", "dialect", "headers", "connect_timeout", "first_byte_timeout", "timeout"},
-	"model":   {"backend", "upstream_model"},
+	"engine": {"cmd", "env", "workdir", "port", "models", "group", "ttl", "always_on", "health_path", "health_interval",
+		"startup_timeout", "stop_signal", "stop_grace", "drain_timeout", "max_queue", "api_key"},
+	"": {"listen", "database", "max_body_bytes", "log_format", "backends", "models", "engines"},
+	"backend": {"url", "api_key", "dialect", "headers", "connect_timeout", "first_byte_timeout", "timeout",
+		"idle_timeout", "provider", "engine", "health_check"},
+	"model":        {"backend", "upstream_model", "deployments", "fallbacks", "balancing"},
+	"deployment":   {"backend", "upstream_model", "weight", "priority"},
+	"health_check": {"path", "interval", "timeout", "enabled"},
 }
 
 // checkKnownKeys rejects misspelled keys with the line and the nearest name,
@@ -245,7 +278,7 @@ func checkKnownKeys(doc *yaml.Node, source string) error {
 	}
 	for i := 0; i+1 < len(doc.Content); i += 2 {
 		k, v := doc.Content[i], doc.Content[i+1]
-		kind := map[string]string{"backends": "backend", "models": "model"}[k.Value]
+		kind := map[string]string{"backends": "backend", "models": "model", "engines": "engine"}[k.Value]
 		if kind == "" {
 			continue
 		}
@@ -258,6 +291,9 @@ func checkKnownKeys(doc *yaml.Node, source string) error {
 		for j := 0; j+1 < len(v.Content); j += 2 {
 			name, body := v.Content[j], v.Content[j+1]
 			if err := check(body, kind, k.Value+"."+name.Value); err != nil {
+				return err
+			}
+			if err := checkNested(body, kind, k.Value+"."+name.Value, source, check); err != nil {
 				return err
 			}
 		}
@@ -276,9 +312,14 @@ func recordLines(doc *yaml.Node, cfg *Config) {
 				if b := cfg.Backends[name.Value]; b != nil {
 					b.line = name.Line
 				}
+			case "engines":
+				if e := cfg.Engines[name.Value]; e != nil {
+					e.line = name.Line
+				}
 			case "models":
 				if m := cfg.Models[name.Value]; m != nil {
 					m.line = name.Line
+					recordDeploymentLines(v.Content[j+1], m)
 				}
 			}
 		}
@@ -302,12 +343,14 @@ func (c *Config) ApplyDefaults() {
 	if c.Models == nil {
 		c.Models = map[string]*Model{}
 	}
+	c.applyEngineDefaults()
 	for name, b := range c.Backends {
 		if b == nil {
 			b = &Backend{}
 			c.Backends[name] = b
 		}
 		b.Name = name
+		c.applyPreset(b)
 		if b.Dialect == "" {
 			b.Dialect = DialectOpenAI
 		}
@@ -321,6 +364,7 @@ func (c *Config) ApplyDefaults() {
 		if m.UpstreamModel == "" {
 			m.UpstreamModel = name
 		}
+		m.applyDeploymentDefaults()
 	}
 }
 
@@ -329,6 +373,9 @@ func (c *Config) ApplyDefaults() {
 func (c *Config) Validate() error {
 	le := func(line int, key, format string, args ...any) error {
 		return &LineError{Source: c.Source, Line: line, Key: key, Msg: fmt.Sprintf(format, args...)}
+	}
+	if err := c.validateEngines(); err != nil {
+		return err
 	}
 	if c.MaxBodyBytes < 0 {
 		return le(0, "max_body_bytes", "must be positive")
@@ -339,6 +386,9 @@ func (c *Config) Validate() error {
 	for _, name := range sortedKeys(c.Backends) {
 		b := c.Backends[name]
 		key := "backends." + name
+		if err := c.validatePreset(b, key); err != nil {
+			return err
+		}
 		if b.URL == "" {
 			return le(b.line, key+".url", "is required (for example http://127.0.0.1:8000/v1)")
 		}
@@ -358,6 +408,12 @@ func (c *Config) Validate() error {
 	for _, name := range sortedKeys(c.Models) {
 		m := c.Models[name]
 		key := "models." + name
+		if len(m.Deployments) > 0 || m.Backend == "" {
+			if err := c.validateRouting(m, key, backendNames); err != nil {
+				return err
+			}
+			continue
+		}
 		if m.Backend == "" {
 			return le(m.line, key+".backend", "is required: name one of the backends (%s)", strings.Join(backendNames, ", "))
 		}

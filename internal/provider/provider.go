@@ -23,10 +23,18 @@ type Backend struct {
 	Name    string
 	BaseURL string
 	Dialect string
+	// Acquire, when set, runs before each request to this backend: a local
+	// engine uses it to start its process, or wait until it is ready. The
+	// returned release ends the request's lease with its outcome and
+	// returns the error to report, which may explain a failure by the
+	// engine's crash.
+	Acquire func(ctx context.Context, model string) (release func(err error) error, err error)
 	apiKey  string
 	headers map[string]string
 	client  *http.Client
 	timeout time.Duration
+	idle    time.Duration
+	health  *config.HealthCheck
 }
 
 // NewBackend builds a Backend from configuration. Each backend owns its
@@ -54,6 +62,7 @@ func NewBackend(b *config.Backend) *Backend {
 	return &Backend{
 		Name: b.Name, BaseURL: b.BaseURL, Dialect: b.Dialect, apiKey: b.APIKey,
 		headers: b.Headers, client: &http.Client{Transport: tr}, timeout: time.Duration(b.Timeout),
+		idle: time.Duration(b.IdleTimeout), health: b.HealthCheck,
 	}
 }
 
@@ -62,6 +71,9 @@ func (b *Backend) Close() { b.client.CloseIdleConnections() }
 
 // Timeout is the whole-request time-out, zero for none.
 func (b *Backend) Timeout() time.Duration { return b.timeout }
+
+// IdleTimeout bounds the gap between two stream events, zero for none.
+func (b *Backend) IdleTimeout() time.Duration { return b.idle }
 
 // NewRequest builds a POST (or GET when body is nil) to BaseURL+path with the
 // backend's credentials.

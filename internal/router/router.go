@@ -1,12 +1,20 @@
-// Package router maps public model names to the deployments that serve them.
+// Package router maps public model names to the deployments that serve
+// them and decides, per request, which deployment to try: balancing among
+// equals, retrying another deployment or a fallback model while nothing has
+// reached the client, and keeping a circuit breaker and optional active
+// health checks per deployment.
 package router
 
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"sort"
 	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
 
 	"llmgate/internal/apierror"
 	"llmgate/internal/config"
@@ -18,12 +26,52 @@ import (
 type Deployment struct {
 	Backend       *provider.Backend
 	UpstreamModel string
+	Weight        int
+	Priority      int
+	s             *depState
 }
 
-// Route is a public model and its deployments.
+// ObserveLatency reports the time the deployment took to answer with
+// headers; lowest_latency balancing uses a moving average of it.
+func (d Deployment) ObserveLatency(dur time.Duration) {
+	if d.s == nil {
+		return
+	}
+	old := d.s.latency.Load()
+	if old == 0 {
+		d.s.latency.Store(int64(dur))
+		return
+	}
+	// EWMA with alpha 1/4: recent enough to follow a backend that slows
+	// down, smooth enough not to flap on one slow request.
+	d.s.latency.Store(old + (int64(dur)-old)/4)
+}
+
+// Route is a public model and its deployments, sorted by priority.
 type Route struct {
 	Model       string
 	Deployments []Deployment
+	Fallbacks   []string
+	Balancing   string
+	fallbacks   []*Route
+}
+
+// Options tune a Table beyond its configuration.
+type Options struct {
+	// Logger receives breaker transitions, health changes and fallbacks;
+	// nil means slog.Default() at the time of logging.
+	Logger *slog.Logger
+	// Now is the clock (tests inject a fake one); nil means time.Now.
+	Now func() time.Time
+	// Breaker tunes the circuit breakers; zero means DefaultBreaker.
+	Breaker BreakerConfig
+	// Backoff is the first pause between attempts, doubled per attempt with
+	// jitter and capped at 20 times itself; zero means 20ms.
+	Backoff time.Duration
+	// Previous, when set, is the table being replaced: backends whose
+	// settings did not change keep their connection pools, breakers and
+	// health checks. Close the previous table afterwards.
+	Previous *Table
 }
 
 // Table is an immutable routing table built from one configuration. A config
@@ -32,20 +80,142 @@ type Table struct {
 	routes   map[string]*Route
 	names    []string
 	backends map[string]*provider.Backend
+	bstates  map[string]*backendState
+	deps     map[string]*depState
+	opt      Options
+	breaker  *BreakerConfig
+
+	mu          sync.Mutex
+	transferred map[string]bool // backends handed to a newer table
+	closed      bool
+}
+
+// backendState is a backend and its active health, shared by every
+// deployment on it and carried across reloads while its settings stay.
+type backendState struct {
+	b        *provider.Backend
+	settings config.Backend
+	down     atomic.Bool
+	checkMu  sync.Mutex
+	checkErr string
+	checkAt  time.Time
+	stop     context.CancelFunc
+	done     chan struct{}
+}
+
+// depState is the live state of one deployment (backend + upstream model).
+type depState struct {
+	be          *backendState
+	br          *breaker
+	outstanding atomic.Int64
+	latency     atomic.Int64 // EWMA of time to headers, ns
+}
+
+// allow reports whether the deployment may take a request now.
+func (s *depState) allow(now time.Time) (ok, probe bool) {
+	if s.be.down.Load() {
+		return false, false
+	}
+	return s.br.allow(now)
 }
 
 // New builds a table from a validated configuration.
-func New(cfg *config.Config) *Table {
-	t := &Table{routes: map[string]*Route{}, backends: map[string]*provider.Backend{}}
+func New(cfg *config.Config) *Table { return NewWithOptions(cfg, Options{}) }
+
+// NewWithOptions builds a table from a validated configuration.
+func NewWithOptions(cfg *config.Config, opt Options) *Table {
+	if opt.Now == nil {
+		opt.Now = time.Now
+	}
+	if opt.Breaker == (BreakerConfig{}) {
+		opt.Breaker = DefaultBreaker
+	}
+	if opt.Backoff <= 0 {
+		opt.Backoff = 20 * time.Millisecond
+	}
+	prev := opt.Previous
+	opt.Previous = nil
+	t := &Table{routes: map[string]*Route{}, backends: map[string]*provider.Backend{},
+		bstates: map[string]*backendState{}, deps: map[string]*depState{}, opt: opt, transferred: map[string]bool{}}
+	t.breaker = &t.opt.Breaker
 	for name, b := range cfg.Backends {
-		t.backends[name] = provider.NewBackend(b)
+		settings := *b
+		if prev != nil {
+			if old := prev.takeBackend(name, settings); old != nil {
+				t.bstates[name] = old
+				t.backends[name] = old.b
+				continue
+			}
+		}
+		st := &backendState{b: provider.NewBackend(b), settings: settings}
+		t.bstates[name] = st
+		t.backends[name] = st.b
+		t.startHealthCheck(st)
 	}
 	for name, m := range cfg.Models {
-		t.routes[name] = &Route{Model: name, Deployments: []Deployment{{Backend: t.backends[m.Backend], UpstreamModel: m.UpstreamModel}}}
+		r := &Route{Model: name, Fallbacks: m.Fallbacks, Balancing: m.Balancing}
+		deps := m.Deployments
+		if len(deps) == 0 && m.Backend != "" { // a config that skipped ApplyDefaults
+			deps = []*config.Deployment{{Backend: m.Backend, UpstreamModel: m.UpstreamModel, Weight: 1}}
+		}
+		for _, d := range deps {
+			if d == nil || t.bstates[d.Backend] == nil {
+				continue
+			}
+			r.Deployments = append(r.Deployments, Deployment{Backend: t.backends[d.Backend], UpstreamModel: d.UpstreamModel,
+				Weight: max(d.Weight, 1), Priority: d.Priority, s: t.depState(prev, d.Backend, d.UpstreamModel)})
+		}
+		sort.SliceStable(r.Deployments, func(i, j int) bool { return r.Deployments[i].Priority < r.Deployments[j].Priority })
+		if r.Balancing == "" {
+			r.Balancing = config.BalanceLeastOutstanding
+		}
+		t.routes[name] = r
 		t.names = append(t.names, name)
+	}
+	for _, r := range t.routes {
+		for _, f := range r.Fallbacks {
+			if fr := t.routes[f]; fr != nil && fr != r {
+				r.fallbacks = append(r.fallbacks, fr)
+			}
+		}
 	}
 	sort.Strings(t.names)
 	return t
+}
+
+// depState returns the state of backend+upstream, shared by every route
+// that names the pair and kept from the previous table when the backend
+// was carried over.
+func (t *Table) depState(prev *Table, backend, upstream string) *depState {
+	key := backend + "\x00" + upstream
+	if s := t.deps[key]; s != nil {
+		return s
+	}
+	var s *depState
+	if prev != nil && prev.bstates[backend] == t.bstates[backend] {
+		s = prev.deps[key]
+	}
+	if s == nil {
+		s = &depState{be: t.bstates[backend], br: newBreaker(t.breaker)}
+	}
+	t.deps[key] = s
+	return s
+}
+
+// takeBackend hands a backend to a newer table when its settings are
+// unchanged, so that connections, health and breakers survive a reload.
+func (t *Table) takeBackend(name string, settings config.Backend) *backendState {
+	st := t.bstates[name]
+	if st == nil || !st.settings.SameSettings(settings) {
+		return nil
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed || t.transferred[name] {
+		return nil
+	}
+	t.transferred[name] = true
+	return st
 }
 
 // Models returns the public model names, sorted.
@@ -63,11 +233,37 @@ func (t *Table) Route(model string) (*Route, error) {
 // Backend returns a backend by name.
 func (t *Table) Backend(name string) *provider.Backend { return t.backends[name] }
 
-// Close releases the table's connections.
+// Close stops health checks and releases the connections of the backends
+// this table still owns (not those handed to a newer table). Requests in
+// flight on the table finish normally.
 func (t *Table) Close() {
-	for _, b := range t.backends {
-		b.Close()
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		return
 	}
+	t.closed = true
+	var owned []*backendState
+	for name, st := range t.bstates {
+		if !t.transferred[name] {
+			owned = append(owned, st)
+		}
+	}
+	t.mu.Unlock()
+	for _, st := range owned {
+		if st.stop != nil {
+			st.stop()
+			<-st.done
+		}
+		st.b.Close()
+	}
+}
+
+func (t *Table) log() *slog.Logger {
+	if t.opt.Logger != nil {
+		return t.opt.Logger
+	}
+	return slog.Default()
 }
 
 func (t *Table) notFound(model string) error {
@@ -99,16 +295,4 @@ func (t *Table) notFound(model string) error {
 		e.Param = "model"
 	}
 	return e
-}
-
-// Attempt sends the request to one deployment. committed reports whether
-// anything reached the client (after which no retry is possible); err is
-// the failure, an *apierror.Error when it should reach the client as is.
-type Attempt func(ctx context.Context, dep Deployment) (committed bool, err error)
-
-// Forward runs attempt against the route's deployments. This version tries
-// the first deployment only; retries, fallbacks and health decide here.
-func (t *Table) Forward(ctx context.Context, route *Route, attempt Attempt) error {
-	_, err := attempt(ctx, route.Deployments[0])
-	return err
 }

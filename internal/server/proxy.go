@@ -53,6 +53,8 @@ type call struct {
 
 	stream           bool
 	clientWantsUsage bool
+	committed        bool // something reached the client
+	attempts         int  // deployments tried
 
 	status    int
 	errType   string
@@ -124,7 +126,10 @@ func (s *Server) proxy(ep endpoint) func(http.ResponseWriter, *http.Request, key
 			return
 		}
 		err = s.Table().Forward(r.Context(), c.route, func(ctx context.Context, dep router.Deployment) (bool, error) {
-			return s.attempt(ctx, w, c, dep, upstreamBody)
+			t0 := time.Now()
+			committed, err := s.attempt(ctx, w, c, dep, upstreamBody)
+			s.logAttempt(c, dep, t0, committed, err)
+			return committed, err
 		})
 		if err != nil {
 			s.writeFail(w, c, err)
@@ -200,6 +205,9 @@ func ensureIncludeUsage(body []byte) ([]byte, bool) {
 func (s *Server) attempt(ctx context.Context, w http.ResponseWriter, c *call, dep router.Deployment, body []byte) (committed bool, err error) {
 	c.dep = dep
 	b := dep.Backend
+	if b.Acquire != nil && !leased(ctx) { // a local engine: start it or wait until ready
+		return s.attemptEngine(ctx, w, c, dep, body)
+	}
 	if b.Dialect == config.DialectAnthropic {
 		if c.ep.name != "chat" {
 			return false, c.fail(apierror.Newf(http.StatusBadRequest, apierror.KindInvalidRequest, "unsupported_endpoint",
@@ -210,12 +218,14 @@ func (s *Server) attempt(ctx context.Context, w http.ResponseWriter, c *call, de
 		}
 		return s.attemptHub(ctx, w, c, dep)
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
 	if t := b.Timeout(); t > 0 {
-		ctx, cancel = context.WithTimeout(ctx, t)
-		defer cancel()
+		var cancelT context.CancelFunc
+		ctx, cancelT = context.WithTimeout(ctx, t)
+		defer cancelT()
 	}
+	t0 := time.Now()
 	if dep.UpstreamModel != c.model {
 		body = setModel(body, dep.UpstreamModel)
 	}
@@ -234,9 +244,14 @@ func (s *Server) attempt(ctx context.Context, w http.ResponseWriter, c *call, de
 	if resp.StatusCode/100 != 2 {
 		return false, c.fail(s.upstreamError(c, resp))
 	}
+	dep.ObserveLatency(time.Since(t0))
 	if c.stream && strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
-		s.relayStream(w, ctx, c, resp)
-		return true, nil
+		var idle *idleGap
+		if d := b.IdleTimeout(); d > 0 {
+			idle = startIdleGap(d, cancel)
+			defer idle.stop()
+		}
+		return s.relayStream(w, ctx, c, resp, idle)
 	}
 	return s.relayJSON(w, c, resp)
 }
@@ -252,6 +267,9 @@ func setModel(body []byte, model string) []byte {
 }
 
 func (s *Server) writeFail(w http.ResponseWriter, c *call, err error) {
+	if c.committed {
+		return // the client already got an answer (or an error event)
+	}
 	e := c.fail(err)
 	if e.Status == 499 {
 		return // nobody is listening

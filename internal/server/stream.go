@@ -23,34 +23,89 @@ var (
 // tap takes usage and timing. The usage-only chunk the gateway asked for is
 // dropped when the client did not ask for it. A stream that breaks after
 // headers ends with an error event, never a silent truncation.
-func (s *Server) relayStream(w http.ResponseWriter, ctx context.Context, c *call, resp *http.Response) {
+//
+// The first event is read before anything is written: a backend that dies
+// or stalls before its first event has sent the client nothing, so the
+// failure is returned uncommitted and the router may try another
+// deployment. After that, committed is true and err reports an upstream
+// failure (for the breaker) that the client already saw as an error event.
+// idle, when set, is re-armed after each event.
+func (s *Server) relayStream(w http.ResponseWriter, ctx context.Context, c *call, resp *http.Response, idle *idleGap) (committed bool, err error) {
+	rd := sse.NewReader(resp.Body, 0)
+	ev, err := rd.Next()
+	if err != nil {
+		return false, c.fail(s.streamError(ctx, c, err, idle))
+	}
+	idle.rearm()
 	h := w.Header()
 	sse.SetHeaders(h)
 	w.WriteHeader(http.StatusOK)
 	c.status = http.StatusOK
+	c.committed = true
 	sw := sse.NewWriter(w)
-	rd := sse.NewReader(resp.Body, 0)
 	for {
-		ev, err := rd.Next()
-		if err != nil {
-			s.endStream(sw, ctx, c, err)
-			return
-		}
 		if ev.Done() {
 			_ = sw.WriteDone()
-			return
+			return true, nil
 		}
 		data := ev.Data
-		forward := c.tapChunk(data)
-		if !forward {
-			continue
+		if c.tapChunk(data) {
+			if err := sw.WriteEvent(ev.Name, data); err != nil {
+				// The client went away; the deferred cancel stops the upstream.
+				c.status, c.errType = 499, "client_closed"
+				return true, nil
+			}
 		}
-		if err := sw.WriteEvent(ev.Name, data); err != nil {
-			// The client went away; the deferred cancel stops the upstream.
-			c.status, c.errType = 499, "client_closed"
-			return
+		ev, err = rd.Next()
+		if err != nil {
+			return true, s.endStream(sw, ctx, c, err, idle)
 		}
+		idle.rearm()
 	}
+}
+
+// errIdleGap is the cancellation cause when a stream went quiet too long.
+var errIdleGap = errors.New("no stream event within idle_timeout")
+
+// idleGap cancels an attempt whose stream goes quiet for longer than the
+// backend's idle_timeout. A nil *idleGap does nothing.
+type idleGap struct {
+	d     time.Duration
+	timer *time.Timer
+}
+
+// startIdleGap arms the idle time-out once the response headers arrived.
+func startIdleGap(d time.Duration, cancel context.CancelCauseFunc) *idleGap {
+	return &idleGap{d: d, timer: time.AfterFunc(d, func() { cancel(errIdleGap) })}
+}
+
+func (g *idleGap) rearm() {
+	if g != nil {
+		g.timer.Reset(g.d)
+	}
+}
+
+func (g *idleGap) stop() {
+	if g != nil {
+		g.timer.Stop()
+	}
+}
+
+// streamError turns a stream read failure into the client-facing error.
+func (s *Server) streamError(ctx context.Context, c *call, err error, idle *idleGap) *apierror.Error {
+	if idle != nil && context.Cause(ctx) == errIdleGap {
+		return apierror.Newf(http.StatusGatewayTimeout, apierror.KindTimeout, "stream_idle_timeout",
+			"backend %q sent no stream event for %s; raise backends.%s.idle_timeout if the model is slow, or check that it is not stuck",
+			c.dep.Backend.Name, idle.d, c.dep.Backend.Name).Wrap(err)
+	}
+	if ctx.Err() != nil && errors.Is(ctx.Err(), context.Canceled) {
+		return apierror.New(499, apierror.KindClientClosed, "client_closed", "client closed the request").Wrap(err)
+	}
+	if err == io.EOF || errors.Is(err, io.ErrUnexpectedEOF) {
+		return apierror.Newf(http.StatusBadGateway, apierror.KindUpstream, "stream_cut",
+			"backend %q ended the stream before it was complete (no [DONE]); the answer is truncated", c.dep.Backend.Name)
+	}
+	return c.dep.Backend.Classify(ctx, err)
 }
 
 // tapChunk inspects one chunk for timing, usage, errors and generated text,
@@ -84,26 +139,21 @@ func (c *call) tapChunk(data []byte) bool {
 	return true
 }
 
-// endStream handles a stream that ended without [DONE].
-func (s *Server) endStream(sw *sse.Writer, ctx context.Context, c *call, err error) {
-	if ctx.Err() != nil && errors.Is(ctx.Err(), context.Canceled) {
+// endStream handles a stream that ended without [DONE] after the client
+// got events: the client gets an error event, and the failure is returned
+// for the breaker (nil when the client itself went away).
+func (s *Server) endStream(sw *sse.Writer, ctx context.Context, c *call, err error, idle *idleGap) error {
+	e := s.streamError(ctx, c, err, idle)
+	if e.Code == "client_closed" {
 		c.status, c.errType = 499, "client_closed"
-		return
+		return nil
 	}
-	var e *apierror.Error
-	if err == io.EOF || errors.Is(err, io.ErrUnexpectedEOF) {
-		e = apierror.Newf(http.StatusBadGateway, apierror.KindUpstream, "stream_cut",
-			"backend %q ended the stream before it was complete (no [DONE]); the answer is truncated", c.dep.Backend.Name)
-	} else {
-		e = c.dep.Backend.Classify(ctx, err)
-		if e.Code == "client_closed" {
-			c.status, c.errType = 499, "client_closed"
-			return
-		}
+	if e.Code != "stream_cut" {
 		e.Message = "stream interrupted: " + e.Message
 	}
 	c.status, c.errType = e.Status, e.Code
 	_ = sw.WriteData(openai.MarshalError(e))
+	return e
 }
 
 var genKeys = [][]byte{[]byte(`"content":"`), []byte(`"reasoning_content":"`), []byte(`"arguments":"`), []byte(`"text":"`)}

@@ -1,0 +1,271 @@
+package config
+
+import (
+	"fmt"
+	"os"
+	"reflect"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"llmgate/internal/preset"
+)
+
+// Balancing strategies among deployments of equal priority.
+const (
+	BalanceLeastOutstanding = "least_outstanding"
+	BalanceWeightedRandom   = "weighted_random"
+	BalanceLowestLatency    = "lowest_latency"
+)
+
+// Default active health check settings.
+const (
+	DefaultHealthInterval = 10 * time.Second
+	DefaultHealthTimeout  = 2 * time.Second
+)
+
+// Deployment is one place a public model is served.
+type Deployment struct {
+	Backend       string `yaml:"backend"`
+	UpstreamModel string `yaml:"upstream_model"` // default: the model's upstream name
+	// Weight shares traffic among deployments of equal priority (default 1).
+	Weight int `yaml:"weight"`
+	// Priority orders groups of deployments: lower numbers are tried first;
+	// higher ones only when every lower one failed or is unhealthy.
+	Priority int `yaml:"priority"`
+	line     int
+	// fromModel marks a deployment made from the single-backend form, so
+	// that errors name the key the user wrote.
+	fromModel bool
+}
+
+// HealthCheck configures active health checks of a backend.
+type HealthCheck struct {
+	// Enabled defaults to true when the block is present.
+	Enabled *bool `yaml:"enabled"`
+	// Path is an absolute path on the backend's host ("/health"); the
+	// default is the engine preset's health path, else the base URL's
+	// /models.
+	Path     string   `yaml:"path"`
+	Interval Duration `yaml:"interval"`
+	Timeout  Duration `yaml:"timeout"`
+}
+
+// On reports whether active checks are enabled.
+func (h *HealthCheck) On() bool { return h != nil && (h.Enabled == nil || *h.Enabled) }
+
+// applyPreset fills what a provider or engine preset knows and the file left
+// out: URL, dialect and the API key from the preset's variable.
+func (c *Config) applyPreset(b *Backend) {
+	if p, ok := preset.LookupProvider(b.Provider); ok {
+		if b.URL == "" {
+			b.URL = p.BaseURL
+		}
+		if b.Dialect == "" {
+			b.Dialect = p.Dialect
+		}
+		if b.APIKey == "" && p.APIKeyEnv != "" {
+			lookup := c.lookup
+			if lookup == nil {
+				lookup = os.LookupEnv
+			}
+			if v, ok := lookup(p.APIKeyEnv); ok {
+				b.APIKey = strings.TrimSpace(v)
+			}
+		}
+	}
+	if e, ok := preset.LookupEngine(b.Engine); ok {
+		if b.URL == "" {
+			b.URL = e.LocalURL()
+		}
+		if b.HealthCheck.On() && b.HealthCheck.Path == "" {
+			b.HealthCheck.Path = e.HealthPath
+		}
+	}
+	if h := b.HealthCheck; h != nil {
+		if h.Interval <= 0 {
+			h.Interval = Duration(DefaultHealthInterval)
+		}
+		if h.Timeout <= 0 {
+			h.Timeout = Duration(DefaultHealthTimeout)
+		}
+	}
+}
+
+// validatePreset checks provider and engine names and that a cloud
+// provider has a key.
+func (c *Config) validatePreset(b *Backend, key string) error {
+	le := func(k, format string, args ...any) error {
+		return &LineError{Source: c.Source, Line: b.line, Key: key + k, Msg: fmt.Sprintf(format, args...)}
+	}
+	if b.Provider != "" && b.Engine != "" {
+		return le("", "set provider (a cloud API) or engine (a local server), not both")
+	}
+	if b.Provider != "" {
+		p, ok := preset.LookupProvider(b.Provider)
+		if !ok {
+			return le(".provider", "unknown provider %q%s; known: %s", b.Provider, didYouMean(b.Provider, preset.ProviderNames()), strings.Join(preset.ProviderNames(), ", "))
+		}
+		if b.APIKey == "" {
+			return le(".api_key", "provider %s needs an API key: set %s or api_key", p.Name, p.APIKeyEnv)
+		}
+	}
+	if b.Engine != "" {
+		if _, ok := preset.LookupEngine(b.Engine); !ok {
+			return le(".engine", "unknown engine %q%s; known: %s", b.Engine, didYouMean(b.Engine, preset.EngineNames()), strings.Join(preset.EngineNames(), ", "))
+		}
+	}
+	if b.IdleTimeout < 0 || b.FirstByte < 0 || b.Timeout < 0 || b.ConnectTimeout < 0 {
+		return le("", "time-outs must not be negative")
+	}
+	if h := b.HealthCheck; h.On() && h.Path != "" && !strings.HasPrefix(h.Path, "/") {
+		return le(".health_check.path", "must be an absolute path such as /health, not %q", h.Path)
+	}
+	return nil
+}
+
+func didYouMean(s string, names []string) string {
+	if near := Nearest(s, names); near != "" {
+		return fmt.Sprintf(" (did you mean %q?)", near)
+	}
+	return ""
+}
+
+// applyDeploymentDefaults turns the single-backend form into a deployment
+// and fills weights and upstream names.
+func (m *Model) applyDeploymentDefaults() {
+	if len(m.Deployments) == 0 && m.Backend != "" {
+		m.Deployments = []*Deployment{{Backend: m.Backend, UpstreamModel: m.UpstreamModel, Weight: 1, line: m.line, fromModel: true}}
+	}
+	for _, d := range m.Deployments {
+		if d == nil {
+			continue
+		}
+		if d.UpstreamModel == "" {
+			d.UpstreamModel = m.UpstreamModel
+		}
+		if d.Weight == 0 {
+			d.Weight = 1
+		}
+		if d.line == 0 {
+			d.line = m.line
+		}
+	}
+	if m.Balancing == "" {
+		m.Balancing = BalanceLeastOutstanding
+	}
+}
+
+// validateRouting checks a model's deployments, fallbacks and balancing.
+func (c *Config) validateRouting(m *Model, key string, backendNames []string) error {
+	le := func(line int, k, format string, args ...any) error {
+		return &LineError{Source: c.Source, Line: line, Key: k, Msg: fmt.Sprintf(format, args...)}
+	}
+	if len(m.Deployments) == 0 {
+		return le(m.line, key+".backend", "is required: name one of the backends (%s), or list deployments:", strings.Join(backendNames, ", "))
+	}
+	if m.Backend != "" && !m.Deployments[0].fromModel {
+		return le(m.line, key, "set backend: or deployments:, not both")
+	}
+	for i, d := range m.Deployments {
+		dk := fmt.Sprintf("%s.deployments[%d]", key, i)
+		if d == nil {
+			return le(m.line, dk, "is empty: give at least backend:")
+		}
+		if d.fromModel {
+			dk = key
+		}
+		if d.Backend == "" {
+			return le(d.line, dk+".backend", "is required: name one of the backends (%s)", strings.Join(backendNames, ", "))
+		}
+		if _, ok := c.Backends[d.Backend]; !ok {
+			msg := fmt.Sprintf("unknown backend %q", d.Backend)
+			if near := Nearest(d.Backend, backendNames); near != "" {
+				msg += fmt.Sprintf("; did you mean %q?", near)
+			} else if len(backendNames) > 0 {
+				msg += fmt.Sprintf("; defined backends: %s", strings.Join(backendNames, ", "))
+			} else {
+				msg += "; add it under backends:"
+			}
+			return le(d.line, dk+".backend", "%s", msg)
+		}
+		if d.Weight < 0 {
+			return le(d.line, dk+".weight", "must be positive, not %d", d.Weight)
+		}
+		if d.Priority < 0 {
+			return le(d.line, dk+".priority", "must be 0 or more (0 is tried first), not %d", d.Priority)
+		}
+	}
+	switch m.Balancing {
+	case BalanceLeastOutstanding, BalanceWeightedRandom, BalanceLowestLatency:
+	default:
+		return le(m.line, key+".balancing", "must be least_outstanding, weighted_random or lowest_latency, not %q", m.Balancing)
+	}
+	modelNames := sortedKeys(c.Models)
+	seen := map[string]bool{}
+	for _, f := range m.Fallbacks {
+		if f == m.Name {
+			return le(m.line, key+".fallbacks", "a model cannot fall back to itself")
+		}
+		if _, ok := c.Models[f]; !ok {
+			return le(m.line, key+".fallbacks", "unknown model %q%s; fallbacks name other public models", f, didYouMean(f, modelNames))
+		}
+		if seen[f] {
+			return le(m.line, key+".fallbacks", "%q is listed twice", f)
+		}
+		seen[f] = true
+	}
+	return nil
+}
+
+// checkNested checks the keys of deployments and health_check blocks.
+func checkNested(body *yaml.Node, kind, path, source string, check func(m *yaml.Node, kind, path string) error) error {
+	if body.Kind != yaml.MappingNode {
+		return nil
+	}
+	for i := 0; i+1 < len(body.Content); i += 2 {
+		k, v := body.Content[i], body.Content[i+1]
+		switch {
+		case kind == "model" && k.Value == "deployments":
+			if v.Kind != yaml.SequenceNode {
+				return &LineError{Source: source, Line: v.Line, Key: path + ".deployments", Msg: "must be a list of {backend, upstream_model, weight, priority}"}
+			}
+			for j, item := range v.Content {
+				if err := check(item, "deployment", fmt.Sprintf("%s.deployments[%d]", path, j)); err != nil {
+					return err
+				}
+			}
+		case kind == "backend" && k.Value == "health_check" && v.Kind == yaml.MappingNode:
+			if err := check(v, "health_check", path+".health_check"); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// recordDeploymentLines remembers where each deployment was written.
+func recordDeploymentLines(body *yaml.Node, m *Model) {
+	if body.Kind != yaml.MappingNode {
+		return
+	}
+	for i := 0; i+1 < len(body.Content); i += 2 {
+		if body.Content[i].Value != "deployments" || body.Content[i+1].Kind != yaml.SequenceNode {
+			continue
+		}
+		for j, item := range body.Content[i+1].Content {
+			if j < len(m.Deployments) && m.Deployments[j] != nil {
+				m.Deployments[j].line = item.Line
+			}
+		}
+	}
+}
+
+// SameSettings reports whether two backends would behave identically,
+// ignoring where in the file they were written; a reload keeps the
+// connections and health state of a backend whose settings are the same.
+func (b Backend) SameSettings(o Backend) bool {
+	b.line, o.line = 0, 0
+	return reflect.DeepEqual(b, o)
+}

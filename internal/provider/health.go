@@ -1,0 +1,64 @@
+package provider
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"time"
+)
+
+// HealthCheck returns the active check settings: whether checks are on, the
+// URL probed, the interval and the per-probe time-out.
+func (b *Backend) HealthCheck() (on bool, probeURL string, interval, timeout time.Duration) {
+	h := b.health
+	if !h.On() {
+		return false, "", 0, 0
+	}
+	return true, b.healthURL(), time.Duration(h.Interval), time.Duration(h.Timeout)
+}
+
+// healthURL joins the configured path to the backend's origin; without a
+// path it is the OpenAI model list under the base URL, which every
+// compatible server has.
+func (b *Backend) healthURL() string {
+	if b.health == nil || b.health.Path == "" {
+		return b.BaseURL + "/models"
+	}
+	u, err := url.Parse(b.BaseURL)
+	if err != nil {
+		return b.BaseURL + b.health.Path
+	}
+	u.Path, u.RawPath = b.health.Path, ""
+	return u.String()
+}
+
+// Probe sends one health check request with the backend's credentials. A
+// 2xx answer is healthy; anything else is an error saying what was seen.
+func (b *Backend) Probe(ctx context.Context, probeURL string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, probeURL, nil)
+	if err != nil {
+		return err
+	}
+	if b.apiKey != "" {
+		if b.Dialect == "anthropic" {
+			req.Header.Set("X-Api-Key", b.apiKey)
+		} else {
+			req.Header.Set("Authorization", "Bearer "+b.apiKey)
+		}
+	}
+	for k, v := range b.headers {
+		req.Header.Set(k, v)
+	}
+	resp, err := b.client.Do(req)
+	if err != nil {
+		return b.Classify(ctx, err)
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		return fmt.Errorf("health check %s answered %d", probeURL, resp.StatusCode)
+	}
+	return nil
+}

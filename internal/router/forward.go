@@ -1,0 +1,247 @@
+package router
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"llmgate/internal/apierror"
+)
+
+// Attempt sends the request to one deployment. committed reports whether
+// anything reached the client (after which no retry is possible); err is
+// the failure, an *apierror.Error when it should reach the client as is.
+type Attempt func(ctx context.Context, dep Deployment) (committed bool, err error)
+
+// maxAttempts bounds the deployments one request may try, so that a model
+// with many deployments and fallbacks cannot hold a client for long.
+const maxAttempts = 8
+
+// Forward runs attempt against the route's deployments until one serves
+// the request. A failure before anything reached the client (connection
+// refused, time-out, 429, 5xx) moves on to the next healthy deployment
+// after a short backoff, then to the model's fallbacks in order; a 4xx the
+// request caused, a client that went away, or a failure after the first
+// byte ends the request. The error returned is the one the client should
+// see when nothing served it.
+func (t *Table) Forward(ctx context.Context, route *Route, attempt Attempt) error {
+	if len(route.Deployments) == 1 && len(route.fallbacks) == 0 {
+		// The common single-deployment route: no ordering, no retries.
+		d := route.Deployments[0]
+		ok, probe := d.s.allow(t.opt.Now())
+		if !ok {
+			return t.unavailable(route)
+		}
+		_, err, _ := t.try(ctx, route, d, probe, attempt)
+		return err
+	}
+	var (
+		buf      [maxAttempts]int
+		attempts int
+		lastErr  error
+		trail    [maxAttempts]string
+	)
+	for ri := -1; ri < len(route.fallbacks); ri++ {
+		r := route
+		if ri >= 0 {
+			r = route.fallbacks[ri]
+			if attempts > 0 {
+				t.log().Info("every deployment failed; trying the fallback model", "model", route.Model, "fallback", r.Model, "attempts", attempts)
+			}
+		}
+		order := t.order(r, buf[:0])
+		for _, i := range order {
+			if attempts == maxAttempts {
+				break
+			}
+			d := r.Deployments[i]
+			ok, probe := d.s.allow(t.opt.Now())
+			if !ok {
+				continue
+			}
+			if attempts > 0 {
+				if err := t.backoff(ctx, attempts); err != nil {
+					if probe {
+						d.s.br.record(t.opt.Now(), outcomeNeutral, 0, "")
+					}
+					return lastErr
+				}
+			}
+			committed, err, retry := t.try(ctx, r, d, probe, attempt)
+			trail[attempts] = d.Backend.Name + ": " + errCode(err)
+			attempts++
+			if err == nil || committed || !retry {
+				return err
+			}
+			lastErr = err
+		}
+	}
+	if attempts == 0 {
+		return t.unavailable(route)
+	}
+	if attempts == 1 {
+		return lastErr
+	}
+	return exhausted(route, lastErr, trail[:attempts])
+}
+
+// try runs one attempt and settles the deployment's breaker. retry reports
+// whether another deployment may be tried.
+func (t *Table) try(ctx context.Context, r *Route, d Deployment, probe bool, attempt Attempt) (committed bool, err error, retry bool) {
+	d.s.outstanding.Add(1)
+	committed, err = attempt(ctx, d)
+	d.s.outstanding.Add(-1)
+	o, retryAfter := classify(ctx, err)
+	if o == outcomeSuccess && !probe && err == nil && d.s.br.fastSuccess(t.opt.Now()) {
+		return committed, nil, false
+	}
+	msg := ""
+	if err != nil {
+		msg = err.Error()
+	}
+	from, to := d.s.br.record(t.opt.Now(), o, retryAfter, msg)
+	if to != "" {
+		t.logTransition(r, d, from, to, msg)
+	}
+	retry = !committed && (o == outcomeFailure || o == outcomeTimeout || o == outcomeRateLimited)
+	return committed, err, retry
+}
+
+// classify turns an attempt's error into a breaker outcome.
+func classify(ctx context.Context, err error) (outcome, time.Duration) {
+	if err == nil {
+		return outcomeSuccess, 0
+	}
+	if ctx.Err() != nil {
+		return outcomeNeutral, 0
+	}
+	e := apierror.From(err)
+	switch {
+	case e.Status == 499 || e.Kind == apierror.KindClientClosed:
+		return outcomeNeutral, 0
+	case e.Kind == apierror.KindRateLimit || e.Status == http.StatusTooManyRequests:
+		return outcomeRateLimited, retryAfter(e.Header)
+	case e.Kind == apierror.KindTimeout || e.Status == http.StatusGatewayTimeout:
+		return outcomeTimeout, 0
+	case e.Status >= 400 && e.Status < 500:
+		// The request itself was refused (context too long, bad
+		// parameter): the deployment is healthy and another would refuse
+		// it too.
+		return outcomeSuccess, 0
+	}
+	return outcomeFailure, 0
+}
+
+// retryAfter reads Retry-After as seconds or an HTTP date.
+func retryAfter(h http.Header) time.Duration {
+	v := h.Get("Retry-After")
+	if v == "" {
+		return 0
+	}
+	if s, err := strconv.ParseFloat(v, 64); err == nil && s >= 0 && !math.IsInf(s, 0) {
+		return time.Duration(s * float64(time.Second))
+	}
+	if at, err := http.ParseTime(v); err == nil {
+		return time.Until(at)
+	}
+	return 0
+}
+
+// backoff pauses before attempt n+1: base·2^(n-1), plus up to half again as
+// jitter so that many failed requests do not retry in lockstep.
+func (t *Table) backoff(ctx context.Context, n int) error {
+	d := t.opt.Backoff << min(n-1, 4)
+	d += time.Duration(rand.Int64N(int64(d)/2 + 1))
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-timer.C:
+		return nil
+	}
+}
+
+// unavailable is the answer when no deployment of the model (or its
+// fallbacks) may be tried now: 503 with Retry-After at the earliest time one
+// will be.
+func (t *Table) unavailable(route *Route) error {
+	now := t.opt.Now()
+	var soonest time.Time
+	var why []string
+	routes := append([]*Route{route}, route.fallbacks...)
+	for _, r := range routes {
+		for _, d := range r.Deployments {
+			at := d.s.br.readyAt(now)
+			if !at.IsZero() && (soonest.IsZero() || at.Before(soonest)) {
+				soonest = at
+			}
+			why = append(why, t.reason(d, now))
+		}
+	}
+	e := apierror.Newf(http.StatusServiceUnavailable, apierror.KindOverloaded, "no_healthy_deployment",
+		"model %q has no healthy deployment right now (%s); retry shortly, or see GET /v1/models?health=1",
+		route.Model, strings.Join(why, "; "))
+	secs := 1
+	if !soonest.IsZero() {
+		secs = max(1, int(math.Ceil(soonest.Sub(now).Seconds())))
+	}
+	e.Header = http.Header{"Retry-After": {strconv.Itoa(secs)}}
+	return e
+}
+
+// reason says in a few words why a deployment is not taking requests.
+func (t *Table) reason(d Deployment, now time.Time) string {
+	name := d.Backend.Name + "/" + d.UpstreamModel
+	if d.s.be.down.Load() {
+		d.s.be.checkMu.Lock()
+		defer d.s.be.checkMu.Unlock()
+		return fmt.Sprintf("%s: failing health checks (%s)", name, d.s.be.checkErr)
+	}
+	st := d.s.br.status(now)
+	switch {
+	case st.RestingFor > 0:
+		return fmt.Sprintf("%s: rate limited for %s more", name, st.RestingFor.Round(time.Second))
+	case st.State == StateOpen:
+		return fmt.Sprintf("%s: circuit open for %s more after repeated failures", name, st.OpenFor.Round(time.Second))
+	case st.State == StateHalfOpen:
+		return name + ": being probed after failures"
+	}
+	return name + ": healthy"
+}
+
+// exhausted is the error after several deployments failed: the last
+// failure's status and headers (a 429 keeps its Retry-After), with the
+// trail of what was tried.
+func exhausted(route *Route, last error, trail []string) error {
+	e := apierror.From(last)
+	out := *e
+	out.Message = fmt.Sprintf("model %q: all %d attempts failed (%s); last: %s", route.Model, len(trail), strings.Join(trail, ", "), e.Message)
+	return &out
+}
+
+func errCode(err error) string {
+	if err == nil {
+		return "ok"
+	}
+	return apierror.From(err).Code
+}
+
+func (t *Table) logTransition(r *Route, d Deployment, from, to, msg string) {
+	log := t.log()
+	attrs := []any{"model", r.Model, "backend", d.Backend.Name, "upstream_model", d.UpstreamModel, "from", from, "to", to}
+	switch to {
+	case StateOpen:
+		st := d.s.br.status(t.opt.Now())
+		log.Warn("deployment circuit opened: skipping it", append(attrs, "for", st.OpenFor.Round(time.Millisecond), "penalty", st.Penalty, "last_error", msg)...)
+	case StateClosed:
+		log.Info("deployment circuit closed: probe succeeded", attrs...)
+	default:
+		log.Info("deployment circuit state", attrs...)
+	}
+}

@@ -1,0 +1,130 @@
+package router
+
+import (
+	"context"
+	"time"
+)
+
+// startHealthCheck runs active checks of a backend on its interval when
+// its config asks for them. Two failures in a row mark it down (one could
+// be a blip); one success marks it up again.
+func (t *Table) startHealthCheck(st *backendState) {
+	on, url, interval, timeout := st.b.HealthCheck()
+	if !on {
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	st.stop, st.done = cancel, make(chan struct{})
+	go func() {
+		defer close(st.done)
+		tick := time.NewTicker(interval)
+		defer tick.Stop()
+		fails := 0
+		for {
+			pctx, pcancel := context.WithTimeout(ctx, timeout)
+			err := st.b.Probe(pctx, url)
+			pcancel()
+			if ctx.Err() != nil {
+				return
+			}
+			st.checkMu.Lock()
+			st.checkAt = t.opt.Now()
+			if err != nil {
+				st.checkErr = err.Error()
+			} else {
+				st.checkErr = ""
+			}
+			st.checkMu.Unlock()
+			if err != nil {
+				fails++
+				if fails == 2 && !st.down.Swap(true) {
+					t.log().Warn("backend failing health checks: skipping its deployments", "backend", st.b.Name, "url", url, "err", err)
+				}
+			} else {
+				fails = 0
+				if st.down.Swap(false) {
+					t.log().Info("backend passing health checks again", "backend", st.b.Name)
+				}
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+}
+
+// DeploymentHealth is the health of one deployment, for GET
+// /v1/models?health=1 and llmgate models.
+type DeploymentHealth struct {
+	Backend       string        `json:"backend"`
+	UpstreamModel string        `json:"upstream_model"`
+	Weight        int           `json:"weight"`
+	Priority      int           `json:"priority"`
+	Healthy       bool          `json:"healthy"`
+	Status        string        `json:"status"` // healthy, open, half_open, rate_limited, down
+	Outstanding   int64         `json:"outstanding"`
+	LatencyMS     float64       `json:"latency_ms,omitempty"`
+	RetryInS      float64       `json:"retry_in_s,omitempty"`
+	HealthCheck   string        `json:"health_check,omitempty"` // ok, the last check's error, or empty when off
+	Breaker       BreakerStatus `json:"breaker"`
+}
+
+// ModelHealth is the health of one public model.
+type ModelHealth struct {
+	Model       string             `json:"model"`
+	Healthy     bool               `json:"healthy"`
+	Balancing   string             `json:"balancing"`
+	Fallbacks   []string           `json:"fallbacks,omitempty"`
+	Deployments []DeploymentHealth `json:"deployments"`
+}
+
+// Health reports every model's deployments, in name order. A model is
+// healthy when at least one deployment may take requests now.
+func (t *Table) Health() []ModelHealth {
+	now := t.opt.Now()
+	out := make([]ModelHealth, 0, len(t.names))
+	for _, name := range t.names {
+		out = append(out, t.ModelHealth(t.routes[name], now))
+	}
+	return out
+}
+
+// ModelHealth reports one route's deployments at time now.
+func (t *Table) ModelHealth(r *Route, now time.Time) ModelHealth {
+	mh := ModelHealth{Model: r.Model, Balancing: r.Balancing, Fallbacks: r.Fallbacks, Deployments: []DeploymentHealth{}}
+	for _, d := range r.Deployments {
+		st := d.s.br.status(now)
+		dh := DeploymentHealth{Backend: d.Backend.Name, UpstreamModel: d.UpstreamModel, Weight: d.Weight, Priority: d.Priority,
+			Outstanding: d.s.outstanding.Load(), LatencyMS: float64(d.s.latency.Load()) / 1e6, Breaker: st}
+		if on, _, _, _ := d.Backend.HealthCheck(); on {
+			d.s.be.checkMu.Lock()
+			switch {
+			case d.s.be.checkAt.IsZero():
+				dh.HealthCheck = "pending"
+			case d.s.be.checkErr == "":
+				dh.HealthCheck = "ok"
+			default:
+				dh.HealthCheck = d.s.be.checkErr
+			}
+			d.s.be.checkMu.Unlock()
+		}
+		switch {
+		case d.s.be.down.Load():
+			dh.Status = "down"
+		case st.RestingFor > 0:
+			dh.Status, dh.RetryInS = "rate_limited", st.RestingFor.Seconds()
+		case st.State == StateOpen:
+			dh.Status, dh.RetryInS = StateOpen, st.OpenFor.Seconds()
+		case st.State == StateHalfOpen:
+			dh.Status = StateHalfOpen
+		default:
+			dh.Status = "healthy"
+		}
+		dh.Healthy = dh.Status == "healthy" || dh.Status == StateHalfOpen
+		mh.Healthy = mh.Healthy || dh.Healthy
+		mh.Deployments = append(mh.Deployments, dh)
+	}
+	return mh
+}
