@@ -49,6 +49,12 @@ type Ledger struct {
 	closeOnce sync.Once
 	mu        sync.Mutex
 	closed    bool
+
+	closeDrain sync.Once
+	spool      *Spool
+	spoolAfter int
+	stopDrain  chan struct{}
+	drainDone  chan struct{}
 }
 
 // Options tunes a Ledger. Zero values take defaults.
@@ -56,6 +62,13 @@ type Options struct {
 	Queue    int           // records buffered before Add blocks (default 65536)
 	MaxBatch int           // records per write (default 1000)
 	Interval time.Duration // flush at least this often (default 200ms)
+	// Spool, when set, receives batches the store keeps refusing, so an
+	// outage neither loses records nor grows memory; a background drainer
+	// writes them back when the store returns.
+	Spool *Spool
+	// SpoolAfter is the number of failed attempts kept in memory before a
+	// batch goes to the spool (default 3).
+	SpoolAfter int
 }
 
 // NewLedger starts a ledger writing to w.
@@ -72,9 +85,19 @@ func NewLedger(w Writer, opt Options, log *slog.Logger) *Ledger {
 	if log == nil {
 		log = slog.Default()
 	}
+	if opt.SpoolAfter <= 0 {
+		opt.SpoolAfter = 3
+	}
 	l := &Ledger{w: w, ch: make(chan Record, opt.Queue), done: make(chan struct{}), log: log,
-		maxBatch: opt.MaxBatch, interval: opt.Interval}
+		maxBatch: opt.MaxBatch, interval: opt.Interval, spool: opt.Spool, spoolAfter: opt.SpoolAfter}
 	go l.run()
+	if l.spool != nil {
+		l.stopDrain, l.drainDone = make(chan struct{}), make(chan struct{})
+		go func() {
+			defer close(l.drainDone)
+			l.spool.drainLoop(w, l.maxBatch, log, l.stopDrain)
+		}()
+	}
 	return l
 }
 
@@ -117,10 +140,22 @@ func (l *Ledger) Close(ctx context.Context) error {
 	})
 	select {
 	case <-l.done:
-		return nil
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+	if l.spool == nil {
+		return nil
+	}
+	l.closeDrain.Do(func() { close(l.stopDrain) })
+	<-l.drainDone
+	// One last attempt; what the store still refuses stays on disk and is
+	// written by the next start.
+	if l.spool.Pending() {
+		if n, err := l.spool.Drain(ctx, l.w, l.maxBatch); err != nil {
+			l.log.Warn("usage records left in the spool for the next start", "dir", l.spool.Dir(), "written", n, "err", err)
+		}
+	}
+	return nil
 }
 
 func (l *Ledger) run() {
@@ -162,6 +197,14 @@ func (l *Ledger) write(batch []Record) {
 		cancel()
 		if err == nil {
 			return
+		}
+		if l.spool != nil && attempt >= l.spoolAfter {
+			serr := l.spool.Append(batch)
+			if serr == nil {
+				l.log.Warn("usage database unreachable; records spooled to disk", "records", len(batch), "dir", l.spool.Dir(), "err", err)
+				return
+			}
+			l.log.Error("usage spool failed; keeping records in memory", "err", serr)
 		}
 		l.log.Warn("usage write failed; retrying", "records", len(batch), "attempt", attempt, "err", err)
 		time.Sleep(backoff)

@@ -12,11 +12,11 @@ import (
 	"io/fs"
 	"net/url"
 	"sort"
-	"strings"
 	"time"
 
 	"llmgate/internal/keys"
 	"llmgate/internal/store"
+	"llmgate/internal/store/sqlstore"
 	"llmgate/internal/usage"
 
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
@@ -216,109 +216,17 @@ func scanKey(r scanner) (*keys.Key, error) {
 	return &k, nil
 }
 
-// InsertUsage writes a batch of records atomically; records whose ID is
-// already stored are skipped, so a retried batch never duplicates.
+// InsertUsage writes a batch atomically; records whose ID is already
+// stored are skipped, so a retried batch never duplicates. Hourly rollups
+// are updated in the same transaction from the new records only.
 func (s *Store) InsertUsage(ctx context.Context, recs []usage.Record) error {
-	tx, err := s.db.BeginTx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	defer tx.Rollback()
-	stmt, err := tx.PrepareContext(ctx, `INSERT OR IGNORE INTO usage(id, ts, key_id, model, backend, upstream_model, endpoint, status,
-		error_type, prompt_tokens, completion_tokens, cached_tokens, ttft_us, latency_us, estimated, stream, cost_usd)
-		VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`)
-	if err != nil {
-		return err
-	}
-	defer stmt.Close()
-	for i := range recs {
-		r := &recs[i]
-		if _, err := stmt.ExecContext(ctx, r.ID, r.Time.UnixMilli(), r.KeyID, r.Model, r.Backend, r.UpstreamModel, r.Endpoint,
-			r.Status, r.ErrorType, r.PromptTokens, r.CompletionTokens, r.CachedTokens, r.TTFT.Microseconds(),
-			r.Latency.Microseconds(), b2i(r.Estimated), b2i(r.Stream), r.CostUSD); err != nil {
-			return err
-		}
-	}
-	return tx.Commit()
+	return sqlstore.InsertUsage(ctx, s.db, sqlstore.SQLite, recs)
 }
 
-// Summary aggregates usage per group. Percentiles are exact: latencies of
-// each group are read in order and picked by rank.
+// Summary aggregates usage per group from hourly rollups plus the raw
+// records of partial hours at the range's edges (see usage.SummaryBuilder).
 func (s *Store) Summary(ctx context.Context, f usage.Filter) ([]usage.SummaryRow, error) {
-	group := f.GroupBy
-	if len(group) == 0 {
-		group = []string{"key", "model"}
-	}
-	cols := map[string]string{"key": "u.key_id", "model": "u.model", "backend": "u.backend",
-		"day": "strftime('%Y-%m-%d', u.ts/1000, 'unixepoch')"}
-	var sel []string
-	for _, g := range group {
-		c, ok := cols[g]
-		if !ok {
-			return nil, fmt.Errorf("unknown group %q: use key, model, backend or day", g)
-		}
-		sel = append(sel, c)
-	}
-	until := f.Until
-	if until.IsZero() {
-		until = time.Now().Add(time.Minute)
-	}
-	where := `u.ts >= ? AND u.ts < ?`
-	args := []any{f.Since.UnixMilli(), until.UnixMilli()}
-	if f.KeyID != "" {
-		where += ` AND u.key_id = ?`
-		args = append(args, f.KeyID)
-	}
-	if f.Model != "" {
-		where += ` AND u.model = ?`
-		args = append(args, f.Model)
-	}
-	gk := strings.Join(sel, ", ")
-	q := `SELECT ` + gk + `, u.latency_us, u.status, u.prompt_tokens, u.completion_tokens, u.cost_usd, u.estimated
-		FROM usage u WHERE ` + where + ` ORDER BY ` + gk + `, u.latency_us`
-	rows, err := s.db.QueryContext(ctx, q, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	agg := usage.NewAggregator(group)
-	dims := make([]string, len(group))
-	ptrs := make([]any, 0, len(group)+6)
-	for i := range dims {
-		ptrs = append(ptrs, &dims[i])
-	}
-	var lat, status, pt, ct, est int64
-	var cost float64
-	ptrs = append(ptrs, &lat, &status, &pt, &ct, &cost, &est)
-	for rows.Next() {
-		if err := rows.Scan(ptrs...); err != nil {
-			return nil, err
-		}
-		agg.Add(dims, lat, status, pt, ct, cost, est != 0)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	out := agg.Rows()
-	if err := s.nameKeys(ctx, out); err != nil {
-		return nil, err
-	}
-	return out, nil
-}
-
-func (s *Store) nameKeys(ctx context.Context, rows []usage.SummaryRow) error {
-	names := map[string]string{"master": "(master key)"}
-	list, err := s.ListKeys(ctx)
-	if err != nil {
-		return err
-	}
-	for _, k := range list {
-		names[k.ID] = k.Name
-	}
-	for i := range rows {
-		rows[i].KeyName = names[rows[i].KeyID]
-	}
-	return nil
+	return sqlstore.Summary(ctx, s.db, sqlstore.SQLite, f)
 }
 
 func nonNil(s []string) []string {

@@ -1,0 +1,59 @@
+package keys
+
+import (
+	"context"
+	"time"
+)
+
+// Updater is implemented by stores that change keys after creation. Every
+// change bumps KeysVersion, so verifiers on all replicas reload within
+// their polling interval.
+type Updater interface {
+	// UpdateKey stores the mutable fields of k (name, owner, models,
+	// limits, budget, metadata, expiry), found by k.ID.
+	UpdateKey(ctx context.Context, k *Key) error
+	// RotateKey replaces the secret hash and hint of an unrevoked key.
+	RotateKey(ctx context.Context, id, hash, hint string) error
+}
+
+// Rotate gives a key a new secret and returns it; the old secret stops
+// working on every replica within a second.
+func Rotate(ctx context.Context, st Updater, id string) (string, error) {
+	secret, err := Generate()
+	if err != nil {
+		return "", err
+	}
+	if err := st.RotateKey(ctx, id, Hash(secret), Hint(secret)); err != nil {
+		return "", err
+	}
+	return secret, nil
+}
+
+// BudgetPeriods lists the accepted budget reset periods ("" = never).
+var BudgetPeriods = []string{"", "none", "daily", "monthly"}
+
+// PeriodStart returns the start of the budget period holding now (UTC);
+// the zero time for keys whose budget never resets.
+func PeriodStart(period string, now time.Time) time.Time {
+	now = now.UTC()
+	switch period {
+	case "daily":
+		return time.Date(now.Year(), now.Month(), now.Day(), 0, 0, 0, 0, time.UTC)
+	case "monthly":
+		return time.Date(now.Year(), now.Month(), 1, 0, 0, 0, 0, time.UTC)
+	}
+	return time.Time{}
+}
+
+// PeriodEnd returns when the budget period holding now ends; the zero time
+// for budgets that never reset.
+func PeriodEnd(period string, now time.Time) time.Time {
+	s := PeriodStart(period, now)
+	switch period {
+	case "daily":
+		return s.AddDate(0, 0, 1)
+	case "monthly":
+		return s.AddDate(0, 1, 0)
+	}
+	return time.Time{}
+}

@@ -1,0 +1,340 @@
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"llmgate/internal/usage"
+)
+
+const usageCols = `id, ts, key_id, model, backend, upstream_model, endpoint, status, error_type, prompt_tokens,
+	completion_tokens, cached_tokens, ttft_us, latency_us, estimated, stream, cost_usd`
+
+const usageNCols = 17
+
+// InsertUsage writes a batch in one transaction: the records, skipping IDs
+// already stored, and the hourly rollups of exactly the records that were
+// new, so a replayed batch changes neither table.
+func InsertUsage(ctx context.Context, db *sql.DB, d Dialect, recs []usage.Record) error {
+	if len(recs) == 0 {
+		return nil
+	}
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	inserted := make(map[string]bool, len(recs))
+	per := min(500, d.MaxParams/usageNCols)
+	args := make([]any, 0, per*usageNCols)
+	for start := 0; start < len(recs); start += per {
+		chunk := recs[start:min(start+per, len(recs))]
+		args = args[:0]
+		var b strings.Builder
+		b.WriteString(`INSERT INTO usage(` + usageCols + `) VALUES `)
+		for i := range chunk {
+			r := &chunk[i]
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			b.WriteString(`(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`)
+			args = append(args, r.ID, r.Time.UnixMilli(), r.KeyID, r.Model, r.Backend, r.UpstreamModel, r.Endpoint,
+				r.Status, r.ErrorType, r.PromptTokens, r.CompletionTokens, r.CachedTokens, r.TTFT.Microseconds(),
+				r.Latency.Microseconds(), b2i(r.Estimated), b2i(r.Stream), r.CostUSD)
+		}
+		b.WriteString(` ON CONFLICT (id) DO NOTHING RETURNING id`)
+		rows, err := tx.QueryContext(ctx, d.Q(b.String()), args...)
+		if err != nil {
+			return fmt.Errorf("insert usage: %w", err)
+		}
+		for rows.Next() {
+			var id string
+			if err := rows.Scan(&id); err != nil {
+				rows.Close()
+				return err
+			}
+			inserted[id] = true
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+	}
+	fresh := recs
+	if len(inserted) != len(recs) {
+		fresh = make([]usage.Record, 0, len(inserted))
+		for i := range recs {
+			if inserted[recs[i].ID] {
+				fresh = append(fresh, recs[i])
+				delete(inserted, recs[i].ID) // a duplicate inside the batch counts once
+			}
+		}
+	}
+	if err := upsertRollups(ctx, tx, d, usage.RollupRecords(fresh)); err != nil {
+		return fmt.Errorf("update usage rollups: %w", err)
+	}
+	return tx.Commit()
+}
+
+func upsertRollups(ctx context.Context, tx *sql.Tx, d Dialect, rus []usage.Rollup) error {
+	const per = 400
+	for start := 0; start < len(rus); start += per {
+		chunk := rus[start:min(start+per, len(rus))]
+		var b strings.Builder
+		args := make([]any, 0, len(chunk)*11)
+		b.WriteString(`INSERT INTO usage_hourly(hour, key_id, model, backend, requests, errors, prompt_tokens, completion_tokens,
+			cached_tokens, estimated, cost_usd) VALUES `)
+		for i, r := range chunk {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			b.WriteString(`(?,?,?,?,?,?,?,?,?,?,?)`)
+			args = append(args, r.Hour, r.KeyID, r.Model, r.Backend, r.Requests, r.Errors, r.PromptTokens, r.CompletionTokens,
+				r.CachedTokens, r.Estimated, r.CostUSD)
+		}
+		b.WriteString(` ON CONFLICT (hour, key_id, model, backend) DO UPDATE SET
+			requests = usage_hourly.requests + excluded.requests, errors = usage_hourly.errors + excluded.errors,
+			prompt_tokens = usage_hourly.prompt_tokens + excluded.prompt_tokens,
+			completion_tokens = usage_hourly.completion_tokens + excluded.completion_tokens,
+			cached_tokens = usage_hourly.cached_tokens + excluded.cached_tokens,
+			estimated = usage_hourly.estimated + excluded.estimated, cost_usd = usage_hourly.cost_usd + excluded.cost_usd`)
+		if _, err := tx.ExecContext(ctx, d.Q(b.String()), args...); err != nil {
+			return err
+		}
+	}
+	type lat struct {
+		usage.RollupKey
+		bucket int
+		n      int64
+	}
+	var lats []lat
+	for _, r := range rus {
+		for bk, n := range r.Latency {
+			lats = append(lats, lat{r.RollupKey, bk, n})
+		}
+	}
+	// Consistent lock order across concurrent writers avoids deadlocks.
+	sortLats := func(a, b lat) bool {
+		if a.RollupKey != b.RollupKey {
+			return rollupLess(a.RollupKey, b.RollupKey)
+		}
+		return a.bucket < b.bucket
+	}
+	sort.Slice(lats, func(i, j int) bool { return sortLats(lats[i], lats[j]) })
+	for start := 0; start < len(lats); start += per {
+		chunk := lats[start:min(start+per, len(lats))]
+		var b strings.Builder
+		args := make([]any, 0, len(chunk)*6)
+		b.WriteString(`INSERT INTO usage_hourly_latency(hour, key_id, model, backend, bucket, n) VALUES `)
+		for i, l := range chunk {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			b.WriteString(`(?,?,?,?,?,?)`)
+			args = append(args, l.Hour, l.KeyID, l.Model, l.Backend, l.bucket, l.n)
+		}
+		b.WriteString(` ON CONFLICT (hour, key_id, model, backend, bucket) DO UPDATE SET n = usage_hourly_latency.n + excluded.n`)
+		if _, err := tx.ExecContext(ctx, d.Q(b.String()), args...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func rollupLess(a, b usage.RollupKey) bool {
+	if a.Hour != b.Hour {
+		return a.Hour < b.Hour
+	}
+	if a.KeyID != b.KeyID {
+		return a.KeyID < b.KeyID
+	}
+	if a.Model != b.Model {
+		return a.Model < b.Model
+	}
+	return a.Backend < b.Backend
+}
+
+// Summary aggregates usage per group: hourly rollups for the whole hours in
+// the range and raw records for the partial hours at its edges.
+func Summary(ctx context.Context, db *sql.DB, d Dialect, f usage.Filter) ([]usage.SummaryRow, error) {
+	group := f.GroupBy
+	if len(group) == 0 {
+		group = []string{"key", "model"}
+	}
+	var rollCols, rawCols []string
+	for _, g := range group {
+		switch g {
+		case "key":
+			rollCols, rawCols = append(rollCols, "key_id"), append(rawCols, "key_id")
+		case "model", "backend":
+			rollCols, rawCols = append(rollCols, g), append(rawCols, g)
+		case "day":
+			rollCols, rawCols = append(rollCols, d.Day("hour")), append(rawCols, d.Day("(ts/1000)"))
+		default:
+			return nil, fmt.Errorf("unknown group %q: use key, model, backend or day", g)
+		}
+	}
+	sinceMS := f.Since.UnixMilli()
+	if f.Since.IsZero() {
+		sinceMS = 0
+	}
+	until := f.Until
+	if until.IsZero() {
+		until = time.Now().Add(time.Minute)
+	}
+	untilMS := until.UnixMilli()
+	hStart := usage.HourStart(sinceMS)
+	if hStart*1000 < sinceMS {
+		hStart += 3600
+	}
+	hEnd := usage.HourStart(untilMS)
+	var filt string
+	var fargs []any
+	if f.KeyID != "" {
+		filt += ` AND key_id = ?`
+		fargs = append(fargs, f.KeyID)
+	}
+	if f.Model != "" {
+		filt += ` AND model = ?`
+		fargs = append(fargs, f.Model)
+	}
+	sb := usage.NewSummaryBuilder(group)
+	n := len(group)
+	dims := make([]string, n)
+	if hStart < hEnd {
+		gk := strings.Join(rollCols, ", ")
+		args := append([]any{hStart, hEnd}, fargs...)
+		q := `SELECT ` + gk + `, CAST(SUM(requests) AS BIGINT), CAST(SUM(errors) AS BIGINT), CAST(SUM(prompt_tokens) AS BIGINT),
+			CAST(SUM(completion_tokens) AS BIGINT), CAST(SUM(estimated) AS BIGINT), SUM(cost_usd)
+			FROM usage_hourly WHERE hour >= ? AND hour < ?` + filt + ` GROUP BY ` + gk
+		var req, errs, pt, ct, est int64
+		var cost float64
+		err := scanRows(ctx, db, d.Q(q), args, dims, []any{&req, &errs, &pt, &ct, &est, &cost}, func() {
+			sb.AddTotals(dims, req, errs, pt, ct, est, cost)
+		})
+		if err != nil {
+			return nil, err
+		}
+		q = `SELECT ` + gk + `, bucket, CAST(SUM(n) AS BIGINT) FROM usage_hourly_latency WHERE hour >= ? AND hour < ?` + filt +
+			` GROUP BY ` + gk + `, bucket`
+		var bucket int
+		var cnt int64
+		err = scanRows(ctx, db, d.Q(q), args, dims, []any{&bucket, &cnt}, func() { sb.AddLatency(dims, bucket, cnt) })
+		if err != nil {
+			return nil, err
+		}
+	} else {
+		hStart, hEnd = untilMS/1000, untilMS/1000 // whole range is raw
+	}
+	raw := [][2]int64{{sinceMS, min(hStart*1000, untilMS)}, {max(hEnd*1000, sinceMS), untilMS}}
+	if hStart >= hEnd {
+		raw = raw[:1]
+		raw[0] = [2]int64{sinceMS, untilMS}
+	}
+	for _, rg := range raw {
+		if rg[0] >= rg[1] {
+			continue
+		}
+		q := `SELECT ` + strings.Join(rawCols, ", ") + `, latency_us, status, prompt_tokens, completion_tokens, cost_usd, estimated
+			FROM usage WHERE ts >= ? AND ts < ?` + filt
+		args := append([]any{rg[0], rg[1]}, fargs...)
+		var lat, status, pt, ct, est int64
+		var cost float64
+		err := scanRows(ctx, db, d.Q(q), args, dims, []any{&lat, &status, &pt, &ct, &cost, &est}, func() {
+			sb.AddRecord(dims, lat, status, pt, ct, cost, est != 0)
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	out := sb.Rows()
+	return out, nameKeys(ctx, db, out)
+}
+
+func scanRows(ctx context.Context, db *sql.DB, q string, args []any, dims []string, vals []any, each func()) error {
+	rows, err := db.QueryContext(ctx, q, args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	ptrs := make([]any, 0, len(dims)+len(vals))
+	for i := range dims {
+		ptrs = append(ptrs, &dims[i])
+	}
+	ptrs = append(ptrs, vals...)
+	for rows.Next() {
+		if err := rows.Scan(ptrs...); err != nil {
+			return err
+		}
+		each()
+	}
+	return rows.Err()
+}
+
+func nameKeys(ctx context.Context, db *sql.DB, rows []usage.SummaryRow) error {
+	names := map[string]string{"master": "(master key)"}
+	list, err := ListKeys(ctx, db)
+	if err != nil {
+		return err
+	}
+	for _, k := range list {
+		names[k.ID] = k.Name
+	}
+	for i := range rows {
+		rows[i].KeyName = names[rows[i].KeyID]
+	}
+	return nil
+}
+
+// Recent returns the newest records, newest first.
+func Recent(ctx context.Context, db *sql.DB, d Dialect, limit int) ([]usage.Record, error) {
+	rows, err := db.QueryContext(ctx, d.Q(`SELECT `+usageCols+` FROM usage ORDER BY ts DESC, id DESC LIMIT ?`), limit)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []usage.Record
+	for rows.Next() {
+		var r usage.Record
+		var ts, ttft, lat int64
+		var est, stream int
+		if err := rows.Scan(&r.ID, &ts, &r.KeyID, &r.Model, &r.Backend, &r.UpstreamModel, &r.Endpoint, &r.Status, &r.ErrorType,
+			&r.PromptTokens, &r.CompletionTokens, &r.CachedTokens, &ttft, &lat, &est, &stream, &r.CostUSD); err != nil {
+			return nil, err
+		}
+		r.Time = time.UnixMilli(ts)
+		r.TTFT = time.Duration(ttft) * time.Microsecond
+		r.Latency = time.Duration(lat) * time.Microsecond
+		r.Estimated, r.Stream = est != 0, stream != 0
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
+// DeleteUsageBefore deletes raw records older than t; hourly rollups stay,
+// so summaries of old whole hours are unaffected.
+func DeleteUsageBefore(ctx context.Context, db *sql.DB, d Dialect, t time.Time) (int64, error) {
+	res, err := db.ExecContext(ctx, d.Q(`DELETE FROM usage WHERE ts < ?`), t.UnixMilli())
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}
+
+// CountUsage returns the number of raw records and of distinct IDs, for
+// exactly-once checks.
+func CountUsage(ctx context.Context, db *sql.DB) (rows, distinct int64, err error) {
+	err = db.QueryRowContext(ctx, `SELECT COUNT(*), COUNT(DISTINCT id) FROM usage`).Scan(&rows, &distinct)
+	return rows, distinct, err
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}

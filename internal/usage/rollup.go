@@ -1,0 +1,221 @@
+package usage
+
+import (
+	"math"
+	"sort"
+	"strings"
+)
+
+// Hourly rollups keep usage queries fast on large ledgers: every stored
+// record is also folded into one row per (hour, key, model, backend) plus a
+// latency histogram for that row. Summaries read the rollups for whole hours
+// and raw records only for the partial hours at the edges of a range.
+//
+// Latency percentiles from rollups come from a log-scale histogram with
+// LatencyBucketsPerDoubling buckets per doubling; a reported percentile is
+// the geometric middle of its bucket, within about 4.5% of the exact value.
+
+// LatencyBucketsPerDoubling sets the histogram resolution.
+const LatencyBucketsPerDoubling = 8
+
+// LatencyBucket returns the histogram bucket of a latency in microseconds.
+func LatencyBucket(us int64) int {
+	if us <= 1 {
+		return 0
+	}
+	return int(math.Log2(float64(us))*LatencyBucketsPerDoubling) + 1
+}
+
+// BucketLatencyUS returns the representative latency of a bucket: the
+// geometric middle of its range.
+func BucketLatencyUS(b int) int64 {
+	if b <= 0 {
+		return 1
+	}
+	return int64(math.Round(math.Exp2((float64(b-1) + 0.5) / LatencyBucketsPerDoubling)))
+}
+
+// HourStart returns the start of the UTC hour holding ms (Unix milliseconds),
+// in Unix seconds.
+func HourStart(ms int64) int64 {
+	s := ms / 1000
+	if ms < 0 && ms%1000 != 0 {
+		s--
+	}
+	return s - ((s%3600)+3600)%3600
+}
+
+// RollupKey identifies one rollup row.
+type RollupKey struct {
+	Hour    int64 // Unix seconds of the UTC hour's start
+	KeyID   string
+	Model   string
+	Backend string
+}
+
+// Rollup is the aggregate of the records of one hour, key, model and backend.
+type Rollup struct {
+	RollupKey
+	Requests, Errors, PromptTokens, CompletionTokens, CachedTokens, Estimated int64
+	CostUSD                                                                   float64
+	// Latency maps histogram bucket to count.
+	Latency map[int]int64
+}
+
+// RollupRecords folds records into rollup rows, sorted by key so writers
+// that upsert them lock rows in a consistent order.
+func RollupRecords(recs []Record) []Rollup {
+	idx := map[RollupKey]int{}
+	var out []Rollup
+	for i := range recs {
+		r := &recs[i]
+		k := RollupKey{Hour: HourStart(r.Time.UnixMilli()), KeyID: r.KeyID, Model: r.Model, Backend: r.Backend}
+		j, ok := idx[k]
+		if !ok {
+			j = len(out)
+			idx[k] = j
+			out = append(out, Rollup{RollupKey: k, Latency: map[int]int64{}})
+		}
+		ru := &out[j]
+		ru.Requests++
+		if r.Status >= 400 {
+			ru.Errors++
+		}
+		ru.PromptTokens += int64(r.PromptTokens)
+		ru.CompletionTokens += int64(r.CompletionTokens)
+		ru.CachedTokens += int64(r.CachedTokens)
+		ru.CostUSD += r.CostUSD
+		if r.Estimated {
+			ru.Estimated++
+		}
+		ru.Latency[LatencyBucket(r.Latency.Microseconds())]++
+	}
+	sort.Slice(out, func(a, b int) bool { return lessKey(out[a].RollupKey, out[b].RollupKey) })
+	return out
+}
+
+func lessKey(a, b RollupKey) bool {
+	if a.Hour != b.Hour {
+		return a.Hour < b.Hour
+	}
+	if a.KeyID != b.KeyID {
+		return a.KeyID < b.KeyID
+	}
+	if a.Model != b.Model {
+		return a.Model < b.Model
+	}
+	return a.Backend < b.Backend
+}
+
+// SummaryBuilder merges rollup rows, histogram counts and raw records into
+// summary rows. Stores feed it whatever their queries return, in any order.
+type SummaryBuilder struct {
+	group []string
+	rows  map[string]*sumAcc
+}
+
+type sumAcc struct {
+	row  SummaryRow
+	hist map[int]int64
+}
+
+// NewSummaryBuilder returns a builder for the given group dimensions
+// (key, model, backend, day).
+func NewSummaryBuilder(group []string) *SummaryBuilder {
+	return &SummaryBuilder{group: group, rows: map[string]*sumAcc{}}
+}
+
+func (b *SummaryBuilder) acc(dims []string) *sumAcc {
+	k := strings.Join(dims, "\x00")
+	a := b.rows[k]
+	if a == nil {
+		a = &sumAcc{hist: map[int]int64{}}
+		for i, g := range b.group {
+			switch g {
+			case "key":
+				a.row.KeyID = dims[i]
+			case "model":
+				a.row.Model = dims[i]
+			case "backend":
+				a.row.Backend = dims[i]
+			case "day":
+				a.row.Day = dims[i]
+			}
+		}
+		b.rows[k] = a
+	}
+	return a
+}
+
+// AddTotals adds counts for a group.
+func (b *SummaryBuilder) AddTotals(dims []string, requests, errors, prompt, completion, estimated int64, cost float64) {
+	a := b.acc(dims)
+	a.row.Requests += requests
+	a.row.Errors += errors
+	a.row.PromptTokens += prompt
+	a.row.CompletionTokens += completion
+	a.row.Estimated += estimated
+	a.row.CostUSD += cost
+}
+
+// AddLatency adds n latencies in a histogram bucket for a group.
+func (b *SummaryBuilder) AddLatency(dims []string, bucket int, n int64) {
+	b.acc(dims).hist[bucket] += n
+}
+
+// AddRecord adds one raw record for a group.
+func (b *SummaryBuilder) AddRecord(dims []string, latencyUS, status, prompt, completion int64, cost float64, estimated bool) {
+	var errs, est int64
+	if status >= 400 {
+		errs = 1
+	}
+	if estimated {
+		est = 1
+	}
+	b.AddTotals(dims, 1, errs, prompt, completion, est, cost)
+	b.AddLatency(dims, LatencyBucket(latencyUS), 1)
+}
+
+// Rows returns the summary rows sorted by their dimensions.
+func (b *SummaryBuilder) Rows() []SummaryRow {
+	keys := make([]string, 0, len(b.rows))
+	for k := range b.rows {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	out := make([]SummaryRow, 0, len(keys))
+	for _, k := range keys {
+		a := b.rows[k]
+		if a.row.Requests == 0 {
+			continue
+		}
+		a.row.P50LatencyMS = histRank(a.hist, 0.50)
+		a.row.P95LatencyMS = histRank(a.hist, 0.95)
+		out = append(out, a.row)
+	}
+	return out
+}
+
+// histRank returns the nearest-rank percentile of a histogram in ms.
+func histRank(h map[int]int64, p float64) float64 {
+	var total int64
+	buckets := make([]int, 0, len(h))
+	for k, n := range h {
+		total += n
+		buckets = append(buckets, k)
+	}
+	if total == 0 {
+		return 0
+	}
+	sort.Ints(buckets)
+	want := int64(math.Ceil(p * float64(total)))
+	want = max(want, 1)
+	var seen int64
+	for _, k := range buckets {
+		seen += h[k]
+		if seen >= want {
+			return float64(BucketLatencyUS(k)) / 1000
+		}
+	}
+	return float64(BucketLatencyUS(buckets[len(buckets)-1])) / 1000
+}
