@@ -41,8 +41,6 @@ type Config struct {
 	LogFormat    string              `yaml:"log_format"` // text (default) or json
 	Backends     map[string]*Backend `yaml:"backends"`
 	Models       map[string]*Model   `yaml:"models"`
-	// Engines are local model servers started on demand (see engines.go).
-	Engines map[string]*Engine `yaml:"engines"`
 
 	// Source names where the configuration came from, for messages.
 	Source string `yaml:"-"`
@@ -79,9 +77,6 @@ type Model struct {
 	Name          string `yaml:"-"`
 	Backend       string `yaml:"backend"`
 	UpstreamModel string `yaml:"upstream_model"` // default: the public name
-	// Engine names the engine serving this model, for the models an engine
-	// lists; never set in the file.
-	Engine string `yaml:"-"`
 	// Deployments lists every place the model is served. ApplyDefaults
 	// turns the single-backend form into one deployment.
 	Deployments []*Deployment `yaml:"deployments"`
@@ -209,9 +204,6 @@ func expandText(data []byte, lookup func(string) (string, bool)) []byte {
 	last := 0
 	for _, loc := range envRef.FindAllStringSubmatchIndex(src, -1) {
 		start, end := loc[0], loc[1]
-		if src[start:end] == PortPlaceholder {
-			continue // an engine's port, filled in when it starts
-		}
 		b.WriteString(src[last:start])
 		val := ExpandEnv(src[start:end], lookup)
 		if wholeScalar(src, start, end) {
@@ -241,9 +233,7 @@ func wholeScalar(src string, start, end int) bool {
 }
 
 var knownKeys = map[string][]string{
-	"engine": {"cmd", "env", "workdir", "port", "models", "group", "ttl", "always_on", "health_path", "health_interval",
-		"startup_timeout", "stop_signal", "stop_grace", "drain_timeout", "max_queue", "api_key"},
-	"": {"listen", "database", "max_body_bytes", "log_format", "backends", "models", "engines"},
+	"":        {"listen", "database", "max_body_bytes", "log_format", "backends", "models"},
 	"backend": {"url", "api_key", "dialect", "headers", "connect_timeout", "first_byte_timeout", "timeout",
 		"idle_timeout", "provider", "engine", "health_check"},
 	"model":        {"backend", "upstream_model", "deployments", "fallbacks", "balancing"},
@@ -278,7 +268,7 @@ func checkKnownKeys(doc *yaml.Node, source string) error {
 	}
 	for i := 0; i+1 < len(doc.Content); i += 2 {
 		k, v := doc.Content[i], doc.Content[i+1]
-		kind := map[string]string{"backends": "backend", "models": "model", "engines": "engine"}[k.Value]
+		kind := map[string]string{"backends": "backend", "models": "model"}[k.Value]
 		if kind == "" {
 			continue
 		}
@@ -312,10 +302,6 @@ func recordLines(doc *yaml.Node, cfg *Config) {
 				if b := cfg.Backends[name.Value]; b != nil {
 					b.line = name.Line
 				}
-			case "engines":
-				if e := cfg.Engines[name.Value]; e != nil {
-					e.line = name.Line
-				}
 			case "models":
 				if m := cfg.Models[name.Value]; m != nil {
 					m.line = name.Line
@@ -343,7 +329,6 @@ func (c *Config) ApplyDefaults() {
 	if c.Models == nil {
 		c.Models = map[string]*Model{}
 	}
-	c.applyEngineDefaults()
 	for name, b := range c.Backends {
 		if b == nil {
 			b = &Backend{}
@@ -373,9 +358,6 @@ func (c *Config) ApplyDefaults() {
 func (c *Config) Validate() error {
 	le := func(line int, key, format string, args ...any) error {
 		return &LineError{Source: c.Source, Line: line, Key: key, Msg: fmt.Sprintf(format, args...)}
-	}
-	if err := c.validateEngines(); err != nil {
-		return err
 	}
 	if c.MaxBodyBytes < 0 {
 		return le(0, "max_body_bytes", "must be positive")
