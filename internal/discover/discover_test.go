@@ -1,0 +1,63 @@
+package discover
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"testing"
+	"time"
+)
+
+func port(t *testing.T, url string) int {
+	_, p, _ := net.SplitHostPort(url[len("http://"):])
+	n, _ := strconv.Atoi(p)
+	return n
+}
+
+func TestProbe_FindsEnginesAndSkipsClosedPorts(t *testing.T) {
+	vllm := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/v1/models" {
+			http.NotFound(w, r)
+			return
+		}
+		fmt.Fprint(w, `{"object":"list","data":[{"id":"qwen2.5-7b-instruct"},{"id":"qwen3-32b"}]}`)
+	}))
+	defer vllm.Close()
+	notAPI := httptest.NewServer(http.NotFoundHandler())
+	defer notAPI.Close()
+	closed, _ := net.Listen("tcp", "127.0.0.1:0")
+	closedPort := closed.Addr().(*net.TCPAddr).Port
+	closed.Close()
+
+	found := Probe(context.Background(), "127.0.0.1", []LocalPort{
+		{port(t, vllm.URL), "vllm"}, {port(t, notAPI.URL), "sglang"}, {closedPort, "ollama"},
+	}, 500*time.Millisecond)
+	if len(found) != 1 || found[0].URL != vllm.URL+"/v1" || len(found[0].Models) != 2 {
+		t.Fatalf("found %+v", found)
+	}
+}
+
+func TestBuild_RegistersLocalModelsAndCloudKeys(t *testing.T) {
+	local := []Found{{Backend: "vllm-8000", URL: "http://127.0.0.1:8000/v1", Models: []string{"qwen2.5-7b-instruct", "deepseek-chat"}}}
+	env := map[string]string{"DEEPSEEK_API_KEY": "sk-ds", "OPENAI_API_KEY": "  "}
+	cfg, found := Build(local, func(k string) (string, bool) { v, ok := env[k]; return v, ok }, DefaultClouds)
+	cfg.ApplyDefaults()
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Models["deepseek-chat"].Backend != "vllm-8000" {
+		t.Errorf("a local model must win over the cloud one of the same name: %+v", cfg.Models["deepseek-chat"])
+	}
+	if cfg.Models["deepseek-reasoner"].Backend != "deepseek" || cfg.Backends["deepseek"].APIKey != "sk-ds" {
+		t.Errorf("deepseek not registered from DEEPSEEK_API_KEY")
+	}
+	if _, ok := cfg.Backends["openai"]; ok {
+		t.Errorf("a blank OPENAI_API_KEY must not register openai")
+	}
+	if len(found) != 2 {
+		t.Errorf("found = %+v", found)
+	}
+}
