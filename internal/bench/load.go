@@ -120,6 +120,7 @@ func runCell(ctx context.Context, t *Target, cell Cell, plan *cellPlan, reqOpts 
 		closedLoop(ctx, q, plan, w, 0, max(par, 1), "warmup-", nil)
 	}
 
+	plan.progress.begin()
 	stopProbe := make(chan struct{})
 	probeDone := make(chan []time.Duration)
 	go schedProbe(stopProbe, probeDone)

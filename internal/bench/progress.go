@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -17,6 +18,7 @@ type progress struct {
 	total  int
 	ok     atomic.Int64
 	failed atomic.Int64
+	mu     sync.Mutex
 	start  time.Time
 	stop   chan struct{}
 	done_  chan struct{}
@@ -51,7 +53,9 @@ func (p *progress) done(r *Result) {
 
 func (p *progress) line() string {
 	ok, failed := p.ok.Load(), p.failed.Load()
+	p.mu.Lock()
 	el := time.Since(p.start).Seconds()
+	p.mu.Unlock()
 	rate := 0.0
 	if el > 0 {
 		rate = float64(ok) / el
@@ -83,6 +87,17 @@ func (p *progress) loop() {
 			}
 		}
 	}
+}
+
+// begin restarts the clock when measurement starts, after the warm-up, so
+// the live request rate is not diluted by it.
+func (p *progress) begin() {
+	if p == nil {
+		return
+	}
+	p.mu.Lock()
+	p.start = time.Now()
+	p.mu.Unlock()
 }
 
 // finish stops the ticker and prints the cell's final line.
