@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/valyala/fastjson"
 )
 
 // Result is the measurement of one request. Durations are measured on the
@@ -122,25 +124,6 @@ func (q *requester) do(ctx context.Context, body []byte, p *Prompt, index int, o
 	readStream(ctx, resp.Body, res)
 }
 
-// chunkFields is the part of a stream chunk the benchmark needs.
-type chunkFields struct {
-	Choices []struct {
-		Text  *string `json:"text"`
-		Delta struct {
-			Content          *string         `json:"content"`
-			ReasoningContent *string         `json:"reasoning_content"`
-			Reasoning        *string         `json:"reasoning"`
-			ToolCalls        json.RawMessage `json:"tool_calls"`
-		} `json:"delta"`
-		FinishReason *string `json:"finish_reason"`
-	} `json:"choices"`
-	Usage *struct {
-		PromptTokens     int `json:"prompt_tokens"`
-		CompletionTokens int `json:"completion_tokens"`
-	} `json:"usage"`
-	Error json.RawMessage `json:"error"`
-}
-
 // readStream reads an SSE body. Each event is stamped with the time the
 // read that delivered its last data line returned, before any JSON is
 // parsed, so parsing cost never shows up as latency.
@@ -153,7 +136,7 @@ func readStream(ctx context.Context, body io.Reader, res *Result) {
 		done      bool
 		finished  bool
 		usageSeen bool
-		cf        chunkFields
+		parser    fastjson.Parser
 	)
 	handle := func() bool {
 		defer func() { data = data[:0]; evName = "" }()
@@ -168,42 +151,44 @@ func readStream(ctx context.Context, body io.Reader, res *Result) {
 			res.Err, res.ErrDetail = ErrErrorEvent, errorMessage(data)
 			return false
 		}
-		cf.Choices = cf.Choices[:0]
-		cf.Usage = nil
-		cf.Error = nil
-		if err := json.Unmarshal(data, &cf); err != nil {
-			res.Err, res.ErrDetail = ErrBadChunk, "chunk is not JSON: "+truncate(string(data), 120)
+		v, err := parser.ParseBytes(data)
+		if err != nil || v.Type() != fastjson.TypeObject {
+			res.Err, res.ErrDetail = ErrBadChunk, "chunk is not a JSON object: "+truncate(string(data), 120)
 			return false
 		}
-		if len(cf.Error) > 0 && !bytes.Equal(cf.Error, []byte("null")) {
+		if e := v.Get("error"); e != nil && e.Type() != fastjson.TypeNull {
 			res.Err, res.ErrDetail = ErrErrorEvent, errorMessage(data)
 			return false
 		}
-		if len(cf.Choices) > 0 {
+		usage := v.Get("usage")
+		if usage != nil && usage.Type() != fastjson.TypeObject {
+			usage = nil
+		}
+		if choices := v.GetArray("choices"); len(choices) > 0 {
 			off := dataStamp.Sub(res.Origin)
 			res.Chunks = append(res.Chunks, off)
-			n := 0
-			c := &cf.Choices[0]
-			for _, s := range []*string{c.Text, c.Delta.Content, c.Delta.ReasoningContent, c.Delta.Reasoning} {
-				if s != nil {
-					n += len(*s)
+			c := choices[0]
+			n := len(c.GetStringBytes("text"))
+			if d := c.Get("delta"); d != nil {
+				n += len(d.GetStringBytes("content")) + len(d.GetStringBytes("reasoning_content")) + len(d.GetStringBytes("reasoning"))
+				if tc := d.Get("tool_calls"); tc != nil && tc.Type() == fastjson.TypeArray {
+					n += len(tc.MarshalTo(nil))
 				}
 			}
-			n += len(c.Delta.ToolCalls)
 			res.outChars += n
 			res.ChunkBytes = append(res.ChunkBytes, int32(n))
-			if cf.Usage != nil {
-				res.ChunkTokens = append(res.ChunkTokens, int32(cf.Usage.CompletionTokens))
+			if usage != nil {
+				res.ChunkTokens = append(res.ChunkTokens, int32(usage.GetInt("completion_tokens")))
 			}
-			if c.FinishReason != nil && *c.FinishReason != "" {
+			if fr := c.Get("finish_reason"); fr != nil && fr.Type() == fastjson.TypeString && len(fr.GetStringBytes()) > 0 {
 				finished = true
 			}
 		}
-		if cf.Usage != nil {
+		if usage != nil {
 			usageSeen = true
-			res.OutputTokens = cf.Usage.CompletionTokens
-			if cf.Usage.PromptTokens > 0 {
-				res.InputTokens = cf.Usage.PromptTokens
+			res.OutputTokens = usage.GetInt("completion_tokens")
+			if pt := usage.GetInt("prompt_tokens"); pt > 0 {
+				res.InputTokens = pt
 				res.InputEstimated = false
 			}
 		}
@@ -308,7 +293,14 @@ func (l *lineReader) next() ([]byte, time.Time, error) {
 			if l.start < l.end {
 				line := l.buf[l.start:l.end]
 				l.start = l.end
-				return line, l.stamp, nil
+				if bytes.Equal(bytes.TrimSpace(line), []byte("data: [DONE]")) {
+					return line, l.stamp, nil
+				}
+				// A line cut off by the end of the body is a broken
+				// stream, not a line to parse.
+				if l.err == io.EOF {
+					l.err = io.ErrUnexpectedEOF
+				}
 			}
 			return nil, l.stamp, l.err
 		}
