@@ -20,17 +20,17 @@ func TestLive_BatchOneTTFTAndITLMatchConfiguration(t *testing.T) {
 	_, url := startServer(t, Config{Models: []ModelConfig{mc}, Seed: 1})
 	prompt := "0123456789abcdefghij0123456789abcdefghij" // 40 bytes = 10 tokens
 	promptTokens := chatGenerationPrompt + chatTokensPerMessage + 10
-	body := fmt.Sprintf(`{"model":"m","messages":[{"role":"user","content":%q}],"max_tokens":60,"ignore_eos":true,"stream":true}`, prompt)
+	body := fmt.Sprintf(`{"model":"m","messages":[{"role":"user","content":%q}],"max_tokens":40,"ignore_eos":true,"stream":true}`, prompt)
 	wantTTFT := mc.PrefillBase + time.Duration(promptTokens)*mc.PrefillPerToken + mc.DecodeBase + mc.DecodePerSeq
 	wantITL := mc.DecodeBase + mc.DecodePerSeq
 
 	bestTTFT := time.Hour
 	var bestITL time.Duration = time.Hour
-	for range 4 {
+	for range 3 {
 		res := stream(t, url+"/v1/chat/completions", body)
 		times := res.tokenTimes(t)
-		if len(times) != 60 || !res.done {
-			t.Fatalf("got %d token chunks (done=%v), want 60", len(times), res.done)
+		if len(times) != 40 || !res.done {
+			t.Fatalf("got %d token chunks (done=%v), want 40", len(times), res.done)
 		}
 		ttft := times[0].Sub(res.start)
 		itl := times[len(times)-1].Sub(times[0]) / time.Duration(len(times)-1)
@@ -70,7 +70,7 @@ func TestLive_RequestsBeyondMaxNumSeqsWaitAndShowInMetrics(t *testing.T) {
 	mc.MaxNumSeqs = 2
 	mc.DecodeBase, mc.DecodePerSeq = 2*time.Millisecond, 0
 	_, url := startServer(t, Config{Models: []ModelConfig{mc}, Seed: 1})
-	body := `{"model":"m","messages":[{"role":"user","content":"hi"}],"max_tokens":100,"ignore_eos":true}`
+	body := `{"model":"m","messages":[{"role":"user","content":"hi"}],"max_tokens":60,"ignore_eos":true}`
 	var wg sync.WaitGroup
 	for range 5 {
 		wg.Add(1)
@@ -138,9 +138,9 @@ func TestLive_ThroughputRisesThenFlattensWhileLatencyGrows(t *testing.T) {
 	mc.MaxNumSeqs = 4
 	mc.DecodeBase, mc.DecodePerSeq = 3*time.Millisecond, 250*time.Microsecond
 	_, url := startServer(t, Config{Models: []ModelConfig{mc}, Seed: 1})
-	tp1, l1 := liveLoad(t, url, 1, 4, 30)
-	tp4, l4 := liveLoad(t, url, 4, 4, 30)
-	tp12, l12 := liveLoad(t, url, 12, 2, 30)
+	tp1, l1 := liveLoad(t, url, 1, 4, 20)
+	tp4, l4 := liveLoad(t, url, 4, 4, 20)
+	tp12, l12 := liveLoad(t, url, 12, 2, 20)
 	t.Logf("c=1: %.0f tok/s %v; c=4: %.0f tok/s %v; c=12: %.0f tok/s %v", tp1, l1, tp4, l4, tp12, l12)
 	// Modelled: 4 sequences per step cost 4ms instead of 3.25ms, so c=4
 	// gives about 3.2x the tokens of c=1; c=12 cannot exceed c=4.

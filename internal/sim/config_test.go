@@ -1,0 +1,61 @@
+package sim
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestPresets_BiggerModelsAreSlower(t *testing.T) {
+	p := Presets()
+	small, big, qwen3 := p["qwen2.5-7b-instruct"], p["qwen2.5-32b-instruct"], p["qwen3-32b"]
+	itl := func(m ModelConfig) time.Duration { return m.DecodeBase + m.DecodePerSeq }
+	if !(itl(small) < itl(big) && itl(big) <= itl(qwen3)) {
+		t.Errorf("decode per token not ordered by size: %v %v %v", itl(small), itl(big), itl(qwen3))
+	}
+	if !(small.PrefillPerToken < big.PrefillPerToken && small.MaxNumSeqs > big.MaxNumSeqs) {
+		t.Error("32B prefill should be slower and its batch smaller than 7B")
+	}
+	for name, m := range p {
+		if err := m.validate(); err != nil {
+			t.Errorf("preset %s invalid: %v", name, err)
+		}
+		if m.Name != name || m.Preset != name {
+			t.Errorf("preset %s names itself %q/%q", name, m.Name, m.Preset)
+		}
+	}
+}
+
+func TestPresetFor_MatchesHuggingFaceIDsAndFallsBackToThe7B(t *testing.T) {
+	m, ok := PresetFor("Qwen/Qwen3-32B")
+	if !ok || m.Preset != "qwen3-32b" || m.Name != "Qwen/Qwen3-32B" || m.Root != "Qwen/Qwen3-32B" {
+		t.Errorf("HF id: ok=%v %+v", ok, m)
+	}
+	m, ok = PresetFor("my-finetune")
+	if ok || m.Preset != DefaultPreset || m.Name != "my-finetune" {
+		t.Errorf("fallback: ok=%v %+v", ok, m)
+	}
+}
+
+func TestNew_RejectsInvalidConfigurationsWithClearErrors(t *testing.T) {
+	good := fastModel()
+	cases := map[string]Config{
+		"no models":        {},
+		"max-num-seqs":     {Models: []ModelConfig{func() ModelConfig { m := good; m.MaxNumSeqs = 0; return m }()}},
+		"configured twice": {Models: []ModelConfig{good, good}},
+		"fail-429-rate":    {Models: []ModelConfig{good}, Faults: Faults{Fail429Rate: 2}},
+		"queue-full":       {Models: []ModelConfig{good}, QueueFullStatus: 500},
+		"spin":             {Models: []ModelConfig{func() ModelConfig { m := good; m.DecodeBase, m.DecodePerSeq = 0, 0; return m }()}},
+	}
+	for want, cfg := range cases {
+		s, err := New(cfg)
+		if err == nil {
+			s.Close()
+			t.Errorf("%s: accepted", want)
+			continue
+		}
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not mention %q", err, want)
+		}
+	}
+}
