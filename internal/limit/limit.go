@@ -1,0 +1,127 @@
+// Package limit enforces per-key and per-model limits: requests per minute
+// (RPM), tokens per minute (TPM), concurrent requests, and spend budgets.
+// Two implementations share one interface and one test suite: Memory for a
+// single process and Redis for replicas that must share their counters.
+//
+// Rates are token buckets ("GCRA"-style continuous refill): a limit of N per
+// minute is a bucket of N that refills at N/60 per second. A burst may use
+// the whole bucket at once; after that requests pass at the refill rate. In
+// any window of length T the bucket admits at most N + N*T/60, so within a
+// minute never more than twice the limit and, for a burst shorter than a
+// second, at most N+1 - unlike fixed windows, which admit 2N across a window
+// boundary in an instant.
+//
+// TPM reserves the request's estimated tokens at admission and corrects by
+// the real count at release; a bucket may go into debt, which delays later
+// requests. Concurrency is a count of slots (in Redis: leases that expire
+// unless renewed, so a crashed replica's slots free themselves). Budgets
+// count micro-USD: settled spend plus reservations in flight; a request is
+// admitted only if its reservation fits under the budget.
+package limit
+
+import (
+	"context"
+	"time"
+)
+
+// MaxScopes is the number of scopes one request can be checked against
+// (the key's and the model's).
+const MaxScopes = 2
+
+// Scope is one set of limits: a key's or a model's. Zero means unlimited.
+type Scope struct {
+	// ID names the counters, such as "key:key_abc" or "model:qwen".
+	ID      string
+	RPM     int64
+	TPM     int64
+	MaxConc int64
+	// BudgetMicros is the budget in micro-USD; 0 = none.
+	BudgetMicros int64
+	// BudgetWindow names the current budget period ("d2026-11-30",
+	// "m2026-11", "all"); a new window starts from zero.
+	BudgetWindow string
+	// BudgetTTL is how long the window's counter must live (until the
+	// period ends, plus slack); 0 = forever.
+	BudgetTTL time.Duration
+}
+
+// Request is what one API request asks of the limiter. Scopes[:N] are
+// checked together: all pass or nothing is taken.
+type Request struct {
+	Scopes [MaxScopes]Scope
+	N      int
+	// Tokens is the estimated token count (prompt + expected output).
+	Tokens int64
+	// CostMicros is the estimated cost reserved against budgets.
+	CostMicros int64
+}
+
+// Limits named in refusals.
+const (
+	LimitRequests    = "requests per minute"
+	LimitTokens      = "tokens per minute"
+	LimitConcurrency = "concurrent requests"
+	LimitBudget      = "budget"
+)
+
+// Decision is the outcome of Acquire and the figures for OpenAI's
+// x-ratelimit-* headers (of the first scope that has rate limits).
+type Decision struct {
+	Allowed bool
+	// Scope and Limit name what refused the request.
+	Scope string
+	Limit string
+	// RetryAfter is when a retry can pass (0 = unknown, as for budgets
+	// that never reset).
+	RetryAfter time.Duration
+	// BudgetMicros and SpentMicros describe a budget refusal.
+	BudgetMicros, SpentMicros int64
+
+	LimitRequests, RemainingRequests int64
+	ResetRequests                    time.Duration
+	LimitTokens, RemainingTokens     int64
+	ResetTokens                      time.Duration
+}
+
+// Lease is an admitted request's hold on the limiter; pass it to Release.
+type Lease struct {
+	Scopes     [MaxScopes]Scope
+	N          int
+	Tokens     int64
+	CostMicros int64
+	// member identifies a concurrency lease in Redis.
+	member string
+}
+
+// Limiter checks and takes capacity.
+type Limiter interface {
+	// Acquire checks every scope of req and, if all pass, takes a request,
+	// the estimated tokens, a concurrency slot and the cost reservation.
+	Acquire(ctx context.Context, req Request) (Lease, Decision, error)
+	// Release frees the concurrency slot and corrects the token and budget
+	// counters from the estimates to the actual figures.
+	Release(ctx context.Context, l Lease, actualTokens, actualCostMicros int64) error
+	// SeedBudget sets a budget window's spend when the limiter has none
+	// yet (at startup, from the ledger); existing counters win.
+	SeedBudget(ctx context.Context, scopeID, window string, micros int64, ttl time.Duration) error
+	// Spent returns a budget window's settled plus reserved spend.
+	Spent(ctx context.Context, scopeID, window string) (int64, error)
+	Close() error
+}
+
+// bucket is token-bucket arithmetic shared by both implementations' tests
+// and by Memory: level after refill at now (ns).
+func refill(level float64, last, now int64, limit int64) float64 {
+	if now > last {
+		level += float64(now-last) * float64(limit) / float64(time.Minute)
+	}
+	return min(level, float64(limit))
+}
+
+// wait returns how long until a bucket at level holds need.
+func wait(level, need float64, limit int64) time.Duration {
+	if level >= need || limit <= 0 {
+		return 0
+	}
+	return time.Duration((need - level) * float64(time.Minute) / float64(limit))
+}

@@ -1,0 +1,181 @@
+package limit
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// Memory is the in-process limiter. Counters live in this process only, so
+// with several replicas each enforces its own limits; use Redis there.
+type Memory struct {
+	scopes sync.Map // scope ID -> *memScope
+	now    func() int64
+}
+
+type memScope struct {
+	mu                 sync.Mutex
+	reqInit, tokInit   bool
+	reqLevel, tokLevel float64
+	reqLast, tokLast   int64
+	conc               int64
+	window             string
+	spent              int64
+}
+
+var _ Limiter = (*Memory)(nil)
+
+// NewMemory returns an in-memory limiter.
+func NewMemory() *Memory {
+	return &Memory{now: func() int64 { return time.Now().UnixNano() }}
+}
+
+// NewMemoryClock returns an in-memory limiter reading time from now (Unix
+// nanoseconds), for tests.
+func NewMemoryClock(now func() int64) *Memory { return &Memory{now: now} }
+
+func (m *Memory) get(id string) *memScope {
+	if v, ok := m.scopes.Load(id); ok {
+		return v.(*memScope)
+	}
+	v, _ := m.scopes.LoadOrStore(id, &memScope{})
+	return v.(*memScope)
+}
+
+// Acquire implements Limiter.
+func (m *Memory) Acquire(_ context.Context, req Request) (Lease, Decision, error) {
+	now := m.now()
+	var st [MaxScopes]*memScope
+	// Scopes are always locked in request order (key, then model), so two
+	// requests never wait on each other in opposite orders.
+	for i := 0; i < req.N; i++ {
+		st[i] = m.get(req.Scopes[i].ID)
+		st[i].mu.Lock()
+	}
+	defer func() {
+		for i := 0; i < req.N; i++ {
+			st[i].mu.Unlock()
+		}
+	}()
+	d := Decision{Allowed: true}
+	var rl, tl [MaxScopes]float64
+	for i := 0; i < req.N; i++ {
+		s, x := &req.Scopes[i], st[i]
+		if s.RPM > 0 {
+			if !x.reqInit {
+				x.reqInit, x.reqLevel, x.reqLast = true, float64(s.RPM), now
+			}
+			rl[i] = refill(x.reqLevel, x.reqLast, now, s.RPM)
+		}
+		if s.TPM > 0 {
+			if !x.tokInit {
+				x.tokInit, x.tokLevel, x.tokLast = true, float64(s.TPM), now
+			}
+			tl[i] = refill(x.tokLevel, x.tokLast, now, s.TPM)
+		}
+		if s.BudgetMicros > 0 && x.window != s.BudgetWindow {
+			x.window, x.spent = s.BudgetWindow, 0
+		}
+		switch {
+		case s.MaxConc > 0 && x.conc >= s.MaxConc:
+			d.Allowed, d.Limit, d.RetryAfter = false, LimitConcurrency, time.Second
+		case s.RPM > 0 && rl[i] < 1:
+			d.Allowed, d.Limit, d.RetryAfter = false, LimitRequests, wait(rl[i], 1, s.RPM)
+		case s.TPM > 0 && tl[i] < float64(min(req.Tokens, s.TPM)):
+			d.Allowed, d.Limit, d.RetryAfter = false, LimitTokens, wait(tl[i], float64(min(req.Tokens, s.TPM)), s.TPM)
+		case s.BudgetMicros > 0 && x.spent+req.CostMicros > s.BudgetMicros:
+			d.Allowed, d.Limit, d.BudgetMicros, d.SpentMicros = false, LimitBudget, s.BudgetMicros, x.spent
+		}
+		if !d.Allowed {
+			d.Scope = s.ID
+			fillHeaders(&d, &req, &rl, &tl)
+			return Lease{}, d, nil
+		}
+	}
+	for i := 0; i < req.N; i++ {
+		s, x := &req.Scopes[i], st[i]
+		if s.RPM > 0 {
+			rl[i]--
+			x.reqLevel, x.reqLast = rl[i], now
+		}
+		if s.TPM > 0 {
+			tl[i] -= float64(req.Tokens)
+			x.tokLevel, x.tokLast = tl[i], now
+		}
+		if s.MaxConc > 0 {
+			x.conc++
+		}
+		if s.BudgetMicros > 0 {
+			x.spent += req.CostMicros
+		}
+	}
+	fillHeaders(&d, &req, &rl, &tl)
+	return Lease{Scopes: req.Scopes, N: req.N, Tokens: req.Tokens, CostMicros: req.CostMicros}, d, nil
+}
+
+// fillHeaders sets the x-ratelimit figures from the first scope with rates.
+func fillHeaders(d *Decision, req *Request, rl, tl *[MaxScopes]float64) {
+	for i := 0; i < req.N; i++ {
+		s := &req.Scopes[i]
+		if s.RPM == 0 && s.TPM == 0 {
+			continue
+		}
+		if s.RPM > 0 {
+			d.LimitRequests, d.RemainingRequests = s.RPM, max(0, int64(rl[i]))
+			d.ResetRequests = wait(rl[i], float64(s.RPM), s.RPM)
+		}
+		if s.TPM > 0 {
+			d.LimitTokens, d.RemainingTokens = s.TPM, max(0, int64(tl[i]))
+			d.ResetTokens = wait(tl[i], float64(s.TPM), s.TPM)
+		}
+		return
+	}
+}
+
+// Release implements Limiter.
+func (m *Memory) Release(_ context.Context, l Lease, actualTokens, actualCostMicros int64) error {
+	for i := 0; i < l.N; i++ {
+		s := &l.Scopes[i]
+		if s.MaxConc == 0 && s.TPM == 0 && s.BudgetMicros == 0 {
+			continue
+		}
+		x := m.get(s.ID)
+		x.mu.Lock()
+		if s.MaxConc > 0 && x.conc > 0 {
+			x.conc--
+		}
+		if s.TPM > 0 && x.tokInit {
+			x.tokLevel = min(x.tokLevel-float64(actualTokens-l.Tokens), float64(s.TPM))
+		}
+		if s.BudgetMicros > 0 && x.window == s.BudgetWindow {
+			x.spent += actualCostMicros - l.CostMicros
+		}
+		x.mu.Unlock()
+	}
+	return nil
+}
+
+// SeedBudget implements Limiter.
+func (m *Memory) SeedBudget(_ context.Context, scopeID, window string, micros int64, _ time.Duration) error {
+	x := m.get(scopeID)
+	x.mu.Lock()
+	if x.window != window {
+		x.window, x.spent = window, micros
+	}
+	x.mu.Unlock()
+	return nil
+}
+
+// Spent implements Limiter.
+func (m *Memory) Spent(_ context.Context, scopeID, window string) (int64, error) {
+	x := m.get(scopeID)
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.window != window {
+		return 0, nil
+	}
+	return x.spent, nil
+}
+
+// Close implements Limiter.
+func (m *Memory) Close() error { return nil }
