@@ -50,16 +50,14 @@ type Options struct {
 // Report is a whole run: settings, client facts and one result per
 // target × cell.
 type Report struct {
-	Tool       string         `json:"tool"`
-	Version    string         `json:"version"`
-	Date       string         `json:"date"`
-	Settings   Settings       `json:"settings"`
-	Client     ClientInfo     `json:"client"`
-	Results    []*CellResult  `json:"results"`
-	Saturation []Saturation   `json:"saturation,omitempty"`
-	Requests   []RequestRow   `json:"-"`
-	Notes      []string       `json:"notes,omitempty"`
-	Extra      map[string]any `json:"extra,omitempty"`
+	Tool       string        `json:"tool"`
+	Version    string        `json:"version"`
+	Date       string        `json:"date"`
+	Settings   Settings      `json:"settings"`
+	Client     ClientInfo    `json:"client"`
+	Results    []*CellResult `json:"results"`
+	Saturation []Saturation  `json:"saturation,omitempty"`
+	Requests   []RequestRow  `json:"-"`
 }
 
 // Settings records the run's parameters in the JSON report.
@@ -146,6 +144,11 @@ func (o *Options) validate() error {
 	}
 	if o.NumRequests <= 0 && o.Duration <= 0 {
 		return errors.New("give --num-requests or --duration per cell")
+	}
+	for _, r := range o.Rates {
+		if math.IsInf(r, 1) && o.NumRequests <= 0 {
+			return errors.New("--request-rate inf sends every request at once, so it needs --num-requests, not --duration")
+		}
 	}
 	if o.Burstiness <= 0 {
 		return errors.New("--burstiness must be positive (1 = Poisson, inf = constant rate)")
