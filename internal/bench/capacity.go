@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -86,7 +87,12 @@ type CapacityStep struct {
 	ErrP99     float64 `json:"error_p99_ms"`
 	ErrMax     float64 `json:"error_max_ms"`
 	CPUPercent float64 `json:"client_cpu_percent"`
-	Failed     int     `json:"failed"`
+	// CPUPerChunk is the client's CPU time per ingested chunk in µs, and
+	// CPUBound the rate one fully used core would sustain at that cost;
+	// unlike the timing error it hardly depends on other load.
+	CPUPerChunk float64 `json:"client_cpu_us_per_chunk"`
+	CPUBound    float64 `json:"cpu_bound_chunks_per_s"`
+	Failed      int     `json:"failed"`
 	// OK is true when every request succeeded and ErrP99 ≤ the bound.
 	OK bool `json:"ok"`
 }
@@ -158,8 +164,8 @@ func MeasureCapacity(ctx context.Context, o CapacityOptions) ([]CapacityStep, fl
 		}
 		steps = append(steps, st)
 		if o.Progress != nil {
-			fmt.Fprintf(o.Progress, "offered %7.0f chunks/s: ingested %7.0f/s, error p50 %.3f p99 %.3f max %.3f ms, client CPU %.0f%%, ok=%v\n",
-				st.OfferedRate, st.Achieved, st.ErrP50, st.ErrP99, st.ErrMax, st.CPUPercent, st.OK)
+			fmt.Fprintf(o.Progress, "offered %7.0f chunks/s: ingested %7.0f/s, error p50 %.3f p99 %.3f max %.3f ms, client CPU %.0f%% (%.1f µs/chunk, one core ≈ %.0f chunks/s), ok=%v\n",
+				st.OfferedRate, st.Achieved, st.ErrP50, st.ErrP99, st.ErrMax, st.CPUPercent, st.CPUPerChunk, st.CPUBound, st.OK)
 		}
 		if !st.OK {
 			break
@@ -208,6 +214,10 @@ func capacityStep(ctx context.Context, baseURL, idBase string, rate float64, run
 	}
 	if run.CPUKnown && run.Duration > 0 {
 		st.CPUPercent = round3(100 * run.CPU.Seconds() / run.Duration.Seconds())
+		if st.Chunks > 0 && run.CPU > 0 {
+			st.CPUPerChunk = round3(float64(run.CPU.Microseconds()) / float64(st.Chunks))
+			st.CPUBound = math.Round(float64(st.Chunks) / run.CPU.Seconds())
+		}
 	}
 	st.OK = st.Failed == 0 && st.Chunks > 0 && st.ErrP99 <= bound
 	return st, nil
