@@ -1,0 +1,190 @@
+package conformance
+
+import (
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+)
+
+// anthropicFake is a scripted Anthropic Messages API upstream (see
+// fakes_test.go for the scenarios).
+type anthropicFake struct {
+	*httptest.Server
+	log upstreamLog
+}
+
+func newAnthropicFake(t *testing.T) *anthropicFake {
+	f := &anthropicFake{}
+	f.Server = httptest.NewServer(http.HandlerFunc(f.handle))
+	t.Cleanup(f.Close)
+	return f
+}
+
+func anthropicError(w http.ResponseWriter, status int, typ, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write([]byte(mustJSON(map[string]any{"type": "error", "error": map[string]any{"type": typ, "message": msg}})))
+}
+
+// blocksOf returns a message's content as blocks (a string becomes one
+// text block).
+func blocksOf(v any) []map[string]any {
+	switch c := v.(type) {
+	case string:
+		return []map[string]any{{"type": "text", "text": c}}
+	case []any:
+		out := make([]map[string]any, 0, len(c))
+		for _, b := range c {
+			if m, ok := b.(map[string]any); ok {
+				out = append(out, m)
+			}
+		}
+		return out
+	}
+	return nil
+}
+
+// checkAnthropicToolTurn is checkOpenAIToolTurn for the Messages dialect:
+// an assistant tool_use block followed by a user tool_result block.
+func checkAnthropicToolTurn(body map[string]any) (second bool, problem string) {
+	tools, _ := body["tools"].([]any)
+	if len(tools) != 1 {
+		return false, "fake: want exactly one tool, got " + mustJSON(body["tools"])
+	}
+	tool, _ := tools[0].(map[string]any)
+	if tool["name"] != "get_weather" || !strings.Contains(mustJSON(tool["input_schema"]), `"city"`) {
+		return false, "fake: want tool get_weather with an input_schema naming city, got " + mustJSON(tool)
+	}
+	msgs, _ := body["messages"].([]any)
+	sawUse := false
+	for _, m := range msgs {
+		msg, _ := m.(map[string]any)
+		for _, b := range blocksOf(msg["content"]) {
+			switch b["type"] {
+			case "tool_use":
+				if msg["role"] != "assistant" || b["id"] != anthropicToolID || b["name"] != "get_weather" || !jsonEqual(mustJSON(b["input"]), `{"city":"Paris"}`) {
+					return false, "fake: the tool_use block came back mangled: " + mustJSON(msg)
+				}
+				sawUse = true
+			case "tool_result":
+				if !sawUse {
+					return false, "fake: a tool_result without the tool_use before it: " + mustJSON(msgs)
+				}
+				if msg["role"] != "user" || b["tool_use_id"] != anthropicToolID || !jsonEqual(textOf(b["content"]), toolResult) || b["is_error"] == true {
+					return false, "fake: the tool_result came back mangled: " + mustJSON(msg)
+				}
+				return true, ""
+			}
+		}
+	}
+	if sawUse {
+		return false, "fake: the tool_use is not followed by a tool_result: " + mustJSON(msgs)
+	}
+	return false, ""
+}
+
+func (f *anthropicFake) handle(w http.ResponseWriter, r *http.Request) {
+	if r.Header.Get("X-Api-Key") != upstreamKey {
+		anthropicError(w, http.StatusUnauthorized, "authentication_error", "fake: invalid x-api-key")
+		return
+	}
+	if r.Header.Get("Anthropic-Version") == "" {
+		anthropicError(w, http.StatusBadRequest, "invalid_request_error", "fake: anthropic-version header is required")
+		return
+	}
+	body, ok := readBody(w, r, &f.log)
+	if !ok {
+		return
+	}
+	model, _ := body["model"].(string)
+	if r.URL.Path == "/v1/messages/count_tokens" {
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"input_tokens":%d}`, fakePromptTokens)
+		return
+	}
+	if r.URL.Path != "/v1/messages" {
+		anthropicError(w, http.StatusNotFound, "not_found_error", "fake: no route "+r.URL.Path)
+		return
+	}
+	if mt, _ := body["max_tokens"].(float64); mt <= 0 {
+		anthropicError(w, http.StatusBadRequest, "invalid_request_error", "fake: max_tokens: Field required")
+		return
+	}
+	stream, _ := body["stream"].(bool)
+	var blocks []map[string]any // final content blocks
+	stop := "end_turn"
+	switch model {
+	case "text", "cut", "errmid":
+		blocks = []map[string]any{{"type": "text", "text": textAnswer}}
+	case "reason":
+		blocks = []map[string]any{{"type": "thinking", "thinking": thinkingText, "signature": "c2lnbmF0dXJl"}, {"type": "text", "text": textAnswer}}
+	case "tool":
+		second, problem := checkAnthropicToolTurn(body)
+		if problem != "" {
+			anthropicError(w, http.StatusBadRequest, "invalid_request_error", problem)
+			return
+		}
+		if second {
+			blocks = []map[string]any{{"type": "text", "text": toolAnswer}}
+		} else {
+			blocks = []map[string]any{{"type": "text", "text": "Let me check."},
+				{"type": "tool_use", "id": anthropicToolID, "name": "get_weather", "input": map[string]any{"city": "Paris"}}}
+			stop = "tool_use"
+		}
+	default:
+		anthropicError(w, http.StatusNotFound, "not_found_error", "model: "+model)
+		return
+	}
+	usage := map[string]any{"input_tokens": fakePromptTokens, "output_tokens": fakeCompletionTokens,
+		"cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
+	if !stream {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(mustJSON(map[string]any{"id": "msg_fake1", "type": "message", "role": "assistant", "model": model,
+			"content": blocks, "stop_reason": stop, "stop_sequence": nil, "usage": usage})))
+		return
+	}
+	s := startSSE(w)
+	s.event("message_start", mustJSON(map[string]any{"type": "message_start", "message": map[string]any{"id": "msg_fake2", "type": "message",
+		"role": "assistant", "model": model, "content": []any{}, "stop_reason": nil, "stop_sequence": nil,
+		"usage": map[string]any{"input_tokens": fakePromptTokens, "output_tokens": 1, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}}}))
+	s.event("ping", `{"type": "ping"}`)
+	delta := func(i int, d map[string]any) {
+		s.event("content_block_delta", mustJSON(map[string]any{"type": "content_block_delta", "index": i, "delta": d}))
+	}
+	for i, b := range blocks {
+		switch b["type"] {
+		case "text":
+			s.event("content_block_start", mustJSON(map[string]any{"type": "content_block_start", "index": i, "content_block": map[string]any{"type": "text", "text": ""}}))
+			words := strings.SplitAfter(b["text"].(string), " ")
+			for j, wd := range words {
+				delta(i, map[string]any{"type": "text_delta", "text": wd})
+				if j == 1 && model == "cut" {
+					s.drop()
+					return
+				}
+				if j == 1 && model == "errmid" {
+					s.event("error", `{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}`)
+					return
+				}
+			}
+		case "thinking":
+			s.event("content_block_start", mustJSON(map[string]any{"type": "content_block_start", "index": i, "content_block": map[string]any{"type": "thinking", "thinking": "", "signature": ""}}))
+			t := b["thinking"].(string)
+			delta(i, map[string]any{"type": "thinking_delta", "thinking": t[:len(t)/2]})
+			delta(i, map[string]any{"type": "thinking_delta", "thinking": t[len(t)/2:]})
+			delta(i, map[string]any{"type": "signature_delta", "signature": b["signature"]})
+		case "tool_use":
+			s.event("content_block_start", mustJSON(map[string]any{"type": "content_block_start", "index": i,
+				"content_block": map[string]any{"type": "tool_use", "id": b["id"], "name": b["name"], "input": map[string]any{}}}))
+			delta(i, map[string]any{"type": "input_json_delta", "partial_json": ""})
+			delta(i, map[string]any{"type": "input_json_delta", "partial_json": `{"city": `})
+			delta(i, map[string]any{"type": "input_json_delta", "partial_json": `"Paris"}`})
+		}
+		s.event("content_block_stop", mustJSON(map[string]any{"type": "content_block_stop", "index": i}))
+	}
+	s.event("message_delta", mustJSON(map[string]any{"type": "message_delta", "delta": map[string]any{"stop_reason": stop, "stop_sequence": nil},
+		"usage": map[string]any{"output_tokens": fakeCompletionTokens}}))
+	s.event("message_stop", `{"type":"message_stop"}`)
+}

@@ -1,0 +1,299 @@
+package conformance
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// The scripted upstreams choose their behaviour by the upstream model name,
+// so one fake per dialect serves every scenario:
+//
+//	text    a short fixed answer with exact usage
+//	tool    first turn: a get_weather call for Paris; second turn (the request
+//	        carries the tool result): an answer quoting the result. The fake
+//	        checks the history it receives and answers 400 with the reason when
+//	        the call or its result was mangled, so a translation bug fails the
+//	        SDK call with a message that says what was wrong.
+//	reason  reasoning (reasoning_content / a thinking block) then text
+//	cut     a few text deltas, then the connection is dropped
+//	errmid  a few text deltas, then an in-band error event
+//
+// Both fakes also check the gateway's credentials and answer 401 otherwise.
+
+const (
+	upstreamKey = "sk-upstream-secret"
+	// Tool call ids issued by the fakes; the second turn must echo them.
+	openaiCallID    = "call_w1"
+	anthropicToolID = "toolu_w1"
+	toolResult      = `{"city":"Paris","temperature":"18C","sky":"clear"}`
+	toolAnswer      = "It is 18C and clear in Paris."
+	textAnswer      = "Hello from the scripted upstream."
+	thinkingText    = "The user greets me; I should greet back."
+	// Fixed usage of the scripted answers.
+	fakePromptTokens     = 21
+	fakeCompletionTokens = 7
+)
+
+// upstreamLog keeps the request bodies a fake received.
+type upstreamLog struct {
+	mu     sync.Mutex
+	bodies []map[string]any
+}
+
+func (l *upstreamLog) add(b map[string]any) {
+	l.mu.Lock()
+	l.bodies = append(l.bodies, b)
+	l.mu.Unlock()
+}
+
+// last returns the most recent body whose model is model.
+func (l *upstreamLog) last(model string) map[string]any {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for i := len(l.bodies) - 1; i >= 0; i-- {
+		if l.bodies[i]["model"] == model {
+			return l.bodies[i]
+		}
+	}
+	return nil
+}
+
+func readBody(w http.ResponseWriter, r *http.Request, log *upstreamLog) (map[string]any, bool) {
+	raw, _ := io.ReadAll(r.Body)
+	var body map[string]any
+	if err := json.Unmarshal(raw, &body); err != nil {
+		http.Error(w, `{"error":{"message":"fake: body is not JSON"}}`, http.StatusBadRequest)
+		return nil, false
+	}
+	log.add(body)
+	return body, true
+}
+
+// sseFlusher writes SSE events and flushes each one.
+type sseFlusher struct {
+	w http.ResponseWriter
+}
+
+func startSSE(w http.ResponseWriter) sseFlusher {
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
+	w.WriteHeader(http.StatusOK)
+	return sseFlusher{w}
+}
+
+func (s sseFlusher) event(name, data string) {
+	if name != "" {
+		fmt.Fprintf(s.w, "event: %s\n", name)
+	}
+	fmt.Fprintf(s.w, "data: %s\n\n", data)
+	s.w.(http.Flusher).Flush()
+}
+
+// drop closes the connection without finishing the stream.
+func (s sseFlusher) drop() {
+	if hj, ok := s.w.(http.Hijacker); ok {
+		if c, _, err := hj.Hijack(); err == nil {
+			c.Close()
+		}
+	}
+}
+
+func jsonEqual(a, b string) bool {
+	var x, y any
+	if json.Unmarshal([]byte(a), &x) != nil || json.Unmarshal([]byte(b), &y) != nil {
+		return false
+	}
+	xa, _ := json.Marshal(x)
+	ya, _ := json.Marshal(y)
+	return string(xa) == string(ya)
+}
+
+// textOf flattens a content value (a string or a list of text blocks).
+func textOf(v any) string {
+	switch c := v.(type) {
+	case string:
+		return c
+	case []any:
+		var sb strings.Builder
+		for _, p := range c {
+			if m, ok := p.(map[string]any); ok {
+				if s, ok := m["text"].(string); ok {
+					sb.WriteString(s)
+				}
+			}
+		}
+		return sb.String()
+	}
+	return ""
+}
+
+// ---- OpenAI chat completions fake ----
+
+type openaiFake struct {
+	*httptest.Server
+	log upstreamLog
+}
+
+func newOpenAIFake(t *testing.T) *openaiFake {
+	f := &openaiFake{}
+	f.Server = httptest.NewServer(http.HandlerFunc(f.handle))
+	t.Cleanup(f.Close)
+	return f
+}
+
+func openaiError(w http.ResponseWriter, status int, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	b, _ := json.Marshal(map[string]any{"error": map[string]any{"message": msg, "type": "BadRequestError", "code": status}})
+	_, _ = w.Write(b)
+}
+
+// checkOpenAIToolTurn inspects a tool scenario request: it reports whether
+// the history carries the tool result, or why the history is malformed.
+func checkOpenAIToolTurn(body map[string]any) (second bool, problem string) {
+	tools, _ := body["tools"].([]any)
+	if len(tools) != 1 || !strings.Contains(mustJSON(tools[0]), `"get_weather"`) || !strings.Contains(mustJSON(tools[0]), `"city"`) {
+		return false, "fake: want exactly one function tool get_weather with a city parameter, got " + mustJSON(body["tools"])
+	}
+	msgs, _ := body["messages"].([]any)
+	var sawCall bool
+	for _, m := range msgs {
+		msg, _ := m.(map[string]any)
+		switch msg["role"] {
+		case "assistant":
+			calls, _ := msg["tool_calls"].([]any)
+			if len(calls) == 0 {
+				continue
+			}
+			call, _ := calls[0].(map[string]any)
+			fn, _ := call["function"].(map[string]any)
+			args, _ := fn["arguments"].(string)
+			if len(calls) != 1 || call["id"] != openaiCallID || call["type"] != "function" || fn["name"] != "get_weather" || !jsonEqual(args, `{"city":"Paris"}`) {
+				return false, "fake: the assistant tool call came back mangled: " + mustJSON(msg)
+			}
+			sawCall = true
+		case "tool":
+			if !sawCall {
+				return false, "fake: a tool message without the assistant tool call before it: " + mustJSON(msgs)
+			}
+			if msg["tool_call_id"] != openaiCallID || !jsonEqual(textOf(msg["content"]), toolResult) {
+				return false, "fake: the tool result came back mangled: " + mustJSON(msg)
+			}
+			return true, ""
+		}
+	}
+	if sawCall {
+		return false, "fake: the assistant tool call is not followed by its tool result: " + mustJSON(msgs)
+	}
+	return false, ""
+}
+
+func mustJSON(v any) string {
+	b, _ := json.Marshal(v)
+	return string(b)
+}
+
+func (f *openaiFake) handle(w http.ResponseWriter, r *http.Request) {
+	if r.Header.Get("Authorization") != "Bearer "+upstreamKey {
+		openaiError(w, http.StatusUnauthorized, "fake: wrong upstream key "+r.Header.Get("Authorization"))
+		return
+	}
+	if r.URL.Path != "/v1/chat/completions" {
+		openaiError(w, http.StatusNotFound, "fake: no route "+r.URL.Path)
+		return
+	}
+	body, ok := readBody(w, r, &f.log)
+	if !ok {
+		return
+	}
+	model, _ := body["model"].(string)
+	stream, _ := body["stream"].(bool)
+	includeUsage := false
+	if so, ok := body["stream_options"].(map[string]any); ok {
+		includeUsage, _ = so["include_usage"].(bool)
+	}
+	var content, reasoning, finish string
+	var call bool
+	switch model {
+	case "text", "cut", "errmid":
+		content, finish = textAnswer, "stop"
+	case "reason":
+		reasoning, content, finish = thinkingText, textAnswer, "stop"
+	case "tool":
+		second, problem := checkOpenAIToolTurn(body)
+		if problem != "" {
+			openaiError(w, http.StatusBadRequest, problem)
+			return
+		}
+		if second {
+			content, finish = toolAnswer, "stop"
+		} else {
+			call, finish = true, "tool_calls"
+		}
+	default:
+		openaiError(w, http.StatusNotFound, fmt.Sprintf("The model `%s` does not exist.", model))
+		return
+	}
+	usage := map[string]any{"prompt_tokens": fakePromptTokens, "completion_tokens": fakeCompletionTokens, "total_tokens": fakePromptTokens + fakeCompletionTokens}
+	if !stream {
+		msg := map[string]any{"role": "assistant", "content": content}
+		if reasoning != "" {
+			msg["reasoning_content"] = reasoning
+		}
+		if call {
+			msg["content"] = nil
+			msg["tool_calls"] = []any{map[string]any{"id": openaiCallID, "type": "function",
+				"function": map[string]any{"name": "get_weather", "arguments": `{"city":"Paris"}`}}}
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(map[string]any{"id": "chatcmpl-fake1", "object": "chat.completion", "created": 1700000000, "model": model,
+			"choices": []any{map[string]any{"index": 0, "message": msg, "finish_reason": finish, "logprobs": nil}}, "usage": usage})
+		return
+	}
+	s := startSSE(w)
+	chunk := func(delta map[string]any, finish any) {
+		s.event("", mustJSON(map[string]any{"id": "chatcmpl-fake2", "object": "chat.completion.chunk", "created": 1700000000, "model": model,
+			"choices": []any{map[string]any{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": nil}}}))
+	}
+	chunk(map[string]any{"role": "assistant", "content": ""}, nil)
+	if reasoning != "" {
+		half := len(reasoning) / 2
+		chunk(map[string]any{"reasoning_content": reasoning[:half]}, nil)
+		chunk(map[string]any{"reasoning_content": reasoning[half:]}, nil)
+	}
+	if call {
+		chunk(map[string]any{"tool_calls": []any{map[string]any{"index": 0, "id": openaiCallID, "type": "function",
+			"function": map[string]any{"name": "get_weather", "arguments": ""}}}}, nil)
+		for _, part := range []string{`{"city":`, ` "Paris"}`} {
+			chunk(map[string]any{"tool_calls": []any{map[string]any{"index": 0, "function": map[string]any{"arguments": part}}}}, nil)
+		}
+	}
+	words := strings.SplitAfter(content, " ")
+	for i, wd := range words {
+		if wd == "" {
+			continue
+		}
+		chunk(map[string]any{"content": wd}, nil)
+		if i == 1 && model == "cut" {
+			s.drop()
+			return
+		}
+		if i == 1 && model == "errmid" {
+			s.event("", `{"error":{"message":"CUDA error: an illegal memory access was encountered","type":"InternalServerError","code":500}}`)
+			s.event("", "[DONE]")
+			return
+		}
+	}
+	chunk(map[string]any{}, finish)
+	if includeUsage {
+		s.event("", mustJSON(map[string]any{"id": "chatcmpl-fake2", "object": "chat.completion.chunk", "created": 1700000000, "model": model,
+			"choices": []any{}, "usage": usage}))
+	}
+	s.event("", "[DONE]")
+}
