@@ -100,8 +100,11 @@ func Compare(a, b *Report, thresholdPct float64) ([]Change, []string) {
 				continue
 			}
 			ch := Change{Cell: label, Metric: m.Name, A: va, B: vb, Percent: math.NaN()}
-			if va != 0 {
+			switch {
+			case va != 0:
 				ch.Percent = (vb - va) / math.Abs(va) * 100
+			case vb == 0:
+				ch.Percent = 0
 			}
 			significant := !math.IsNaN(ch.Percent) && math.Abs(ch.Percent) >= thresholdPct
 			if va == 0 && vb != 0 {
