@@ -13,8 +13,8 @@ import (
 	"testing"
 
 	asdk "github.com/anthropics/anthropic-sdk-go/v2"
-	assestream "github.com/anthropics/anthropic-sdk-go/v2/packages/ssestream"
 	"github.com/anthropics/anthropic-sdk-go/v2/packages/respjson"
+	assestream "github.com/anthropics/anthropic-sdk-go/v2/packages/ssestream"
 
 	"llmgate/internal/api/anthropic"
 	"llmgate/internal/apierror"

@@ -1,0 +1,65 @@
+package translate
+
+import (
+	"fmt"
+	"testing"
+)
+
+// BenchmarkChatToAnthropicStream_Feed measures translating one upstream text
+// chunk into Anthropic events, the per-token cost on the streaming hot path.
+func BenchmarkChatToAnthropicStream_Feed(b *testing.B) {
+	chunk := chunkJSON(`{"content":" token"}`, "")
+	tr := NewChatToAnthropicStream("m", 10)
+	_, _ = tr.Feed(chunk)
+	b.ReportAllocs()
+	b.SetBytes(int64(len(chunk)))
+	for b.Loop() {
+		if _, err := tr.Feed(chunk); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkAnthropicToChatStream_Feed measures one text_delta event.
+func BenchmarkAnthropicToChatStream_Feed(b *testing.B) {
+	ev := []byte(`{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":" token"}}`)
+	tr := NewAnthropicToChatStream("m", true)
+	_, _ = tr.Feed("message_start", []byte(`{"type":"message_start","message":{"id":"msg_1","usage":{"input_tokens":5,"output_tokens":1}}}`))
+	b.ReportAllocs()
+	b.SetBytes(int64(len(ev)))
+	for b.Loop() {
+		if _, err := tr.Feed("content_block_delta", ev); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkChatToResponsesStream_Feed measures one text chunk.
+func BenchmarkChatToResponsesStream_Feed(b *testing.B) {
+	chunk := chunkJSON(`{"content":" token"}`, "")
+	tr := NewChatToResponsesStream(nil)
+	_, _ = tr.Feed(chunk)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := tr.Feed(chunk); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkAnthropicToChat_Request measures translating a 20-turn
+// conversation with tools, the per-request cost.
+func BenchmarkAnthropicToChat_Request(b *testing.B) {
+	body := `{"model":"m","max_tokens":100,"system":"sys","tools":[{"name":"f","input_schema":{"type":"object"}}],"messages":[`
+	for i := range 10 {
+		body += fmt.Sprintf(`{"role":"user","content":"question %d"},{"role":"assistant","content":[{"type":"text","text":"answer"},{"type":"tool_use","id":"t%d","name":"f","input":{"x":1}}]},`, i, i)
+	}
+	body += `{"role":"user","content":"last"}]}`
+	req := decodeMessagesRequest(b, body)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := AnthropicToChat(req); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
