@@ -234,7 +234,7 @@ func (f *benchFlags) options(numRequestsSet bool) (bench.Options, error) {
 		}
 	}
 	if o.Goodput, err = bench.ParseGoodput(f.goodput); err != nil {
-		return o, err
+		return o, fmt.Errorf("--goodput: %w", err)
 	}
 	o.Sweep, o.SweepMax, o.SweepGain = f.sweep, f.sweepMax, f.sweepGain
 	o.KeepRequests = f.requestsPath != "" || f.outDir != ""

@@ -1,0 +1,93 @@
+package main
+
+import (
+	"bytes"
+	"encoding/csv"
+	"math"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"llmgate/internal/bench"
+)
+
+func runCLI(t *testing.T, args ...string) (string, string, error) {
+	t.Helper()
+	root := newRootCmd()
+	var out, errOut bytes.Buffer
+	root.SetOut(&out)
+	root.SetErr(&errOut)
+	root.SetArgs(args)
+	err := root.Execute()
+	return out.String(), errOut.String(), err
+}
+
+func TestBenchCLI_MatrixWritesAllOutputsAndCompareReadsThem(t *testing.T) {
+	up := &bench.TimedUpstream{T1: 10 * time.Millisecond, T2: 2 * time.Millisecond, Chunks: 4}
+	srv := httptest.NewServer(up)
+	defer srv.Close()
+	dir := t.TempDir()
+	t.Setenv("LLMGATE_API_KEY", "sk-lg-from-env")
+	stdout, stderr, err := runCLI(t, "bench", "--base-url", srv.URL+"/v1", "--model", "a,b",
+		"--concurrency", "1,2", "--num-requests", "4", "--input-len", "8", "--output-len", "4",
+		"--goodput", "ttft:1000", "--out", dir)
+	if err != nil {
+		t.Fatalf("bench: %v\n%s", err, stderr)
+	}
+	for _, f := range []string{"results.csv", "results.json", "report.html", "requests.jsonl"} {
+		if st, err := os.Stat(filepath.Join(dir, f)); err != nil || st.Size() == 0 {
+			t.Errorf("%s missing or empty: %v", f, err)
+		}
+	}
+	if !strings.Contains(stdout, "TTFT p50") || !strings.Contains(stderr, "[a c=2]") {
+		t.Errorf("table or progress missing:\n%s\n%s", stdout, stderr)
+	}
+	b, _ := os.ReadFile(filepath.Join(dir, "results.csv"))
+	rows, _ := csv.NewReader(bytes.NewReader(b)).ReadAll()
+	if len(rows) != 1+2*2 {
+		t.Errorf("csv has %d rows, want header + 2 targets × 2 cells", len(rows))
+	}
+	if js, _ := os.ReadFile(filepath.Join(dir, "results.json")); strings.Contains(string(js), "sk-lg-from-env") {
+		t.Error("API key written to the report")
+	}
+	cmp, _, err := runCLI(t, "bench", "compare", filepath.Join(dir, "results.json"), filepath.Join(dir, "results.json"))
+	if err != nil || !strings.Contains(cmp, "mean_ttft_ms") {
+		t.Errorf("compare: %v\n%s", err, cmp)
+	}
+}
+
+func TestBenchCLI_RejectsBadInputWithAHint(t *testing.T) {
+	t.Setenv("LLMGATE_BASE_URL", "")
+	t.Setenv("OPENAI_BASE_URL", "")
+	cases := map[string][]string{
+		"--base-url": {"bench", "--model", "m", "--concurrency", "1"},
+		"--model":    {"bench", "--base-url", "http://127.0.0.1:9/v1", "--concurrency", "1"},
+		"positive":   {"bench", "--base-url", "http://127.0.0.1:9/v1", "--model", "m", "--request-rate", "-3"},
+		"--goodput":  {"bench", "--base-url", "http://127.0.0.1:9/v1", "--model", "m", "--concurrency", "1", "--goodput", "itl:5"},
+		"KEY=VALUE":  {"bench", "--base-url", "http://127.0.0.1:9/v1", "--model", "m", "--concurrency", "1", "--header", "nokey"},
+		"--concurrency, --request-rate or --sweep": {"bench", "--base-url", "http://127.0.0.1:9/v1", "--model", "m"},
+	}
+	for hint, args := range cases {
+		_, _, err := runCLI(t, args...)
+		if err == nil || !strings.Contains(err.Error(), hint) {
+			t.Errorf("%v: error %v, want a hint mentioning %q", args, err, hint)
+		}
+	}
+}
+
+func TestParseRate_AcceptsNumbersAndInf(t *testing.T) {
+	if v, err := parseRate("inf"); err != nil || !math.IsInf(v, 1) {
+		t.Errorf("inf: %v %v", v, err)
+	}
+	if v, err := parseRate(" 2.5 "); err != nil || v != 2.5 {
+		t.Errorf("2.5: %v %v", v, err)
+	}
+	for _, bad := range []string{"0", "-1", "fast", "nan"} {
+		if _, err := parseRate(bad); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+}
