@@ -64,6 +64,10 @@ func (e *engine) run() {
 		now := time.Now()
 		b := e.s.schedule(now)
 		e.m.setLoad(len(e.s.running), e.s.numWaiting())
+		if e.s.aborted > 0 {
+			e.m.addAborted(e.s.aborted)
+			e.s.aborted = 0
+		}
 		e.mu.Unlock()
 		if b.empty() {
 			idle = true

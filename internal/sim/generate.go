@@ -25,6 +25,9 @@ type genRequest struct {
 	ignoreEOS    bool
 	stream       bool
 	includeUsage bool
+	// continuousUsage adds running usage to every chunk (vLLM's
+	// stream_options.continuous_usage_stats).
+	continuousUsage bool
 }
 
 func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
@@ -131,6 +134,7 @@ func (s *Server) commonChecks(g *genRequest, n *int, temperature *float64, so *s
 			return badRequest("stream_options", "Stream options can only be defined when `stream=True`.")
 		}
 		g.includeUsage = so.IncludeUsage == nil || *so.IncludeUsage
+		g.continuousUsage = g.includeUsage && so.ContinuousUsageStats
 	}
 	if g.maxTokens != nil && *g.maxTokens < 1 {
 		return badRequest("max_tokens", "max_tokens must be at least 1, got %d.", *g.maxTokens)
@@ -206,7 +210,8 @@ func (s *Server) serveGeneration(w http.ResponseWriter, r *http.Request, g genRe
 	sse.SetHeaders(w.Header())
 	w.WriteHeader(http.StatusOK)
 	sw := sse.NewWriter(w)
-	st := streamer{w: sw, id: id, created: created, model: g.model, chat: g.chat, gen: &gen}
+	st := streamer{w: sw, id: id, created: created, model: g.model, chat: g.chat, gen: &gen,
+		promptTokens: g.promptTokens, continuousUsage: g.continuousUsage}
 	sent := 0
 	for {
 		select {
@@ -271,12 +276,22 @@ func (s *Server) wait(r *http.Request, q *seq) bool {
 
 // streamer writes one response's SSE chunks.
 type streamer struct {
-	w       *sse.Writer
-	id      string
-	created int64
-	model   string
-	chat    bool
-	gen     *generation
+	w               *sse.Writer
+	id              string
+	created         int64
+	model           string
+	chat            bool
+	gen             *generation
+	promptTokens    int
+	continuousUsage bool
+}
+
+// running returns the usage so far for continuous usage stats, or nil.
+func (st *streamer) running(completion int) *usageInfo {
+	if !st.continuousUsage {
+		return nil
+	}
+	return &usageInfo{PromptTokens: st.promptTokens, CompletionTokens: completion, TotalTokens: st.promptTokens + completion}
 }
 
 func (st *streamer) write(v any) {
@@ -291,8 +306,8 @@ func (st *streamer) write(v any) {
 func (st *streamer) role() {
 	empty := ""
 	st.write(chatChunk{ID: st.id, Object: "chat.completion.chunk", Created: st.created, Model: st.model,
-		Choices:        []chatChunkChoice{{Delta: chatDelta{Role: "assistant", Content: &empty}}},
-		PromptTokenIDs: rawNull})
+		Choices: []chatChunkChoice{{Delta: chatDelta{Role: "assistant", Content: &empty}}},
+		Usage:   st.running(0), PromptTokenIDs: rawNull})
 }
 
 func (st *streamer) echo(text string) {
@@ -321,7 +336,7 @@ func (st *streamer) tokens(from, to int, final bool) {
 			}
 		}
 		st.write(chatChunk{ID: st.id, Object: "chat.completion.chunk", Created: st.created, Model: st.model,
-			Choices: []chatChunkChoice{c}})
+			Choices: []chatChunkChoice{c}, Usage: st.running(to)})
 		return
 	}
 	var stop any
@@ -329,7 +344,7 @@ func (st *streamer) tokens(from, to int, final bool) {
 		stop = st.gen.stopReason
 	}
 	st.write(completionChunk{ID: st.id, Object: "text_completion", Created: st.created, Model: st.model,
-		Choices: []completionChunkChoice{{Text: text, FinishReason: finish, StopReason: stop}}})
+		Choices: []completionChunkChoice{{Text: text, FinishReason: finish, StopReason: stop}}, Usage: st.running(to)})
 }
 
 // usage writes the usage-only chunk that include_usage asks for.

@@ -145,3 +145,29 @@ func TestGolden_MetricsUseVLLMNames(t *testing.T) {
 		}
 	}
 }
+
+func TestGolden_ContinuousUsageStatsCountTokensSoFar(t *testing.T) {
+	_, url := startServer(t, goldenConfig())
+	res := stream(t, url+"/v1/chat/completions",
+		`{"messages":[{"role":"user","content":"x"}],"max_tokens":3,"ignore_eos":true,"stream":true,"stream_options":{"include_usage":true,"continuous_usage_stats":true}}`)
+	want := []int{0, 1, 2, 3, 3} // role chunk, three tokens, final usage chunk
+	if len(res.events) != len(want) {
+		t.Fatalf("%d events, want %d", len(res.events), len(want))
+	}
+	for i, ev := range res.events {
+		c := parseChunk(t, ev.data)
+		if c.Usage == nil || c.Usage.CompletionTokens != want[i] || c.Usage.TotalTokens != c.Usage.PromptTokens+want[i] {
+			t.Errorf("chunk %d usage %+v, want %d completion tokens", i, c.Usage, want[i])
+		}
+	}
+}
+
+func TestServer_WrongMethodIs405AndUnknownRouteIs404(t *testing.T) {
+	_, url := startServer(t, goldenConfig())
+	if code, b := get(t, url+"/v1/chat/completions"); code != 405 || string(b) != `{"detail":"Method Not Allowed"}` {
+		t.Errorf("GET chat: %d %s", code, b)
+	}
+	if code, b := get(t, url+"/nope"); code != 404 || string(b) != `{"detail":"Not Found"}` {
+		t.Errorf("unknown route: %d %s", code, b)
+	}
+}

@@ -1,9 +1,12 @@
 package sim
 
 import (
+	"context"
 	"fmt"
+	"net/http"
 	"regexp"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -136,21 +139,48 @@ func liveLoad(t *testing.T, url string, c, n, tokens int) (float64, time.Duratio
 func TestLive_ThroughputRisesThenFlattensWhileLatencyGrows(t *testing.T) {
 	mc := fastModel()
 	mc.MaxNumSeqs = 4
-	mc.DecodeBase, mc.DecodePerSeq = 3*time.Millisecond, 250*time.Microsecond
+	mc.DecodeBase, mc.DecodePerSeq = 5*time.Millisecond, 400*time.Microsecond
 	_, url := startServer(t, Config{Models: []ModelConfig{mc}, Seed: 1})
-	tp1, l1 := liveLoad(t, url, 1, 4, 20)
-	tp4, l4 := liveLoad(t, url, 4, 4, 20)
-	tp12, l12 := liveLoad(t, url, 12, 2, 20)
+	tp1, l1 := liveLoad(t, url, 1, 3, 16)
+	tp4, l4 := liveLoad(t, url, 4, 3, 16)
+	tp12, l12 := liveLoad(t, url, 12, 2, 16)
 	t.Logf("c=1: %.0f tok/s %v; c=4: %.0f tok/s %v; c=12: %.0f tok/s %v", tp1, l1, tp4, l4, tp12, l12)
-	// Modelled: 4 sequences per step cost 4ms instead of 3.25ms, so c=4
-	// gives about 3.2x the tokens of c=1; c=12 cannot exceed c=4.
-	if tp4 < 2.2*tp1 {
+	// Modelled: a step of 4 sequences costs 6.6ms instead of 5.4ms, so c=4
+	// yields about 3.3x the tokens of c=1, and c=12 cannot beat c=4 because
+	// only 4 sequences run; its requests wait about two request times.
+	// The bounds leave room for a loaded CI machine; the exact arithmetic
+	// is checked on a virtual clock by TestScheduler_ThroughputRises...
+	if tp4 < 1.8*tp1 {
 		t.Errorf("throughput at c=4 (%.0f) is not well above c=1 (%.0f)", tp4, tp1)
 	}
-	if tp12 > 1.25*tp4 {
+	if tp12 > 1.3*tp4 {
 		t.Errorf("throughput at c=12 (%.0f) did not flatten at the max-num-seqs level (%.0f)", tp12, tp4)
 	}
-	if !(l4 > l1 && l12 > 2*l4) {
-		t.Errorf("latency did not grow with concurrency: %v, %v, %v", l1, l4, l12)
+	if float64(l12) < 1.8*float64(max(l1, l4)) {
+		t.Errorf("latency did not grow beyond max-num-seqs: c=1 %v, c=4 %v, c=12 %v", l1, l4, l12)
+	}
+}
+
+func TestLive_ClientDisconnectAbortsTheSequence(t *testing.T) {
+	cfg := fastConfig()
+	cfg.Models[0].DecodeBase = 2 * time.Millisecond
+	s, url := startServer(t, cfg)
+	ctx, cancel := context.WithCancel(context.Background())
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url+"/v1/chat/completions",
+		strings.NewReader(`{"model":"m","messages":[{"role":"user","content":"x"}],"max_tokens":4000,"ignore_eos":true,"stream":true}`))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+	waitLoad(t, s, 1, 0)
+	cancel()
+	resp.Body.Close()
+	waitLoad(t, s, 0, 0)
+	_, text := get(t, url+"/metrics")
+	if !strings.Contains(string(text), `vllm:request_success_total{model_name="m",engine="0",finished_reason="abort"} 1.0`) {
+		t.Errorf("abort not counted:\n%s", text)
 	}
 }

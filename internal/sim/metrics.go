@@ -151,6 +151,14 @@ func (m *modelMetrics) finish(q *seq, end time.Time) {
 	m.hist["vllm:request_generation_tokens"].observe(float64(q.generated))
 }
 
+// addAborted counts requests aborted because their client went away;
+// vLLM reports them as finished_reason="abort".
+func (m *modelMetrics) addAborted(n int) {
+	m.mu.Lock()
+	m.success["abort"] += uint64(n)
+	m.mu.Unlock()
+}
+
 // load returns the current running and waiting counts.
 func (m *modelMetrics) load() (running, waiting int) {
 	m.mu.Lock()

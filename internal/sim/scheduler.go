@@ -80,6 +80,7 @@ type scheduler struct {
 	waiting []*seq
 	head    int // waiting[head:] are queued
 	running []*seq
+	aborted int // sequences dropped because their client went away, not yet counted
 }
 
 func (s *scheduler) numWaiting() int { return len(s.waiting) - s.head }
@@ -186,6 +187,8 @@ func (s *scheduler) dropCancelled() {
 	for _, q := range s.running {
 		if !q.cancelled.Load() {
 			kept = append(kept, q)
+		} else {
+			s.aborted++
 		}
 	}
 	for i := len(kept); i < len(s.running); i++ {
@@ -197,6 +200,8 @@ func (s *scheduler) dropCancelled() {
 	for _, q := range w {
 		if !q.cancelled.Load() {
 			keptW = append(keptW, q)
+		} else {
+			s.aborted++
 		}
 	}
 	for i := len(keptW); i < len(w); i++ {

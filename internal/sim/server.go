@@ -63,8 +63,14 @@ func New(cfg Config) (*Server, error) {
 	mux.HandleFunc("POST /v1/completions", s.auth(s.handleCompletion))
 	mux.HandleFunc("POST /v1/embeddings", s.auth(s.handleEmbeddings))
 	mux.HandleFunc("/", s.auth(func(w http.ResponseWriter, r *http.Request) {
-		// FastAPI's answer for unknown routes.
-		writeJSON(w, http.StatusNotFound, map[string]string{"detail": "Not Found"})
+		// FastAPI's answers for unknown routes and wrong methods.
+		switch r.URL.Path {
+		case "/health", "/ping", "/version", "/metrics", "/v1/models",
+			"/v1/chat/completions", "/v1/completions", "/v1/embeddings":
+			writeJSON(w, http.StatusMethodNotAllowed, map[string]string{"detail": "Method Not Allowed"})
+		default:
+			writeJSON(w, http.StatusNotFound, map[string]string{"detail": "Not Found"})
+		}
 	}))
 	s.mux = mux
 	return s, nil

@@ -222,7 +222,8 @@ type chatRequestMsg struct {
 }
 
 type streamOptions struct {
-	IncludeUsage *bool `json:"include_usage"`
+	IncludeUsage         *bool `json:"include_usage"`
+	ContinuousUsageStats bool  `json:"continuous_usage_stats"`
 }
 
 type completionRequest struct {
