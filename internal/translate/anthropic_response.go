@@ -7,6 +7,7 @@ import (
 
 	"llmgate/internal/api/anthropic"
 	"llmgate/internal/api/openai"
+	"llmgate/internal/apierror"
 )
 
 // ChatToAnthropic converts a non-streaming chat completion into an Anthropic
@@ -26,25 +27,29 @@ func ChatToAnthropic(resp *openai.ChatCompletion, model string) *anthropic.Messa
 }
 
 // ChatBodyToAnthropic decodes a raw chat completion body and converts it like
-// ChatToAnthropic. It also reads choices[0].stop_reason, which vLLM and
-// SGLang set to the stop string that ended generation: when it is a string
-// and finish_reason is "stop", the message gets stop_reason "stop_sequence"
-// and stop_sequence set to that string.
+// ChatToAnthropic. It also reads choices[0].stop_reason (vLLM) and
+// matched_stop (SGLang), which name the stop string that ended generation:
+// when one is a string and finish_reason is "stop", the message gets
+// stop_reason "stop_sequence" and stop_sequence set to that string. A body
+// that is not a chat completion is a 502 *apierror.Error.
 func ChatBodyToAnthropic(body []byte, model string) (*anthropic.Message, error) {
 	var resp openai.ChatCompletion
 	if err := json.Unmarshal(body, &resp); err != nil {
-		return nil, fmt.Errorf("decode upstream chat completion: %w", err)
+		return nil, upstreamStreamError(apierror.KindUpstream, "the backend returned a body that is not a chat completion").Wrap(err)
 	}
 	var ext struct {
 		Choices []struct {
-			StopReason json.RawMessage            `json:"stop_reason"`
-			Message    struct{ Reasoning string } `json:"message"`
+			StopReason  json.RawMessage `json:"stop_reason"`
+			MatchedStop json.RawMessage `json:"matched_stop"`
+			Message     struct {
+				Reasoning string `json:"reasoning"`
+			} `json:"message"`
 		} `json:"choices"`
 	}
 	_ = json.Unmarshal(body, &ext)
 	matched := ""
 	if len(ext.Choices) > 0 {
-		matched = stopString(ext.Choices[0].StopReason)
+		matched = stopString(ext.Choices[0].StopReason) + stopString(ext.Choices[0].MatchedStop)
 		// Newer vLLM releases name the field "reasoning".
 		if len(resp.Choices) > 0 && resp.Choices[0].Message.ReasoningContent == "" {
 			resp.Choices[0].Message.ReasoningContent = ext.Choices[0].Message.Reasoning

@@ -12,7 +12,8 @@ import (
 
 // chatChunk is an upstream chat stream chunk with the extensions local
 // engines send: "reasoning" (newer vLLM) next to "reasoning_content", the
-// matched stop string in choices[].stop_reason, and an in-band "error".
+// matched stop string in choices[].stop_reason (vLLM) or matched_stop
+// (SGLang), and an in-band "error".
 type chatChunk struct {
 	ID      string `json:"id"`
 	Created int64  `json:"created"`
@@ -27,7 +28,8 @@ type chatChunk struct {
 			ToolCalls        []openai.ToolCall `json:"tool_calls"`
 		} `json:"delta"`
 		FinishReason *string         `json:"finish_reason"`
-		StopReason   json.RawMessage `json:"stop_reason"`
+		StopReason   json.RawMessage `json:"stop_reason"`  // vLLM: matched stop string or token id
+		MatchedStop  json.RawMessage `json:"matched_stop"` // SGLang: the same
 	} `json:"choices"`
 	Usage *openai.Usage   `json:"usage"`
 	Error json.RawMessage `json:"error"`
@@ -147,7 +149,7 @@ func (t *ChatToAnthropicStream) Feed(data []byte) ([]Event, error) {
 		}
 		if ch.FinishReason != nil && *ch.FinishReason != "" {
 			t.finish = *ch.FinishReason
-			if s := stopString(ch.StopReason); s != "" {
+			if s := stopString(ch.StopReason) + stopString(ch.MatchedStop); s != "" {
 				t.matchedStop = s
 			}
 		}

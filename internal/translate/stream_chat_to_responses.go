@@ -85,13 +85,12 @@ func (t *ChatToResponsesStream) lifecycle(evs []Event, name string) []Event {
 	return t.emit(evs, name, openai.ResponsesLifecycleEvent{Type: name, SequenceNumber: t.next(), Response: *t.resp})
 }
 
-func (t *ChatToResponsesStream) begin(evs []Event, upstreamID string, created int64) []Event {
+func (t *ChatToResponsesStream) begin(evs []Event, upstreamID string, created int64, model string) []Event {
 	t.started = true
 	if created == 0 {
 		created = t.now().Unix()
 	}
-	model := ""
-	if t.req != nil {
+	if t.req != nil && t.req.Model != "" {
 		model = t.req.Model
 	}
 	t.resp = baseResponse(responseID(upstreamID), created, model, t.req)
@@ -115,7 +114,7 @@ func (t *ChatToResponsesStream) Feed(data []byte) ([]Event, error) {
 	}
 	var evs []Event
 	if !t.started {
-		evs = t.begin(evs, c.ID, c.Created)
+		evs = t.begin(evs, c.ID, c.Created, c.Model)
 	}
 	if c.Usage != nil {
 		t.usage = c.Usage
@@ -260,7 +259,7 @@ func (t *ChatToResponsesStream) Finish(upstreamErr error) []Event {
 	t.done = true
 	var evs []Event
 	if !t.started {
-		evs = t.begin(evs, "", 0)
+		evs = t.begin(evs, "", 0, "")
 	}
 	if upstreamErr != nil {
 		evs = t.closeItem(evs, openai.ResponseIncomplete)

@@ -1,15 +1,18 @@
 package translate
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"io"
+	"os"
 	"strings"
 	"testing"
 
 	"llmgate/internal/api/anthropic"
 	"llmgate/internal/api/openai"
 	"llmgate/internal/apierror"
+	"llmgate/internal/sse"
 )
 
 // chunkJSON builds one upstream chat chunk payload.
@@ -327,4 +330,52 @@ func decodeMessagesRequest(tb testing.TB, body string) *anthropic.MessagesReques
 		tb.Fatal(err)
 	}
 	return &req
+}
+
+// TestStreams_ComposeAnthropicUpstreamToResponsesClient chains the
+// translators the way the gateway serves a Responses client from an
+// anthropic backend: Anthropic events -> chat chunks -> Responses events.
+func TestStreams_ComposeAnthropicUpstreamToResponsesClient(t *testing.T) {
+	in, err := os.ReadFile("testdata/stream_anthropic_to_chat/thinking_parallel_tools.in.sse")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a2c := NewAnthropicToChatStream("m", true)
+	c2r := NewChatToResponsesStream(&openai.ResponsesRequest{Model: "m"})
+	var out []Event
+	pipe := func(chunks []Event) {
+		for _, c := range chunks {
+			if string(c.Data) == "[DONE]" {
+				out = append(out, c2r.Finish(nil)...)
+				continue
+			}
+			evs, err := c2r.Feed(c.Data)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, evs...)
+		}
+	}
+	r := sse.NewReader(bytes.NewReader(in), 0)
+	for {
+		ev, err := r.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		chunks, err := a2c.Feed(ev.Name, ev.Data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pipe(chunks)
+	}
+	pipe(a2c.Finish(nil))
+	evs := sdkResponsesEvents(t, renderEvents(out))
+	final := evs[len(evs)-1].AsResponseCompleted().Response
+	if len(final.Output) != 3 || final.Output[0].Type != "reasoning" ||
+		final.Output[1].AsFunctionCall().Arguments != `{"city": "Paris"}` || final.Output[2].AsFunctionCall().CallID != "toolu_b" {
+		t.Errorf("final response = %s", final.RawJSON())
+	}
 }
