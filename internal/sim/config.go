@@ -25,8 +25,9 @@ type Config struct {
 	// a seed from the clock.
 	Seed int64
 	// QueueFullStatus is the HTTP status for requests rejected because a
-	// model's waiting queue is full: 503 (default, as proposed in vLLM RFC
-	// #18826) or 429 (as in vLLM PR #49330).
+	// model's waiting queue is full: 503 (default; what vLLM's
+	// --max-num-queued-reqs admission control answers, and what RFC #18826
+	// proposed) or 429 (as in vLLM PR #49330).
 	QueueFullStatus int
 	// Version is reported by /version; empty means DefaultVLLMVersion.
 	Version string
@@ -157,6 +158,17 @@ func PresetFor(name string) (mc ModelConfig, ok bool) {
 	}
 	mc.Name = name
 	return mc, ok
+}
+
+// ModelsFor returns one model configuration per name via PresetFor, so
+// ModelsFor("qwen2.5-7b-instruct", "qwen2.5-32b-instruct", "qwen3-32b")
+// gives the three preset engines of the demo.
+func ModelsFor(names ...string) []ModelConfig {
+	out := make([]ModelConfig, len(names))
+	for i, n := range names {
+		out[i], _ = PresetFor(n)
+	}
+	return out
 }
 
 // validate checks one model's parameters and fills unset optional ones.

@@ -59,3 +59,17 @@ func TestNew_RejectsInvalidConfigurationsWithClearErrors(t *testing.T) {
 		}
 	}
 }
+
+func TestModelsFor_GivesThePresetEnginesOfTheDemo(t *testing.T) {
+	ms := ModelsFor("qwen2.5-7b-instruct", "qwen2.5-32b-instruct", "qwen3-32b")
+	s, err := New(Config{Models: ms})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for i, m := range s.Models() {
+		if m.Preset != ms[i].Name || m.DecodeBase == 0 {
+			t.Errorf("model %d: %+v", i, m)
+		}
+	}
+}

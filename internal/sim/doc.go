@@ -38,8 +38,10 @@
 // TTFT = PrefillBase + PrefillPerToken*P + DecodeBase + DecodePerSeq and an
 // inter-token latency of DecodeBase + DecodePerSeq. Requests beyond
 // MaxNumSeqs wait; beyond MaxQueue waiting requests they are refused with
-// 503 (or 429, see Config.QueueFullStatus). vLLM's own waiting queue is
-// unbounded; bounding it follows vLLM RFC #18826 (503) and PR #49330 (429).
+// 503 (or 429, see Config.QueueFullStatus). vLLM's waiting queue is
+// unbounded by default; recent releases can bound in-flight requests
+// (waiting plus running) with --max-num-queued-reqs and answer 503 beyond
+// it, which corresponds to MaxNumSeqs + MaxQueue here.
 //
 // Steps are timed against the previous step's scheduled end, so timer
 // wake-up latency does not accumulate into inter-token latency. Client

@@ -211,7 +211,7 @@ func (s *Server) serveGeneration(w http.ResponseWriter, r *http.Request, g genRe
 	w.WriteHeader(http.StatusOK)
 	sw := sse.NewWriter(w)
 	st := streamer{w: sw, id: id, created: created, model: g.model, chat: g.chat, gen: &gen,
-		promptTokens: g.promptTokens, continuousUsage: g.continuousUsage}
+		promptTokens: g.promptTokens, continuousUsage: g.continuousUsage, echo: g.echo}
 	sent := 0
 	for {
 		select {
@@ -227,9 +227,6 @@ func (s *Server) serveGeneration(w http.ResponseWriter, r *http.Request, g genRe
 		}
 		if sent == 0 && g.chat {
 			st.role()
-		}
-		if sent == 0 && g.echo != "" {
-			st.echo(g.echo)
 		}
 		// One chunk per token, as vLLM sends when the client keeps up. (vLLM
 		// merges the tokens of a lagging client into one chunk; the
@@ -284,6 +281,7 @@ type streamer struct {
 	gen             *generation
 	promptTokens    int
 	continuousUsage bool
+	echo            string // prompt to prepend to the first chunk (completions echo)
 }
 
 // running returns the usage so far for continuous usage stats, or nil.
@@ -310,17 +308,13 @@ func (st *streamer) role() {
 		Usage:   st.running(0), PromptTokenIDs: rawNull})
 }
 
-func (st *streamer) echo(text string) {
-	st.write(completionChunk{ID: st.id, Object: "text_completion", Created: st.created, Model: st.model,
-		Choices: []completionChunkChoice{{Text: text}}})
-}
-
 // tokens writes tokens [from, to) as one chunk; final marks the finish
 // chunk.
 func (st *streamer) tokens(from, to int, final bool) {
-	text := ""
+	text := st.echo
+	st.echo = ""
 	if to > from {
-		text = st.gen.delta(from, to)
+		text += st.gen.delta(from, to)
 	}
 	var finish *string
 	if final {

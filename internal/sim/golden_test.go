@@ -171,3 +171,15 @@ func TestServer_WrongMethodIs405AndUnknownRouteIs404(t *testing.T) {
 		t.Errorf("unknown route: %d %s", code, b)
 	}
 }
+
+func TestServer_CompletionEchoPrependsThePrompt(t *testing.T) {
+	_, url := startServer(t, goldenConfig())
+	_, _, b := post(t, url+"/v1/completions", `{"prompt":"Echo me","max_tokens":2,"echo":true,"seed":1}`)
+	if !bytes.Contains(b, []byte(`"text":"Echo me`)) {
+		t.Errorf("non-streaming echo: %s", b)
+	}
+	res := stream(t, url+"/v1/completions", `{"prompt":"Echo me","max_tokens":2,"echo":true,"seed":1,"stream":true}`)
+	if len(res.events) != 2 || parseChunk(t, res.events[0].data).Choices[0].Text[:7] != "Echo me" {
+		t.Errorf("streaming echo: %d events, first %s", len(res.events), res.events[0].data)
+	}
+}
