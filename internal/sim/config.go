@@ -59,7 +59,10 @@ type Faults struct {
 type ModelConfig struct {
 	// Name is the served model name clients send as "model".
 	Name string
-	// Preset names the preset this configuration started from, if any.
+	// Preset names the preset this configuration started from, if any. A
+	// ModelConfig that sets only Name (and optionally Preset) takes every
+	// figure from the preset: Preset if set, else the preset matching Name
+	// (see PresetFor).
 	Preset string
 	// Root is the model path vLLM reports as "root" in /v1/models
 	// (a Hugging Face repository id); empty means Name.
@@ -171,10 +174,33 @@ func ModelsFor(names ...string) []ModelConfig {
 	return out
 }
 
+// unconfigured reports whether no figure is set, only names.
+func (m *ModelConfig) unconfigured() bool {
+	return m.MaxNumSeqs == 0 && m.MaxQueue == 0 && m.MaxModelLen == 0 && m.MaxNumBatchedTokens == 0 &&
+		m.PrefillBase == 0 && m.PrefillPerToken == 0 && m.DecodeBase == 0 && m.DecodePerSeq == 0 &&
+		m.MeanOutputTokens == 0 && m.EmbeddingDim == 0
+}
+
 // validate checks one model's parameters and fills unset optional ones.
 func (m *ModelConfig) validate() error {
 	if strings.TrimSpace(m.Name) == "" {
 		return fmt.Errorf("model name is empty")
+	}
+	if m.unconfigured() {
+		name, root := m.Name, m.Root
+		base, _ := PresetFor(name)
+		if m.Preset != "" {
+			p, ok := Presets()[strings.ToLower(m.Preset)]
+			if !ok {
+				return fmt.Errorf("model %q: unknown preset %q (presets: %s)", name, m.Preset, strings.Join(PresetNames(), ", "))
+			}
+			base = p
+		}
+		*m = base
+		m.Name = name
+		if root != "" {
+			m.Root = root
+		}
 	}
 	if m.MaxNumSeqs < 1 {
 		return fmt.Errorf("model %q: max-num-seqs must be at least 1, got %d", m.Name, m.MaxNumSeqs)

@@ -73,3 +73,29 @@ func TestModelsFor_GivesThePresetEnginesOfTheDemo(t *testing.T) {
 		}
 	}
 }
+
+func TestNew_NameOnlyModelsTakeTheirPreset(t *testing.T) {
+	s, err := New(Config{Models: []ModelConfig{
+		{Name: "qwen3-32b"},
+		{Name: "fast-one", Preset: "qwen2.5-7b-instruct"},
+		{Name: "custom"},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	p := Presets()
+	got := s.Models()
+	if got[0].DecodeBase != p["qwen3-32b"].DecodeBase || got[0].Root != "Qwen/Qwen3-32B" {
+		t.Errorf("qwen3-32b: %+v", got[0])
+	}
+	if got[1].Name != "fast-one" || got[1].DecodeBase != p["qwen2.5-7b-instruct"].DecodeBase || got[1].Root != "Qwen/Qwen2.5-7B-Instruct" {
+		t.Errorf("explicit preset: %+v", got[1])
+	}
+	if got[2].Preset != DefaultPreset || got[2].Root != "custom" {
+		t.Errorf("default preset: %+v", got[2])
+	}
+	if _, err := New(Config{Models: []ModelConfig{{Name: "x", Preset: "nope"}}}); err == nil || !strings.Contains(err.Error(), "unknown preset") {
+		t.Errorf("unknown preset: %v", err)
+	}
+}

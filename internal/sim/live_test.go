@@ -184,3 +184,30 @@ func TestLive_ClientDisconnectAbortsTheSequence(t *testing.T) {
 		t.Errorf("abort not counted:\n%s", text)
 	}
 }
+
+func TestLive_PrefillTimeGrowsWithPromptLength(t *testing.T) {
+	mc := fastModel()
+	mc.PrefillPerToken = 20 * time.Microsecond
+	_, url := startServer(t, Config{Models: []ModelConfig{mc}, Seed: 1})
+	ttft := func(promptBytes int) time.Duration {
+		body := fmt.Sprintf(`{"model":"m","prompt":%q,"max_tokens":1,"stream":true}`, strings.Repeat("a", promptBytes))
+		best := time.Hour
+		for range 2 {
+			res := stream(t, url+"/v1/completions", body)
+			best = min(best, res.events[0].at.Sub(res.start))
+		}
+		return best
+	}
+	short, long := ttft(40), ttft(4*3000)
+	modelled := time.Duration(3000-10) * mc.PrefillPerToken // 59.8ms more prefill
+	t.Logf("TTFT 10 tokens %v, 3000 tokens %v (modelled difference %v)", short, long, modelled)
+	// The engine is never early, so the long prompt's TTFT has a hard lower
+	// bound; the difference is allowed some noise from the short one.
+	promptTokens := 3000
+	if floor := mc.PrefillBase + time.Duration(promptTokens)*mc.PrefillPerToken + mc.DecodeBase + mc.DecodePerSeq; long < floor {
+		t.Errorf("TTFT for 3000 tokens %v is below the modelled %v", long, floor)
+	}
+	if d := long - short; d < modelled*3/4 || d > modelled+10*time.Millisecond {
+		t.Errorf("TTFT difference %v, want about %v", d, modelled)
+	}
+}
