@@ -1,0 +1,397 @@
+// Official Node SDKs against a live llmgate gateway. The Go test
+// TestNodeSDKs_AgainstLiveGateway (test/conformance/node_test.go) starts the
+// gateway in front of the simulator ("sim") and scripted OpenAI ("oa-*") and
+// Anthropic ("an-*") upstreams, then runs `node --test` here with:
+//   LLMGATE_BASE_URL    http://127.0.0.1:PORT (no /v1)
+//   LLMGATE_API_KEY     a virtual key allowed every model
+//   LLMGATE_NARROW_KEY  a virtual key allowed only "sim"
+// The scripted scenarios and their fixed answers are described in
+// test/conformance/fakes_test.go; the constants below must match it.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import Anthropic from '@anthropic-ai/sdk';
+import OpenAI from 'openai';
+
+const base = process.env.LLMGATE_BASE_URL;
+const key = process.env.LLMGATE_API_KEY;
+const narrowKey = process.env.LLMGATE_NARROW_KEY;
+if (!base || !key || !narrowKey) {
+  throw new Error('set LLMGATE_BASE_URL, LLMGATE_API_KEY and LLMGATE_NARROW_KEY (go test ./test/conformance does)');
+}
+
+const TEXT = 'Hello from the scripted upstream.';
+const TOOL_RESULT = '{"city":"Paris","temperature":"18C","sky":"clear"}';
+const TOOL_ANSWER = 'It is 18C and clear in Paris.';
+const THINKING = 'The user greets me; I should greet back.';
+const PROMPT_TOKENS = 21;
+const COMPLETION_TOKENS = 7;
+
+const backends = [
+  { prefix: 'sim', scripted: false },
+  { prefix: 'oa', scripted: true },
+  { prefix: 'an', scripted: true },
+];
+const scripted = backends.filter((b) => b.scripted);
+const model = (b, scenario) => (b.scripted ? `${b.prefix}-${scenario}` : 'sim');
+const modes = [false, true];
+const modeName = (stream) => (stream ? 'streaming' : 'non-streaming');
+
+const anthropic = (apiKey = key) => new Anthropic({ baseURL: base, apiKey, maxRetries: 0, timeout: 30_000 });
+const openai = (apiKey = key) => new OpenAI({ baseURL: `${base}/v1`, apiKey, maxRetries: 0, timeout: 30_000 });
+
+// ---------------- Anthropic SDK ----------------
+
+const weatherTool = {
+  name: 'get_weather',
+  description: 'Current weather for a city',
+  input_schema: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] },
+};
+
+function messagesParams(m, prompt) {
+  return { model: m, max_tokens: 64, system: 'You are a terse assistant.', messages: [{ role: 'user', content: prompt }] };
+}
+
+// anthropicTurn returns the final message; streaming goes through the SDK's
+// MessageStream (the accumulator Claude Code relies on) and checks the
+// event grammar.
+async function anthropicTurn(client, params, stream) {
+  if (!stream) {
+    const msg = await client.messages.create(params);
+    assert.equal(typeof msg.usage?.input_tokens, 'number', 'usage.input_tokens');
+    assert.equal(typeof msg.usage?.output_tokens, 'number', 'usage.output_tokens');
+    assert.ok(msg.stop_reason, 'stop_reason');
+    return msg;
+  }
+  const s = client.messages.stream(params);
+  const types = [];
+  for await (const ev of s) {
+    types.push(ev.type);
+    if (ev.type === 'message_start') {
+      assert.equal(typeof ev.message.usage?.input_tokens, 'number', 'message_start.message.usage.input_tokens');
+      assert.equal(typeof ev.message.usage?.output_tokens, 'number', 'message_start.message.usage.output_tokens');
+    }
+    if (ev.type === 'message_delta') {
+      assert.ok(ev.delta.stop_reason, 'message_delta.delta.stop_reason');
+      assert.equal(typeof ev.usage?.output_tokens, 'number', 'message_delta.usage.output_tokens');
+    }
+  }
+  assert.equal(types.filter((t) => t === 'message_start').length, 1, `exactly one message_start in ${types}`);
+  assert.equal(types[0], 'message_start');
+  assert.equal(types.at(-1), 'message_stop');
+  assert.ok(types.includes('content_block_delta'), 'the answer was streamed');
+  return s.finalMessage();
+}
+
+const textOf = (msg) => msg.content.filter((b) => b.type === 'text').map((b) => b.text).join('');
+
+for (const b of backends) {
+  for (const stream of modes) {
+    test(`anthropic sdk: text from ${b.prefix}, ${modeName(stream)}`, async () => {
+      const msg = await anthropicTurn(anthropic(), messagesParams(model(b, 'text'), 'Say hello'), stream);
+      assert.equal(msg.role, 'assistant');
+      if (!b.scripted) {
+        assert.ok(textOf(msg).length > 0);
+        assert.ok(msg.usage.output_tokens > 0 && msg.usage.output_tokens <= 64);
+        assert.ok(['end_turn', 'max_tokens'].includes(msg.stop_reason));
+        return;
+      }
+      assert.equal(textOf(msg), TEXT);
+      assert.equal(msg.stop_reason, 'end_turn');
+      assert.equal(msg.usage.input_tokens, PROMPT_TOKENS);
+      assert.equal(msg.usage.output_tokens, COMPLETION_TOKENS);
+    });
+  }
+}
+
+for (const b of scripted) {
+  for (const stream of modes) {
+    test(`anthropic sdk: tool round trip on ${b.prefix}, ${modeName(stream)}`, async () => {
+      const client = anthropic();
+      const params = { ...messagesParams(model(b, 'tool'), 'What is the weather in Paris?'), tools: [weatherTool] };
+      const first = await anthropicTurn(client, params, stream);
+      assert.equal(first.stop_reason, 'tool_use');
+      const use = first.content.find((c) => c.type === 'tool_use');
+      assert.ok(use, `a tool_use block in ${JSON.stringify(first.content)}`);
+      assert.equal(use.name, 'get_weather');
+      assert.deepEqual(use.input, { city: 'Paris' }, 'tool input parsed by the SDK');
+      params.messages = [
+        ...params.messages,
+        { role: 'assistant', content: first.content },
+        { role: 'user', content: [{ type: 'tool_result', tool_use_id: use.id, content: TOOL_RESULT }] },
+      ];
+      const second = await anthropicTurn(client, params, stream);
+      assert.equal(textOf(second), TOOL_ANSWER);
+      assert.equal(second.stop_reason, 'end_turn');
+    });
+
+    test(`anthropic sdk: thinking blocks from ${b.prefix}, ${modeName(stream)}`, async () => {
+      const msg = await anthropicTurn(anthropic(), messagesParams(model(b, 'reason'), 'Hello'), stream);
+      assert.deepEqual(msg.content.map((c) => c.type), ['thinking', 'text']);
+      assert.equal(msg.content[0].thinking, THINKING);
+      assert.equal(msg.content[1].text, TEXT);
+    });
+  }
+
+  for (const scenario of ['cut', 'errmid']) {
+    test(`anthropic sdk: ${scenario} mid-stream on ${b.prefix} rejects with APIError`, async () => {
+      const s = anthropic().messages.stream(messagesParams(model(b, scenario), 'Hello'));
+      await assert.rejects(s.finalMessage(), (err) => {
+        assert.ok(err instanceof Anthropic.APIError, `${err} is an APIError`);
+        const want = b.prefix === 'an' && scenario === 'errmid' ? 'overloaded_error' : 'api_error';
+        assert.equal(err.error?.error?.type, want);
+        return true;
+      });
+    });
+  }
+}
+
+const anthropicErrors = [
+  { name: 'bad key', client: () => anthropic('sk-lg-not-a-real-key'), m: 'oa-text', status: 401, cls: Anthropic.AuthenticationError, type: 'authentication_error' },
+  { name: 'unknown model', client: () => anthropic(), m: 'no-such-model', status: 404, cls: Anthropic.NotFoundError, type: 'not_found_error' },
+  { name: 'model not allowed', client: () => anthropic(narrowKey), m: 'an-text', status: 403, cls: Anthropic.PermissionDeniedError, type: 'permission_error' },
+];
+for (const c of anthropicErrors) {
+  for (const stream of modes) {
+    test(`anthropic sdk: ${c.name} is ${c.cls.name} (${c.status}), ${modeName(stream)}`, async () => {
+      const client = c.client();
+      const p = stream
+        ? client.messages.stream(messagesParams(c.m, 'Hello')).finalMessage()
+        : client.messages.create(messagesParams(c.m, 'Hello'));
+      await assert.rejects(p, (err) => {
+        assert.ok(err instanceof c.cls, `${err} is ${c.cls.name}`);
+        assert.equal(err.status, c.status);
+        assert.equal(err.error?.type, 'error');
+        assert.equal(err.error?.error?.type, c.type);
+        assert.ok(err.error?.error?.message);
+        return true;
+      });
+    });
+  }
+}
+
+test('anthropic sdk: count_tokens', async () => {
+  for (const b of scripted) {
+    const res = await anthropic().messages.countTokens({ model: model(b, 'text'), messages: [{ role: 'user', content: 'How many tokens?' }] });
+    assert.ok(res.input_tokens > 0, `${b.prefix}: input_tokens ${res.input_tokens}`);
+  }
+});
+
+// ---------------- OpenAI SDK: chat completions ----------------
+
+const chatTool = {
+  type: 'function',
+  function: {
+    name: 'get_weather',
+    description: 'Current weather for a city',
+    parameters: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] },
+  },
+};
+
+function chatParams(m, prompt) {
+  return { model: m, max_tokens: 64, messages: [{ role: 'system', content: 'You are a terse assistant.' }, { role: 'user', content: prompt }] };
+}
+
+// chatTurn returns [completion, reasoning]; streaming goes through the
+// SDK's ChatCompletionStream accumulator with usage requested.
+async function chatTurn(client, params, stream) {
+  if (!stream) {
+    const c = await client.chat.completions.create(params);
+    assert.ok(c.id && c.created && c.model && c.usage, `completion fields in ${JSON.stringify(c)}`);
+    return [c, c.choices[0].message.reasoning_content ?? ''];
+  }
+  const s = client.chat.completions.stream({ ...params, stream_options: { include_usage: true } });
+  let reasoning = '';
+  let usageChunks = 0;
+  for await (const chunk of s) {
+    assert.ok(chunk.id && chunk.model && chunk.object === 'chat.completion.chunk', `chunk fields in ${JSON.stringify(chunk)}`);
+    if (chunk.usage) usageChunks++;
+    reasoning += chunk.choices[0]?.delta?.reasoning_content ?? '';
+  }
+  assert.equal(usageChunks, 1, 'exactly one usage chunk');
+  const c = await s.finalChatCompletion();
+  return [c, reasoning];
+}
+
+for (const b of backends) {
+  for (const stream of modes) {
+    test(`openai sdk chat: text from ${b.prefix}, ${modeName(stream)}`, async () => {
+      const [c] = await chatTurn(openai(), chatParams(model(b, 'text'), 'Say hello'), stream);
+      const ch = c.choices[0];
+      if (!b.scripted) {
+        assert.ok(ch.message.content.length > 0);
+        assert.ok(c.usage.completion_tokens > 0 && c.usage.completion_tokens <= 64);
+        return;
+      }
+      assert.equal(ch.message.content, TEXT);
+      assert.equal(ch.finish_reason, 'stop');
+      assert.deepEqual([c.usage.prompt_tokens, c.usage.completion_tokens, c.usage.total_tokens],
+        [PROMPT_TOKENS, COMPLETION_TOKENS, PROMPT_TOKENS + COMPLETION_TOKENS]);
+    });
+  }
+}
+
+for (const b of scripted) {
+  for (const stream of modes) {
+    test(`openai sdk chat: tool round trip on ${b.prefix}, ${modeName(stream)}`, async () => {
+      const client = openai();
+      const params = { ...chatParams(model(b, 'tool'), 'What is the weather in Paris?'), tools: [chatTool] };
+      const [first] = await chatTurn(client, params, stream);
+      const ch = first.choices[0];
+      assert.equal(ch.finish_reason, 'tool_calls');
+      assert.equal(ch.message.tool_calls?.length, 1);
+      const call = ch.message.tool_calls[0];
+      assert.equal(call.function.name, 'get_weather');
+      assert.deepEqual(JSON.parse(call.function.arguments), { city: 'Paris' });
+      params.messages = [...params.messages, ch.message, { role: 'tool', tool_call_id: call.id, content: TOOL_RESULT }];
+      const [second] = await chatTurn(client, params, stream);
+      assert.equal(second.choices[0].message.content, TOOL_ANSWER);
+      assert.equal(second.choices[0].finish_reason, 'stop');
+    });
+
+    test(`openai sdk chat: reasoning_content from ${b.prefix}, ${modeName(stream)}`, async () => {
+      const [c, reasoning] = await chatTurn(openai(), chatParams(model(b, 'reason'), 'Hello'), stream);
+      assert.equal(reasoning, THINKING);
+      assert.equal(c.choices[0].message.content, TEXT);
+    });
+  }
+
+  for (const scenario of ['cut', 'errmid']) {
+    test(`openai sdk chat: ${scenario} mid-stream on ${b.prefix} rejects with APIError`, async () => {
+      const s = openai().chat.completions.stream(chatParams(model(b, scenario), 'Hello'));
+      await assert.rejects(s.finalChatCompletion(), (err) => {
+        assert.ok(err instanceof OpenAI.APIError, `${err} is an APIError`);
+        assert.ok(err.message.length > 0);
+        return true;
+      });
+    });
+  }
+}
+
+// ---------------- OpenAI SDK: Responses ----------------
+
+const responsesTool = {
+  type: 'function',
+  name: 'get_weather',
+  description: 'Current weather for a city',
+  parameters: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] },
+  strict: false,
+};
+
+function responsesParams(m, prompt) {
+  return { model: m, instructions: 'You are a terse assistant.', input: [{ role: 'user', content: prompt }], store: false, max_output_tokens: 64 };
+}
+
+function checkResponse(r) {
+  assert.ok(r.id && r.created_at && r.model && r.status && Array.isArray(r.output), `response fields in ${JSON.stringify(r)}`);
+  for (const f of ['input_tokens', 'output_tokens', 'total_tokens']) {
+    assert.equal(typeof r.usage?.[f], 'number', `usage.${f}`);
+  }
+}
+
+// responsesTurn returns the final response; streaming goes through the
+// SDK's ResponseStream, which rebuilds the response from the events.
+async function responsesTurn(client, params, stream) {
+  if (!stream) {
+    const r = await client.responses.create(params);
+    checkResponse(r);
+    return r;
+  }
+  const s = client.responses.stream(params);
+  const types = [];
+  let text = '';
+  for await (const ev of s) {
+    types.push(ev.type);
+    if (ev.type === 'response.output_text.delta') text += ev.delta;
+  }
+  assert.equal(types[0], 'response.created');
+  assert.equal(types.at(-1), 'response.completed');
+  const r = await s.finalResponse();
+  checkResponse(r);
+  assert.equal(r.output_text, text, 'streamed deltas add up to output_text');
+  return r;
+}
+
+for (const b of backends) {
+  for (const stream of modes) {
+    test(`openai sdk responses: text from ${b.prefix}, ${modeName(stream)}`, async () => {
+      const r = await responsesTurn(openai(), responsesParams(model(b, 'text'), 'Say hello'), stream);
+      if (!b.scripted) {
+        assert.ok(r.output_text.length > 0);
+        assert.ok(r.usage.output_tokens > 0 && r.usage.output_tokens <= 64);
+        return;
+      }
+      assert.equal(r.output_text, TEXT);
+      assert.equal(r.status, 'completed');
+      assert.deepEqual([r.usage.input_tokens, r.usage.output_tokens, r.usage.total_tokens],
+        [PROMPT_TOKENS, COMPLETION_TOKENS, PROMPT_TOKENS + COMPLETION_TOKENS]);
+    });
+  }
+}
+
+for (const b of scripted) {
+  for (const stream of modes) {
+    test(`openai sdk responses: function call round trip on ${b.prefix}, ${modeName(stream)}`, async () => {
+      const client = openai();
+      const params = { ...responsesParams(model(b, 'tool'), 'What is the weather in Paris?'), tools: [responsesTool] };
+      const first = await responsesTurn(client, params, stream);
+      const call = first.output.find((o) => o.type === 'function_call');
+      assert.ok(call, `a function_call item in ${JSON.stringify(first.output)}`);
+      assert.equal(call.name, 'get_weather');
+      assert.deepEqual(JSON.parse(call.arguments), { city: 'Paris' });
+      params.input = [
+        ...params.input,
+        { type: 'function_call', call_id: call.call_id, name: call.name, arguments: call.arguments },
+        { type: 'function_call_output', call_id: call.call_id, output: TOOL_RESULT },
+      ];
+      const second = await responsesTurn(client, params, stream);
+      assert.equal(second.output_text, TOOL_ANSWER);
+    });
+  }
+
+  for (const scenario of ['cut', 'errmid']) {
+    test(`openai sdk responses: ${scenario} mid-stream on ${b.prefix} ends in response.failed`, async () => {
+      const s = await openai().responses.create({ ...responsesParams(model(b, scenario), 'Hello'), stream: true });
+      const events = [];
+      for await (const ev of s) events.push(ev);
+      const types = events.map((e) => e.type);
+      assert.equal(types.at(-1), 'response.failed', `events ${types}`);
+      const errEv = events.find((e) => e.type === 'error');
+      assert.ok(errEv?.message, `an error event with a message in ${types}`);
+      assert.equal(events.at(-1).response.status, 'failed');
+      assert.ok(events.at(-1).response.error?.message);
+    });
+  }
+}
+
+const openaiErrors = [
+  { name: 'bad key', client: () => openai('sk-lg-not-a-real-key'), m: 'an-text', status: 401, cls: OpenAI.AuthenticationError },
+  { name: 'unknown model', client: () => openai(), m: 'no-such-model', status: 404, cls: OpenAI.NotFoundError },
+  { name: 'model not allowed', client: () => openai(narrowKey), m: 'an-text', status: 403, cls: OpenAI.PermissionDeniedError },
+];
+for (const c of openaiErrors) {
+  for (const stream of modes) {
+    test(`openai sdk: ${c.name} is ${c.cls.name} (${c.status}) on chat and responses, ${modeName(stream)}`, async () => {
+      const client = c.client();
+      const calls = stream
+        ? [client.chat.completions.stream(chatParams(c.m, 'Hello')).finalChatCompletion(),
+            client.responses.stream(responsesParams(c.m, 'Hello')).finalResponse()]
+        : [client.chat.completions.create(chatParams(c.m, 'Hello')), client.responses.create(responsesParams(c.m, 'Hello'))];
+      for (const p of calls) {
+        await assert.rejects(p, (err) => {
+          assert.ok(err instanceof c.cls, `${err} is ${c.cls.name}`);
+          assert.equal(err.status, c.status);
+          assert.ok(err.message.length > 0 && err.type, `type ${err.type} message ${err.message}`);
+          return true;
+        });
+      }
+    });
+  }
+}
+
+test('openai sdk responses: previous_response_id is refused with a clear 400', async () => {
+  await assert.rejects(openai().responses.create({ ...responsesParams('oa-text', 'Hello'), previous_response_id: 'resp_123' }), (err) => {
+    assert.ok(err instanceof OpenAI.BadRequestError, `${err}`);
+    assert.match(err.message, /previous_response_id/);
+    return true;
+  });
+});
