@@ -110,7 +110,8 @@ func TestCompletionsEndpoint_IsBenchmarkedThroughV1Completions(t *testing.T) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	if len(paths) == 0 || paths[0] != "/v1/completions" {
+	// The first request lists models to label the backend.
+	if len(paths) != 3 || paths[0] != "/v1/models" || paths[1] != "/v1/completions" {
 		t.Errorf("paths %v", paths)
 	}
 }

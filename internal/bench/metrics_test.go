@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 )
@@ -44,6 +45,9 @@ func TestMetrics_TPOTUsesUsageTokensAndExcludesFirstToken(t *testing.T) {
 	c := rep.Results[0]
 	if c.Completed != 9 || c.Failed != 0 {
 		t.Fatalf("completed %d failed %d: %v", c.Completed, c.Failed, c.ErrorSamples)
+	}
+	if !strings.HasPrefix(c.Backend, "timed-upstream@127.0.0.1:") {
+		t.Errorf("backend %q: want the server's owned_by and host", c.Backend)
 	}
 	if c.TotalOutputTokens != 9*15 || c.OutputTokensEstimated {
 		t.Errorf("output tokens %d (estimated %v), want %d from usage", c.TotalOutputTokens, c.OutputTokensEstimated, 9*15)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"net/http"
 	"runtime"
 	"strconv"
 	"strings"
@@ -187,8 +188,10 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		Client: ClientInfo{GOOS: runtime.GOOS, GOARCH: runtime.GOARCH, NumCPU: runtime.NumCPU(),
 			GOMAXPROCS: runtime.GOMAXPROCS(0), GoVersion: runtime.Version(), Protocol: "HTTP/1.1"},
 	}
+	probe := &http.Client{Transport: newTransport(1)}
 	for ti := range o.Targets {
 		t := &o.Targets[ti]
+		t.detectServer(ctx, probe)
 		bodies := make([][]byte, len(prompts))
 		for i := range prompts {
 			if bodies[i], err = buildBody(t, &prompts[i], &o.Request, prompts[i].MaxTokens); err != nil {

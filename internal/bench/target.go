@@ -2,12 +2,16 @@ package bench
 
 import (
 	"bytes"
+	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"net/url"
 	"os"
 	"strings"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -36,6 +40,9 @@ type Target struct {
 	Endpoint string `json:"endpoint" yaml:"endpoint"`
 	// Headers are extra HTTP headers sent with every request.
 	Headers map[string]string `json:"-" yaml:"headers"`
+	// Server names the serving software (vllm, sglang, llamacpp, ...). When
+	// empty it is read from the model list's owned_by field.
+	Server string `json:"server,omitempty" yaml:"server"`
 }
 
 // URL returns the full request URL for the target's endpoint.
@@ -47,14 +54,55 @@ func (t *Target) URL() string {
 	return base + "/chat/completions"
 }
 
-// Backend is a short label for the server behind the target (host:port),
-// used in the CSV's backend column.
+// Backend is a short label for the server behind the target, such as
+// "vllm@127.0.0.1:8000", used in the CSV's backend column.
 func (t *Target) Backend() string {
-	u, err := url.Parse(t.BaseURL)
-	if err != nil || u.Host == "" {
-		return t.BaseURL
+	host := t.BaseURL
+	if u, err := url.Parse(t.BaseURL); err == nil && u.Host != "" {
+		host = u.Host
 	}
-	return u.Host
+	if t.Server != "" {
+		return t.Server + "@" + host
+	}
+	return host
+}
+
+// detectServer fills Server from GET {base}/models: engines report
+// themselves in owned_by ("vllm", "sglang", "llamacpp", ...). Failure is
+// not an error; the label just stays the host.
+func (t *Target) detectServer(ctx context.Context, client *http.Client) {
+	if t.Server != "" {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(t.BaseURL, "/")+"/models", nil)
+	if err != nil {
+		return
+	}
+	if t.APIKey != "" {
+		req.Header.Set("Authorization", "Bearer "+t.APIKey)
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return
+	}
+	defer resp.Body.Close()
+	var list struct {
+		Data []struct {
+			ID      string `json:"id"`
+			OwnedBy string `json:"owned_by"`
+		} `json:"data"`
+	}
+	if resp.StatusCode != http.StatusOK || json.NewDecoder(io.LimitReader(resp.Body, 4<<20)).Decode(&list) != nil {
+		return
+	}
+	for _, m := range list.Data {
+		if m.ID == t.Model && m.OwnedBy != "" && len(m.OwnedBy) <= 40 {
+			t.Server = m.OwnedBy
+			return
+		}
+	}
 }
 
 // Normalize fills defaults and resolves the API key: an explicit key wins,

@@ -61,6 +61,11 @@ func (u *TimedUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		u.serveLog(w, r)
 		return
 	}
+	if r.Method == http.MethodGet && strings.HasSuffix(r.URL.Path, "/models") {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"object":"list","data":[{"id":"m","object":"model","owned_by":"timed-upstream"}]}`)
+		return
+	}
 	var req struct {
 		Model     string `json:"model"`
 		MaxTokens int    `json:"max_tokens"`
