@@ -326,12 +326,13 @@ func newBenchSelfTestCmd() *cobra.Command {
 		streams int
 		step    time.Duration
 		allCore bool
+		rates   []string
 	)
 	cmd := &cobra.Command{
 		Use:   "self-test",
 		Short: "Measure how many streamed chunks per second this client ingests with ≤ 1 ms timing error",
 		Long: `Start a streaming test server with known timing in a child process and offer
-rising chunk rates (10k to 200k chunks/s) over --streams connections. For each
+rising chunk rates (10k to 200k chunks/s, or --rates) over --streams connections. For each
 rate print the chunks per second the client ingested and its timestamp error
 against the server's recorded write time of every chunk. The client runs on one
 core (GOMAXPROCS=1) unless --all-cores. Run it on the machine you benchmark
@@ -352,8 +353,16 @@ from: above the reported figure, timings from that machine are not trustworthy.`
 				return err
 			}
 			defer stopChild()
+			var rs []float64
+			for _, r := range rates {
+				v, err := parseRate(r)
+				if err != nil || math.IsInf(v, 1) {
+					return fmt.Errorf("--rates %q: must be positive numbers of chunks per second", r)
+				}
+				rs = append(rs, v)
+			}
 			_, best, err := bench.MeasureCapacity(ctx, bench.CapacityOptions{
-				BaseURL: base, Streams: streams, Step: step, OneCore: !allCore, Progress: cmd.OutOrStdout(),
+				BaseURL: base, Streams: streams, Rates: rs, Step: step, OneCore: !allCore, Progress: cmd.OutOrStdout(),
 			})
 			if err != nil {
 				return err
@@ -365,5 +374,6 @@ from: above the reported figure, timings from that machine are not trustworthy.`
 	cmd.Flags().IntVar(&streams, "streams", 64, "concurrent streams")
 	cmd.Flags().DurationVar(&step, "step", 2*time.Second, "time per offered rate")
 	cmd.Flags().BoolVar(&allCore, "all-cores", false, "let the client use every core instead of one")
+	cmd.Flags().StringSliceVar(&rates, "rates", nil, "offered chunk rates to try (default 10000,25000,50000,75000,100000,150000,200000)")
 	return cmd
 }

@@ -117,7 +117,7 @@ type CapacityOptions struct {
 // in a child process) and reports, per rate, how many chunks per second
 // the client ingested and how far its timestamps were from the server's
 // write times. The capacity is the highest achieved rate whose p99 error
-// stayed within the bound; it stops after the first failing rate.
+// stayed within the bound; it stops after two failing rates in a row.
 func MeasureCapacity(ctx context.Context, o CapacityOptions) ([]CapacityStep, float64, error) {
 	if o.Streams <= 0 {
 		o.Streams = 64
@@ -139,7 +139,7 @@ func MeasureCapacity(ctx context.Context, o CapacityOptions) ([]CapacityStep, fl
 		return nil, 0, err
 	}
 	var steps []CapacityStep
-	best := 0.0
+	best, fails := 0.0, 0
 	for si, rate := range o.Rates {
 		gap := time.Duration(float64(o.Streams) / rate * float64(time.Second))
 		chunks := max(int(o.Step/gap), 2)
@@ -167,10 +167,13 @@ func MeasureCapacity(ctx context.Context, o CapacityOptions) ([]CapacityStep, fl
 			fmt.Fprintf(o.Progress, "offered %7.0f chunks/s: ingested %7.0f/s, error p50 %.3f p99 %.3f max %.3f ms, client CPU %.0f%% (%.1f µs/chunk, one core ≈ %.0f chunks/s), ok=%v\n",
 				st.OfferedRate, st.Achieved, st.ErrP50, st.ErrP99, st.ErrMax, st.CPUPercent, st.CPUPerChunk, st.CPUBound, st.OK)
 		}
-		if !st.OK {
+		if st.OK {
+			best = max(best, st.Achieved)
+			fails = 0
+		} else if fails++; fails == 2 {
+			// Two failing rates in a row: higher ones will not pass.
 			break
 		}
-		best = max(best, st.Achieved)
 	}
 	return steps, best, nil
 }
