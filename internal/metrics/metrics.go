@@ -1,0 +1,244 @@
+// Package metrics exposes the gateway's Prometheus metrics (all prefixed
+// llmgate_). It stays off the hot path: per-request figures come from the
+// one usage.Record the server already builds (a ledger decorator), in-flight
+// requests from a middleware, and state (ledger depth, breakers, engines)
+// from functions evaluated only when Prometheus scrapes.
+package metrics
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"llmgate/internal/apierror"
+	"llmgate/internal/server"
+	"llmgate/internal/usage"
+)
+
+// Buckets for time to first token and request latency, in seconds. LLM
+// latencies span milliseconds (cached, small models) to minutes (long
+// generations), so the buckets are wider than Prometheus' defaults.
+var (
+	TTFTBuckets    = []float64{0.01, 0.025, 0.05, 0.1, 0.2, 0.35, 0.5, 0.75, 1, 1.5, 2.5, 5, 10, 30}
+	LatencyBuckets = []float64{0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300}
+)
+
+// Metrics holds the gateway's collectors and their registry.
+type Metrics struct {
+	// Registry holds every llmgate_ collector plus the Go and process
+	// collectors; other packages may register their own collectors here.
+	Registry *prometheus.Registry
+
+	requests   *prometheus.CounterVec
+	tokens     *prometheus.CounterVec
+	cost       *prometheus.CounterVec
+	ttft       *prometheus.HistogramVec
+	latency    *prometheus.HistogramVec
+	inflight   prometheus.Gauge
+	refusals   *prometheus.CounterVec
+	inflightN  atomic.Int64
+	stateMu    sync.Mutex
+	stateNames map[string]bool
+}
+
+// New returns Metrics registered on a fresh registry.
+func New() *Metrics {
+	m := &Metrics{Registry: prometheus.NewRegistry(), stateNames: map[string]bool{}}
+	m.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "llmgate_requests_total",
+		Help: "Model requests served, by public model, backend, key id, endpoint and HTTP status.",
+	}, []string{"model", "backend", "key", "endpoint", "status"})
+	m.tokens = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "llmgate_tokens_total",
+		Help: "Tokens by model, backend, key id and type (prompt, completion, cached); estimated counts included.",
+	}, []string{"model", "backend", "key", "type"})
+	m.cost = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "llmgate_cost_usd_total",
+		Help: "Cost in US dollars by model and key id, as priced by the gateway.",
+	}, []string{"model", "key"})
+	m.ttft = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "llmgate_time_to_first_token_seconds",
+		Help:    "Time from request arrival to the first token (streams) or the first response byte, successful requests only.",
+		Buckets: TTFTBuckets,
+	}, []string{"model", "backend"})
+	m.latency = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "llmgate_request_duration_seconds",
+		Help:    "Time from request arrival to the end of the response, by model, backend and status class (2xx, 4xx, 5xx).",
+		Buckets: LatencyBuckets,
+	}, []string{"model", "backend", "code"})
+	m.inflight = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "llmgate_requests_in_flight",
+		Help: "API requests (/v1/...) being served right now.",
+	})
+	m.refusals = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "llmgate_limiter_refusals_total",
+		Help: "Requests refused before forwarding by limits or budgets, by reason code and HTTP status.",
+	}, []string{"reason", "status"})
+	m.Registry.MustRegister(m.requests, m.tokens, m.cost, m.ttft, m.latency, m.inflight, m.refusals,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+// Handler serves the registry in the Prometheus exposition formats.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{Registry: m.Registry, EnableOpenMetrics: true})
+}
+
+// Observe folds one finished request into the counters and histograms.
+func (m *Metrics) Observe(r usage.Record) {
+	key := r.KeyID
+	if key == "" {
+		key = "master"
+	}
+	st := strconv.Itoa(r.Status)
+	m.requests.WithLabelValues(r.Model, r.Backend, key, r.Endpoint, st).Inc()
+	if r.PromptTokens > 0 {
+		m.tokens.WithLabelValues(r.Model, r.Backend, key, "prompt").Add(float64(r.PromptTokens))
+	}
+	if r.CompletionTokens > 0 {
+		m.tokens.WithLabelValues(r.Model, r.Backend, key, "completion").Add(float64(r.CompletionTokens))
+	}
+	if r.CachedTokens > 0 {
+		m.tokens.WithLabelValues(r.Model, r.Backend, key, "cached").Add(float64(r.CachedTokens))
+	}
+	if r.CostUSD > 0 {
+		m.cost.WithLabelValues(r.Model, key).Add(r.CostUSD)
+	}
+	if r.Status/100 == 2 && r.TTFT > 0 {
+		m.ttft.WithLabelValues(r.Model, r.Backend).Observe(r.TTFT.Seconds())
+	}
+	m.latency.WithLabelValues(r.Model, r.Backend, statusClass(r.Status)).Observe(r.Latency.Seconds())
+}
+
+func statusClass(s int) string {
+	switch {
+	case s >= 200 && s < 600:
+		return strconv.Itoa(s/100) + "xx"
+	case s == 0:
+		return "none"
+	}
+	return "other"
+}
+
+// ledger forwards records after observing them.
+type ledger struct {
+	m    *Metrics
+	next server.Ledger
+}
+
+func (l ledger) Add(r usage.Record) error {
+	l.m.Observe(r)
+	return l.next.Add(r)
+}
+
+// Ledger decorates the server's ledger: each record updates the metrics,
+// then goes to next unchanged. This is the cheapest seam, since the server
+// builds exactly one record per request anyway.
+func (m *Metrics) Ledger(next server.Ledger) server.Ledger { return ledger{m: m, next: next} }
+
+// Middleware counts API requests in flight. Only /v1/ paths count, so
+// scrapes, health checks and the console do not distort the figure.
+func (m *Metrics) Middleware(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if len(r.URL.Path) < 4 || r.URL.Path[:4] != "/v1/" {
+			next.ServeHTTP(w, r)
+			return
+		}
+		m.inflight.Inc()
+		m.inflightN.Add(1)
+		defer func() {
+			m.inflight.Dec()
+			m.inflightN.Add(-1)
+		}()
+		next.ServeHTTP(w, r)
+	})
+}
+
+// InFlight returns the API requests being served now (for the console).
+func (m *Metrics) InFlight() int64 { return m.inflightN.Load() }
+
+// Refused counts one request refused by a limiter or budget.
+func (m *Metrics) Refused(reason string, status int) {
+	m.refusals.WithLabelValues(reason, strconv.Itoa(status)).Inc()
+}
+
+// admission counts refusals of the wrapped Admission.
+type admission struct {
+	m    *Metrics
+	next server.Admission
+}
+
+func (a admission) Admit(ctx context.Context, req server.AdmitRequest) (server.Ticket, error) {
+	t, err := a.next.Admit(ctx, req)
+	if err != nil {
+		reason, status := "refused", 429
+		var ae *apierror.Error
+		if errors.As(err, &ae) {
+			reason, status = ae.Code, ae.Status
+			if reason == "" {
+				reason = string(ae.Kind)
+			}
+		}
+		a.m.Refused(reason, status)
+	}
+	return t, err
+}
+
+// Admission decorates the server's Admission so that every refusal (rate
+// limit, concurrency, budget) counts in llmgate_limiter_refusals_total
+// under its error code. A nil next returns nil: no limits, no refusals.
+func (m *Metrics) Admission(next server.Admission) server.Admission {
+	if next == nil {
+		return nil
+	}
+	return admission{m: m, next: next}
+}
+
+// GaugeFunc registers a gauge evaluated at scrape time, such as the
+// ledger queue depth. The name should start with llmgate_.
+func (m *Metrics) GaugeFunc(name, help string, fn func() float64) error {
+	return m.Registry.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, fn))
+}
+
+// Emit reports one sample of a labelled gauge; label values follow the
+// order of the labels given to GaugeVecFunc.
+type Emit func(value float64, labelValues ...string)
+
+// GaugeVecFunc registers a labelled gauge whose samples are produced at
+// scrape time by fn (breaker states per deployment, engine states). fn
+// must be safe to call concurrently with serving.
+func (m *Metrics) GaugeVecFunc(name, help string, labels []string, fn func(emit Emit)) error {
+	m.stateMu.Lock()
+	defer m.stateMu.Unlock()
+	if m.stateNames[name] {
+		return errors.New("metric " + name + " is already registered")
+	}
+	c := &funcCollector{desc: prometheus.NewDesc(name, help, labels, nil), fn: fn}
+	if err := m.Registry.Register(c); err != nil {
+		return err
+	}
+	m.stateNames[name] = true
+	return nil
+}
+
+type funcCollector struct {
+	desc *prometheus.Desc
+	fn   func(emit Emit)
+}
+
+func (c *funcCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c *funcCollector) Collect(ch chan<- prometheus.Metric) {
+	c.fn(func(v float64, lv ...string) {
+		if m, err := prometheus.NewConstMetric(c.desc, prometheus.GaugeValue, v, lv...); err == nil {
+			ch <- m
+		}
+	})
+}
