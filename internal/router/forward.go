@@ -44,7 +44,8 @@ func (t *Table) Forward(ctx context.Context, route *Route, attempt Attempt) erro
 		buf      [maxAttempts]int
 		attempts int
 		lastErr  error
-		trail    [maxAttempts]string
+		tried    [maxAttempts]string // backend names and codes, formatted only on failure
+		codes    [maxAttempts]string
 	)
 	for ri := -1; ri < len(route.fallbacks); ri++ {
 		r := route
@@ -73,7 +74,7 @@ func (t *Table) Forward(ctx context.Context, route *Route, attempt Attempt) erro
 				}
 			}
 			committed, err, retry := t.try(ctx, r, d, probe, attempt)
-			trail[attempts] = d.Backend.Name + ": " + errCode(err)
+			tried[attempts], codes[attempts] = d.Backend.Name, errCode(err)
 			attempts++
 			if err == nil || committed || !retry {
 				return err
@@ -87,7 +88,7 @@ func (t *Table) Forward(ctx context.Context, route *Route, attempt Attempt) erro
 	if attempts == 1 {
 		return lastErr
 	}
-	return exhausted(route, lastErr, trail[:attempts])
+	return exhausted(route, lastErr, tried[:attempts], codes[:attempts])
 }
 
 // try runs one attempt and settles the deployment's breaker. retry reports
@@ -218,9 +219,13 @@ func (t *Table) reason(d Deployment, now time.Time) string {
 // exhausted is the error after several deployments failed: the last
 // failure's status and headers (a 429 keeps its Retry-After), with the
 // trail of what was tried.
-func exhausted(route *Route, last error, trail []string) error {
+func exhausted(route *Route, last error, tried, codes []string) error {
 	e := apierror.From(last)
 	out := *e
+	trail := make([]string, len(tried))
+	for i := range tried {
+		trail[i] = tried[i] + ": " + codes[i]
+	}
 	out.Message = fmt.Sprintf("model %q: all %d attempts failed (%s); last: %s", route.Model, len(trail), strings.Join(trail, ", "), e.Message)
 	return &out
 }

@@ -83,16 +83,16 @@ type ModelHealth struct {
 // Health reports every model's deployments, in name order. A model is
 // healthy when at least one deployment may take requests now.
 func (t *Table) Health() []ModelHealth {
-	now := t.opt.Now()
 	out := make([]ModelHealth, 0, len(t.names))
 	for _, name := range t.names {
-		out = append(out, t.ModelHealth(t.routes[name], now))
+		out = append(out, t.ModelHealth(t.routes[name]))
 	}
 	return out
 }
 
-// ModelHealth reports one route's deployments at time now.
-func (t *Table) ModelHealth(r *Route, now time.Time) ModelHealth {
+// ModelHealth reports one route's deployments now.
+func (t *Table) ModelHealth(r *Route) ModelHealth {
+	now := t.opt.Now()
 	mh := ModelHealth{Model: r.Model, Balancing: r.Balancing, Fallbacks: r.Fallbacks, Deployments: []DeploymentHealth{}}
 	for _, d := range r.Deployments {
 		st := d.s.br.status(now)

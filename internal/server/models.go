@@ -14,6 +14,10 @@ import (
 // handleModels lists every public model the caller may use; owned_by names
 // the backend that serves it.
 func (s *Server) handleModels(w http.ResponseWriter, r *http.Request, p keys.Principal) {
+	if h := r.URL.Query().Get("health"); h != "" && h != "0" && h != "false" {
+		s.handleModelsHealth(w, r, p)
+		return
+	}
 	t := s.Table()
 	list := openai.ModelList{Object: "list", Data: []openai.Model{}}
 	created := s.started.Unix()

@@ -1,0 +1,545 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"llmgate/internal/config"
+	"llmgate/internal/usage"
+)
+
+// faultUpstream is an httptest upstream whose behaviour is one function,
+// counting the requests it received.
+type faultUpstream struct {
+	*httptest.Server
+	name string
+	hits atomic.Int64
+}
+
+func newUpstream(t *testing.T, name string, h func(u *faultUpstream, w http.ResponseWriter, r *http.Request)) *faultUpstream {
+	u := &faultUpstream{name: name}
+	u.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// Read the body first: net/http notices a closed connection (and
+		// cancels r.Context) only once the body was read.
+		raw, _ := io.ReadAll(r.Body)
+		r.Body = io.NopCloser(bytes.NewReader(raw))
+		if r.URL.Path == "/health" || r.URL.Path == "/v1/models" {
+			h(u, w, r) // health checks do not count as attempts
+			return
+		}
+		u.hits.Add(1)
+		h(u, w, r)
+	}))
+	t.Cleanup(u.Close)
+	return u
+}
+
+// answer replies like a healthy OpenAI-compatible server, naming itself in
+// the content so tests see who served.
+func answer(u *faultUpstream, w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path == "/health" {
+		return
+	}
+	var body struct {
+		Stream bool `json:"stream"`
+	}
+	raw, _ := io.ReadAll(r.Body)
+	_ = json.Unmarshal(raw, &body)
+	if !body.Stream {
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"id":"x","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"from %s"},"finish_reason":"stop"}],"usage":{"prompt_tokens":5,"completion_tokens":2,"total_tokens":7}}`, u.name)
+		return
+	}
+	w.Header().Set("Content-Type", "text/event-stream")
+	fl := w.(http.Flusher)
+	for _, part := range []string{"from ", u.name} {
+		fmt.Fprintf(w, "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":%q}}]}\n\n", part)
+		fl.Flush()
+	}
+	fmt.Fprint(w, "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":2,\"total_tokens\":7}}\n\ndata: [DONE]\n\n")
+}
+
+func status(code int, hdr ...string) func(*faultUpstream, http.ResponseWriter, *http.Request) {
+	return func(u *faultUpstream, w http.ResponseWriter, r *http.Request) {
+		for i := 0; i+1 < len(hdr); i += 2 {
+			w.Header().Set(hdr[i], hdr[i+1])
+		}
+		w.WriteHeader(code)
+		fmt.Fprintf(w, `{"error":{"message":"%s says %d"}}`, u.name, code)
+	}
+}
+
+// hang never answers; it returns when the gateway gives up.
+func hang(u *faultUpstream, w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path == "/health" {
+		return
+	}
+	<-r.Context().Done()
+}
+
+func slow(d time.Duration) func(*faultUpstream, http.ResponseWriter, *http.Request) {
+	return func(u *faultUpstream, w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-time.After(d):
+			answer(u, w, r)
+		case <-r.Context().Done():
+		}
+	}
+}
+
+// dieAfter sends n stream events, then drops the connection.
+func dieAfter(n int) func(*faultUpstream, http.ResponseWriter, *http.Request) {
+	return func(u *faultUpstream, w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.WriteHeader(200)
+		w.(http.Flusher).Flush()
+		for i := 0; i < n; i++ {
+			fmt.Fprintf(w, "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"part%d \"}}]}\n\n", i)
+			w.(http.Flusher).Flush()
+		}
+		panic(http.ErrAbortHandler)
+	}
+}
+
+// stallAfter sends n stream events and then nothing until the gateway
+// gives up.
+func stallAfter(n int) func(*faultUpstream, http.ResponseWriter, *http.Request) {
+	return func(u *faultUpstream, w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.WriteHeader(200)
+		w.(http.Flusher).Flush()
+		for i := 0; i < n; i++ {
+			fmt.Fprintf(w, "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"part%d \"}}]}\n\n", i)
+			w.(http.Flusher).Flush()
+		}
+		<-r.Context().Done()
+	}
+}
+
+func closedURL(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := "http://" + ln.Addr().String()
+	ln.Close()
+	return u
+}
+
+type faultGW struct {
+	t *testing.T
+	g *Gateway
+}
+
+// startFaultGW starts a gateway with the given config body (backends and
+// models); the database lives in a temporary directory.
+func startFaultGW(t *testing.T, src string) *faultGW {
+	t.Helper()
+	cfg, err := config.Load(strings.NewReader(src), "failover.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Database = filepath.Join(t.TempDir(), "llmgate.db")
+	cfg.Listen = "127.0.0.1:0"
+	g, err := Start(context.Background(), Options{Config: cfg, MasterKey: testMaster,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), LedgerOptions: usage.Options{Interval: 10 * time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = g.Close(ctx)
+	})
+	return &faultGW{t: t, g: g}
+}
+
+func (f *faultGW) chat(model string, stream bool) (int, http.Header, string) {
+	f.t.Helper()
+	return f.request("POST", "/v1/chat/completions", fmt.Sprintf(`{"model":%q,"stream":%v,"messages":[{"role":"user","content":"hi"}]}`, model, stream))
+}
+
+func (f *faultGW) request(method, path, body string) (int, http.Header, string) {
+	f.t.Helper()
+	req, _ := http.NewRequest(method, "http://"+f.g.Addr+path, strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+testMaster)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, resp.Header, string(b)
+}
+
+// ledger waits until the ledger holds n records, checks it stays at n (no
+// double billing), and returns them newest first.
+func (f *faultGW) ledger(n int) []usage.Record {
+	f.t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		recs, err := f.g.Store.Recent(context.Background(), 1000)
+		if err != nil {
+			f.t.Fatal(err)
+		}
+		if len(recs) >= n {
+			time.Sleep(50 * time.Millisecond) // a second record would have arrived by now
+			recs, _ = f.g.Store.Recent(context.Background(), 1000)
+			if len(recs) != n {
+				f.t.Fatalf("ledger has %d records, want exactly %d: %+v", len(recs), n, recs)
+			}
+			return recs
+		}
+		if time.Now().After(deadline) {
+			f.t.Fatalf("ledger has %d records, want %d", len(recs), n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func wantHits(t *testing.T, want map[*faultUpstream]int64) {
+	t.Helper()
+	for u, n := range want {
+		if got := u.hits.Load(); got != n {
+			t.Errorf("upstream %s got %d requests, want %d", u.name, got, n)
+		}
+	}
+}
+
+func TestFailover_EachFaultBeforeFirstByteGoesToTheNextDeployment(t *testing.T) {
+	cases := []struct {
+		name    string
+		backend func(t *testing.T) (url string, u *faultUpstream)
+		extra   string // backend settings
+		stream  bool
+	}{
+		{"connection refused", func(t *testing.T) (string, *faultUpstream) { return closedURL(t), nil }, "", false},
+		{"500", func(t *testing.T) (string, *faultUpstream) { u := newUpstream(t, "bad", status(500)); return u.URL, u }, "", false},
+		{"503 on a stream", func(t *testing.T) (string, *faultUpstream) { u := newUpstream(t, "bad", status(503)); return u.URL, u }, "", true},
+		{"hang before headers", func(t *testing.T) (string, *faultUpstream) { u := newUpstream(t, "bad", hang); return u.URL, u }, ", first_byte_timeout: 200ms", false},
+		{"slow first byte", func(t *testing.T) (string, *faultUpstream) {
+			u := newUpstream(t, "bad", slow(3*time.Second))
+			return u.URL, u
+		}, ", first_byte_timeout: 200ms", true},
+		{"death before the first event", func(t *testing.T) (string, *faultUpstream) { u := newUpstream(t, "bad", dieAfter(0)); return u.URL, u }, "", true},
+		{"stall before the first event", func(t *testing.T) (string, *faultUpstream) {
+			u := newUpstream(t, "bad", stallAfter(0))
+			return u.URL, u
+		}, ", idle_timeout: 200ms", true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			badURL, bad := c.backend(t)
+			good := newUpstream(t, "good", answer)
+			gw := startFaultGW(t, fmt.Sprintf(`
+backends:
+  bad: {url: %s%s}
+  good: {url: %s}
+models:
+  m:
+    deployments:
+      - {backend: bad, priority: 0}
+      - {backend: good, priority: 1}
+`, badURL, c.extra, good.URL))
+			code, _, body := gw.chat("m", c.stream)
+			if code != 200 || !strings.Contains(body, "good") || strings.Contains(body, `"error"`) {
+				t.Fatalf("status %d body %s; want a clean answer from the good deployment", code, body)
+			}
+			want := map[*faultUpstream]int64{good: 1}
+			if bad != nil {
+				want[bad] = 1
+			}
+			wantHits(t, want)
+			recs := gw.ledger(1)
+			if recs[0].Backend != "good" || recs[0].Status != 200 || recs[0].PromptTokens != 5 || recs[0].Estimated {
+				t.Fatalf("ledger record %+v; want one 200 record naming backend good with its usage", recs[0])
+			}
+		})
+	}
+}
+
+func TestFailover_429WithRetryAfterRestsThatDeployment(t *testing.T) {
+	limited := newUpstream(t, "limited", status(429, "Retry-After", "30"))
+	good := newUpstream(t, "good", answer)
+	gw := startFaultGW(t, fmt.Sprintf(`
+backends:
+  limited: {url: %s}
+  good: {url: %s}
+models:
+  m: {deployments: [{backend: limited}, {backend: good, priority: 1}]}
+`, limited.URL, good.URL))
+	for i := 0; i < 3; i++ {
+		if code, _, body := gw.chat("m", false); code != 200 {
+			t.Fatalf("request %d: %d %s", i, code, body)
+		}
+	}
+	// The first request met the 429; Retry-After keeps the next two away.
+	wantHits(t, map[*faultUpstream]int64{limited: 1, good: 3})
+	_, _, body := gw.request("GET", "/v1/models?health=1", "")
+	var h struct {
+		Data []struct {
+			Model       string
+			Deployments []struct {
+				Backend  string
+				Status   string
+				RetryInS float64 `json:"retry_in_s"`
+			}
+		}
+	}
+	if err := json.Unmarshal([]byte(body), &h); err != nil || len(h.Data) != 1 {
+		t.Fatalf("health: %v %s", err, body)
+	}
+	d := h.Data[0].Deployments[0]
+	if d.Backend != "limited" || d.Status != "rate_limited" || d.RetryInS < 25 || d.RetryInS > 30 {
+		t.Fatalf("health of the limited deployment: %+v; want rate_limited for about 30s", d)
+	}
+	gw.ledger(3)
+}
+
+func TestFailover_OnlyDeploymentRateLimitedPassesRetryAfterToClient(t *testing.T) {
+	limited := newUpstream(t, "limited", status(429, "Retry-After", "7"))
+	gw := startFaultGW(t, fmt.Sprintf("backends:\n  limited: {url: %s}\nmodels:\n  m: {backend: limited}\n", limited.URL))
+	code, hdr, _ := gw.chat("m", false)
+	if code != 429 || hdr.Get("Retry-After") != "7" {
+		t.Fatalf("status %d Retry-After %q; want 429 with the backend's Retry-After", code, hdr.Get("Retry-After"))
+	}
+	code, hdr, body := gw.chat("m", false)
+	if code != 503 || hdr.Get("Retry-After") == "" || !strings.Contains(body, "rate limited") {
+		t.Fatalf("second request while resting: %d %q %s; want 503 saying it is rate limited, with Retry-After", code, hdr.Get("Retry-After"), body)
+	}
+	wantHits(t, map[*faultUpstream]int64{limited: 1})
+}
+
+func TestFailover_DeathMidStreamIsNotRetriedAndEndsWithAnErrorEvent(t *testing.T) {
+	dies := newUpstream(t, "dies", dieAfter(2))
+	good := newUpstream(t, "good", answer)
+	gw := startFaultGW(t, fmt.Sprintf(`
+backends:
+  dies: {url: %s}
+  good: {url: %s}
+models:
+  m: {deployments: [{backend: dies}, {backend: good, priority: 1}]}
+`, dies.URL, good.URL))
+	code, _, body := gw.chat("m", true)
+	if code != 200 || !strings.Contains(body, "part1") || !strings.Contains(body, `"error"`) || strings.Contains(body, "good") {
+		t.Fatalf("status %d body %q; want the two events, then an error event, and nothing from another deployment", code, body)
+	}
+	if strings.Count(body, `"error"`) != 1 {
+		t.Fatalf("want exactly one error event: %q", body)
+	}
+	wantHits(t, map[*faultUpstream]int64{dies: 1, good: 0})
+	rec := gw.ledger(1)[0]
+	if rec.Backend != "dies" || rec.Status != 502 || rec.ErrorType != "stream_cut" {
+		t.Fatalf("ledger %+v; want one 502 stream_cut record naming the deployment that died", rec)
+	}
+}
+
+func TestFailover_IdleGapMidStreamEndsWithTimeoutEvent(t *testing.T) {
+	stalls := newUpstream(t, "stalls", stallAfter(1))
+	good := newUpstream(t, "good", answer)
+	gw := startFaultGW(t, fmt.Sprintf(`
+backends:
+  stalls: {url: %s, idle_timeout: 200ms}
+  good: {url: %s}
+models:
+  m: {deployments: [{backend: stalls}, {backend: good, priority: 1}]}
+`, stalls.URL, good.URL))
+	start := time.Now()
+	code, _, body := gw.chat("m", true)
+	if code != 200 || !strings.Contains(body, "part0") || !strings.Contains(body, "stream_idle_timeout") {
+		t.Fatalf("status %d body %q; want the first event then an idle time-out error event", code, body)
+	}
+	if el := time.Since(start); el < 200*time.Millisecond {
+		t.Fatalf("gave up after %v, before the 200ms idle gap", el)
+	}
+	wantHits(t, map[*faultUpstream]int64{stalls: 1, good: 0})
+	if rec := gw.ledger(1)[0]; rec.Status != 504 || rec.Backend != "stalls" {
+		t.Fatalf("ledger %+v", rec)
+	}
+}
+
+func TestFailover_SlowFirstByteWithinTimeoutIsServedWithoutRetry(t *testing.T) {
+	slowUp := newUpstream(t, "slow", slow(150*time.Millisecond))
+	good := newUpstream(t, "good", answer)
+	gw := startFaultGW(t, fmt.Sprintf(`
+backends:
+  slow: {url: %s, first_byte_timeout: 5s}
+  good: {url: %s}
+models:
+  m: {deployments: [{backend: slow}, {backend: good, priority: 1}]}
+`, slowUp.URL, good.URL))
+	if code, _, body := gw.chat("m", false); code != 200 || !strings.Contains(body, "from slow") {
+		t.Fatalf("%d %s", code, body)
+	}
+	wantHits(t, map[*faultUpstream]int64{slowUp: 1, good: 0})
+}
+
+func TestFailover_RequestErrorIsNotRetried(t *testing.T) {
+	bad := newUpstream(t, "bad", status(400))
+	good := newUpstream(t, "good", answer)
+	gw := startFaultGW(t, fmt.Sprintf(`
+backends:
+  bad: {url: %s}
+  good: {url: %s}
+models:
+  m: {deployments: [{backend: bad}, {backend: good, priority: 1}]}
+`, bad.URL, good.URL))
+	if code, _, body := gw.chat("m", false); code != 400 || !strings.Contains(body, "bad says 400") {
+		t.Fatalf("%d %s; want the backend's 400 passed on", code, body)
+	}
+	wantHits(t, map[*faultUpstream]int64{bad: 1, good: 0})
+	gw.ledger(1)
+}
+
+func TestFailover_FallbackModelsInOrderAfterEveryDeploymentFailed(t *testing.T) {
+	a := newUpstream(t, "a", status(500))
+	b := newUpstream(t, "b", status(502))
+	fb1 := newUpstream(t, "fb1", status(503))
+	fb2 := newUpstream(t, "fb2", answer)
+	gw := startFaultGW(t, fmt.Sprintf(`
+backends:
+  a: {url: %s}
+  b: {url: %s}
+  fb1: {url: %s}
+  fb2: {url: %s}
+models:
+  m:
+    deployments: [{backend: a}, {backend: b, priority: 1}]
+    fallbacks: [first, second]
+  first: {backend: fb1}
+  second: {backend: fb2, upstream_model: cloud-model}
+`, a.URL, b.URL, fb1.URL, fb2.URL))
+	code, _, body := gw.chat("m", true)
+	if code != 200 || !strings.Contains(body, "fb2") {
+		t.Fatalf("%d %s", code, body)
+	}
+	wantHits(t, map[*faultUpstream]int64{a: 1, b: 1, fb1: 1, fb2: 1})
+	rec := gw.ledger(1)[0]
+	if rec.Model != "m" || rec.Backend != "fb2" || rec.UpstreamModel != "cloud-model" || rec.Status != 200 {
+		t.Fatalf("ledger %+v; want the requested model billed once, naming the fallback deployment that served", rec)
+	}
+}
+
+func TestFailover_BreakerOpensAndHealthEndpointShowsIt(t *testing.T) {
+	bad := newUpstream(t, "bad", status(500))
+	good := newUpstream(t, "good", answer)
+	gw := startFaultGW(t, fmt.Sprintf(`
+backends:
+  bad: {url: %s}
+  good: {url: %s}
+models:
+  m: {deployments: [{backend: bad}, {backend: good, priority: 1}]}
+`, bad.URL, good.URL))
+	for i := 0; i < 8; i++ {
+		if code, _, body := gw.chat("m", false); code != 200 {
+			t.Fatalf("request %d: %d %s", i, code, body)
+		}
+	}
+	// Five consecutive failures open the breaker; later requests skip it.
+	wantHits(t, map[*faultUpstream]int64{bad: 5, good: 8})
+	_, _, body := gw.request("GET", "/v1/models?health=1", "")
+	if !strings.Contains(body, `"status": "open"`) || !strings.Contains(body, `"status": "healthy"`) || !strings.Contains(body, "bad says 500") {
+		t.Fatalf("health does not show the open breaker and its last error: %s", body)
+	}
+	_, _, plain := gw.request("GET", "/v1/models", "")
+	if strings.Contains(plain, "deployments") {
+		t.Fatalf("plain /v1/models changed shape: %s", plain)
+	}
+	gw.ledger(8)
+}
+
+func TestBalancing_LeastOutstandingSendsMoreToTheFasterDeployment(t *testing.T) {
+	fast := newUpstream(t, "fast", slow(2*time.Millisecond))
+	slowUp := newUpstream(t, "slow", slow(40*time.Millisecond))
+	gw := startFaultGW(t, fmt.Sprintf(`
+backends:
+  fast: {url: %s}
+  slow: {url: %s}
+models:
+  m: {deployments: [{backend: fast}, {backend: slow}]}
+`, fast.URL, slowUp.URL))
+	const clients, each = 6, 20
+	var wg sync.WaitGroup
+	var failed atomic.Int64
+	for i := 0; i < clients; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := 0; j < each; j++ {
+				if code, _, _ := gw.chat("m", false); code != 200 {
+					failed.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	f, s := fast.hits.Load(), slowUp.hits.Load()
+	t.Logf("fast %d, slow %d", f, s)
+	if failed.Load() != 0 || f+s != clients*each {
+		t.Fatalf("%d failed, %d+%d served", failed.Load(), f, s)
+	}
+	if f < 2*s {
+		t.Fatalf("least outstanding sent %d to the fast deployment and %d to the 20x slower one; want at least twice as many to the fast one", f, s)
+	}
+}
+
+func TestHealthChecks_DownBackendIsSkippedUntilItRecovers(t *testing.T) {
+	var healthy atomic.Bool
+	flappy := newUpstream(t, "flappy", func(u *faultUpstream, w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/health" {
+			if !healthy.Load() {
+				w.WriteHeader(503)
+			}
+			return
+		}
+		answer(u, w, r)
+	})
+	good := newUpstream(t, "good", answer)
+	gw := startFaultGW(t, fmt.Sprintf(`
+backends:
+  flappy: {url: %s, engine: vllm, health_check: {interval: 20ms}}
+  good: {url: %s}
+models:
+  m: {deployments: [{backend: flappy}, {backend: good, priority: 1}]}
+`, flappy.URL, good.URL))
+	waitFor(t, func() bool {
+		_, _, body := gw.request("GET", "/v1/models?health=1", "")
+		return strings.Contains(body, `"status": "down"`)
+	})
+	if code, _, body := gw.chat("m", false); code != 200 || !strings.Contains(body, "from good") {
+		t.Fatalf("%d %s", code, body)
+	}
+	wantHits(t, map[*faultUpstream]int64{flappy: 0, good: 1})
+	healthy.Store(true)
+	waitFor(t, func() bool {
+		_, _, body := gw.request("GET", "/v1/models?health=1", "")
+		return !strings.Contains(body, `"status": "down"`)
+	})
+	if code, _, body := gw.chat("m", false); code != 200 || !strings.Contains(body, "from flappy") {
+		t.Fatalf("after recovery: %d %s", code, body)
+	}
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not reached in 5s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

@@ -1,0 +1,38 @@
+package server
+
+import (
+	"encoding/json"
+	"net/http"
+
+	"llmgate/internal/keys"
+	"llmgate/internal/router"
+)
+
+// ModelsHealth is the answer of GET /v1/models?health=1: every model the
+// caller may use with the live state of each deployment.
+type ModelsHealth struct {
+	Object string               `json:"object"` // "list"
+	Data   []router.ModelHealth `json:"data"`
+}
+
+// handleModelsHealth lists models with their deployments' health: breaker
+// state, requests in flight, recent latency and active check results.
+func (s *Server) handleModelsHealth(w http.ResponseWriter, r *http.Request, p keys.Principal) {
+	t := s.Table()
+	out := ModelsHealth{Object: "list", Data: []router.ModelHealth{}}
+	for _, name := range t.Models() {
+		if !p.Master && !p.Key.Allows(name) {
+			continue
+		}
+		route, err := t.Route(name)
+		if err != nil {
+			continue
+		}
+		out.Data = append(out.Data, t.ModelHealth(route))
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(out)
+}
