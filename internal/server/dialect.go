@@ -17,6 +17,7 @@ import (
 	"llmgate/internal/keys"
 	"llmgate/internal/router"
 	"llmgate/internal/sse"
+	"llmgate/internal/tracing"
 	"llmgate/internal/translate"
 )
 
@@ -250,7 +251,9 @@ func (s *Server) refuse(w http.ResponseWriter, c *call, err error) {
 func (s *Server) forwardDialect(w http.ResponseWriter, r *http.Request, c *call, h *hub) {
 	c.hub = h
 	c.clientWantsUsage = true // translators need the usage chunk
-	err := s.Table().Forward(r.Context(), c.route, func(ctx context.Context, dep router.Deployment) (bool, error) {
+	err := s.Table().Forward(r.Context(), c.route, func(ctx context.Context, dep router.Deployment) (committed bool, err error) {
+		ctx, endSpan := s.traceAttempt(ctx, c, dep)
+		defer func() { endSpan(err) }()
 		if c.ep.name == "messages" && dep.Backend.Dialect == config.DialectAnthropic {
 			return s.attemptPassthroughAnthropic(ctx, w, c, dep)
 		}
@@ -320,6 +323,7 @@ func (s *Server) attemptHub(ctx context.Context, w http.ResponseWriter, c *call,
 	if err != nil {
 		return false, c.fail(err)
 	}
+	tracing.Inject(ctx, hr.Header)
 	if c.stream {
 		hr.Header["Accept"] = []string{"text/event-stream"}
 	}
@@ -512,6 +516,7 @@ func (s *Server) attemptPassthroughAnthropic(ctx context.Context, w http.Respons
 	if err != nil {
 		return false, c.fail(err)
 	}
+	tracing.Inject(ctx, hr.Header)
 	if beta := c.anthropicBeta; beta != "" {
 		hr.Header.Set("Anthropic-Beta", beta)
 	}

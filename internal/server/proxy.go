@@ -18,6 +18,7 @@ import (
 	"llmgate/internal/jsonscan"
 	"llmgate/internal/keys"
 	"llmgate/internal/router"
+	"llmgate/internal/tracing"
 	"llmgate/internal/usage"
 )
 
@@ -215,6 +216,8 @@ func (s *Server) attempt(ctx context.Context, w http.ResponseWriter, c *call, de
 		}
 		return s.attemptHub(ctx, w, c, dep)
 	}
+	ctx, endSpan := s.traceAttempt(ctx, c, dep)
+	defer func() { endSpan(err) }()
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	if t := b.Timeout(); t > 0 {
@@ -230,6 +233,7 @@ func (s *Server) attempt(ctx context.Context, w http.ResponseWriter, c *call, de
 	if err != nil {
 		return false, c.fail(err)
 	}
+	tracing.Inject(ctx, req.Header)
 	if c.stream {
 		req.Header["Accept"] = []string{"text/event-stream"}
 	}
