@@ -115,6 +115,9 @@ func runServe(ctx context.Context, f serveFlags, out io.Writer) error {
 		printDiscovery(out, g.URL(), found)
 	}
 	log.Info("llmgate listening", "url", g.URL(), "models", len(cfg.Models), "database", cfg.Database)
+	if !zero {
+		watchConfig(ctx, g, f, cfg, log)
+	}
 	return waitAndClose(ctx, g, log)
 }
 

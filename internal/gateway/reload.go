@@ -1,0 +1,214 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"sync"
+	"syscall"
+	"time"
+
+	"llmgate/internal/config"
+	"llmgate/internal/router"
+)
+
+// Reloader applies a changed configuration file to a running gateway: on
+// SIGHUP, when the file changes (polled), or when Reload is called. A new
+// routing table is built and swapped in atomically; requests in flight
+// finish on the table they started with. Backends whose settings did not
+// change keep their connections, breakers and health checks. A file that
+// does not load is rejected with the reason logged, and the running
+// configuration stays.
+type Reloader struct {
+	g    *Gateway
+	path string
+	log  *slog.Logger
+
+	// Adjust, when set, is applied to every loaded config before it is
+	// validated, so that command-line overrides (--listen, --database)
+	// survive reloads.
+	Adjust func(*config.Config)
+	// Prepare, when set, is called with each new table before it is
+	// swapped in, e.g. to attach local engines' hooks to its backends.
+	Prepare func(*router.Table)
+
+	mu      sync.Mutex
+	current *config.Config
+	sum     [32]byte // content of the last file read, applied or rejected
+	stamp   fileStamp
+	pending fileStamp // a change seen once, applied when it holds still
+	reloads int
+}
+
+type fileStamp struct {
+	mod  time.Time
+	size int64
+}
+
+// NewReloader returns a reloader for the gateway's config file. current is
+// the configuration the gateway was started with.
+func NewReloader(g *Gateway, path string, current *config.Config) *Reloader {
+	r := &Reloader{g: g, path: path, log: g.log, current: current}
+	if data, err := os.ReadFile(path); err == nil {
+		r.sum = sha256.Sum256(data)
+	}
+	r.stamp, _ = stat(path)
+	return r
+}
+
+// Reloads reports how many reloads were applied.
+func (r *Reloader) Reloads() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.reloads
+}
+
+// Reload reads the file and applies it. It returns the reason when the
+// file is rejected; the running configuration is then unchanged.
+func (r *Reloader) Reload() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	data, err := os.ReadFile(r.path)
+	if err != nil {
+		r.log.Error("config reload rejected: cannot read the file; keeping the running config", "file", r.path, "err", err)
+		return fmt.Errorf("read %s: %w", r.path, err)
+	}
+	r.sum = sha256.Sum256(data)
+	r.stamp, _ = stat(r.path)
+	if len(bytes.TrimSpace(data)) == 0 {
+		// Almost always a file caught mid-save; an empty config would drop
+		// every model.
+		r.log.Error("config reload rejected: the file is empty; keeping the running config", "file", r.path)
+		return fmt.Errorf("%s is empty", r.path)
+	}
+	cfg, err := config.Load(bytes.NewReader(data), r.path)
+	if err == nil && r.Adjust != nil {
+		r.Adjust(cfg)
+		err = cfg.Validate()
+	}
+	if err != nil {
+		r.log.Error("config reload rejected: keeping the running config", "file", r.path, "err", err)
+		return err
+	}
+	r.apply(cfg)
+	return nil
+}
+
+// Apply swaps in an already loaded and validated configuration.
+func (r *Reloader) Apply(cfg *config.Config) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.apply(cfg)
+}
+
+func (r *Reloader) apply(cfg *config.Config) {
+	old := r.g.Server.Table()
+	t := router.NewWithOptions(cfg, router.Options{Logger: r.log, Previous: old})
+	if r.Prepare != nil {
+		r.Prepare(t)
+	}
+	r.g.Server.SetTable(t)
+	old.Close()
+	r.warnRestartOnly(cfg)
+	r.current = cfg
+	r.reloads++
+	r.log.Info("config reloaded", "file", r.path, "models", len(cfg.Models), "backends", len(cfg.Backends))
+}
+
+// warnRestartOnly says which changed settings a reload cannot apply.
+func (r *Reloader) warnRestartOnly(cfg *config.Config) {
+	prev := r.current
+	if prev == nil {
+		return
+	}
+	for _, s := range []struct {
+		key      string
+		old, new any
+	}{
+		{"listen", prev.Listen, cfg.Listen},
+		{"database", prev.Database, cfg.Database},
+		{"max_body_bytes", prev.MaxBodyBytes, cfg.MaxBodyBytes},
+		{"log_format", prev.LogFormat, cfg.LogFormat},
+	} {
+		if s.old != s.new {
+			r.log.Warn("config setting changed but needs a restart to take effect", "key", s.key, "running", s.old, "file", s.new)
+		}
+	}
+}
+
+// Watch reloads on SIGHUP and, when poll > 0, whenever the file's content
+// changes (checked every poll; editors that replace the file are handled
+// since the path is stat'ed each time). The signal handler is installed
+// before Watch returns; it stops when ctx ends.
+func (r *Reloader) Watch(ctx context.Context, poll time.Duration) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	var tick <-chan time.Time
+	if poll > 0 {
+		t := time.NewTicker(poll)
+		tick = t.C
+		go func() { <-ctx.Done(); t.Stop() }()
+	}
+	go func() {
+		defer signal.Stop(hup)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-hup:
+				r.log.Info("SIGHUP: reloading config", "file", r.path)
+				_ = r.Reload()
+			case <-tick:
+				if r.changed() {
+					_ = r.Reload()
+				}
+			}
+		}
+	}()
+}
+
+// changed reports whether the file's content differs from what was last
+// read. The stamp check keeps the poll to one stat call while nothing
+// happens; a new stamp must hold still for one more poll, so that a file
+// being written is not read half-way; the hash keeps a touch without
+// changes from reloading.
+func (r *Reloader) changed() bool {
+	st, err := stat(r.path)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err != nil {
+		if !errors.Is(err, os.ErrNotExist) || r.stamp != (fileStamp{}) {
+			// A missing file mid-save is normal for editors that replace
+			// it; wait for it to come back.
+			r.stamp = fileStamp{}
+		}
+		return false
+	}
+	if st == r.stamp {
+		r.pending = fileStamp{}
+		return false
+	}
+	if st != r.pending {
+		r.pending = st
+		return false
+	}
+	r.stamp, r.pending = st, fileStamp{}
+	data, err := os.ReadFile(r.path)
+	if err != nil {
+		return false
+	}
+	return sha256.Sum256(data) != r.sum
+}
+
+func stat(path string) (fileStamp, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return fileStamp{}, err
+	}
+	return fileStamp{mod: fi.ModTime(), size: fi.Size()}, nil
+}

@@ -1,0 +1,198 @@
+package gateway
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"llmgate/internal/config"
+	"llmgate/internal/usage"
+)
+
+// startFileGW starts a gateway from a config file and returns it with a
+// reloader for that file.
+func startFileGW(t *testing.T, path string, logw io.Writer) (*faultGW, *Reloader) {
+	t.Helper()
+	fh, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Load(fh, path)
+	fh.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := filepath.Join(t.TempDir(), "llmgate.db")
+	adjust := func(c *config.Config) { c.Database, c.Listen = db, "127.0.0.1:0" }
+	adjust(cfg)
+	g, err := Start(context.Background(), Options{Config: cfg, MasterKey: testMaster,
+		Logger: slog.New(slog.NewTextHandler(logw, nil)), LedgerOptions: usage.Options{Interval: 10 * time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = g.Close(ctx)
+	})
+	r := NewReloader(g, path, cfg)
+	r.Adjust = adjust
+	return &faultGW{t: t, g: g}, r
+}
+
+// syncBuffer is a goroutine-safe log sink.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func TestReload_UnderLoadFailsNoRequest(t *testing.T) {
+	a := newUpstream(t, "a", slow(3*time.Millisecond))
+	b := newUpstream(t, "b", slow(3*time.Millisecond))
+	versions := []string{
+		fmt.Sprintf("backends:\n  a: {url: %s}\n  b: {url: %s}\nmodels:\n  m: {backend: a}\n", a.URL, b.URL),
+		fmt.Sprintf("backends:\n  a: {url: %s}\n  b: {url: %s}\nmodels:\n  m: {backend: b}\n  extra: {backend: a}\n", a.URL, b.URL),
+		// Changed settings: backend a gets a new transport, the old one is
+		// closed while requests may still be running on it.
+		fmt.Sprintf("backends:\n  a: {url: %s, timeout: 30s}\n  b: {url: %s}\nmodels:\n  m:\n    deployments: [{backend: a}, {backend: b}]\n", a.URL, b.URL),
+	}
+	path := filepath.Join(t.TempDir(), "llmgate.yaml")
+	if err := os.WriteFile(path, []byte(versions[0]), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	gw, r := startFileGW(t, path, io.Discard)
+
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var served, failed atomic.Int64
+	var firstFailure atomic.Value
+	for i := 0; i < 4; i++ {
+		wg.Add(1)
+		go func(stream bool) {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				code, _, body := gw.chat("m", stream)
+				if code != 200 || !strings.Contains(body, "from") || strings.Contains(body, `"error"`) {
+					failed.Add(1)
+					firstFailure.CompareAndSwap(nil, fmt.Sprintf("%d %s", code, body))
+				} else {
+					served.Add(1)
+				}
+			}
+		}(i%2 == 0)
+	}
+	for i := 1; i <= 6; i++ {
+		time.Sleep(60 * time.Millisecond)
+		if err := os.WriteFile(path, []byte(versions[i%len(versions)]), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.Reload(); err != nil {
+			t.Fatalf("reload %d: %v", i, err)
+		}
+	}
+	time.Sleep(60 * time.Millisecond)
+	close(stop)
+	wg.Wait()
+	if f := failed.Load(); f != 0 {
+		t.Fatalf("%d of %d requests failed during reloads; first: %v", f, f+served.Load(), firstFailure.Load())
+	}
+	if r.Reloads() != 6 || served.Load() < 20 || a.hits.Load() == 0 || b.hits.Load() == 0 {
+		t.Fatalf("reloads %d, served %d, a %d, b %d: want 6 reloads and traffic on both backends", r.Reloads(), served.Load(), a.hits.Load(), b.hits.Load())
+	}
+	t.Logf("%d requests served across 6 reloads (a %d, b %d)", served.Load(), a.hits.Load(), b.hits.Load())
+}
+
+func TestReload_InvalidFileIsRejectedAndOldConfigKept(t *testing.T) {
+	a := newUpstream(t, "a", answer)
+	path := filepath.Join(t.TempDir(), "llmgate.yaml")
+	good := fmt.Sprintf("backends:\n  a: {url: %s}\nmodels:\n  m: {backend: a}\n", a.URL)
+	if err := os.WriteFile(path, []byte(good), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	logs := &syncBuffer{}
+	gw, r := startFileGW(t, path, logs)
+	bad := good + "  typo: {backend: nosuch}\n"
+	if err := os.WriteFile(path, []byte(bad), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	err := r.Reload()
+	if err == nil || !strings.Contains(err.Error(), `unknown backend "nosuch"`) || !strings.Contains(err.Error(), ":5:") {
+		t.Fatalf("err = %v; want the reason with its line", err)
+	}
+	if !strings.Contains(logs.String(), "config reload rejected") || !strings.Contains(logs.String(), "nosuch") {
+		t.Fatalf("the rejection was not logged with its reason: %s", logs.String())
+	}
+	if code, _, body := gw.chat("m", false); code != 200 || !strings.Contains(body, "from a") {
+		t.Fatalf("after a rejected reload: %d %s", code, body)
+	}
+	if code, _, _ := gw.chat("typo", false); code != 404 {
+		t.Fatalf("the rejected file's model is served: %d", code)
+	}
+}
+
+func TestReload_FileWatchAndSIGHUP(t *testing.T) {
+	a := newUpstream(t, "a", answer)
+	b := newUpstream(t, "b", answer)
+	path := filepath.Join(t.TempDir(), "llmgate.yaml")
+	write := func(backend string) {
+		src := fmt.Sprintf("backends:\n  a: {url: %s}\n  b: {url: %s}\nmodels:\n  m: {backend: %s}\n", a.URL, b.URL, backend)
+		if err := os.WriteFile(path, []byte(src), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("a")
+	gw, r := startFileGW(t, path, io.Discard)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	r.Watch(ctx, 20*time.Millisecond)
+
+	write("b") // picked up by polling
+	waitFor(t, func() bool { return r.Reloads() == 1 })
+	if _, _, body := gw.chat("m", false); !strings.Contains(body, "from b") {
+		t.Fatalf("after the file changed: %s", body)
+	}
+
+	// Without polling, only SIGHUP notices the next change.
+	cancel()
+	ctx2, cancel2 := context.WithCancel(context.Background())
+	defer cancel2()
+	r.Watch(ctx2, 0)
+	write("a")
+	time.Sleep(50 * time.Millisecond)
+	if r.Reloads() != 1 {
+		t.Fatalf("reloaded without polling or a signal")
+	}
+	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return r.Reloads() == 2 })
+	if _, _, body := gw.chat("m", false); !strings.Contains(body, "from a") {
+		t.Fatalf("after SIGHUP: %s", body)
+	}
+}
