@@ -85,6 +85,40 @@ type ChatToAnthropicStream struct {
 
 	usage    *openai.Usage
 	usageSet bool
+	indexer  toolIndexer
+}
+
+// toolIndexer numbers the tool calls of a chat stream. Most servers send an
+// index with every fragment; some (older Ollama) omit it and send each call
+// whole, so a fragment without index but with a new id is a new call and one
+// without either continues the last call.
+type toolIndexer struct {
+	ids  map[string]int
+	last int
+	n    int
+}
+
+func (x *toolIndexer) index(tc openai.ToolCall) int {
+	if x.ids == nil {
+		x.ids = map[string]int{}
+	}
+	switch {
+	case tc.Index != nil:
+		x.last = *tc.Index
+	case tc.ID != "":
+		i, ok := x.ids[tc.ID]
+		if !ok {
+			i = x.n
+		}
+		x.last = i
+	}
+	if tc.ID != "" {
+		if _, ok := x.ids[tc.ID]; !ok {
+			x.ids[tc.ID] = x.last
+		}
+	}
+	x.n = max(x.n, x.last+1)
+	return x.last
 }
 
 type streamTool struct {
@@ -221,10 +255,7 @@ func (t *ChatToAnthropicStream) delta(evs []Event, d anthropic.BlockDelta) []Eve
 // closed cannot be delivered and ends the stream with an error rather than
 // corrupting the call's arguments.
 func (t *ChatToAnthropicStream) toolDelta(evs []Event, tc openai.ToolCall) ([]Event, error) {
-	idx := 0
-	if tc.Index != nil {
-		idx = *tc.Index
-	}
+	idx := t.indexer.index(tc)
 	st := t.tools[idx]
 	if st == nil {
 		st = &streamTool{}

@@ -65,6 +65,7 @@ type ChatToResponsesStream struct {
 	finish   string
 	usage    *openai.Usage
 	outChars int
+	indexer  toolIndexer
 }
 
 // NewChatToResponsesStream returns a translator for the client's request
@@ -137,10 +138,7 @@ func (t *ChatToResponsesStream) Feed(data []byte) ([]Event, error) {
 			evs = t.textDelta(evs, evTextDelta, *d.Content)
 		}
 		for _, tc := range d.ToolCalls {
-			idx := 0
-			if tc.Index != nil {
-				idx = *tc.Index
-			}
+			idx := t.indexer.index(tc)
 			if !(t.cur != nil && t.cur.Type == itemFunctionCall && t.curTool == idx) {
 				if t.tools[idx] {
 					return evs, upstreamStreamError(apierror.KindUpstream,

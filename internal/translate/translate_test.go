@@ -379,3 +379,30 @@ func TestStreams_ComposeAnthropicUpstreamToResponsesClient(t *testing.T) {
 		t.Errorf("final response = %s", final.RawJSON())
 	}
 }
+
+func TestChatToAnthropicStream_ToolCallsWithoutIndexAreSeparateCalls(t *testing.T) {
+	tr := NewChatToAnthropicStream("m", 1)
+	evs, err := tr.Feed(chunkJSON(`{"tool_calls":[{"id":"c1","type":"function","function":{"name":"f","arguments":"{\"a\":1}"}},{"id":"c2","type":"function","function":{"name":"g","arguments":"{}"}}]}`, "tool_calls"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs = append(evs, tr.Finish(nil)...)
+	msg, err := sdkAccumulate(t, renderEvents(evs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(msg.Content) != 2 || msg.Content[0].ID != "c1" || string(msg.Content[0].Input) != `{"a":1}` || msg.Content[1].Name != "g" {
+		t.Errorf("content = %s", msg.RawJSON())
+	}
+}
+
+func TestToolIndexer_NumbersCalls(t *testing.T) {
+	var x toolIndexer
+	calls := []openai.ToolCall{{ID: "a"}, {}, {ID: "b"}, {Index: ptr(5), ID: "c"}, {}, {ID: "a"}}
+	want := []int{0, 0, 1, 5, 5, 0}
+	for i, tc := range calls {
+		if got := x.index(tc); got != want[i] {
+			t.Errorf("call %d: index %d, want %d", i, got, want[i])
+		}
+	}
+}
