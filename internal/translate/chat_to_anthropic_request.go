@@ -164,7 +164,11 @@ func appendTurn(msgs []anthropic.MessageParam, role string, blocks []anthropic.C
 }
 
 func chatUserBlocks(c openai.Content, path string) ([]anthropic.ContentBlock, error) {
+	// Anthropic rejects empty text blocks, so empty text is left out.
 	if c.Text != nil {
+		if *c.Text == "" {
+			return nil, nil
+		}
 		return []anthropic.ContentBlock{{Type: "text", Text: *c.Text}}, nil
 	}
 	var blocks []anthropic.ContentBlock
@@ -172,7 +176,9 @@ func chatUserBlocks(c openai.Content, path string) ([]anthropic.ContentBlock, er
 		pp := fmt.Sprintf("%s.content[%d]", path, j)
 		switch p.Type {
 		case "text":
-			blocks = append(blocks, anthropic.ContentBlock{Type: "text", Text: p.Text})
+			if p.Text != "" {
+				blocks = append(blocks, anthropic.ContentBlock{Type: "text", Text: p.Text})
+			}
 		case "image_url":
 			if p.ImageURL == nil || p.ImageURL.URL == "" {
 				return nil, badRequest(pp+".image_url.url", "%s.image_url.url is required", pp)
@@ -185,9 +191,6 @@ func chatUserBlocks(c openai.Content, path string) ([]anthropic.ContentBlock, er
 		default:
 			return nil, badRequest(pp+".type", "%s: content part type %q is not supported for models on an anthropic backend", pp, p.Type)
 		}
-	}
-	if blocks == nil {
-		blocks = []anthropic.ContentBlock{{Type: "text", Text: ""}}
 	}
 	return blocks, nil
 }
@@ -256,6 +259,32 @@ func anthropicToolChoice(raw json.RawMessage) (*anthropic.ToolChoice, error) {
 		return nil, badRequest("tool_choice", `tool_choice must be "auto", "none", "required" or {"type":"function","function":{"name":...}}`)
 	}
 	return &anthropic.ToolChoice{Type: "tool", Name: obj.Function.Name}, nil
+}
+
+// DropUnsignedThinking removes thinking blocks without a signature from the
+// assistant turns of req and reports whether it changed anything. Such
+// blocks come from conversations that were served by an openai backend
+// (reasoning_content has no signature); Anthropic rejects them, so a
+// request that switches to an anthropic backend mid-conversation must lose
+// them.
+func DropUnsignedThinking(req *anthropic.MessagesRequest) bool {
+	changed := false
+	for i := range req.Messages {
+		m := &req.Messages[i]
+		if m.Role != "assistant" || m.Content.Blocks == nil {
+			continue
+		}
+		kept := m.Content.Blocks[:0]
+		for _, b := range m.Content.Blocks {
+			if b.Type == "thinking" && b.Signature == "" {
+				changed = true
+				continue
+			}
+			kept = append(kept, b)
+		}
+		m.Content.Blocks = kept
+	}
+	return changed
 }
 
 // AnthropicToChatCompletion converts an Anthropic message into a chat

@@ -406,3 +406,30 @@ func TestToolIndexer_NumbersCalls(t *testing.T) {
 		}
 	}
 }
+
+func TestDropUnsignedThinking_KeepsSignedBlocks(t *testing.T) {
+	req := decodeMessagesRequest(t, `{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"q"},
+	 {"role":"assistant","content":[{"type":"thinking","thinking":"local","signature":""},{"type":"thinking","thinking":"claude","signature":"EqQB"},{"type":"text","text":"a"}]}]}`)
+	if !DropUnsignedThinking(req) {
+		t.Fatal("reported no change")
+	}
+	got := req.Messages[1].Content.Blocks
+	if len(got) != 2 || got[0].Signature != "EqQB" || got[1].Text != "a" {
+		t.Errorf("blocks = %s", mustJSON(got))
+	}
+	if DropUnsignedThinking(req) {
+		t.Error("second call reported a change")
+	}
+}
+
+func TestChatToAnthropicRequest_LeavesOutEmptyText(t *testing.T) {
+	var req openai.ChatCompletionRequest
+	_ = json.Unmarshal([]byte(`{"model":"c","messages":[{"role":"user","content":""},{"role":"user","content":[{"type":"text","text":""},{"type":"text","text":"hi"}]}]}`), &req)
+	out, err := ChatToAnthropicRequest(&req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(out.Messages) != 1 || len(out.Messages[0].Content.Blocks) != 1 || out.Messages[0].Content.Blocks[0].Text != "hi" {
+		t.Errorf("messages = %s", mustJSON(out.Messages))
+	}
+}
