@@ -41,11 +41,25 @@ type Config struct {
 	LogFormat    string              `yaml:"log_format"` // text (default) or json
 	Backends     map[string]*Backend `yaml:"backends"`
 	Models       map[string]*Model   `yaml:"models"`
+	// Redis (redis://host:port/db) shares rate-limit counters, concurrency
+	// slots and budget spend across replicas; empty = in process memory.
+	Redis string `yaml:"redis"`
+	// RedisPrefix starts every Redis key (default "llmgate:"), so several
+	// gateway deployments can share one Redis.
+	RedisPrefix string `yaml:"redis_prefix"`
+	// Retention deletes raw usage records older than this (hourly rollups
+	// are kept); zero keeps everything.
+	Retention Duration `yaml:"retention"`
+	// SpoolDir holds usage records while the database is unreachable
+	// (default: next to a SQLite database, else ./llmgate-spool).
+	SpoolDir string `yaml:"spool_dir"`
 
 	// Source names where the configuration came from, for messages.
 	Source string `yaml:"-"`
 	// lookup reads the environment for preset API key variables.
 	lookup func(string) (string, bool)
+	// lines holds the line of each top-level key (see accounting.go).
+	lines map[string]int
 }
 
 // Backend is one upstream server or cloud API.
@@ -86,7 +100,15 @@ type Model struct {
 	// Balancing picks among deployments of equal priority:
 	// least_outstanding (default), weighted_random or lowest_latency.
 	Balancing string `yaml:"balancing"`
-	line      int
+	// Prices in USD per 1M tokens; every ledger record carries its cost.
+	InputPrice       float64 `yaml:"input_price"`
+	OutputPrice      float64 `yaml:"output_price"`
+	CachedInputPrice float64 `yaml:"cached_input_price"` // default: InputPrice
+	// Limits for the model across all keys; zero = unlimited.
+	RPM            int64 `yaml:"rpm"`
+	TPM            int64 `yaml:"tpm"`
+	MaxConcurrency int64 `yaml:"max_concurrency"`
+	line           int
 }
 
 // Duration is a time.Duration that reads "30s", "2m" or a number of seconds.
@@ -102,12 +124,19 @@ func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
 		*d = Duration(v)
 		return nil
 	}
+	if days, ok := strings.CutSuffix(s, "d"); ok { // retention: 90d
+		var n float64
+		if _, err := fmt.Sscanf(days, "%g", &n); err == nil && n >= 0 {
+			*d = Duration(time.Duration(n * 24 * float64(time.Hour)))
+			return nil
+		}
+	}
 	var secs float64
 	if _, err := fmt.Sscanf(s, "%g", &secs); err == nil {
 		*d = Duration(time.Duration(secs * float64(time.Second)))
 		return nil
 	}
-	return fmt.Errorf("invalid duration %q: use a value like 30s or 2m", s)
+	return fmt.Errorf("invalid duration %q: use a value like 30s, 2m or 90d", s)
 }
 
 // LineError is a configuration error tied to a line of the file.
@@ -233,10 +262,11 @@ func wholeScalar(src string, start, end int) bool {
 }
 
 var knownKeys = map[string][]string{
-	"":        {"listen", "database", "max_body_bytes", "log_format", "backends", "models"},
+	"": {"listen", "database", "max_body_bytes", "log_format", "backends", "models", "redis", "redis_prefix", "retention", "spool_dir"},
 	"backend": {"url", "api_key", "dialect", "headers", "connect_timeout", "first_byte_timeout", "timeout",
 		"idle_timeout", "provider", "engine", "health_check"},
-	"model":        {"backend", "upstream_model", "deployments", "fallbacks", "balancing"},
+	"model": {"backend", "upstream_model", "deployments", "fallbacks", "balancing",
+		"input_price", "output_price", "cached_input_price", "rpm", "tpm", "max_concurrency"},
 	"deployment":   {"backend", "upstream_model", "weight", "priority"},
 	"health_check": {"path", "interval", "timeout", "enabled"},
 }
@@ -295,6 +325,7 @@ func checkKnownKeys(doc *yaml.Node, source string) error {
 func recordLines(doc *yaml.Node, cfg *Config) {
 	for i := 0; i+1 < len(doc.Content); i += 2 {
 		k, v := doc.Content[i], doc.Content[i+1]
+		cfg.noteLine(k.Value, k.Line)
 		for j := 0; j+1 < len(v.Content); j += 2 {
 			name := v.Content[j]
 			switch k.Value {
@@ -358,6 +389,9 @@ func (c *Config) ApplyDefaults() {
 func (c *Config) Validate() error {
 	le := func(line int, key, format string, args ...any) error {
 		return &LineError{Source: c.Source, Line: line, Key: key, Msg: fmt.Sprintf(format, args...)}
+	}
+	if err := c.validateAccounting(); err != nil {
+		return err
 	}
 	if c.MaxBodyBytes < 0 {
 		return le(0, "max_body_bytes", "must be positive")

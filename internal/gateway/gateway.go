@@ -21,6 +21,7 @@ import (
 	"llmgate/internal/router"
 	"llmgate/internal/server"
 	"llmgate/internal/store"
+	"llmgate/internal/store/postgres"
 	"llmgate/internal/store/sqlite"
 	"llmgate/internal/usage"
 )
@@ -57,12 +58,13 @@ type Gateway struct {
 	ln       net.Listener
 	cancel   context.CancelFunc
 	served   chan error
+	acct     *accounting
 }
 
 // OpenStore opens the store named by a database setting.
 func OpenStore(ctx context.Context, database string) (store.Store, error) {
 	if strings.HasPrefix(database, "postgres://") || strings.HasPrefix(database, "postgresql://") {
-		return nil, errors.New("PostgreSQL storage is not available in this build yet; use a SQLite file path for database:")
+		return postgres.Open(ctx, database)
 	}
 	return sqlite.Open(ctx, database)
 }
@@ -89,15 +91,22 @@ func Start(ctx context.Context, opt Options) (*Gateway, error) {
 		st.Close()
 		return nil, err
 	}
-	g.Ledger = usage.NewLedger(st, opt.LedgerOptions, log)
+	g.Ledger = usage.NewLedger(st, g.withSpool(opt.LedgerOptions), log)
+	if err := g.startAccounting(ctx, &opt); err != nil {
+		g.Ledger.Close(ctx)
+		st.Close()
+		return nil, err
+	}
 	table := router.New(cfg)
 	g.Server = server.New(server.Options{Table: table, Verifier: g.Verifier, Ledger: g.Ledger, Logger: log, MaxBodyBytes: cfg.MaxBodyBytes,
 		Admission: opt.Admission, Middleware: opt.Middleware})
+	g.mountAdmin()
 
 	ln := opt.Listener
 	if ln == nil {
 		ln, err = net.Listen("tcp", cfg.Listen)
 		if err != nil {
+			g.stopAccounting()
 			g.Ledger.Close(ctx)
 			st.Close()
 			return nil, fmt.Errorf("listen on %s: %w (is another llmgate or server using the port? set listen: in the config or --listen)", cfg.Listen, err)
@@ -125,6 +134,7 @@ func (g *Gateway) Close(ctx context.Context) error {
 		g.HTTP.Close()
 	}
 	g.cancel()
+	g.stopAccounting()
 	if lerr := g.Ledger.Close(ctx); lerr != nil {
 		err = errors.Join(err, fmt.Errorf("flush usage ledger: %w", lerr))
 	}

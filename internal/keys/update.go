@@ -57,3 +57,22 @@ func PeriodEnd(period string, now time.Time) time.Time {
 	}
 	return time.Time{}
 }
+
+// Issue creates a key with a new secret and returns the stored record and
+// the secret, which is not kept and cannot be shown again.
+func Issue(ctx context.Context, st Store, k Key) (*Key, string, error) {
+	secret, err := Generate()
+	if err != nil {
+		return nil, "", err
+	}
+	k.ID = NewID()
+	k.Hash = Hash(secret)
+	k.Hint = Hint(secret)
+	if k.CreatedAt.IsZero() {
+		k.CreatedAt = time.Now()
+	}
+	if err := st.CreateKey(ctx, &k); err != nil {
+		return nil, "", err
+	}
+	return &k, secret, nil
+}

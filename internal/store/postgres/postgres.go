@@ -130,10 +130,14 @@ func (s *Store) SetSetting(ctx context.Context, name, value string) error {
 }
 
 // CreateKey stores a new key.
-func (s *Store) CreateKey(ctx context.Context, k *keys.Key) error { return sqlstore.CreateKey(ctx, s.db, d, k) }
+func (s *Store) CreateKey(ctx context.Context, k *keys.Key) error {
+	return sqlstore.CreateKey(ctx, s.db, d, k)
+}
 
 // ListKeys returns every key, newest first.
-func (s *Store) ListKeys(ctx context.Context) ([]*keys.Key, error) { return sqlstore.ListKeys(ctx, s.db) }
+func (s *Store) ListKeys(ctx context.Context) ([]*keys.Key, error) {
+	return sqlstore.ListKeys(ctx, s.db)
+}
 
 // GetKey returns one key by ID.
 func (s *Store) GetKey(ctx context.Context, id string) (*keys.Key, error) {
@@ -157,7 +161,9 @@ func (s *Store) RotateKey(ctx context.Context, id, hash, hint string) error {
 
 // KeysVersion returns the key change counter; every key change bumps it in
 // the same transaction, and every replica's verifier polls it.
-func (s *Store) KeysVersion(ctx context.Context) (int64, error) { return sqlstore.KeysVersion(ctx, s.db) }
+func (s *Store) KeysVersion(ctx context.Context) (int64, error) {
+	return sqlstore.KeysVersion(ctx, s.db)
+}
 
 // InsertUsage writes a batch atomically, skipping IDs already stored
 // (INSERT ... ON CONFLICT (id) DO NOTHING), and updates hourly rollups.

@@ -1,0 +1,348 @@
+// Package admit decides whether a request may proceed: per-key and
+// per-model rate limits, concurrency and budgets, on a limit.Limiter (in
+// memory, or Redis shared by replicas). It implements server.Admission.
+//
+// Budgets are enforced under concurrency by reservation: before the call,
+// the request's cost is estimated from its size (prompt bytes / 4 tokens
+// plus max_tokens, or DefaultOutputTokens when the request sets none) and
+// reserved against the key's budget; a request is admitted only while
+// settled spend + reservations in flight + its own estimate fit the budget.
+// After the call, the reservation is replaced by the real cost. Spend can
+// therefore exceed a budget only by what admitted requests cost beyond
+// their estimates: overspend <= sum over requests in flight when the budget
+// ran out of max(0, actual cost - reserved estimate). A request that sets
+// max_tokens cannot produce more output than reserved, so only a prompt
+// whose tokens outnumber its bytes/4 can overrun.
+package admit
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"llmgate/internal/apierror"
+	"llmgate/internal/jsonscan"
+	"llmgate/internal/keys"
+	"llmgate/internal/limit"
+	"llmgate/internal/server"
+	"llmgate/internal/usage"
+)
+
+// DefaultOutputTokens is reserved for requests that do not set max_tokens.
+const DefaultOutputTokens = 1024
+
+// ModelPolicy holds a model's prices and limits (across all keys).
+type ModelPolicy struct {
+	// Prices in USD per 1M tokens. CachedInputPrice 0 = InputPrice.
+	InputPrice, OutputPrice, CachedInputPrice float64
+	RPM, TPM, MaxConc                         int64
+}
+
+// Cost prices a request.
+func (p *ModelPolicy) Cost(prompt, cached, completion int) float64 {
+	if p == nil {
+		return 0
+	}
+	cp := p.CachedInputPrice
+	if cp == 0 {
+		cp = p.InputPrice
+	}
+	cached = max(0, min(cached, prompt))
+	return (float64(prompt-cached)*p.InputPrice + float64(cached)*cp + float64(completion)*p.OutputPrice) / 1e6
+}
+
+// Options configures an Admission.
+type Options struct {
+	Limiter limit.Limiter
+	Models  map[string]ModelPolicy
+	// DefaultOutputTokens overrides the package default.
+	DefaultOutputTokens int
+	Logger              *slog.Logger
+	Now                 func() time.Time
+}
+
+// Admission implements server.Admission.
+type Admission struct {
+	lim      limit.Limiter
+	models   map[string]*model
+	defOut   int64
+	log      *slog.Logger
+	now      func() time.Time
+	keyIDs   sync.Map // key ID -> "key:"+ID, so the hot path does not concatenate
+	windows  windowCache
+	failLogs atomic.Int64 // unix second of the last "limiter unavailable" log
+	local    bool         // the limiter is in process: no deadlines needed
+}
+
+type model struct {
+	name   string
+	scope  string
+	policy ModelPolicy
+	free   priceTicket
+}
+
+var _ server.Admission = (*Admission)(nil)
+
+// New returns an Admission.
+func New(opt Options) *Admission {
+	a := &Admission{lim: opt.Limiter, models: map[string]*model{}, defOut: int64(opt.DefaultOutputTokens), log: opt.Logger, now: opt.Now}
+	_, a.local = opt.Limiter.(*limit.Memory)
+	if a.defOut <= 0 {
+		a.defOut = DefaultOutputTokens
+	}
+	if a.log == nil {
+		a.log = slog.Default()
+	}
+	if a.now == nil {
+		a.now = time.Now
+	}
+	for name, p := range opt.Models {
+		m := &model{name: name, scope: "model:" + name, policy: p}
+		m.free = priceTicket{policy: &m.policy}
+		a.models[name] = m
+	}
+	return a
+}
+
+// Limiter returns the limiter in use.
+func (a *Admission) Limiter() limit.Limiter { return a.lim }
+
+func (a *Admission) keyScope(id string) string {
+	if v, ok := a.keyIDs.Load(id); ok {
+		return v.(string)
+	}
+	s := "key:" + id
+	a.keyIDs.Store(id, s)
+	return s
+}
+
+// priceTicket only prices the record (master key, unlimited keys).
+type priceTicket struct{ policy *ModelPolicy }
+
+func (t *priceTicket) Done(rec *usage.Record) {
+	rec.CostUSD = t.policy.Cost(rec.PromptTokens, rec.CachedTokens, rec.CompletionTokens)
+}
+
+var unpriced = &priceTicket{}
+
+// ticket holds an admitted request's lease until Done settles it.
+type ticket struct {
+	a      *Admission
+	policy *ModelPolicy
+	lease  limit.Lease
+}
+
+func (t *ticket) Done(rec *usage.Record) {
+	a := t.a
+	rec.CostUSD = t.policy.Cost(rec.PromptTokens, rec.CachedTokens, rec.CompletionTokens)
+	ctx := context.Background()
+	if !a.local { // a network limiter must not hold the request's goroutine long
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+	}
+	err := a.lim.Release(ctx, t.lease, int64(rec.PromptTokens+rec.CompletionTokens), micros(rec.CostUSD))
+	if err != nil {
+		a.log.Warn("limiter release failed; concurrency slots expire with their lease", "request_id", rec.ID, "err", err)
+	}
+	*t = ticket{}
+	ticketPool.Put(t)
+}
+
+// ticketPool recycles tickets: Done is called exactly once, after which
+// the server holds no reference.
+var ticketPool = sync.Pool{New: func() any { return new(ticket) }}
+
+func micros(usd float64) int64 { return int64(math.Ceil(usd * 1e6)) }
+
+// Admit implements server.Admission.
+func (a *Admission) Admit(ctx context.Context, req server.AdmitRequest) (server.Ticket, error) {
+	m := a.models[req.Model]
+	var policy *ModelPolicy
+	free := unpriced
+	if m != nil {
+		policy, free = &m.policy, &m.free
+	}
+	k := req.Principal.Key
+	keyLimited := k != nil && (k.RPM > 0 || k.TPM > 0 || k.MaxConc > 0 || k.BudgetUSD > 0)
+	modelLimited := m != nil && (m.policy.RPM > 0 || m.policy.TPM > 0 || m.policy.MaxConc > 0)
+	if req.Principal.Master || (!keyLimited && !modelLimited) {
+		return free, nil
+	}
+	prompt, out := a.estimate(req.Body, req.Endpoint)
+	var lr limit.Request
+	lr.Tokens = prompt + out
+	lr.CostMicros = micros(policy.Cost(int(prompt), 0, int(out)))
+	if keyLimited {
+		s := &lr.Scopes[lr.N]
+		lr.N++
+		s.ID, s.RPM, s.TPM, s.MaxConc = a.keyScope(k.ID), int64(k.RPM), int64(k.TPM), int64(k.MaxConc)
+		if k.BudgetUSD > 0 {
+			s.BudgetMicros = micros(k.BudgetUSD)
+			s.BudgetWindow, s.BudgetTTL = a.windows.get(k.BudgetPeriod, a.now())
+		}
+	}
+	if modelLimited {
+		s := &lr.Scopes[lr.N]
+		lr.N++
+		s.ID, s.RPM, s.TPM, s.MaxConc = m.scope, m.policy.RPM, m.policy.TPM, m.policy.MaxConc
+	}
+	lease, d, err := a.lim.Acquire(ctx, lr)
+	if err != nil {
+		// Fail open, as Envoy's rate limit filter does by default: an
+		// unreachable limiter must not take the gateway down. Logged at
+		// most once a second.
+		if now := a.now().Unix(); a.failLogs.Swap(now) != now {
+			a.log.Warn("limiter unavailable; admitting without limits", "err", err)
+		}
+		return free, nil
+	}
+	if !d.Allowed {
+		return nil, a.refusal(req, m, &d, lr.Tokens)
+	}
+	t := ticketPool.Get().(*ticket)
+	t.a, t.policy, t.lease = a, policy, lease
+	return t, nil
+}
+
+// estimate returns the prompt and output tokens to reserve.
+func (a *Admission) estimate(body []byte, endpoint string) (prompt, out int64) {
+	prompt = int64(len(body)+3) / 4
+	if endpoint == "embeddings" {
+		return prompt, 0
+	}
+	out = a.defOut
+	_ = jsonscan.Fields(body, func(key []byte, val jsonscan.Span) bool {
+		if string(key) == "max_tokens" || string(key) == "max_completion_tokens" {
+			if n, err := strconv.ParseInt(string(body[val.Start:val.End]), 10, 64); err == nil && n >= 0 {
+				out = n
+			}
+		}
+		return true
+	})
+	return prompt, out
+}
+
+// refusal builds the 429 with OpenAI's rate-limit headers and a message
+// naming the limit.
+func (a *Admission) refusal(req server.AdmitRequest, m *model, d *limit.Decision, tokens int64) *apierror.Error {
+	who := "model " + strconv.Quote(req.Model)
+	fix := "ask the gateway operator to raise the model's limit"
+	if k := req.Principal.Key; k != nil && d.Scope == a.keyScope(k.ID) {
+		who = "key " + k.ID
+		if k.Name != "" {
+			who = fmt.Sprintf("key %q (%s)", k.Name, k.ID)
+		}
+		fix = "raise it with 'llmgate keys update " + k.ID + "'"
+	}
+	var msg, code string
+	retry := d.RetryAfter
+	switch d.Limit {
+	case limit.LimitRequests:
+		code = "rate_limit_requests"
+		msg = fmt.Sprintf("rate limit reached for %s: %d requests per minute; retry after %s, or %s", who, d.LimitRequests, ceilSec(retry), fix)
+	case limit.LimitTokens:
+		code = "rate_limit_tokens"
+		msg = fmt.Sprintf("rate limit reached for %s: %d tokens per minute, this request reserves about %d (prompt bytes/4 + max_tokens); retry after %s, send a smaller request, or %s",
+			who, d.LimitTokens, tokens, ceilSec(retry), fix)
+	case limit.LimitConcurrency:
+		code = "rate_limit_concurrency"
+		msg = fmt.Sprintf("too many concurrent requests for %s; retry when one finishes, or %s", who, fix)
+	case limit.LimitBudget:
+		code = "budget_exceeded"
+		period := "total"
+		if k := req.Principal.Key; k != nil && k.BudgetPeriod != "" && k.BudgetPeriod != "none" {
+			period = k.BudgetPeriod
+			end := keys.PeriodEnd(k.BudgetPeriod, a.now())
+			retry = end.Sub(a.now())
+			period += ", resets " + end.Format("2006-01-02 15:04 UTC")
+		}
+		msg = fmt.Sprintf("budget exhausted for %s: $%.4f of $%.4f spent or reserved (%s budget); this request reserves up to $%.4f (set max_tokens to reserve less), or %s",
+			who, float64(d.SpentMicros)/1e6, float64(d.BudgetMicros)/1e6, period, costOf(m, tokens), fix)
+	}
+	e := apierror.New(http.StatusTooManyRequests, apierror.KindRateLimit, code, msg)
+	h := http.Header{}
+	if retry > 0 {
+		h.Set("Retry-After", strconv.FormatInt(int64(math.Ceil(retry.Seconds())), 10))
+	}
+	if d.LimitRequests > 0 {
+		h.Set("x-ratelimit-limit-requests", strconv.FormatInt(d.LimitRequests, 10))
+		h.Set("x-ratelimit-remaining-requests", strconv.FormatInt(d.RemainingRequests, 10))
+		h.Set("x-ratelimit-reset-requests", fmtReset(d.ResetRequests))
+	}
+	if d.LimitTokens > 0 {
+		h.Set("x-ratelimit-limit-tokens", strconv.FormatInt(d.LimitTokens, 10))
+		h.Set("x-ratelimit-remaining-tokens", strconv.FormatInt(d.RemainingTokens, 10))
+		h.Set("x-ratelimit-reset-tokens", fmtReset(d.ResetTokens))
+	}
+	e.Header = h
+	return e
+}
+
+func costOf(m *model, tokens int64) float64 {
+	if m == nil {
+		return 0
+	}
+	return max(m.policy.InputPrice, m.policy.OutputPrice) * float64(tokens) / 1e6
+}
+
+func ceilSec(d time.Duration) string {
+	return strconv.FormatInt(max(1, int64(math.Ceil(d.Seconds()))), 10) + "s"
+}
+
+// fmtReset formats a reset time as OpenAI does ("1s", "6m0s", "17ms").
+func fmtReset(d time.Duration) string {
+	if d <= 0 {
+		return "0s"
+	}
+	if d < time.Second {
+		return strconv.FormatInt(max(1, d.Milliseconds()), 10) + "ms"
+	}
+	return d.Round(time.Millisecond).String()
+}
+
+// windowCache names the current budget window of each period without
+// allocating on every request.
+type windowCache struct {
+	mu      sync.Mutex
+	day     int // yyyymmdd the cached names belong to
+	daily   string
+	monthly string
+	dTTL    time.Time
+	mTTL    time.Time
+}
+
+func (w *windowCache) get(period string, now time.Time) (string, time.Duration) {
+	if period != "daily" && period != "monthly" {
+		return "all", 0
+	}
+	u := now.UTC()
+	y, mo, d := u.Date()
+	key := y*10000 + int(mo)*100 + d
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.day != key {
+		w.day = key
+		w.daily = fmt.Sprintf("d%04d-%02d-%02d", y, mo, d)
+		w.monthly = fmt.Sprintf("m%04d-%02d", y, mo)
+		// Counters outlive their period by a day so late settlements land.
+		w.dTTL = keys.PeriodEnd("daily", u).Add(24 * time.Hour)
+		w.mTTL = keys.PeriodEnd("monthly", u).Add(24 * time.Hour)
+	}
+	if period == "daily" {
+		return w.daily, w.dTTL.Sub(u)
+	}
+	return w.monthly, w.mTTL.Sub(u)
+}
+
+// Window returns the budget window name and counter lifetime for a period
+// at now (exported for seeding and tests).
+func (a *Admission) Window(period string, now time.Time) (string, time.Duration) {
+	return a.windows.get(period, now)
+}

@@ -1,0 +1,199 @@
+package admit_test
+
+import (
+	"context"
+	"errors"
+	"math"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"llmgate/internal/admit"
+	"llmgate/internal/apierror"
+	"llmgate/internal/keys"
+	"llmgate/internal/limit"
+	"llmgate/internal/server"
+	"llmgate/internal/store/sqlite"
+	"llmgate/internal/usage"
+)
+
+var prices = map[string]admit.ModelPolicy{
+	"qwen":    {InputPrice: 1, OutputPrice: 2}, // USD per 1M tokens
+	"limited": {RPM: 2},
+}
+
+func newAdmission() *admit.Admission {
+	return admit.New(admit.Options{Limiter: limit.NewMemory(), Models: prices})
+}
+
+func ask(a *admit.Admission, k *keys.Key, model, body string) (server.Ticket, *apierror.Error) {
+	t, err := a.Admit(context.Background(), server.AdmitRequest{Principal: keys.Principal{Key: k}, Model: model, Endpoint: "chat", Body: []byte(body)})
+	if err != nil {
+		var e *apierror.Error
+		if !errors.As(err, &e) {
+			panic(err)
+		}
+		return nil, e
+	}
+	return t, nil
+}
+
+func TestAdmit_KeyRPMRefusalHasOpenAIHeadersAndNamesTheLimit(t *testing.T) {
+	a := newAdmission()
+	k := &keys.Key{ID: "key_1", Name: "app", RPM: 2}
+	for i := 0; i < 2; i++ {
+		if _, e := ask(a, k, "qwen", `{"model":"qwen"}`); e != nil {
+			t.Fatal(e)
+		}
+	}
+	_, e := ask(a, k, "qwen", `{"model":"qwen"}`)
+	if e == nil || e.Status != 429 || e.Code != "rate_limit_requests" {
+		t.Fatalf("third request: %+v", e)
+	}
+	if !strings.Contains(e.Message, `key "app" (key_1)`) || !strings.Contains(e.Message, "2 requests per minute") {
+		t.Fatalf("message does not name the key and limit: %s", e.Message)
+	}
+	h := e.Header
+	if h.Get("Retry-After") == "" || h.Get("x-ratelimit-limit-requests") != "2" || h.Get("x-ratelimit-remaining-requests") != "0" ||
+		h.Get("x-ratelimit-reset-requests") == "" {
+		t.Fatalf("headers = %v", h)
+	}
+}
+
+func TestAdmit_ModelLimitAppliesAcrossKeys(t *testing.T) {
+	a := newAdmission()
+	k1, k2 := &keys.Key{ID: "key_a"}, &keys.Key{ID: "key_b"}
+	if _, e := ask(a, k1, "limited", `{}`); e != nil {
+		t.Fatal(e)
+	}
+	if _, e := ask(a, k2, "limited", `{}`); e != nil {
+		t.Fatal(e)
+	}
+	_, e := ask(a, k1, "limited", `{}`)
+	if e == nil || !strings.Contains(e.Message, `model "limited"`) {
+		t.Fatalf("want a refusal naming the model, got %+v", e)
+	}
+}
+
+func TestAdmit_TPMReservesPromptAndMaxTokens(t *testing.T) {
+	a := newAdmission()
+	k := &keys.Key{ID: "key_t", TPM: 1000}
+	// 40 bytes of body ~ 10 tokens + max_tokens 900 = ~910 reserved.
+	body := `{"model":"qwen","max_tokens":900,"x":""}`
+	tk, e := ask(a, k, "qwen", body)
+	if e != nil {
+		t.Fatal(e)
+	}
+	_, e = ask(a, k, "qwen", body)
+	if e == nil || e.Code != "rate_limit_tokens" || e.Header.Get("x-ratelimit-limit-tokens") != "1000" {
+		t.Fatalf("second reservation should not fit: %+v", e)
+	}
+	// The first call used 20 tokens in all: the rest returns to the bucket.
+	tk.Done(&usage.Record{PromptTokens: 10, CompletionTokens: 10})
+	if _, e := ask(a, k, "qwen", body); e != nil {
+		t.Fatalf("after settling, the request should fit: %v", e)
+	}
+}
+
+func TestAdmit_DonePricesTheRecord(t *testing.T) {
+	a := newAdmission()
+	for _, p := range []keys.Principal{{Master: true}, {Key: &keys.Key{ID: "key_free"}}, {Key: &keys.Key{ID: "key_lim", RPM: 100}}} {
+		tk, err := a.Admit(context.Background(), server.AdmitRequest{Principal: p, Model: "qwen", Body: []byte(`{}`)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec := usage.Record{PromptTokens: 1000, CompletionTokens: 500}
+		tk.Done(&rec)
+		if math.Abs(rec.CostUSD-(1000*1+500*2)/1e6) > 1e-12 {
+			t.Fatalf("%+v: cost = %g", p, rec.CostUSD)
+		}
+	}
+}
+
+func TestAdmit_BudgetReservesAndSettles(t *testing.T) {
+	a := newAdmission()
+	// Each request reserves (body/4 + 100 output tokens): ~110 tokens,
+	// at most $0.00022; the budget fits 4 reservations but not 5.
+	k := &keys.Key{ID: "key_b", Name: "b", BudgetUSD: 0.001, BudgetPeriod: "daily"}
+	body := `{"model":"qwen","max_tokens":100,"pad":""}`
+	var tickets []server.Ticket
+	for {
+		tk, e := ask(a, k, "qwen", body)
+		if e != nil {
+			if e.Code != "budget_exceeded" || !strings.Contains(e.Message, "daily") || e.Header.Get("Retry-After") == "" {
+				t.Fatalf("refusal = %+v", e)
+			}
+			break
+		}
+		tickets = append(tickets, tk)
+	}
+	if len(tickets) != 4 {
+		t.Fatalf("%d reservations admitted, want 4", len(tickets))
+	}
+	// The calls were cheap: settling frees the budget for more.
+	for _, tk := range tickets {
+		tk.Done(&usage.Record{PromptTokens: 5, CompletionTokens: 5})
+	}
+	if _, e := ask(a, k, "qwen", body); e != nil {
+		t.Fatalf("after cheap calls settle, budget should admit: %v", e)
+	}
+}
+
+func TestAdmit_SeedBudgetsFromLedger(t *testing.T) {
+	ctx := context.Background()
+	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "s.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	k := &keys.Key{ID: "key_s", Hash: keys.Hash("x"), BudgetUSD: 1, BudgetPeriod: "monthly", CreatedAt: time.Now()}
+	if err := st.CreateKey(ctx, k); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.InsertUsage(ctx, []usage.Record{{ID: "r1", Time: time.Now(), KeyID: k.ID, Model: "qwen", Status: 200, CostUSD: 0.999}}); err != nil {
+		t.Fatal(err)
+	}
+	a := newAdmission()
+	if err := a.SeedBudgets(ctx, st, st); err != nil {
+		t.Fatal(err)
+	}
+	// $0.999 of $1 is spent: a request reserving ~$0.002 must be refused.
+	_, e := ask(a, k, "qwen", `{"max_tokens":1000}`)
+	if e == nil || e.Code != "budget_exceeded" {
+		t.Fatalf("seeded spend ignored: %+v", e)
+	}
+}
+
+func TestAdmit_ConcurrencySlotReturnsOnDone(t *testing.T) {
+	a := newAdmission()
+	k := &keys.Key{ID: "key_c", MaxConc: 1}
+	tk, e := ask(a, k, "qwen", `{}`)
+	if e != nil {
+		t.Fatal(e)
+	}
+	if _, e := ask(a, k, "qwen", `{}`); e == nil || e.Code != "rate_limit_concurrency" {
+		t.Fatalf("second concurrent request: %+v", e)
+	}
+	tk.Done(&usage.Record{})
+	if _, e := ask(a, k, "qwen", `{}`); e != nil {
+		t.Fatalf("slot not returned: %v", e)
+	}
+}
+
+// BenchmarkAdmit_KeyAndModelLimits is the admission cost on the hot path.
+func BenchmarkAdmit_KeyAndModelLimits(b *testing.B) {
+	a := admit.New(admit.Options{Limiter: limit.NewMemory(), Models: map[string]admit.ModelPolicy{"m": {RPM: 1 << 40, InputPrice: 1}}})
+	k := &keys.Key{ID: "key_bench", RPM: 1 << 30, TPM: 1 << 30, MaxConc: 1 << 20, BudgetUSD: 1e9, BudgetPeriod: "daily"}
+	req := server.AdmitRequest{Principal: keys.Principal{Key: k}, Model: "m", Endpoint: "chat",
+		Body: []byte(`{"model":"m","messages":[{"role":"user","content":"hello there"}],"max_tokens":64}`)}
+	rec := usage.Record{PromptTokens: 10, CompletionTokens: 20}
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		t, err := a.Admit(context.Background(), req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		t.Done(&rec)
+	}
+}

@@ -1,0 +1,61 @@
+package config
+
+import (
+	"math"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestConfig_AccountingSettingsLoad(t *testing.T) {
+	src := `
+redis: redis://127.0.0.1:6379/0
+retention: 90d
+spool_dir: /tmp/spool
+backends:
+  b: {url: http://127.0.0.1:8000}
+models:
+  m: {backend: b, input_price: 0.5, output_price: 1.5, cached_input_price: 0.1, rpm: 600, tpm: 100000, max_concurrency: 8}
+`
+	cfg, err := Load(strings.NewReader(src), "c.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := cfg.Models["m"]
+	if cfg.Redis != "redis://127.0.0.1:6379/0" || time.Duration(cfg.Retention) != 90*24*time.Hour || cfg.Spool() != "/tmp/spool" ||
+		m.RPM != 600 || m.TPM != 100000 || m.MaxConcurrency != 8 {
+		t.Fatalf("settings not loaded: %+v %+v", cfg, m)
+	}
+	// 1000 prompt tokens of which 400 cached, 2000 completion tokens.
+	want := (600*0.5 + 400*0.1 + 2000*1.5) / 1e6
+	if got := m.CostUSD(1000, 400, 2000); math.Abs(got-want) > 1e-12 {
+		t.Fatalf("cost = %g, want %g", got, want)
+	}
+}
+
+func TestConfig_AccountingErrorsNameTheLine(t *testing.T) {
+	cases := []struct{ src, want string }{
+		{"listen: 127.0.0.1:1\nredis: 127.0.0.1:6379\n", "c.yaml:2: redis: must be a URL like redis://"},
+		{"retention: 5m\n", "c.yaml:1: retention: must be at least 1h"},
+		{"backends:\n  b: {url: http://x:1}\nmodels:\n  m: {backend: b, output_price: -1}\n", "c.yaml:4: models.m.output_price: must not be negative"},
+		{"rediss: redis://x\n", `unknown key "rediss"; did you mean "redis"?`},
+		{"backends:\n  b: {url: http://x:1}\nmodels:\n  m: {backend: b, rpn: 5}\n", `did you mean "rpm"?`},
+	}
+	for _, c := range cases {
+		_, err := Load(strings.NewReader(c.src), "c.yaml")
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%q: err = %v, want it to contain %q", c.src, err, c.want)
+		}
+	}
+}
+
+func TestConfig_SpoolDefaultsNextToSQLite(t *testing.T) {
+	c := &Config{Database: "/var/lib/llmgate/llmgate.db"}
+	if got := c.Spool(); got != "/var/lib/llmgate/llmgate-spool" {
+		t.Fatalf("spool = %q", got)
+	}
+	c = &Config{Database: "postgres://db/x"}
+	if got := c.Spool(); got != "llmgate-spool" {
+		t.Fatalf("spool for postgres = %q", got)
+	}
+}

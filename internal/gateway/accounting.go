@@ -1,0 +1,125 @@
+package gateway
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"llmgate/internal/admin"
+	"llmgate/internal/admit"
+	"llmgate/internal/limit"
+	"llmgate/internal/usage"
+)
+
+// accounting is the gateway's limits, budgets, prices, retention and admin
+// API (issue 5), kept apart from the core wiring in gateway.go.
+type accounting struct {
+	lim    limit.Limiter
+	adm    *admit.Admission
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// withSpool gives the ledger an on-disk spool for database outages, unless
+// the caller chose one.
+func (g *Gateway) withSpool(o usage.Options) usage.Options {
+	if o.Spool != nil {
+		return o
+	}
+	sp, err := usage.OpenSpool(g.Config.Spool())
+	if err != nil {
+		g.log.Warn("usage spool unavailable; during a database outage records wait in memory", "err", err)
+		return o
+	}
+	o.Spool = sp
+	return o
+}
+
+// startAccounting builds the limiter (Redis when configured) and the
+// admission (limits, budgets, prices), seeds budgets from the ledger before
+// serving, and starts budget re-seeding and retention.
+func (g *Gateway) startAccounting(ctx context.Context, opt *Options) error {
+	cfg := g.Config
+	var lim limit.Limiter
+	if cfg.Redis != "" {
+		r, err := limit.NewRedis(ctx, cfg.Redis, limit.RedisOptions{Prefix: cfg.RedisPrefix})
+		if err != nil {
+			return fmt.Errorf("redis: %w", err)
+		}
+		lim = r
+	} else {
+		lim = limit.NewMemory()
+	}
+	models := make(map[string]admit.ModelPolicy, len(cfg.Models))
+	for name, m := range cfg.Models {
+		models[name] = admit.ModelPolicy{InputPrice: m.InputPrice, OutputPrice: m.OutputPrice, CachedInputPrice: m.CachedInputPrice,
+			RPM: m.RPM, TPM: m.TPM, MaxConc: m.MaxConcurrency}
+	}
+	a := admit.New(admit.Options{Limiter: lim, Models: models, Logger: g.log})
+	if err := a.SeedBudgets(ctx, g.Store, g.Store); err != nil {
+		g.log.Warn("budget spend not loaded from the ledger; will retry", "err", err)
+	}
+	actx, cancel := context.WithCancel(context.Background())
+	acct := &accounting{lim: lim, adm: a, cancel: cancel}
+	g.acct = acct
+	if opt.Admission == nil {
+		opt.Admission = a
+	}
+	acct.wg.Add(1)
+	go func() {
+		defer acct.wg.Done()
+		t := time.NewTicker(time.Minute)
+		defer t.Stop()
+		for {
+			select {
+			case <-actx.Done():
+				return
+			case <-t.C:
+			}
+			if err := a.SeedBudgets(actx, g.Store, g.Store); err != nil && actx.Err() == nil {
+				g.log.Warn("budget re-seeding from the ledger failed", "err", err)
+			}
+		}
+	}()
+	if ret, ok := g.Store.(usage.Retainer); ok && cfg.Retention > 0 {
+		acct.wg.Add(1)
+		go func() {
+			defer acct.wg.Done()
+			usage.RunRetention(actx, ret, time.Duration(cfg.Retention), time.Hour, g.log)
+		}()
+	}
+	return nil
+}
+
+// mountAdmin mounts the admin API (master key only).
+func (g *Gateway) mountAdmin() {
+	st, ok := g.Store.(admin.Store)
+	if !ok {
+		return
+	}
+	h := admin.New(admin.Options{Store: st, Auth: g.Server.Authenticate, Reload: g.Verifier.Reload, Logger: g.log})
+	for _, p := range admin.Paths {
+		g.Server.Handle(p, h)
+	}
+}
+
+// stopAccounting stops background work and closes the limiter; call it
+// after the HTTP server has drained, so every ticket was settled.
+func (g *Gateway) stopAccounting() {
+	if g.acct == nil {
+		return
+	}
+	g.acct.cancel()
+	g.acct.wg.Wait()
+	_ = g.acct.lim.Close()
+}
+
+// Admission returns the gateway's built-in admission (limits, budgets,
+// prices); nil before Start.
+func (g *Gateway) Admission() *admit.Admission {
+	if g.acct == nil {
+		return nil
+	}
+	return g.acct.adm
+}
