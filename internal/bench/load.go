@@ -127,7 +127,7 @@ func runCell(ctx context.Context, t *Target, cell Cell, plan *cellPlan, reqOpts 
 	cpu0, ok0 := processCPU()
 	start := time.Now()
 	if cell.Open() {
-		run.Results, run.Spin = openLoop(ctx, q, cell, plan, start)
+		run.Results = openLoop(ctx, q, cell, plan, start)
 	} else {
 		run.Results = closedLoop(ctx, q, plan, plan.numRequests, plan.duration, cell.Concurrency, "", plan.progress)
 	}
@@ -187,7 +187,7 @@ func closedLoop(ctx context.Context, q *requester, plan *cellPlan, n int, dur ti
 // arrival, or the moment a slot freed up when --max-concurrency made the
 // request wait. A client that falls behind therefore shows its lateness in
 // every latency instead of silently sending later (coordinated omission).
-func openLoop(ctx context.Context, q *requester, cell Cell, plan *cellPlan, start time.Time) ([]Result, time.Duration) {
+func openLoop(ctx context.Context, q *requester, cell Cell, plan *cellPlan, start time.Time) []Result {
 	rng := rand.New(rand.NewPCG(plan.seed, 0x6f70656e))
 	var offsets []time.Duration
 	if plan.numRequests > 0 {
@@ -200,7 +200,7 @@ func openLoop(ctx context.Context, q *requester, cell Cell, plan *cellPlan, star
 	var mu sync.Mutex
 	var results []Result
 	var wg sync.WaitGroup
-	var acc, spin time.Duration
+	var acc, prevOff time.Duration
 	for i := 0; ctx.Err() == nil; i++ {
 		var off time.Duration
 		if offsets != nil {
@@ -218,7 +218,8 @@ func openLoop(ctx context.Context, q *requester, cell Cell, plan *cellPlan, star
 			}
 		}
 		sched := start.Add(off)
-		spin += waitUntil(ctx, sched)
+		waitUntil(ctx, sched, off-prevOff >= spinGap)
+		prevOff = off
 		wg.Add(1)
 		go func(i int, sched time.Time) {
 			defer wg.Done()
@@ -244,34 +245,43 @@ func openLoop(ctx context.Context, q *requester, cell Cell, plan *cellPlan, star
 		}(i, sched)
 	}
 	wg.Wait()
-	return results, spin
+	return results
 }
 
+// spinGap is the smallest gap between sends for which waitUntil spins.
+const spinGap = 5 * time.Millisecond
+
 // waitUntil returns at t. Go's timers on Linux wake up to a millisecond
-// late for short sleeps, which would show up as dispatch lag and, since
-// open-loop latency starts at the scheduled time, as latency. So it sleeps
-// until 1.5 ms before t and then yields in a loop for the rest. It returns
-// the time spent yielding, which the CPU rule leaves out: a yielding
-// goroutine gives way to every stream reader that is ready.
-func waitUntil(ctx context.Context, t time.Time) time.Duration {
-	for {
+// late when the process is idle (the poller waits in whole milliseconds),
+// which would show as dispatch lag and, since open-loop latency starts at
+// the scheduled time, as latency. When spin is set (the dispatcher has
+// been idle for at least spinGap, the case where timers are coarse) it
+// sleeps on a timer until 1.2 ms before t and yields in a loop for the
+// rest. At higher rates the process is busy, the runtime checks timers on
+// every scheduling round, and a plain timer is precise; spinning there
+// would also keep the network poller from running, because a yielding
+// goroutine is always runnable.
+func waitUntil(ctx context.Context, t time.Time, spin bool) {
+	const window = 1200 * time.Microsecond
+	for ctx.Err() == nil {
 		d := time.Until(t)
 		if d <= 0 {
-			return 0
+			return
 		}
-		if d <= 2*time.Millisecond {
-			s := time.Now()
+		if spin && d <= window {
 			for time.Now().Before(t) && ctx.Err() == nil {
 				runtime.Gosched()
 			}
-			return time.Since(s)
+			return
 		}
-		timer := time.NewTimer(d - 1500*time.Microsecond)
+		if spin {
+			d -= window
+		}
+		timer := time.NewTimer(d)
 		select {
 		case <-timer.C:
 		case <-ctx.Done():
 			timer.Stop()
-			return 0
 		}
 	}
 }
@@ -282,7 +292,11 @@ func waitUntil(ctx context.Context, t time.Time) time.Duration {
 // current monotonic time into a pipe; a reader goroutine blocked on the
 // pipe (through the same poller as the sockets) records the time from the
 // write to its wake-up. The probe costs about a thousand tiny syscalls per
-// second.
+// second. It deliberately does not count late ticks of its own timer: on a
+// loaded machine the OS delays timer wake-ups by tens of milliseconds while
+// socket wake-ups stay prompt (measured: ticker gap p99 20 ms against pipe
+// or socket wake-up p99 0.1 ms), so timer lateness would flag cells whose
+// chunk timestamps were in fact exact.
 func schedProbe(stop <-chan struct{}, out chan<- []time.Duration) {
 	pr, pw, err := os.Pipe()
 	if err != nil {

@@ -51,8 +51,7 @@ func ParseGoodput(pairs []string) (Goodput, error) {
 // crossed, because then the client, not the server, may have set the
 // figures:
 //   - the client process used at least 80% of the CPU cores it may run on
-//     (getrusage user+system time over the cell's wall time, less the time
-//     the open-loop dispatcher spent yielding just before send times);
+//     (getrusage user+system time over the cell's wall time);
 //   - the p99 wake-up delay of a probe goroutine blocked on a pipe (woken by
 //     the same network poller as the stream readers) exceeded 1 ms, meaning
 //     a reader whose bytes had arrived could wait that long before stamping
@@ -429,10 +428,9 @@ func judgeClient(c *CellResult, run *CellRun) {
 	cores := runtime.GOMAXPROCS(0)
 	if run.CPUKnown && run.Duration > 0 {
 		c.ClientCPUPercent = round3(100 * run.CPU.Seconds() / run.Duration.Seconds())
-		busy := 100 * max(run.CPU-run.Spin, 0).Seconds() / run.Duration.Seconds()
-		if busy >= 100*UnreliableCPUFraction*float64(cores) {
+		if c.ClientCPUPercent >= 100*UnreliableCPUFraction*float64(cores) {
 			c.UnreliableReasons = append(c.UnreliableReasons,
-				fmt.Sprintf("client CPU %.0f%% of %d core(s) (limit %.0f%%)", busy, cores, 100*UnreliableCPUFraction*float64(cores)))
+				fmt.Sprintf("client CPU %.0f%% of %d core(s) (limit %.0f%%)", c.ClientCPUPercent, cores, 100*UnreliableCPUFraction*float64(cores)))
 		}
 	}
 	lags := make([]float64, len(run.SchedLag))
