@@ -38,6 +38,7 @@ func newRootCmd() *cobra.Command {
 		newDoctorCmd(),
 		newConnectCmd(),
 		newMCPCmd(),
+		newEnginesCmd(),
 	)
 	return root
 }

@@ -41,6 +41,8 @@ type Config struct {
 	LogFormat    string              `yaml:"log_format"` // text (default) or json
 	Backends     map[string]*Backend `yaml:"backends"`
 	Models       map[string]*Model   `yaml:"models"`
+	// Engines are local model servers started on demand (see engines.go).
+	Engines map[string]*Engine `yaml:"engines"`
 	// Redis (redis://host:port/db) shares rate-limit counters, concurrency
 	// slots and budget spend across replicas; empty = in process memory.
 	Redis string `yaml:"redis"`
@@ -91,6 +93,9 @@ type Model struct {
 	Name          string `yaml:"-"`
 	Backend       string `yaml:"backend"`
 	UpstreamModel string `yaml:"upstream_model"` // default: the public name
+	// Engine names the engine serving this model, for the models an engine
+	// lists; never set in the file.
+	Engine string `yaml:"-"`
 	// Deployments lists every place the model is served. ApplyDefaults
 	// turns the single-backend form into one deployment.
 	Deployments []*Deployment `yaml:"deployments"`
@@ -233,6 +238,9 @@ func expandText(data []byte, lookup func(string) (string, bool)) []byte {
 	last := 0
 	for _, loc := range envRef.FindAllStringSubmatchIndex(src, -1) {
 		start, end := loc[0], loc[1]
+		if src[start:end] == PortPlaceholder {
+			continue // an engine's port, filled in when it starts
+		}
 		b.WriteString(src[last:start])
 		val := ExpandEnv(src[start:end], lookup)
 		if wholeScalar(src, start, end) {
@@ -298,7 +306,7 @@ func checkKnownKeys(doc *yaml.Node, source string) error {
 	}
 	for i := 0; i+1 < len(doc.Content); i += 2 {
 		k, v := doc.Content[i], doc.Content[i+1]
-		kind := map[string]string{"backends": "backend", "models": "model"}[k.Value]
+		kind := map[string]string{"backends": "backend", "models": "model", "engines": "engine"}[k.Value]
 		if kind == "" {
 			continue
 		}
@@ -333,6 +341,10 @@ func recordLines(doc *yaml.Node, cfg *Config) {
 				if b := cfg.Backends[name.Value]; b != nil {
 					b.line = name.Line
 				}
+			case "engines":
+				if e := cfg.Engines[name.Value]; e != nil {
+					e.line = name.Line
+				}
 			case "models":
 				if m := cfg.Models[name.Value]; m != nil {
 					m.line = name.Line
@@ -360,6 +372,7 @@ func (c *Config) ApplyDefaults() {
 	if c.Models == nil {
 		c.Models = map[string]*Model{}
 	}
+	c.applyEngineDefaults()
 	for name, b := range c.Backends {
 		if b == nil {
 			b = &Backend{}
@@ -391,6 +404,9 @@ func (c *Config) Validate() error {
 		return &LineError{Source: c.Source, Line: line, Key: key, Msg: fmt.Sprintf(format, args...)}
 	}
 	if err := c.validateAccounting(); err != nil {
+		return err
+	}
+	if err := c.validateEngines(); err != nil {
 		return err
 	}
 	if c.MaxBodyBytes < 0 {

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"llmgate/internal/config"
+	"llmgate/internal/engine"
 	"llmgate/internal/keys"
 	"llmgate/internal/router"
 	"llmgate/internal/server"
@@ -52,13 +53,16 @@ type Gateway struct {
 	Verifier *keys.Verifier
 	Ledger   *usage.Ledger
 	Server   *server.Server
-	HTTP     *http.Server
-	Addr     string // actual listen address
-	log      *slog.Logger
-	ln       net.Listener
-	cancel   context.CancelFunc
-	served   chan error
-	acct     *accounting
+	// Engines runs the configured local engines (none when the config has
+	// no engines: section).
+	Engines *engine.Manager
+	HTTP    *http.Server
+	Addr    string // actual listen address
+	log     *slog.Logger
+	ln      net.Listener
+	cancel  context.CancelFunc
+	served  chan error
+	acct    *accounting
 }
 
 // OpenStore opens the store named by a database setting.
@@ -97,9 +101,19 @@ func Start(ctx context.Context, opt Options) (*Gateway, error) {
 		st.Close()
 		return nil, err
 	}
+	g.Engines, err = engine.New(cfg, engine.Options{Logger: log})
+	if err != nil {
+		g.Ledger.Close(ctx)
+		st.Close()
+		return nil, err
+	}
 	table := router.New(cfg)
+	g.Engines.Attach(table)
 	g.Server = server.New(server.Options{Table: table, Verifier: g.Verifier, Ledger: g.Ledger, Logger: log, MaxBodyBytes: cfg.MaxBodyBytes,
 		Admission: opt.Admission, Middleware: opt.Middleware})
+	engines := g.Engines.Handler(g.Server.Authenticate)
+	g.Server.Handle(engine.AdminPrefix, engines)
+	g.Server.Handle(engine.AdminPrefix+"/", engines)
 	g.mountAdmin()
 
 	ln := opt.Listener
@@ -120,6 +134,7 @@ func Start(ctx context.Context, opt Options) (*Gateway, error) {
 	g.cancel = cancel
 	go g.Verifier.Watch(wctx, 500*time.Millisecond)
 	go func() { g.served <- g.HTTP.Serve(ln) }()
+	g.Engines.Start()
 	return g, nil
 }
 
@@ -134,6 +149,9 @@ func (g *Gateway) Close(ctx context.Context) error {
 		g.HTTP.Close()
 	}
 	g.cancel()
+	if eerr := g.Engines.Close(ctx); eerr != nil {
+		err = errors.Join(err, fmt.Errorf("stop engines: %w", eerr))
+	}
 	g.stopAccounting()
 	if lerr := g.Ledger.Close(ctx); lerr != nil {
 		err = errors.Join(err, fmt.Errorf("flush usage ledger: %w", lerr))

@@ -206,6 +206,9 @@ func ensureIncludeUsage(body []byte) ([]byte, bool) {
 func (s *Server) attempt(ctx context.Context, w http.ResponseWriter, c *call, dep router.Deployment, body []byte) (committed bool, err error) {
 	c.dep = dep
 	b := dep.Backend
+	if b.Acquire != nil && !leased(ctx) { // a local engine: start it or wait until ready
+		return s.attemptEngine(ctx, w, c, dep, body)
+	}
 	if b.Dialect == config.DialectAnthropic {
 		if c.ep.name != "chat" {
 			return false, c.fail(apierror.Newf(http.StatusBadRequest, apierror.KindInvalidRequest, "unsupported_endpoint",

@@ -1,0 +1,331 @@
+package config
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+	"unicode"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Engine defaults, chosen for real model servers: loading weights takes
+// minutes, so the start-up time-out is long; the health poll is frequent
+// because a swap should add little beyond the engine's own start-up.
+const (
+	DefaultEngineHealthPath     = "/health"
+	DefaultEngineHealthInterval = 50 * time.Millisecond
+	DefaultEngineStartupTimeout = 10 * time.Minute
+	DefaultEngineStopGrace      = 10 * time.Second
+	DefaultEngineDrainTimeout   = 30 * time.Second
+	DefaultEngineMaxQueue       = 100
+	DefaultEngineStopSignal     = "SIGTERM"
+)
+
+// PortPlaceholder is replaced by the engine's port in its command,
+// environment and working directory. Config loading leaves it unexpanded.
+const PortPlaceholder = "${PORT}"
+
+// Engine is a local model server llmgate starts on demand. Each public
+// model it serves is listed in Models; those names are the model names
+// clients send and the names the engine itself must serve (for vLLM,
+// --served-model-name). They must not also appear under models:.
+type Engine struct {
+	Name string `yaml:"-"`
+	// Cmd is the program and its arguments, as a list or as one string
+	// split like a shell would (quotes, backslashes; no pipes or variables
+	// other than ${PORT}).
+	Cmd     Command           `yaml:"cmd"`
+	Env     map[string]string `yaml:"env"`
+	Workdir string            `yaml:"workdir"`
+	// Port is the engine's port; 0 picks a free one when the gateway starts.
+	Port   int      `yaml:"port"`
+	Models []string `yaml:"models"`
+	// Group names engines that never run together (one GPU): starting one
+	// stops the others after their requests finish.
+	Group string `yaml:"group"`
+	// TTL stops the engine after this long without requests; 0 = never.
+	TTL      Duration `yaml:"ttl"`
+	AlwaysOn bool     `yaml:"always_on"`
+	// HealthPath answers 200 once the engine is ready (default /health).
+	HealthPath     string   `yaml:"health_path"`
+	HealthInterval Duration `yaml:"health_interval"`
+	StartupTimeout Duration `yaml:"startup_timeout"`
+	StopSignal     string   `yaml:"stop_signal"`
+	StopGrace      Duration `yaml:"stop_grace"`
+	// DrainTimeout bounds how long a swap waits for requests in flight on
+	// the engine being stopped.
+	DrainTimeout Duration `yaml:"drain_timeout"`
+	// MaxQueue bounds requests waiting per model while the engine starts.
+	MaxQueue int `yaml:"max_queue"`
+	// APIKey is sent to the engine (for engines started with --api-key).
+	APIKey string `yaml:"api_key"`
+	line   int
+	// conflict records a backend of the same name found by ApplyDefaults.
+	conflict bool
+}
+
+func init() {
+	knownKeys[""] = append(knownKeys[""], "engines")
+	knownKeys["engine"] = []string{"cmd", "env", "workdir", "port", "models", "group", "ttl", "always_on", "health_path",
+		"health_interval", "startup_timeout", "stop_signal", "stop_grace", "drain_timeout", "max_queue", "api_key"}
+}
+
+// Command is an argv that reads from a YAML list or a shell-like string.
+type Command []string
+
+// UnmarshalYAML accepts ["vllm", "serve", ...] or "vllm serve ...".
+func (c *Command) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind == yaml.SequenceNode {
+		var xs []string
+		if err := n.Decode(&xs); err != nil {
+			return err
+		}
+		*c = xs
+		return nil
+	}
+	var s string
+	if err := n.Decode(&s); err != nil {
+		return err
+	}
+	args, err := SplitCommand(s)
+	if err != nil {
+		return fmt.Errorf("line %d: cmd: %v", n.Line, err)
+	}
+	*c = args
+	return nil
+}
+
+// SplitCommand splits a command line into arguments with POSIX shell
+// quoting rules (single quotes, double quotes, backslash escapes) but no
+// expansion, so configs can paste the command they run by hand.
+func SplitCommand(s string) ([]string, error) {
+	var args []string
+	var cur strings.Builder
+	inArg := false
+	for i := 0; i < len(s); i++ {
+		ch := s[i]
+		switch {
+		case ch == '\'':
+			j := strings.IndexByte(s[i+1:], '\'')
+			if j < 0 {
+				return nil, fmt.Errorf("unterminated single quote in %q", s)
+			}
+			cur.WriteString(s[i+1 : i+1+j])
+			i += j + 1
+			inArg = true
+		case ch == '"':
+			i++
+			for ; i < len(s) && s[i] != '"'; i++ {
+				if s[i] == '\\' && i+1 < len(s) && strings.IndexByte("\"\\$`", s[i+1]) >= 0 {
+					i++
+				}
+				cur.WriteByte(s[i])
+			}
+			if i >= len(s) {
+				return nil, fmt.Errorf("unterminated double quote in %q", s)
+			}
+			inArg = true
+		case ch == '\\' && i+1 < len(s):
+			i++
+			if s[i] != '\n' { // backslash-newline continues the line
+				cur.WriteByte(s[i])
+				inArg = true
+			}
+		case ch < 128 && unicode.IsSpace(rune(ch)):
+			if inArg {
+				args = append(args, cur.String())
+				cur.Reset()
+				inArg = false
+			}
+		default:
+			cur.WriteByte(ch)
+			inArg = true
+		}
+	}
+	if inArg {
+		args = append(args, cur.String())
+	}
+	return args, nil
+}
+
+// Signal returns the engine's stop signal.
+func (e *Engine) Signal() syscall.Signal {
+	s, _ := parseSignal(e.StopSignal)
+	return s
+}
+
+var signals = map[string]syscall.Signal{
+	"TERM": syscall.SIGTERM, "INT": syscall.SIGINT, "QUIT": syscall.SIGQUIT,
+	"HUP": syscall.SIGHUP, "KILL": syscall.SIGKILL, "USR1": syscall.SIGUSR1, "USR2": syscall.SIGUSR2,
+}
+
+func parseSignal(s string) (syscall.Signal, bool) {
+	sig, ok := signals[strings.TrimPrefix(strings.ToUpper(strings.TrimSpace(s)), "SIG")]
+	return sig, ok
+}
+
+// BaseURL is where the gateway sends the engine's requests.
+func (e *Engine) BaseURL() string { return fmt.Sprintf("http://127.0.0.1:%d/v1", e.Port) }
+
+// applyEngineDefaults fills in engine settings and adds a model entry for
+// every model an engine serves, so routing treats them like other models.
+func (c *Config) applyEngineDefaults() {
+	for _, name := range sortedKeys(c.Engines) {
+		e := c.Engines[name]
+		if e == nil {
+			e = &Engine{}
+			c.Engines[name] = e
+		}
+		e.Name = name
+		if e.HealthPath == "" {
+			e.HealthPath = DefaultEngineHealthPath
+		}
+		if e.HealthInterval == 0 {
+			e.HealthInterval = Duration(DefaultEngineHealthInterval)
+		}
+		if e.StartupTimeout == 0 {
+			e.StartupTimeout = Duration(DefaultEngineStartupTimeout)
+		}
+		if e.StopGrace == 0 {
+			e.StopGrace = Duration(DefaultEngineStopGrace)
+		}
+		if e.DrainTimeout == 0 {
+			e.DrainTimeout = Duration(DefaultEngineDrainTimeout)
+		}
+		if e.StopSignal == "" {
+			e.StopSignal = DefaultEngineStopSignal
+		}
+		if e.MaxQueue == 0 {
+			e.MaxQueue = DefaultEngineMaxQueue
+		}
+		// The engine's backend starts at port 0 (or the fixed port); the
+		// engine manager rewrites it with BindEngine once the port is known.
+		if b, ok := c.Backends[name]; !ok {
+			c.Backends[name] = &Backend{Name: name, URL: e.BaseURL(), Dialect: DialectOpenAI, APIKey: e.APIKey, line: e.line}
+		} else if b == nil || b.URL != e.BaseURL() {
+			e.conflict = true
+		}
+		for _, m := range e.Models {
+			if _, ok := c.Models[m]; !ok {
+				c.Models[m] = &Model{Name: m, Backend: name, UpstreamModel: m, Engine: name, line: e.line}
+			}
+		}
+	}
+}
+
+// validateEngines checks engine settings; model entries are checked here
+// too because an engine's models must not collide with other models.
+func (c *Config) validateEngines() error {
+	le := func(e *Engine, key, format string, args ...any) error {
+		return &LineError{Source: c.Source, Line: e.line, Key: "engines." + e.Name + key, Msg: fmt.Sprintf(format, args...)}
+	}
+	ports := map[int]string{}
+	groups := map[string][]string{}
+	for _, name := range sortedKeys(c.Engines) {
+		e := c.Engines[name]
+		if len(e.Cmd) == 0 || e.Cmd[0] == "" {
+			return le(e, ".cmd", "is required: the command that starts the engine, e.g. \"vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name qwen2.5-7b --port ${PORT}\"")
+		}
+		if e.Port == 0 && !usesPort(e) {
+			return le(e, ".cmd", "does not mention ${PORT}: pass it to the engine (e.g. --port ${PORT}), or set a fixed port:")
+		}
+		if e.Port < 0 || e.Port > 65535 {
+			return le(e, ".port", "must be between 1 and 65535, or 0 for a free port")
+		}
+		if e.Port != 0 {
+			if other, dup := ports[e.Port]; dup {
+				return le(e, ".port", "port %d is also used by engine %q", e.Port, other)
+			}
+			ports[e.Port] = name
+		}
+		if len(e.Models) == 0 {
+			return le(e, ".models", "is required: list the model names this engine serves (clients send these names)")
+		}
+		for _, m := range e.Models {
+			if m == "" {
+				return le(e, ".models", "contains an empty name")
+			}
+			if mod := c.Models[m]; mod != nil && mod.Engine != name {
+				if mod.Engine != "" {
+					return le(e, ".models", "model %q is also served by engine %q; a model name can belong to one engine only", m, mod.Engine)
+				}
+				return le(e, ".models", "model %q is also defined under models: (line %d); remove one of the two", m, mod.line)
+			}
+		}
+		if e.conflict {
+			return le(e, "", "a backend has the same name; engines and backends share names, rename one")
+		}
+		if !strings.HasPrefix(e.HealthPath, "/") {
+			return le(e, ".health_path", "must start with / (for example /health)")
+		}
+		if e.HealthInterval < 0 || e.StartupTimeout < 0 || e.StopGrace < 0 || e.DrainTimeout < 0 || e.TTL < 0 {
+			return le(e, "", "durations must not be negative")
+		}
+		if _, ok := parseSignal(e.StopSignal); !ok {
+			return le(e, ".stop_signal", "unknown signal %q: use SIGTERM, SIGINT, SIGQUIT, SIGHUP, SIGUSR1, SIGUSR2 or SIGKILL", e.StopSignal)
+		}
+		if e.MaxQueue < 0 {
+			return le(e, ".max_queue", "must be positive")
+		}
+		if e.Group != "" {
+			groups[e.Group] = append(groups[e.Group], name)
+		}
+	}
+	for g, members := range groups {
+		if len(members) < 2 {
+			continue
+		}
+		for _, name := range members {
+			if e := c.Engines[name]; e.AlwaysOn {
+				return le(e, ".always_on", "an always_on engine cannot share group %q with %s: it would be swapped out", g, strings.Join(others(members, name), ", "))
+			}
+		}
+	}
+	return nil
+}
+
+func usesPort(e *Engine) bool {
+	for _, a := range e.Cmd {
+		if strings.Contains(a, PortPlaceholder) {
+			return true
+		}
+	}
+	for _, v := range e.Env {
+		if strings.Contains(v, PortPlaceholder) {
+			return true
+		}
+	}
+	return false
+}
+
+func others(xs []string, not string) []string {
+	var out []string
+	for _, x := range xs {
+		if x != not {
+			out = append(out, x)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// BindEngine records the engine's port and points the engine's backend
+// (same name) at it. The engine manager calls it once ports are assigned,
+// before the routing table is built.
+func (c *Config) BindEngine(name string, port int) error {
+	e := c.Engines[name]
+	if e == nil {
+		return fmt.Errorf("no engine %q", name)
+	}
+	b := c.Backends[name]
+	if b == nil || b.URL != e.BaseURL() {
+		return fmt.Errorf("engine %q has no backend of its own: call ApplyDefaults first", name)
+	}
+	e.Port = port
+	b.URL = e.BaseURL()
+	b.BaseURL = b.URL
+	return nil
+}

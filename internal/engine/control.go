@@ -1,0 +1,231 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"sort"
+	"syscall"
+	"time"
+
+	"llmgate/internal/apierror"
+)
+
+// Status is an engine's state as the admin API and `llmgate engines`
+// show it.
+type Status struct {
+	Name     string   `json:"name"`
+	State    State    `json:"state"`
+	PID      int      `json:"pid,omitempty"`
+	Port     int      `json:"port"`
+	Models   []string `json:"models"`
+	Group    string   `json:"group,omitempty"`
+	AlwaysOn bool     `json:"always_on,omitempty"`
+	TTL      string   `json:"ttl,omitempty"`
+	// UptimeSeconds counts from the process start; 0 when stopped.
+	UptimeSeconds float64    `json:"uptime_seconds"`
+	StartedAt     *time.Time `json:"started_at,omitempty"`
+	ReadyAt       *time.Time `json:"ready_at,omitempty"`
+	InFlight      int        `json:"in_flight"`
+	Queued        int        `json:"queued"`
+	Starts        int        `json:"starts"`
+	Crashes       int        `json:"consecutive_crashes"`
+	LastError     string     `json:"last_error,omitempty"`
+	LastErrorAt   *time.Time `json:"last_error_at,omitempty"`
+}
+
+// List returns every engine's status, sorted by name.
+func (m *Manager) List() []Status {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make([]Status, 0, len(m.names))
+	for _, n := range m.names {
+		out = append(out, m.engines[n].status())
+	}
+	return out
+}
+
+// Get returns one engine's status.
+func (m *Manager) Get(name string) (Status, error) {
+	e, err := m.engine(name)
+	if err != nil {
+		return Status{}, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return e.status(), nil
+}
+
+func (e *Engine) status() Status {
+	c := e.cfg
+	s := Status{Name: c.Name, State: e.state, Port: c.Port, Models: c.Models, Group: c.Group, AlwaysOn: c.AlwaysOn,
+		InFlight: e.inflight, Starts: e.starts, Crashes: e.crashes, LastError: e.lastErr}
+	if c.TTL > 0 {
+		s.TTL = time.Duration(c.TTL).String()
+	}
+	for _, n := range e.queued {
+		s.Queued += n
+	}
+	if r := e.run; r != nil {
+		s.PID = r.pid
+		s.UptimeSeconds = time.Since(r.started).Round(time.Millisecond).Seconds()
+		t := r.started
+		s.StartedAt = &t
+		if !r.readyAt.IsZero() {
+			rt := r.readyAt
+			s.ReadyAt = &rt
+		}
+	}
+	if !e.lastErrAt.IsZero() {
+		t := e.lastErrAt
+		s.LastErrorAt = &t
+	}
+	return s
+}
+
+func (m *Manager) engine(name string) (*Engine, error) {
+	if e := m.engines[name]; e != nil {
+		return e, nil
+	}
+	names := append([]string(nil), m.names...)
+	sort.Strings(names)
+	return nil, apierror.Newf(http.StatusNotFound, apierror.KindNotFound, "engine_not_found",
+		"no engine named %q; configured engines: %v", name, names)
+}
+
+// Load starts an engine (stopping others in its group first, like a
+// request would) and returns once it is ready.
+func (m *Manager) Load(ctx context.Context, name string) error {
+	e, err := m.engine(name)
+	if err != nil {
+		return err
+	}
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return e.shuttingDown()
+	}
+	if e.state == StateReady && e.g.active == e {
+		m.mu.Unlock()
+		return nil
+	}
+	w := &waiter{e: e, done: make(chan error, 1)}
+	e.g.queue = append(e.g.queue, w)
+	m.schedule(e.g)
+	m.mu.Unlock()
+	if err := m.wait(ctx, w); err != nil {
+		return err
+	}
+	return e.lease(w.run)(nil)
+}
+
+// Unload stops an engine once its requests in flight finish (bounded by
+// its drain time-out) and waits until the process has exited.
+func (m *Manager) Unload(ctx context.Context, name string) error {
+	e, err := m.engine(name)
+	if err != nil {
+		return err
+	}
+	m.mu.Lock()
+	r := e.run
+	switch {
+	case e.state == StateReady && e.inflight > 0:
+		e.unload = true
+		if e.drain == nil {
+			e.drain = time.AfterFunc(time.Duration(e.cfg.DrainTimeout), func() {
+				m.mu.Lock()
+				defer m.mu.Unlock()
+				e.drain = nil
+				if e.unload && e.run == r {
+					m.stopLocked(e, "unloaded; requests in flight did not finish within drain_timeout")
+				}
+			})
+		}
+	case e.state == StateStarting:
+		m.failAll(e, apierror.Newf(http.StatusServiceUnavailable, apierror.KindOverloaded, "engine_unloaded",
+			"engine %q was unloaded by an administrator while it started", e.cfg.Name))
+		m.stopLocked(e, "unloaded")
+	case e.state == StateReady:
+		m.stopLocked(e, "unloaded")
+	}
+	m.mu.Unlock()
+	if r == nil {
+		return nil
+	}
+	select {
+	case <-r.exited:
+		return nil
+	case <-ctx.Done():
+		return apierror.New(http.StatusGatewayTimeout, apierror.KindTimeout, "engine_unload_timeout",
+			"the engine is still stopping (requests in flight or a slow shutdown); check 'llmgate engines list'")
+	}
+}
+
+// Logs returns up to n of the newest log lines after sequence number
+// after (0 for all).
+func (m *Manager) Logs(name string, n int, after uint64) ([]Line, error) {
+	e, err := m.engine(name)
+	if err != nil {
+		return nil, err
+	}
+	return e.logs.tail(n, after), nil
+}
+
+// Close fails waiting requests, stops every engine's process group and
+// waits for them to exit; when ctx ends first, what remains is killed.
+// Call it after the HTTP server has drained, so requests in flight finish.
+func (m *Manager) Close(ctx context.Context) error {
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return nil
+	}
+	m.closed = true
+	close(m.quit)
+	var runs []*run
+	var graces []time.Duration
+	for _, n := range m.names {
+		e := m.engines[n]
+		m.failAll(e, e.shuttingDown())
+		if e.delayed != nil {
+			e.delayed.Stop()
+			e.delayed = nil
+		}
+		if r := e.run; r != nil {
+			m.stopLocked(e, "gateway shutdown")
+			runs = append(runs, r)
+			graces = append(graces, time.Duration(e.cfg.StopGrace))
+		}
+	}
+	watching := m.watching
+	m.mu.Unlock()
+	if watching {
+		<-m.ttlDone
+	}
+	var errs []error
+	for i, r := range runs {
+		deadline := time.Now().Add(graces[i])
+		select {
+		case <-r.exited:
+		case <-ctx.Done():
+			_ = syscall.Kill(-r.pid, syscall.SIGKILL)
+			<-r.exited
+		}
+		// The leader is gone; give the rest of the group what is left of
+		// the grace period (or nothing once ctx ended), then kill it.
+		for groupAlive(r.pid) {
+			if ctx.Err() != nil || time.Now().After(deadline) {
+				_ = syscall.Kill(-r.pid, syscall.SIGKILL)
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		if ctx.Err() != nil {
+			errs = append(errs, ctx.Err())
+		}
+	}
+	if len(errs) > 0 {
+		return errors.Join(errs[0], errors.New("engines were killed before their stop grace period ended"))
+	}
+	return nil
+}
