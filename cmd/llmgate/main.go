@@ -38,7 +38,7 @@ func newRootCmd() *cobra.Command {
 		newDoctorCmd(),
 		newConnectCmd(),
 		newMCPCmd(),
-		newEnginesCmd(),
+		newModelsCmd(),
 	)
 	return root
 }

@@ -52,6 +52,21 @@ type HealthCheck struct {
 	Timeout  Duration `yaml:"timeout"`
 }
 
+// UnmarshalYAML accepts "health_check: true" (checks with the defaults)
+// as well as the mapping form.
+func (h *HealthCheck) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind == yaml.ScalarNode {
+		var on bool
+		if err := n.Decode(&on); err != nil {
+			return fmt.Errorf("health_check must be true, false or a mapping {path, interval, timeout}, not %q", n.Value)
+		}
+		h.Enabled = &on
+		return nil
+	}
+	type plain HealthCheck
+	return n.Decode((*plain)(h))
+}
+
 // On reports whether active checks are enabled.
 func (h *HealthCheck) On() bool { return h != nil && (h.Enabled == nil || *h.Enabled) }
 
@@ -202,7 +217,12 @@ func (c *Config) validateRouting(m *Model, key string, backendNames []string) er
 	default:
 		return le(m.line, key+".balancing", "must be least_outstanding, weighted_random or lowest_latency, not %q", m.Balancing)
 	}
-	modelNames := sortedKeys(c.Models)
+	var modelNames []string // candidates for "did you mean", not the model itself
+	for _, n := range sortedKeys(c.Models) {
+		if n != m.Name {
+			modelNames = append(modelNames, n)
+		}
+	}
 	seen := map[string]bool{}
 	for _, f := range m.Fallbacks {
 		if f == m.Name {

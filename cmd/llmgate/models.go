@@ -1,0 +1,302 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	neturl "net/url"
+	"os"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"llmgate/internal/config"
+	"llmgate/internal/preset"
+	"llmgate/internal/provider"
+	"llmgate/internal/router"
+	"llmgate/internal/server"
+)
+
+type modelsFlags struct {
+	url     string
+	key     string
+	config  string
+	probe   bool
+	json    bool
+	timeout time.Duration
+}
+
+func newModelsCmd() *cobra.Command {
+	var f modelsFlags
+	defURL := os.Getenv("LLMGATE_URL")
+	if defURL == "" {
+		defURL = "http://127.0.0.1:4000"
+	}
+	cmd := &cobra.Command{
+		Use:   "models",
+		Short: "List models with their deployments and health (from a running gateway or a config file)",
+		Long: `List every public model with its deployments: backend, upstream model, weight,
+priority, and health.
+
+Against a running gateway (the default, or --url) it reads GET /v1/models?health=1
+with the master key (--key, default $LLMGATE_MASTER_KEY, then $LLMGATE_API_KEY):
+breaker state, requests in flight, recent latency, active health checks.
+
+With -c/--config (or $LLMGATE_CONFIG when --url is not given) it reads the file
+instead and shows what each model routes to; --probe checks every backend once
+(its health path, else GET <base>/models).
+
+'llmgate models presets' lists the provider and engine presets.`,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			if ctx == nil {
+				ctx = context.Background()
+			}
+			if f.config == "" && !cmd.Flags().Changed("url") {
+				f.config = os.Getenv("LLMGATE_CONFIG")
+			}
+			if f.config != "" {
+				return modelsFromConfig(ctx, cmd.OutOrStdout(), f)
+			}
+			return modelsFromGateway(ctx, cmd.OutOrStdout(), f)
+		},
+	}
+	cmd.Flags().StringVar(&f.url, "url", defURL, "the gateway's address (default $LLMGATE_URL, else http://127.0.0.1:4000)")
+	cmd.Flags().StringVar(&f.key, "key", "", "master or virtual key (default $LLMGATE_MASTER_KEY, then $LLMGATE_API_KEY)")
+	cmd.Flags().StringVarP(&f.config, "config", "c", "", "read this config file instead of asking a gateway")
+	cmd.Flags().BoolVar(&f.probe, "probe", false, "with --config: check every backend once")
+	cmd.Flags().BoolVar(&f.json, "json", false, "print JSON")
+	cmd.Flags().DurationVar(&f.timeout, "timeout", 5*time.Second, "time-out for the gateway request or each probe")
+	cmd.AddCommand(newModelsPresetsCmd())
+	return cmd
+}
+
+// modelsFromGateway prints the health a running gateway reports.
+func modelsFromGateway(ctx context.Context, w io.Writer, f modelsFlags) error {
+	key := f.key
+	for _, v := range []string{"LLMGATE_MASTER_KEY", "LLMGATE_API_KEY"} {
+		if key == "" {
+			key = strings.TrimSpace(os.Getenv(v))
+		}
+	}
+	base := strings.TrimSuffix(strings.TrimRight(f.url, "/"), "/v1")
+	ctx, cancel := context.WithTimeout(ctx, f.timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/v1/models?health=1", nil)
+	if err != nil {
+		return fmt.Errorf("--url %q: %w", f.url, err)
+	}
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("cannot reach the gateway at %s: %w (is llmgate serve running? set --url, or use -c to read a config file)", base, err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	if resp.StatusCode != http.StatusOK {
+		var e struct {
+			Error struct{ Message string } `json:"error"`
+		}
+		_ = json.Unmarshal(body, &e)
+		msg := e.Error.Message
+		if msg == "" {
+			msg = strings.TrimSpace(string(body))
+		}
+		if resp.StatusCode == http.StatusUnauthorized && key == "" {
+			msg += " (pass --key or set LLMGATE_MASTER_KEY)"
+		}
+		return fmt.Errorf("gateway answered %d: %s", resp.StatusCode, msg)
+	}
+	var list server.ModelsHealth
+	if err := json.Unmarshal(body, &list); err != nil {
+		return fmt.Errorf("%s does not look like llmgate (GET /v1/models?health=1 gave no health): %w", base, err)
+	}
+	if f.json {
+		_, err := w.Write(body)
+		return err
+	}
+	printHealth(w, list.Data)
+	return nil
+}
+
+func printHealth(w io.Writer, models []router.ModelHealth) {
+	if len(models) == 0 {
+		fmt.Fprintln(w, "no models")
+		return
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "MODEL\tDEPLOYMENT\tWEIGHT\tPRIO\tSTATUS\tIN FLIGHT\tLATENCY\tNOTE")
+	for _, m := range models {
+		name := m.Model
+		if len(m.Fallbacks) > 0 {
+			name += " → " + strings.Join(m.Fallbacks, ", ")
+		}
+		for i, d := range m.Deployments {
+			if i > 0 {
+				name = ""
+			}
+			st := d.Status
+			if d.RetryInS > 0 {
+				st += fmt.Sprintf(" %.0fs", d.RetryInS)
+			}
+			lat := "-"
+			if d.LatencyMS > 0 {
+				lat = fmt.Sprintf("%.0fms", d.LatencyMS)
+			}
+			note := ""
+			switch {
+			case d.HealthCheck != "" && d.HealthCheck != "ok":
+				note = "check: " + d.HealthCheck
+			case d.Breaker.LastError != "" && d.Status != "healthy":
+				note = "last error: " + d.Breaker.LastError
+			}
+			fmt.Fprintf(tw, "%s\t%s/%s\t%d\t%d\t%s\t%d\t%s\t%s\n", name, d.Backend, d.UpstreamModel, d.Weight, d.Priority, st, d.Outstanding, lat, truncateNote(note))
+		}
+	}
+	tw.Flush()
+}
+
+func truncateNote(s string) string {
+	if len(s) > 100 {
+		return s[:100] + "…"
+	}
+	return s
+}
+
+// modelsFromConfig prints what a config file routes each model to, and
+// with --probe whether each backend answers now.
+func modelsFromConfig(ctx context.Context, w io.Writer, f modelsFlags) error {
+	cfg, err := loadConfig(f.config)
+	if err != nil {
+		return err
+	}
+	probes := map[string]string{}
+	if f.probe {
+		for name, b := range cfg.Backends {
+			probes[name] = probeBackend(ctx, b, f.timeout)
+		}
+	}
+	type depOut struct {
+		Backend       string `json:"backend"`
+		UpstreamModel string `json:"upstream_model"`
+		Weight        int    `json:"weight"`
+		Priority      int    `json:"priority"`
+		BaseURL       string `json:"base_url"`
+		Preset        string `json:"preset,omitempty"`
+		Probe         string `json:"probe,omitempty"`
+	}
+	type modelOut struct {
+		Model       string   `json:"model"`
+		Balancing   string   `json:"balancing"`
+		Fallbacks   []string `json:"fallbacks,omitempty"`
+		Deployments []depOut `json:"deployments"`
+	}
+	names := make([]string, 0, len(cfg.Models))
+	for n := range cfg.Models {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	var out []modelOut
+	for _, n := range names {
+		m := cfg.Models[n]
+		mo := modelOut{Model: n, Balancing: m.Balancing, Fallbacks: m.Fallbacks}
+		for _, d := range m.Deployments {
+			b := cfg.Backends[d.Backend]
+			p := b.Provider
+			if b.Engine != "" {
+				p = "engine " + b.Engine
+			}
+			mo.Deployments = append(mo.Deployments, depOut{Backend: d.Backend, UpstreamModel: d.UpstreamModel, Weight: d.Weight,
+				Priority: d.Priority, BaseURL: b.BaseURL, Preset: p, Probe: probes[d.Backend]})
+		}
+		out = append(out, mo)
+	}
+	if f.json {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(out)
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	head := "MODEL\tDEPLOYMENT\tWEIGHT\tPRIO\tBASE URL\tPRESET"
+	if f.probe {
+		head += "\tPROBE"
+	}
+	fmt.Fprintln(tw, head)
+	for _, m := range out {
+		name := m.Model
+		if len(m.Fallbacks) > 0 {
+			name += " → " + strings.Join(m.Fallbacks, ", ")
+		}
+		if m.Balancing != config.BalanceLeastOutstanding && len(m.Deployments) > 1 {
+			name += " (" + m.Balancing + ")"
+		}
+		for i, d := range m.Deployments {
+			if i > 0 {
+				name = ""
+			}
+			line := fmt.Sprintf("%s\t%s/%s\t%d\t%d\t%s\t%s", name, d.Backend, d.UpstreamModel, d.Weight, d.Priority, d.BaseURL, orDash(d.Preset))
+			if f.probe {
+				line += "\t" + d.Probe
+			}
+			fmt.Fprintln(tw, line)
+		}
+	}
+	return tw.Flush()
+}
+
+// probeBackend checks one backend once: its configured health path, else
+// GET <base>/models.
+func probeBackend(ctx context.Context, cb *config.Backend, timeout time.Duration) string {
+	b := provider.NewBackend(cb)
+	defer b.Close()
+	url := b.BaseURL + "/models"
+	if on, u, _, _ := b.HealthCheck(); on {
+		url = u
+	} else if e, ok := preset.LookupEngine(cb.Engine); ok {
+		if u, err := neturl.Parse(b.BaseURL); err == nil {
+			u.Path = e.HealthPath
+			url = u.String()
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	start := time.Now()
+	if err := b.Probe(ctx, url); err != nil {
+		return "FAIL: " + truncateNote(err.Error())
+	}
+	return fmt.Sprintf("ok (%dms)", time.Since(start).Milliseconds())
+}
+
+func newModelsPresetsCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "presets",
+		Short: "List the provider and engine presets (provider: / engine: in a backend)",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			w := cmd.OutOrStdout()
+			tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+			fmt.Fprintln(tw, "PROVIDER\tBASE URL\tDIALECT\tKEY FROM\tNOTES")
+			for _, p := range preset.Providers() {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", p.Name, p.BaseURL, p.Dialect, p.APIKeyEnv, p.Notes)
+			}
+			tw.Flush()
+			fmt.Fprintln(w)
+			tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+			fmt.Fprintln(tw, "ENGINE\tDEFAULT URL\tHEALTH\tSTREAM USAGE\tNOTES")
+			for _, e := range preset.Engines() {
+				usage := "yes"
+				if !e.StreamUsage {
+					usage = "not always (estimated)"
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", e.Name, e.LocalURL(), e.HealthPath, usage, e.Notes)
+			}
+			return tw.Flush()
+		},
+	}
+}

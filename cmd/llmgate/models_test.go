@@ -1,0 +1,111 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"llmgate/internal/config"
+	"llmgate/internal/gateway"
+)
+
+func runModels(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	cmd := newModelsCmd()
+	var out bytes.Buffer
+	cmd.SetOut(&out)
+	cmd.SetErr(&out)
+	cmd.SetArgs(args)
+	err := cmd.ExecuteContext(context.Background())
+	return out.String(), err
+}
+
+func TestModelsCmd_ShowsHealthFromARunningGateway(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(500)
+	}))
+	defer up.Close()
+	src := fmt.Sprintf("backends:\n  bad: {url: %s}\nmodels:\n  m: {backend: bad, fallbacks: [n]}\n  n: {backend: bad, upstream_model: other}\n", up.URL)
+	cfg, err := config.Load(strings.NewReader(src), "t.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Database = filepath.Join(t.TempDir(), "db")
+	cfg.Listen = "127.0.0.1:0"
+	g, err := gateway.Start(context.Background(), gateway.Options{Config: cfg, MasterKey: "sk-lg-models-test",
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = g.Close(ctx)
+	}()
+	for i := 0; i < 5; i++ { // open the breaker of bad/m
+		req, _ := http.NewRequest("POST", g.URL()+"/chat/completions", strings.NewReader(`{"model":"m","messages":[]}`))
+		req.Header.Set("Authorization", "Bearer sk-lg-models-test")
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			resp.Body.Close()
+		}
+	}
+	out, err := runModels(t, "--url", g.URL(), "--key", "sk-lg-models-test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"MODEL", "m → n", "bad/m", "open", "last error", "bad/other"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	_, err = runModels(t, "--url", g.URL(), "--key", "sk-lg-wrong-wrong-wrong")
+	if err == nil || !strings.Contains(err.Error(), "401") {
+		t.Errorf("wrong key: err = %v", err)
+	}
+}
+
+func TestModelsCmd_ReadsAConfigAndProbes(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/health" {
+			return
+		}
+		w.WriteHeader(404)
+	}))
+	defer up.Close()
+	path := filepath.Join(t.TempDir(), "llmgate.yaml")
+	src := fmt.Sprintf("backends:\n  local: {engine: vllm, url: %s}\n  ds: {provider: deepseek, api_key: sk-x}\nmodels:\n  q:\n    balancing: lowest_latency\n    deployments: [{backend: local, weight: 2}, {backend: ds, upstream_model: deepseek-chat, priority: 1}]\n", up.URL)
+	if err := os.WriteFile(path, []byte(src), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, err := runModels(t, "-c", path, "--probe", "--timeout", "300ms")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"q (lowest_latency)", "local/q", "engine vllm", "ok (", "ds/deepseek-chat", "https://api.deepseek.com/v1", "deepseek"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestModelsPresets_ListsEveryProviderAndEngine(t *testing.T) {
+	out, err := runModels(t, "presets")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"openai", "anthropic", "deepseek", "dashscope", "gemini", "openrouter", "groq", "together", "mistral", "siliconflow", "moonshot", "zhipu",
+		"vllm", "sglang", "llamacpp", "trtllm", "ollama", "https://open.bigmodel.cn/api/paas/v4", "http://127.0.0.1:11434/v1"} {
+		if !strings.Contains(out, name) {
+			t.Errorf("presets lack %q", name)
+		}
+	}
+}

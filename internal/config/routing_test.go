@@ -1,0 +1,97 @@
+package config
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestLoad_DeploymentsFallbacksAndPresets(t *testing.T) {
+	src := `
+backends:
+  gpu1: {engine: vllm, health_check: true}
+  gpu2: {engine: sglang, url: http://10.0.0.2:30000, idle_timeout: 20s}
+  ds: {provider: deepseek}
+  claude: {provider: anthropic}
+models:
+  qwen:
+    balancing: weighted_random
+    deployments:
+      - {backend: gpu1, upstream_model: Qwen/Qwen2.5-7B, weight: 3}
+      - {backend: gpu2, priority: 1}
+    fallbacks: [deepseek-chat]
+  deepseek-chat: {backend: ds}
+  sonnet: {backend: claude, upstream_model: claude-sonnet-4-5}
+`
+	cfg, err := LoadWithEnv(strings.NewReader(src), "x.yaml", env(map[string]string{"DEEPSEEK_API_KEY": "sk-ds", "ANTHROPIC_API_KEY": "sk-ant"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g1, g2, ds, cl := cfg.Backends["gpu1"], cfg.Backends["gpu2"], cfg.Backends["ds"], cfg.Backends["claude"]
+	if g1.BaseURL != "http://127.0.0.1:8000/v1" || !g1.HealthCheck.On() || g1.HealthCheck.Path != "/health" || time.Duration(g1.HealthCheck.Interval) != DefaultHealthInterval {
+		t.Errorf("engine vllm: base %q health %+v", g1.BaseURL, g1.HealthCheck)
+	}
+	if g2.BaseURL != "http://10.0.0.2:30000/v1" || time.Duration(g2.IdleTimeout) != 20*time.Second {
+		t.Errorf("engine sglang with url: base %q idle %v", g2.BaseURL, g2.IdleTimeout)
+	}
+	if ds.BaseURL != "https://api.deepseek.com/v1" || ds.APIKey != "sk-ds" || ds.Dialect != DialectOpenAI {
+		t.Errorf("provider deepseek: %+v", ds)
+	}
+	if cl.BaseURL != "https://api.anthropic.com" || cl.Dialect != DialectAnthropic || cl.APIKey != "sk-ant" {
+		t.Errorf("provider anthropic: %+v", cl)
+	}
+	q := cfg.Models["qwen"]
+	if q.Balancing != BalanceWeightedRandom || len(q.Deployments) != 2 || q.Fallbacks[0] != "deepseek-chat" {
+		t.Fatalf("qwen: %+v", q)
+	}
+	if d := q.Deployments[1]; d.Weight != 1 || d.UpstreamModel != "qwen" || d.Priority != 1 {
+		t.Errorf("defaults of the second deployment: %+v", d)
+	}
+	if d := cfg.Models["sonnet"].Deployments; len(d) != 1 || d[0].Backend != "claude" || d[0].UpstreamModel != "claude-sonnet-4-5" {
+		t.Errorf("the single-backend form did not become one deployment: %+v", d)
+	}
+	if cfg.Models["sonnet"].Balancing != BalanceLeastOutstanding {
+		t.Errorf("default balancing %q", cfg.Models["sonnet"].Balancing)
+	}
+}
+
+func TestLoad_RoutingErrorsNameKeyAndLine(t *testing.T) {
+	cases := []struct{ name, src, want string }{
+		{"typo in a deployment", "backends:\n  a: {url: http://x}\nmodels:\n  m:\n    deployments:\n      - {backend: a, wieght: 2}\n",
+			`x.yaml:6: models.m.deployments[0].wieght: unknown key "wieght"; did you mean "weight"?`},
+		{"unknown backend in a deployment", "backends:\n  a: {url: http://x}\nmodels:\n  m:\n    deployments:\n      - {backend: a}\n      - {backend: b}\n",
+			`x.yaml:7: models.m.deployments[1].backend: unknown backend "b"`},
+		{"deployments not a list", "backends:\n  a: {url: http://x}\nmodels:\n  m:\n    deployments: {backend: a}\n", `models.m.deployments: must be a list`},
+		{"both forms", "backends:\n  a: {url: http://x}\nmodels:\n  m: {backend: a, deployments: [{backend: a}]}\n", `models.m: set backend: or deployments:, not both`},
+		{"unknown fallback", "backends:\n  a: {url: http://x}\nmodels:\n  mm: {backend: a}\n  m: {backend: a, fallbacks: [mn]}\n", `x.yaml:5: models.m.fallbacks: unknown model "mn" (did you mean "mm"?)`},
+		{"self fallback", "backends:\n  a: {url: http://x}\nmodels:\n  m: {backend: a, fallbacks: [m]}\n", `cannot fall back to itself`},
+		{"bad balancing", "backends:\n  a: {url: http://x}\nmodels:\n  m: {backend: a, balancing: round_robin}\n", `models.m.balancing: must be least_outstanding, weighted_random or lowest_latency`},
+		{"negative weight", "backends:\n  a: {url: http://x}\nmodels:\n  m: {deployments: [{backend: a, weight: -1}]}\n", `weight: must be positive`},
+		{"unknown provider", "backends:\n  a: {provider: deepsek, api_key: k}\n", `x.yaml:2: backends.a.provider: unknown provider "deepsek" (did you mean "deepseek"?)`},
+		{"provider without key", "backends:\n  a: {provider: groq}\n", `backends.a.api_key: provider groq needs an API key: set GROQ_API_KEY or api_key`},
+		{"unknown engine", "backends:\n  a: {engine: vlm}\n", `backends.a.engine: unknown engine "vlm" (did you mean "vllm"?)`},
+		{"provider and engine", "backends:\n  a: {engine: vllm, provider: openai, api_key: k}\n", `set provider (a cloud API) or engine (a local server), not both`},
+		{"typo in health_check", "backends:\n  a:\n    url: http://x\n    health_check: {intervall: 5s}\n", `backends.a.health_check.intervall: unknown key "intervall"; did you mean "interval"?`},
+		{"relative health path", "backends:\n  a: {url: http://x, health_check: {path: health}}\n", `health_check.path: must be an absolute path`},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := LoadWithEnv(strings.NewReader(c.src), "x.yaml", env(nil))
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("err = %v, want it to contain %q", err, c.want)
+			}
+		})
+	}
+}
+
+func TestBackend_SameSettingsIgnoresLines(t *testing.T) {
+	a := Backend{Name: "a", URL: "http://x", line: 3}
+	b := Backend{Name: "a", URL: "http://x", line: 9}
+	if !a.SameSettings(b) {
+		t.Fatal("moving a backend in the file changed its settings")
+	}
+	b.APIKey = "k"
+	if a.SameSettings(b) {
+		t.Fatal("a new key did not count as a change")
+	}
+}
