@@ -39,6 +39,7 @@ func newRootCmd() *cobra.Command {
 		newConnectCmd(),
 		newMCPCmd(),
 		newModelsCmd(),
+		newEnginesCmd(),
 	)
 	return root
 }
