@@ -3,29 +3,38 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"sort"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"llmgate/internal/admin"
 	"llmgate/internal/config"
 	"llmgate/internal/gateway"
 	"llmgate/internal/keys"
 	"llmgate/internal/store"
 )
 
-// dbFlags locate the database for commands that work on it directly.
+// dbFlags locate the database for commands that work on it directly, or a
+// running gateway's admin API with --url.
 type dbFlags struct {
 	config   string
 	database string
+	url      string
 }
 
 func (d *dbFlags) register(cmd *cobra.Command) {
 	cmd.PersistentFlags().StringVarP(&d.config, "config", "c", "", "config file (default $LLMGATE_CONFIG)")
-	cmd.PersistentFlags().StringVar(&d.database, "database", "", "database (default: the config's, else llmgate.db)")
+	cmd.PersistentFlags().StringVar(&d.database, "database", "", "database: SQLite file or postgres:// URL (default: the config's, else llmgate.db)")
+	cmd.PersistentFlags().StringVar(&d.url, "url", "", "use the admin API of a running gateway (e.g. http://127.0.0.1:4000) with $LLMGATE_MASTER_KEY")
 }
 
 func (d *dbFlags) open(ctx context.Context) (store.Store, error) {
@@ -45,100 +54,228 @@ func (d *dbFlags) open(ctx context.Context) (store.Store, error) {
 	return gateway.OpenStore(ctx, db)
 }
 
+// client returns an admin API client: over HTTP with --url, else bound
+// in process to the admin handler on the local database, so both modes
+// run the same code. close releases the database.
+func (d *dbFlags) client(ctx context.Context) (c *admin.Client, closeFn func(), err error) {
+	if d.url != "" {
+		mk := strings.TrimSpace(os.Getenv("LLMGATE_MASTER_KEY"))
+		if mk == "" {
+			return nil, nil, errors.New("--url needs the gateway's master key in LLMGATE_MASTER_KEY")
+		}
+		return admin.NewClient(d.url, mk), func() {}, nil
+	}
+	st, err := d.open(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	as, ok := st.(admin.Store)
+	if !ok {
+		st.Close()
+		return nil, nil, errors.New("this database does not support key management")
+	}
+	h := admin.New(admin.Options{Store: as, Auth: func(*http.Request) (keys.Principal, error) { return keys.Principal{Master: true}, nil }})
+	c = admin.NewClient("http://local", "")
+	c.HTTP = &http.Client{Transport: handlerTransport{h}}
+	return c, func() { st.Close() }, nil
+}
+
+// handlerTransport serves requests with a handler in process.
+type handlerTransport struct{ h http.Handler }
+
+func (t handlerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	rec := httptest.NewRecorder()
+	t.h.ServeHTTP(rec, r)
+	return rec.Result(), nil
+}
+
+// keySpecFlags are the settable fields of a key.
+type keySpecFlags struct {
+	name, owner, models, expires, period string
+	rpm, tpm, conc                       int
+	budget                               float64
+	metadata                             []string
+}
+
+func (f *keySpecFlags) register(cmd *cobra.Command) {
+	fl := cmd.Flags()
+	fl.StringVar(&f.name, "name", "", "a name for the key (app or person)")
+	fl.StringVar(&f.owner, "owner", "", "owner or team")
+	fl.StringVar(&f.models, "models", "", "comma-separated allowed models; glob patterns allowed (empty: all)")
+	fl.StringVar(&f.expires, "expires", "", "lifetime such as 30d or 12h from now ('never' clears it)")
+	fl.IntVar(&f.rpm, "rpm", 0, "requests per minute (0 = unlimited)")
+	fl.IntVar(&f.tpm, "tpm", 0, "tokens per minute (0 = unlimited)")
+	fl.IntVar(&f.conc, "max-concurrency", 0, "concurrent requests (0 = unlimited)")
+	fl.Float64Var(&f.budget, "budget", 0, "budget in USD (0 = none)")
+	fl.StringVar(&f.period, "budget-period", "", "budget reset period: none, daily or monthly")
+	fl.StringArrayVar(&f.metadata, "metadata", nil, "metadata as key=value (repeatable)")
+}
+
+// spec returns the fields whose flags were set.
+func (f *keySpecFlags) spec(cmd *cobra.Command) (admin.KeySpec, error) {
+	var s admin.KeySpec
+	ch := cmd.Flags().Changed
+	if ch("name") {
+		s.Name = &f.name
+	}
+	if ch("owner") {
+		s.Owner = &f.owner
+	}
+	if ch("models") {
+		m := splitList(f.models)
+		if m == nil {
+			m = []string{}
+		}
+		s.Models = &m
+	}
+	if ch("rpm") {
+		s.RPM = &f.rpm
+	}
+	if ch("tpm") {
+		s.TPM = &f.tpm
+	}
+	if ch("max-concurrency") {
+		s.MaxConcurrency = &f.conc
+	}
+	if ch("budget") {
+		s.BudgetUSD = &f.budget
+	}
+	if ch("budget-period") {
+		s.BudgetPeriod = &f.period
+	}
+	if ch("metadata") {
+		m := map[string]string{}
+		for _, kv := range f.metadata {
+			k, v, ok := strings.Cut(kv, "=")
+			if !ok || k == "" {
+				return s, fmt.Errorf("--metadata %q: use key=value", kv)
+			}
+			m[k] = v
+		}
+		s.Metadata = &m
+	}
+	if ch("expires") {
+		var t time.Time
+		if f.expires != "never" && f.expires != "" {
+			dur, err := parseAge(f.expires)
+			if err != nil {
+				return s, fmt.Errorf("--expires: %w", err)
+			}
+			t = time.Now().Add(dur)
+		}
+		s.ExpiresAt = &t
+	}
+	return s, nil
+}
+
 func newKeysCmd() *cobra.Command {
 	var d dbFlags
-	cmd := &cobra.Command{Use: "keys", Short: "Manage virtual API keys (create, list, revoke)"}
+	cmd := &cobra.Command{Use: "keys", Short: "Manage virtual API keys (create, list, show, update, revoke, rotate)",
+		Long: "Manage virtual API keys on the local database, or on a running gateway with --url (admin API, master key\n" +
+			"from LLMGATE_MASTER_KEY). Changes reach every running replica within a second."}
 	d.register(cmd)
-
-	var name, owner, models, expires string
 	var asJSON bool
+	run := func(fn func(ctx context.Context, c *admin.Client, out io.Writer, args []string) error) func(*cobra.Command, []string) error {
+		return func(cmd *cobra.Command, args []string) error {
+			c, closeFn, err := d.client(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer closeFn()
+			return fn(cmd.Context(), c, cmd.OutOrStdout(), args)
+		}
+	}
+
+	var cf keySpecFlags
 	create := &cobra.Command{
 		Use:   "create",
 		Short: "Create a key; its secret is printed once",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx := cmd.Context()
-			st, err := d.open(ctx)
-			if err != nil {
-				return err
-			}
-			defer st.Close()
-			k := keys.Key{Name: name, Owner: owner, Models: splitList(models)}
-			if expires != "" {
-				dur, err := parseAge(expires)
-				if err != nil {
-					return fmt.Errorf("--expires: %w", err)
-				}
-				t := time.Now().Add(dur)
-				k.ExpiresAt = &t
-			}
-			rec, secret, err := gateway.CreateKey(ctx, st, k)
-			if err != nil {
-				return err
-			}
-			out := cmd.OutOrStdout()
-			if asJSON {
-				return json.NewEncoder(out).Encode(map[string]any{"id": rec.ID, "name": rec.Name, "key": secret, "models": rec.Models})
-			}
-			fmt.Fprintf(out, "Created key %s (%s). The secret is shown once; store it now:\n\n    %s\n\n", rec.ID, orDash(rec.Name), secret)
-			if len(rec.Models) > 0 {
-				fmt.Fprintf(out, "Allowed models: %s\n", strings.Join(rec.Models, ", "))
-			}
-			return nil
-		},
 	}
-	create.Flags().StringVar(&name, "name", "", "a name for the key (app or person)")
-	create.Flags().StringVar(&owner, "owner", "", "owner or team")
-	create.Flags().StringVar(&models, "models", "", "comma-separated allowed models; glob patterns allowed (default: all)")
-	create.Flags().StringVar(&expires, "expires", "", "lifetime such as 30d or 12h (default: never)")
-	create.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	create.RunE = run(func(ctx context.Context, c *admin.Client, out io.Writer, _ []string) error {
+		spec, err := cf.spec(create)
+		if err != nil {
+			return err
+		}
+		is, err := c.CreateKey(ctx, spec)
+		if err != nil {
+			return err
+		}
+		return printIssued(out, is, "Created", asJSON)
+	})
+	cf.register(create)
 
-	list := &cobra.Command{
-		Use:   "list",
-		Short: "List keys (never their secrets)",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx := cmd.Context()
-			st, err := d.open(ctx)
-			if err != nil {
-				return err
-			}
-			defer st.Close()
-			ks, err := st.ListKeys(ctx)
-			if err != nil {
-				return err
-			}
-			return printKeys(cmd.OutOrStdout(), ks)
-		},
-	}
+	list := &cobra.Command{Use: "list", Short: "List keys (never their secrets)", Args: cobra.NoArgs}
+	list.RunE = run(func(ctx context.Context, c *admin.Client, out io.Writer, _ []string) error {
+		ks, err := c.ListKeys(ctx)
+		if err != nil {
+			return err
+		}
+		if asJSON {
+			return writeJSONOut(out, ks)
+		}
+		return printKeys(out, ks)
+	})
 
-	revoke := &cobra.Command{
-		Use:   "revoke ID",
-		Short: "Revoke a key; running gateways refuse it within a second",
-		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx := cmd.Context()
-			st, err := d.open(ctx)
-			if err != nil {
-				return err
-			}
-			defer st.Close()
-			if err := st.RevokeKey(ctx, args[0], time.Now()); err != nil {
-				if err == keys.ErrNotFound {
-					return fmt.Errorf("no key with id %q ('llmgate keys list' shows the ids)", args[0])
-				}
-				return err
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "Revoked %s\n", args[0])
-			return nil
-		},
-	}
+	show := &cobra.Command{Use: "show ID", Short: "Show a key with its limits and spend in the current budget period", Args: cobra.ExactArgs(1)}
+	show.RunE = run(func(ctx context.Context, c *admin.Client, out io.Writer, args []string) error {
+		k, err := c.GetKey(ctx, args[0])
+		if err != nil {
+			return err
+		}
+		if asJSON {
+			return writeJSONOut(out, k)
+		}
+		printKey(out, k)
+		return nil
+	})
+
+	var uf keySpecFlags
+	update := &cobra.Command{Use: "update ID", Short: "Change a key's name, models, limits, budget, metadata or expiry", Args: cobra.ExactArgs(1)}
+	update.RunE = run(func(ctx context.Context, c *admin.Client, out io.Writer, args []string) error {
+		spec, err := uf.spec(update)
+		if err != nil {
+			return err
+		}
+		k, err := c.UpdateKey(ctx, args[0], spec)
+		if err != nil {
+			return err
+		}
+		if asJSON {
+			return writeJSONOut(out, k)
+		}
+		fmt.Fprintf(out, "Updated %s; running gateways apply it within a second.\n", k.ID)
+		printKey(out, k)
+		return nil
+	})
+	uf.register(update)
+
+	revoke := &cobra.Command{Use: "revoke ID", Short: "Revoke a key; running gateways refuse it within a second", Args: cobra.ExactArgs(1)}
+	revoke.RunE = run(func(ctx context.Context, c *admin.Client, out io.Writer, args []string) error {
+		if _, err := c.RevokeKey(ctx, args[0]); err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "Revoked %s\n", args[0])
+		return nil
+	})
+
+	rotate := &cobra.Command{Use: "rotate ID", Short: "Give a key a new secret (printed once); the old one stops working within a second", Args: cobra.ExactArgs(1)}
+	rotate.RunE = run(func(ctx context.Context, c *admin.Client, out io.Writer, args []string) error {
+		is, err := c.RotateKey(ctx, args[0])
+		if err != nil {
+			return err
+		}
+		return printIssued(out, is, "Rotated", asJSON)
+	})
 
 	reset := &cobra.Command{
 		Use:   "reset-master",
 		Short: "Replace the stored master key with a new one (printed once)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if d.url != "" {
+				return errors.New("reset-master works on the database only (drop --url)")
+			}
 			ctx := cmd.Context()
 			st, err := d.open(ctx)
 			if err != nil {
@@ -153,28 +290,99 @@ func newKeysCmd() *cobra.Command {
 			return nil
 		},
 	}
-	cmd.AddCommand(create, list, revoke, reset)
+	for _, c := range []*cobra.Command{create, list, show, update, rotate} {
+		c.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	}
+	cmd.AddCommand(create, list, show, update, revoke, rotate, reset)
 	return cmd
 }
 
-func printKeys(w io.Writer, ks []*keys.Key) error {
+func writeJSONOut(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func printIssued(out io.Writer, is *admin.Issued, verb string, asJSON bool) error {
+	if asJSON {
+		return writeJSONOut(out, map[string]any{"id": is.Key.ID, "name": is.Key.Name, "key": is.Secret, "models": is.Key.Models})
+	}
+	fmt.Fprintf(out, "%s key %s (%s). The secret is shown once; store it now:\n\n    %s\n\n", verb, is.Key.ID, orDash(is.Key.Name), is.Secret)
+	if len(is.Key.Models) > 0 {
+		fmt.Fprintf(out, "Allowed models: %s\n", strings.Join(is.Key.Models, ", "))
+	}
+	return nil
+}
+
+func printKey(out io.Writer, k *admin.Key) {
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	lim := func(n int) string {
+		if n == 0 {
+			return "unlimited"
+		}
+		return fmt.Sprint(n)
+	}
+	models := "all"
+	if len(k.Models) > 0 {
+		models = strings.Join(k.Models, ", ")
+	}
+	fmt.Fprintf(tw, "ID\t%s\nName\t%s\nOwner\t%s\nKey\t%s\nStatus\t%s\nModels\t%s\n", k.ID, orDash(k.Name), orDash(k.Owner), k.Hint, k.Status, models)
+	fmt.Fprintf(tw, "RPM\t%s\nTPM\t%s\nMax concurrency\t%s\n", lim(k.RPM), lim(k.TPM), lim(k.MaxConcurrency))
+	if k.BudgetUSD > 0 {
+		fmt.Fprintf(tw, "Budget\t$%.2f (%s)\n", k.BudgetUSD, k.BudgetPeriod)
+	} else {
+		fmt.Fprintf(tw, "Budget\tnone\n")
+	}
+	if k.SpentUSD != nil {
+		fmt.Fprintf(tw, "Spent this period\t$%.4f\n", *k.SpentUSD)
+	}
+	fmt.Fprintf(tw, "Created\t%s\n", k.CreatedAt.Format(time.RFC3339))
+	if k.ExpiresAt != nil {
+		fmt.Fprintf(tw, "Expires\t%s\n", k.ExpiresAt.Format(time.RFC3339))
+	}
+	if k.RevokedAt != nil {
+		fmt.Fprintf(tw, "Revoked\t%s\n", k.RevokedAt.Format(time.RFC3339))
+	}
+	if len(k.Metadata) > 0 {
+		ks := make([]string, 0, len(k.Metadata))
+		for m := range k.Metadata {
+			ks = append(ks, m)
+		}
+		sort.Strings(ks)
+		for _, m := range ks {
+			fmt.Fprintf(tw, "Metadata %s\t%s\n", m, k.Metadata[m])
+		}
+	}
+	_ = tw.Flush()
+}
+
+func printKeys(w io.Writer, ks []admin.Key) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tNAME\tKEY\tMODELS\tCREATED\tSTATUS")
-	now := time.Now()
+	fmt.Fprintln(tw, "ID\tNAME\tKEY\tMODELS\tRPM\tTPM\tCONC\tBUDGET\tCREATED\tSTATUS")
 	for _, k := range ks {
-		status := "active"
-		if err := k.Usable(now); err != nil {
-			status = strings.TrimPrefix(err.Error(), "key ")
-		} else if k.ExpiresAt != nil {
+		status := k.Status
+		if status == "active" && k.ExpiresAt != nil {
 			status = "expires " + k.ExpiresAt.Format("2006-01-02")
 		}
 		models := "all"
 		if len(k.Models) > 0 {
 			models = strings.Join(k.Models, ",")
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", k.ID, orDash(k.Name), k.Hint, models, k.CreatedAt.Format("2006-01-02 15:04"), status)
+		budget := "-"
+		if k.BudgetUSD > 0 {
+			budget = fmt.Sprintf("$%g/%s", k.BudgetUSD, k.BudgetPeriod)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", k.ID, orDash(k.Name), k.Hint, models, zeroDash(k.RPM), zeroDash(k.TPM),
+			zeroDash(k.MaxConcurrency), budget, k.CreatedAt.Local().Format("2006-01-02 15:04"), status)
 	}
 	return tw.Flush()
+}
+
+func zeroDash(n int) string {
+	if n == 0 {
+		return "-"
+	}
+	return fmt.Sprint(n)
 }
 
 func splitList(s string) []string {
@@ -188,20 +396,7 @@ func splitList(s string) []string {
 }
 
 // parseAge accepts Go durations plus a "d" suffix for days.
-func parseAge(s string) (time.Duration, error) {
-	if strings.HasSuffix(s, "d") {
-		var days float64
-		if _, err := fmt.Sscanf(strings.TrimSuffix(s, "d"), "%g", &days); err != nil {
-			return 0, fmt.Errorf("invalid duration %q: use 30d, 12h or 90m", s)
-		}
-		return time.Duration(days * 24 * float64(time.Hour)), nil
-	}
-	d, err := time.ParseDuration(s)
-	if err != nil {
-		return 0, fmt.Errorf("invalid duration %q: use 30d, 12h or 90m", s)
-	}
-	return d, nil
-}
+func parseAge(s string) (time.Duration, error) { return admin.ParseAge(s) }
 
 func orDash(s string) string {
 	if s == "" {
