@@ -167,8 +167,7 @@ func closedLoop(ctx context.Context, q *requester, plan *cellPlan, n int, dur ti
 				body, p := plan.item(i)
 				per[w] = append(per[w], Result{})
 				res := &per[w][len(per[w])-1]
-				origin := time.Now()
-				q.do(ctx, body, p, i, origin, res)
+				q.do(ctx, body, p, i, time.Time{}, res)
 				pr.done(res)
 			}
 		}(w)

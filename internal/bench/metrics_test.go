@@ -2,9 +2,12 @@ package bench
 
 import (
 	"context"
+	"io"
 	"math"
+	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -162,5 +165,41 @@ func TestParseGoodput_AcceptsVLLMSyntaxAndRejectsUnknownKeys(t *testing.T) {
 		if _, err := ParseGoodput([]string{bad}); err == nil {
 			t.Errorf("%q accepted", bad)
 		}
+	}
+}
+
+func TestStream_SSEUnderAnotherContentTypeIsReadAndPlainJSONIsNotStreamed(t *testing.T) {
+	var plain atomic.Bool
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasSuffix(r.URL.Path, "/models") {
+			http.NotFound(w, r)
+			return
+		}
+		if plain.Load() {
+			w.Header().Set("Content-Type", "application/json")
+			io.WriteString(w, `{"choices":[{"message":{"content":"hi"}}],"usage":{"completion_tokens":1}}`)
+			return
+		}
+		w.Header().Set("Content-Type", "text/plain")
+		io.WriteString(w, `data: {"choices":[{"delta":{"content":"a"}}]}`+"\n\n"+
+			`data: {"choices":[{"delta":{"content":"b"},"finish_reason":"stop"}]}`+"\n\n"+
+			`data: {"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":2}}`+"\n\ndata: [DONE]\n\n")
+	}))
+	defer srv.Close()
+	run := func() *CellResult {
+		targets, _ := TargetsFromFlags(srv.URL+"/v1", "", []string{"m"}, "chat", func(string) string { return "" })
+		rep, err := Run(t.Context(), Options{Targets: targets, Concurrencies: []int{1}, NumRequests: 2, Burstiness: 1,
+			Workload: Workload{InputLen: 2, OutputLen: 2}, Request: RequestOptions{Timeout: 5 * time.Second}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rep.Results[0]
+	}
+	if c := run(); c.Completed != 2 || c.TotalOutputTokens != 4 {
+		t.Errorf("SSE as text/plain: %+v %v", c.Errors, c.ErrorSamples)
+	}
+	plain.Store(true)
+	if c := run(); c.Errors[ErrNotStreamed] != 2 {
+		t.Errorf("plain JSON answer: errors %v, want not_streamed", c.Errors)
 	}
 }

@@ -71,11 +71,10 @@ type requester struct {
 }
 
 // do sends one request and measures it. origin is the instant latencies are
-// measured from; the send time is taken just before the request is handed
-// to the transport.
+// measured from, or zero for the send time, which is taken just before the
+// request is handed to the transport.
 func (q *requester) do(ctx context.Context, body []byte, p *Prompt, index int, origin time.Time, res *Result) {
 	res.Index = index
-	res.Origin = origin
 	res.InputTokens = p.InputTokens
 	res.InputEstimated = true
 	timeout := q.timeout
@@ -100,6 +99,11 @@ func (q *requester) do(ctx context.Context, body []byte, p *Prompt, index int, o
 		req.Header.Set(k, v)
 	}
 	res.Sent = time.Now()
+	// A zero origin (closed loop) means latency starts at the send itself.
+	res.Origin = origin
+	if origin.IsZero() {
+		res.Origin = res.Sent
+	}
 	resp, err := q.client.Do(req)
 	if err != nil {
 		res.Err, res.ErrDetail = classifyTransportError(ctx, err, false), shortErr(err)
@@ -112,16 +116,26 @@ func (q *requester) do(ctx context.Context, body []byte, p *Prompt, index int, o
 		res.Err, res.ErrDetail = httpErrKind(resp.StatusCode), errorMessage(b)
 		return
 	}
+	var stream io.Reader = resp.Body
 	if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "text/event-stream") {
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-		if bytes.Contains(b, []byte(`"error"`)) {
-			res.Err, res.ErrDetail = ErrErrorEvent, errorMessage(b)
+		// Some servers stream SSE under another content type; look at the
+		// first bytes before calling the response unstreamed.
+		head := make([]byte, 5)
+		n, _ := io.ReadFull(resp.Body, head)
+		head = head[:n]
+		if !bytes.HasPrefix(head, []byte("data:")) && !bytes.HasPrefix(head, []byte(":")) && !bytes.HasPrefix(head, []byte("event")) {
+			rest, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+			b := append(head, rest...)
+			if bytes.Contains(b, []byte(`"error"`)) {
+				res.Err, res.ErrDetail = ErrErrorEvent, errorMessage(b)
+				return
+			}
+			res.Err, res.ErrDetail = ErrNotStreamed, "response is "+ct+", not an SSE stream; the server ignored stream=true"
 			return
 		}
-		res.Err, res.ErrDetail = ErrNotStreamed, "response is "+ct+", not an SSE stream; the server ignored stream=true"
-		return
+		stream = io.MultiReader(bytes.NewReader(head), resp.Body)
 	}
-	readStream(ctx, resp.Body, res)
+	readStream(ctx, stream, res)
 }
 
 // readStream reads an SSE body. Each event is stamped with the time the
