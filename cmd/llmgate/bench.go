@@ -81,7 +81,10 @@ Targets: --base-url with one or more --model, or --config FILE (YAML or JSON):
       api_key_env: LLMGATE_API_KEY
       model: qwen2.5-7b
       endpoint: chat          # or completions
-The API key defaults to LLMGATE_API_KEY, then OPENAI_API_KEY.`,
+The API key defaults to LLMGATE_API_KEY, then OPENAI_API_KEY.
+
+Exit status: 0 when every cell measured at least one successful request, 1
+otherwise (results are still written).`,
 		Example: `  llmgate bench --base-url http://127.0.0.1:8000/v1 --model Qwen/Qwen2.5-7B-Instruct --concurrency 1,4,8,16 --out results/
   llmgate bench --config targets.yaml --request-rate 2,4,8 --burstiness 1 --num-requests 200 --goodput ttft:500 tpot:50
   llmgate bench --base-url http://127.0.0.1:8000/v1 --model m --sweep --num-requests 64
@@ -157,7 +160,25 @@ func runBench(cmd *cobra.Command, f *benchFlags) error {
 	if runErr != nil && errors.Is(runErr, context.Canceled) {
 		return errors.New("interrupted; partial results written")
 	}
-	return runErr
+	if runErr != nil {
+		return runErr
+	}
+	// A cell where nothing succeeded measured nothing: fail so that scripts
+	// and CI notice, after the results (with the error samples) are out.
+	var dead []string
+	for _, c := range rep.Results {
+		if c.Completed == 0 {
+			msg := c.Target
+			if len(c.ErrorSamples) > 0 {
+				msg += " (" + c.ErrorSamples[0] + ")"
+			}
+			dead = append(dead, msg)
+		}
+	}
+	if len(dead) > 0 {
+		return fmt.Errorf("every request failed in %d cell(s): %s", len(dead), strings.Join(dead, "; "))
+	}
+	return nil
 }
 
 // options turns flags into bench.Options. numRequestsSet tells whether

@@ -78,6 +78,21 @@ func TestBenchCLI_RejectsBadInputWithAHint(t *testing.T) {
 	}
 }
 
+func TestBenchCLI_FailsWhenACellMeasuredNothing(t *testing.T) {
+	up := &bench.TimedUpstream{T1: time.Millisecond, T2: time.Millisecond, Chunks: 2}
+	srv := httptest.NewServer(up)
+	defer srv.Close()
+	dir := t.TempDir()
+	_, _, err := runCLI(t, "bench", "--base-url", srv.URL+"/v1", "--model", "fail-500", "--concurrency", "1",
+		"--num-requests", "2", "--json", filepath.Join(dir, "r.json"), "-q")
+	if err == nil || !strings.Contains(err.Error(), "every request failed") || !strings.Contains(err.Error(), "http_500") {
+		t.Errorf("err = %v, want every request failed with the HTTP 500 sample", err)
+	}
+	if _, statErr := os.Stat(filepath.Join(dir, "r.json")); statErr != nil {
+		t.Error("results must still be written when the run fails")
+	}
+}
+
 func TestParseRate_AcceptsNumbersAndInf(t *testing.T) {
 	if v, err := parseRate("inf"); err != nil || !math.IsInf(v, 1) {
 		t.Errorf("inf: %v %v", v, err)
