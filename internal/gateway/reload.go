@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"reflect"
 	"sync"
 	"syscall"
 	"time"
@@ -54,6 +55,11 @@ type fileStamp struct {
 // the configuration the gateway was started with.
 func NewReloader(g *Gateway, path string, current *config.Config) *Reloader {
 	r := &Reloader{g: g, path: path, log: g.log, current: current}
+	if g.Engines != nil {
+		// Engine backends need their start-on-demand hooks on every new
+		// table (carried-over backends keep theirs).
+		r.Prepare = g.Engines.Attach
+	}
 	if data, err := os.ReadFile(path); err == nil {
 		r.sum = sha256.Sum256(data)
 	}
@@ -134,8 +140,13 @@ func (r *Reloader) warnRestartOnly(cfg *config.Config) {
 		{"database", prev.Database, cfg.Database},
 		{"max_body_bytes", prev.MaxBodyBytes, cfg.MaxBodyBytes},
 		{"log_format", prev.LogFormat, cfg.LogFormat},
+		{"engines", prev.Engines, cfg.Engines},
 	} {
-		if s.old != s.new {
+		if !reflect.DeepEqual(s.old, s.new) {
+			if s.key == "engines" { // too big to print
+				r.log.Warn("config setting changed but needs a restart to take effect", "key", s.key)
+				continue
+			}
 			r.log.Warn("config setting changed but needs a restart to take effect", "key", s.key, "running", s.old, "file", s.new)
 		}
 	}
