@@ -301,4 +301,3 @@ func waitKnown(t *testing.T, r *replica, secret, body string, admitted *int) {
 }
 
 func ptr[T any](v T) *T { return &v }
-
