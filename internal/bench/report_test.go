@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/csv"
 	"encoding/json"
+	"math"
 	"net/http/httptest"
 	"os"
 	"os/exec"
@@ -144,7 +145,24 @@ func TestHTMLReport_RendersChartsInHeadlessChromiumWithoutConsoleErrors(t *testi
 		}
 		t.Skip("chromium not installed (apt-get install -y chromium); CI unset, skipping")
 	}
-	rep := matrixReport(t)
+	// Closed- and open-loop cells, a failing target, and an unreliable
+	// flag: every part of the page the script draws.
+	up := &TimedUpstream{T1: 10 * time.Millisecond, T2: 2 * time.Millisecond, Chunks: 5, PromptTokens: 20}
+	srv := httptest.NewServer(up)
+	defer srv.Close()
+	targets, _ := TargetsFromFlags(srv.URL+"/v1", "", []string{"alpha", "beta", "fail-500"}, "chat", func(string) string { return "" })
+	ctx0, cancel0 := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel0()
+	rep, err := Run(ctx0, Options{
+		Targets: targets, Concurrencies: []int{1, 2, 4}, Rates: []float64{20, math.Inf(1)}, NumRequests: 8,
+		Warmup: 0, Burstiness: 1, Workload: Workload{InputLen: 8, OutputLen: 5},
+		Request: RequestOptions{Timeout: 10 * time.Second},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep.Results[0].Unreliable = true
+	rep.Results[0].UnreliableReasons = []string{"test: flagged to draw the marker"}
 	dir := t.TempDir()
 	path := filepath.Join(dir, "report.html")
 	f, err := os.Create(path)
@@ -179,10 +197,17 @@ func TestHTMLReport_RendersChartsInHeadlessChromiumWithoutConsoleErrors(t *testi
 	if m == nil {
 		t.Fatalf("page script did not finish (no data-charts-rendered marker); stderr:\n%s", tail(stderr.String(), 3000))
 	}
-	// 4 latency + 3 throughput charts, and a TTFT and an ITL CDF per target.
-	want := 4 + 3 + 2*3
+	// Per load mode 4 latency + 3 throughput charts; a TTFT and an ITL CDF
+	// per target with successful requests.
+	want := 2*(4+3) + 2*2
 	if n, _ := strconv.Atoi(m[1]); n != want {
 		t.Errorf("charts rendered = %s, want %d", m[1], want)
+	}
+	if !strings.Contains(dom, `class="unreliable"`) {
+		t.Error("the unreliable cell is not marked in the charts")
+	}
+	if !strings.Contains(dom, "http_500=8") {
+		t.Error("the failing target's errors are not in the table")
 	}
 	if !strings.Contains(dom, `data-status="ok"`) {
 		t.Errorf("status is not ok: %s", regexp.MustCompile(`<div id="status"[^>]*>[^<]*`).FindString(dom))
@@ -193,12 +218,13 @@ func TestHTMLReport_RendersChartsInHeadlessChromiumWithoutConsoleErrors(t *testi
 	if n := strings.Count(dom, `<svg `); n < want {
 		t.Errorf("%d <svg> elements in the DOM, want at least %d", n, want)
 	}
-	// Every latency chart has a p50 and a p99 line per target.
-	if n := strings.Count(dom, `class="series"`); n < 4*2*3 {
-		t.Errorf("%d plotted series, want at least %d", n, 4*2*3)
+	// Every concurrency latency chart has a p50 and a p99 line for each of
+	// the two working targets, with a point per concurrency.
+	if n := strings.Count(dom, `class="series"`); n < 4*2*2 {
+		t.Errorf("%d plotted series, want at least %d", n, 4*2*2)
 	}
-	if n := strings.Count(dom, "<circle "); n < 4*2*3*4 {
-		t.Errorf("%d data points drawn, want at least %d", n, 4*2*3*4)
+	if n := strings.Count(dom, "<circle "); n < 4*2*2*3 {
+		t.Errorf("%d data points drawn, want at least %d", n, 4*2*2*3)
 	}
 	for _, line := range strings.Split(stderr.String(), "\n") {
 		if strings.Contains(line, ":CONSOLE") || strings.Contains(line, "Uncaught") {
