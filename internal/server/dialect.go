@@ -447,13 +447,10 @@ func (s *Server) relayHubStream(w http.ResponseWriter, ctx context.Context, c *c
 			} else {
 				e = c.dep.Backend.Classify(ctx, err)
 			}
-			if up != nil {
-				for _, hev := range up.Finish(e) {
-					if !hubChunk(hev.Data) {
-						return
-					}
-				}
-			}
+			// The client's translator gets e directly: routing it through
+			// up.Finish would turn it into an in-band error chunk that
+			// hubChunk reports as "the backend reported an error", wrapping
+			// the message twice for a stream the backend merely cut.
 			c.status, c.errType = e.Status, e.Code
 			write(out.Finish(e))
 			return
