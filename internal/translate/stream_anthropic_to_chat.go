@@ -1,6 +1,7 @@
 package translate
 
 import (
+	"bytes"
 	"encoding/json"
 	"time"
 
@@ -45,6 +46,9 @@ func NewAnthropicToChatStream(model string, includeUsage bool) *AnthropicToChatS
 func (t *AnthropicToChatStream) Feed(name string, data []byte) ([]Event, error) {
 	if t.finished || t.stopped {
 		return nil, nil
+	}
+	if len(bytes.TrimSpace(data)) == 0 {
+		return nil, nil // an empty keep-alive event
 	}
 	var ev anthropic.StreamEvent
 	if err := json.Unmarshal(data, &ev); err != nil {

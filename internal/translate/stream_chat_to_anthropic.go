@@ -1,6 +1,7 @@
 package translate
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -141,6 +142,9 @@ func NewChatToAnthropicStream(model string, inputTokensEstimate int) *ChatToAnth
 func (t *ChatToAnthropicStream) Feed(data []byte) ([]Event, error) {
 	if t.finished {
 		return nil, nil
+	}
+	if len(bytes.TrimSpace(data)) == 0 {
+		return nil, nil // an empty keep-alive event
 	}
 	var c chatChunk
 	if err := json.Unmarshal(data, &c); err != nil {

@@ -1,6 +1,7 @@
 package translate
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -105,6 +106,9 @@ func (t *ChatToResponsesStream) begin(evs []Event, upstreamID string, created in
 func (t *ChatToResponsesStream) Feed(data []byte) ([]Event, error) {
 	if t.done {
 		return nil, nil
+	}
+	if len(bytes.TrimSpace(data)) == 0 {
+		return nil, nil // an empty keep-alive event
 	}
 	var c chatChunk
 	if err := json.Unmarshal(data, &c); err != nil {

@@ -433,3 +433,20 @@ func TestChatToAnthropicRequest_LeavesOutEmptyText(t *testing.T) {
 		t.Errorf("messages = %s", mustJSON(out.Messages))
 	}
 }
+
+func TestStreams_IgnoreEmptyKeepAliveEvents(t *testing.T) {
+	a := NewChatToAnthropicStream("m", 1)
+	r := NewChatToResponsesStream(nil)
+	c := NewAnthropicToChatStream("m", false)
+	for _, data := range [][]byte{nil, []byte(" "), []byte("\n")} {
+		if evs, err := a.Feed(data); evs != nil || err != nil {
+			t.Errorf("chat->anthropic: %v %v", evs, err)
+		}
+		if evs, err := r.Feed(data); evs != nil || err != nil {
+			t.Errorf("chat->responses: %v %v", evs, err)
+		}
+		if evs, err := c.Feed("ping", data); evs != nil || err != nil {
+			t.Errorf("anthropic->chat: %v %v", evs, err)
+		}
+	}
+}
