@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"reflect"
 	"sort"
 	"strings"
 	"syscall"
@@ -328,4 +329,15 @@ func (c *Config) BindEngine(name string, port int) error {
 	b.URL = e.BaseURL()
 	b.BaseURL = b.URL
 	return nil
+}
+
+// SameAs reports whether two engine definitions start the same process
+// with the same settings, ignoring where they were written and the port
+// (assigned at start when the file leaves it out).
+func (e *Engine) SameAs(o *Engine) bool {
+	a, b := *e, *o
+	a.line, b.line = 0, 0
+	a.conflict, b.conflict = false, false
+	a.Port, b.Port = 0, 0
+	return reflect.DeepEqual(a, b)
 }

@@ -3,12 +3,14 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"sort"
 	"syscall"
 	"time"
 
 	"llmgate/internal/apierror"
+	"llmgate/internal/config"
 )
 
 // Status is an engine's state as the admin API and `llmgate engines`
@@ -187,12 +189,11 @@ func (m *Manager) Close(ctx context.Context) error {
 	for _, n := range m.names {
 		e := m.engines[n]
 		m.failAll(e, e.shuttingDown())
-		if e.delayed != nil {
-			e.delayed.Stop()
-			e.delayed = nil
-		}
-		if r := e.run; r != nil {
+		r := e.run
+		if r != nil || e.delayed != nil {
 			m.stopLocked(e, "gateway shutdown")
+		}
+		if r != nil {
 			runs = append(runs, r)
 			graces = append(graces, time.Duration(e.cfg.StopGrace))
 		}
@@ -228,4 +229,27 @@ func (m *Manager) Close(ctx context.Context) error {
 		return errors.Join(errs[0], errors.New("engines were killed before their stop grace period ended"))
 	}
 	return nil
+}
+
+// Rebind prepares a reloaded configuration: every engine keeps its running
+// process and port, so the new config's engine backends point at the same
+// ports. Call it before building the new routing table, then Attach the
+// table. Engines cannot be added or redefined by a reload: a new engine is
+// an error (the reload should be rejected); changed settings of a known
+// engine are reported and take effect at the next restart of the gateway.
+func (m *Manager) Rebind(cfg *config.Config) (changed []string, err error) {
+	for _, name := range sortedNames(cfg.Engines) {
+		e := m.engines[name]
+		if e == nil {
+			return nil, fmt.Errorf("engines.%s is new: adding engines needs a gateway restart", name)
+		}
+		nc := cfg.Engines[name]
+		if !nc.SameAs(e.cfg) {
+			changed = append(changed, name)
+		}
+		if err := cfg.BindEngine(name, e.cfg.Port); err != nil {
+			return nil, err
+		}
+	}
+	return changed, nil
 }

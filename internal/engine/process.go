@@ -50,7 +50,7 @@ func (m *Manager) spawnLocked(e *Engine) {
 	}
 	cmd := exec.Command(args[0], args[1:]...)
 	cmd.Dir = strings.ReplaceAll(c.Workdir, config.PortPlaceholder, port)
-	cmd.Env = os.Environ()
+	cmd.Env = childEnv(os.Environ())
 	for _, k := range sortedNames(c.Env) {
 		cmd.Env = append(cmd.Env, k+"="+strings.ReplaceAll(c.Env[k], config.PortPlaceholder, port))
 	}
@@ -99,6 +99,18 @@ func (m *Manager) spawnLocked(e *Engine) {
 		defer m.mu.Unlock()
 		m.onStartTimeout(e, r)
 	})
+}
+
+// childEnv is the gateway's environment minus its own secrets: an engine
+// has no business with the master key.
+func childEnv(env []string) []string {
+	out := env[:0:0]
+	for _, kv := range env {
+		if !strings.HasPrefix(kv, "LLMGATE_MASTER_KEY=") {
+			out = append(out, kv)
+		}
+	}
+	return out
 }
 
 // portFree reports an error when something already listens on the port:
