@@ -317,8 +317,8 @@ func TestFailover_OnlyDeploymentRateLimitedPassesRetryAfterToClient(t *testing.T
 		t.Fatalf("status %d Retry-After %q; want 429 with the backend's Retry-After", code, hdr.Get("Retry-After"))
 	}
 	code, hdr, body := gw.chat("m", false)
-	if code != 503 || hdr.Get("Retry-After") == "" || !strings.Contains(body, "rate limited") {
-		t.Fatalf("second request while resting: %d %q %s; want 503 saying it is rate limited, with Retry-After", code, hdr.Get("Retry-After"), body)
+	if code != 429 || hdr.Get("Retry-After") == "" || !strings.Contains(body, "rate limited for") {
+		t.Fatalf("second request while resting: %d %q %s; want 429 saying it is rate limited, with Retry-After", code, hdr.Get("Retry-After"), body)
 	}
 	wantHits(t, map[*faultUpstream]int64{limited: 1})
 }

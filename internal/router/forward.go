@@ -175,6 +175,7 @@ func (t *Table) unavailable(route *Route) error {
 	now := t.opt.Now()
 	var soonest time.Time
 	var why []string
+	onlyRateLimited := true
 	routes := append([]*Route{route}, route.fallbacks...)
 	for _, r := range routes {
 		for _, d := range r.Deployments {
@@ -182,12 +183,19 @@ func (t *Table) unavailable(route *Route) error {
 			if !at.IsZero() && (soonest.IsZero() || at.Before(soonest)) {
 				soonest = at
 			}
-			why = append(why, t.reason(d, now))
+			reason, limited := t.reason(d, now)
+			onlyRateLimited = onlyRateLimited && limited
+			why = append(why, reason)
 		}
 	}
 	e := apierror.Newf(http.StatusServiceUnavailable, apierror.KindOverloaded, "no_healthy_deployment",
 		"model %q has no healthy deployment right now (%s); retry shortly, or see GET /v1/models?health=1",
 		route.Model, strings.Join(why, "; "))
+	if onlyRateLimited {
+		// Every deployment asked us to wait: that is a rate limit, and
+		// clients handle 429 with Retry-After best.
+		e.Status, e.Kind, e.Code = http.StatusTooManyRequests, apierror.KindRateLimit, "backend_rate_limited"
+	}
 	secs := 1
 	if !soonest.IsZero() {
 		secs = max(1, int(math.Ceil(soonest.Sub(now).Seconds())))
@@ -196,24 +204,25 @@ func (t *Table) unavailable(route *Route) error {
 	return e
 }
 
-// reason says in a few words why a deployment is not taking requests.
-func (t *Table) reason(d Deployment, now time.Time) string {
+// reason says in a few words why a deployment is not taking requests, and
+// whether that is only a rate limit.
+func (t *Table) reason(d Deployment, now time.Time) (string, bool) {
 	name := d.Backend.Name + "/" + d.UpstreamModel
 	if d.s.be.down.Load() {
 		d.s.be.checkMu.Lock()
 		defer d.s.be.checkMu.Unlock()
-		return fmt.Sprintf("%s: failing health checks (%s)", name, d.s.be.checkErr)
+		return fmt.Sprintf("%s: failing health checks (%s)", name, d.s.be.checkErr), false
 	}
 	st := d.s.br.status(now)
 	switch {
+	case st.State == StateOpen && st.OpenFor > 0:
+		return fmt.Sprintf("%s: circuit open for %s more after repeated failures", name, st.OpenFor.Round(time.Second)), false
 	case st.RestingFor > 0:
-		return fmt.Sprintf("%s: rate limited for %s more", name, st.RestingFor.Round(time.Second))
-	case st.State == StateOpen:
-		return fmt.Sprintf("%s: circuit open for %s more after repeated failures", name, st.OpenFor.Round(time.Second))
-	case st.State == StateHalfOpen:
-		return name + ": being probed after failures"
+		return fmt.Sprintf("%s: rate limited for %s more", name, st.RestingFor.Round(time.Second)), true
+	case st.State == StateHalfOpen || st.State == StateOpen:
+		return name + ": being probed after failures", false
 	}
-	return name + ": healthy"
+	return name + ": healthy", false
 }
 
 // exhausted is the error after several deployments failed: the last

@@ -291,7 +291,7 @@ func TestBreaker_TimeoutsCountHalfAndRateLimitsOnlyRest(t *testing.T) {
 		t.Fatalf("after 429 Retry-After 3: %+v; want rate_limited for 3s with the breaker closed", h)
 	}
 	ok := &script{}
-	if err := forward(t, tb2, "m", ok); apierror.From(err).Status != 503 || len(ok.calls) != 0 {
+	if err := forward(t, tb2, "m", ok); apierror.From(err).Status != 429 || len(ok.calls) != 0 {
 		t.Fatalf("during Retry-After the deployment was called (%v) or err %v", ok.calls, err)
 	}
 	clk2.Advance(3 * time.Second)
