@@ -239,6 +239,10 @@ func TestFailover_EachFaultBeforeFirstByteGoesToTheNextDeployment(t *testing.T) 
 			u := newUpstream(t, "bad", stallAfter(0))
 			return u.URL, u
 		}, ", idle_timeout: 200ms", true},
+		{"headers at once, first token too late", func(t *testing.T) (string, *faultUpstream) {
+			u := newUpstream(t, "bad", stallAfter(0))
+			return u.URL, u
+		}, ", first_byte_timeout: 200ms", true},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

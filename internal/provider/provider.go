@@ -33,8 +33,9 @@ type Backend struct {
 	headers map[string]string
 	client  *http.Client
 	timeout time.Duration
-	idle    time.Duration
-	health  *config.HealthCheck
+	idle      time.Duration
+	firstByte time.Duration
+	health    *config.HealthCheck
 }
 
 // NewBackend builds a Backend from configuration. Each backend owns its
@@ -62,7 +63,7 @@ func NewBackend(b *config.Backend) *Backend {
 	return &Backend{
 		Name: b.Name, BaseURL: b.BaseURL, Dialect: b.Dialect, apiKey: b.APIKey,
 		headers: b.Headers, client: &http.Client{Transport: tr}, timeout: time.Duration(b.Timeout),
-		idle: time.Duration(b.IdleTimeout), health: b.HealthCheck,
+		idle: time.Duration(b.IdleTimeout), firstByte: time.Duration(b.FirstByte), health: b.HealthCheck,
 	}
 }
 
@@ -74,6 +75,11 @@ func (b *Backend) Timeout() time.Duration { return b.timeout }
 
 // IdleTimeout bounds the gap between two stream events, zero for none.
 func (b *Backend) IdleTimeout() time.Duration { return b.idle }
+
+// FirstByteTimeout bounds the wait for response headers and, for a stream,
+// for its first event (engines send stream headers at once and the first
+// token only after queueing and prefill); zero for none.
+func (b *Backend) FirstByteTimeout() time.Duration { return b.firstByte }
 
 // NewRequest builds a POST (or GET when body is nil) to BaseURL+path with the
 // backend's credentials.

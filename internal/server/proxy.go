@@ -250,11 +250,13 @@ func (s *Server) attempt(ctx context.Context, w http.ResponseWriter, c *call, de
 	}
 	dep.ObserveLatency(time.Since(t0))
 	if c.stream && strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
-		var idle *idleGap
-		if d := b.IdleTimeout(); d > 0 {
-			idle = startIdleGap(d, cancel)
-			defer idle.stop()
+		first := b.FirstByteTimeout()
+		if first > 0 {
+			first -= time.Since(t0) // the headers used part of the budget
+			first = max(first, time.Millisecond)
 		}
+		idle := startIdleGap(b.IdleTimeout(), first, cancel)
+		defer idle.stop()
 		return s.relayStream(w, ctx, c, resp, idle)
 	}
 	return s.relayJSON(w, c, resp)

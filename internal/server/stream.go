@@ -67,22 +67,40 @@ func (s *Server) relayStream(w http.ResponseWriter, ctx context.Context, c *call
 // errIdleGap is the cancellation cause when a stream went quiet too long.
 var errIdleGap = errors.New("no stream event within idle_timeout")
 
-// idleGap cancels an attempt whose stream goes quiet for longer than the
-// backend's idle_timeout. A nil *idleGap does nothing.
+// idleGap cancels an attempt whose stream goes quiet: before the first
+// event for longer than first_byte_timeout (or idle_timeout when that is
+// not set), afterwards for longer than idle_timeout. A nil *idleGap does
+// nothing.
 type idleGap struct {
-	d     time.Duration
-	timer *time.Timer
+	d, first time.Duration
+	started  bool // the first event arrived
+	timer    *time.Timer
 }
 
-// startIdleGap arms the idle time-out once the response headers arrived.
-func startIdleGap(d time.Duration, cancel context.CancelCauseFunc) *idleGap {
-	return &idleGap{d: d, timer: time.AfterFunc(d, func() { cancel(errIdleGap) })}
-}
-
-func (g *idleGap) rearm() {
-	if g != nil {
-		g.timer.Reset(g.d)
+// startIdleGap arms the time-outs once the response headers arrived.
+// first is the remaining first-byte budget; either may be zero.
+func startIdleGap(idle, first time.Duration, cancel context.CancelCauseFunc) *idleGap {
+	wait := first
+	if wait <= 0 {
+		wait = idle
 	}
+	if wait <= 0 {
+		return nil
+	}
+	return &idleGap{d: idle, first: first, timer: time.AfterFunc(wait, func() { cancel(errIdleGap) })}
+}
+
+// rearm is called after each event.
+func (g *idleGap) rearm() {
+	if g == nil {
+		return
+	}
+	g.started = true
+	if g.d <= 0 {
+		g.timer.Stop()
+		return
+	}
+	g.timer.Reset(g.d)
 }
 
 func (g *idleGap) stop() {
@@ -93,6 +111,11 @@ func (g *idleGap) stop() {
 
 // streamError turns a stream read failure into the client-facing error.
 func (s *Server) streamError(ctx context.Context, c *call, err error, idle *idleGap) *apierror.Error {
+	if idle != nil && context.Cause(ctx) == errIdleGap && !idle.started && idle.first > 0 {
+		return apierror.Newf(http.StatusGatewayTimeout, apierror.KindTimeout, "backend_timeout",
+			"backend %q sent no stream event within first_byte_timeout (%s): it may be queueing or overloaded; raise backends.%s.first_byte_timeout if the model is slow to start",
+			c.dep.Backend.Name, idle.first, c.dep.Backend.Name).Wrap(err)
+	}
 	if idle != nil && context.Cause(ctx) == errIdleGap {
 		return apierror.Newf(http.StatusGatewayTimeout, apierror.KindTimeout, "stream_idle_timeout",
 			"backend %q sent no stream event for %s; raise backends.%s.idle_timeout if the model is slow, or check that it is not stuck",
