@@ -2,6 +2,8 @@ package router
 
 import (
 	"context"
+	"io"
+	"log/slog"
 	"net/http"
 	"strings"
 	"sync"
@@ -41,7 +43,7 @@ func table(t *testing.T, src string) (*Table, *fakeClock) {
 		t.Fatal(err)
 	}
 	clk := newFakeClock()
-	tb := NewWithOptions(cfg, Options{Now: clk.Now, Backoff: time.Microsecond})
+	tb := NewWithOptions(cfg, Options{Now: clk.Now, Backoff: time.Microsecond, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	t.Cleanup(tb.Close)
 	return tb, clk
 }
@@ -407,5 +409,34 @@ func TestRetryAfter_SecondsAndDates(t *testing.T) {
 	}
 	if d := retryAfter(http.Header{"Retry-After": {"soon"}}); d != 0 {
 		t.Fatalf("garbage: %v", d)
+	}
+}
+
+func TestNewWithOptions_ReloadKeepsUnchangedBackendsAndTheirBreakers(t *testing.T) {
+	src := threeBackends + "models:\n  m: {deployments: [{backend: a}, {backend: b, priority: 1}]}\n"
+	t1, clk := table(t, src)
+	r1, _ := t1.Route("m")
+	bad := &script{by: map[string]func() (bool, error){"a": fails(err502)}}
+	for i := 0; i < 5; i++ {
+		_ = forward(t, t1, "m", bad)
+	}
+	// b changes (a time-out), a moves down two lines but is unchanged.
+	src2 := "\n\nbackends:\n  a: {url: http://127.0.0.1:9}\n  b: {url: http://127.0.0.1:9, timeout: 5s}\n  c: {url: http://127.0.0.1:9}\nmodels:\n  m: {deployments: [{backend: a}, {backend: b, priority: 1}]}\n"
+	cfg, err := config.Load(strings.NewReader(src2), "test.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t2 := NewWithOptions(cfg, Options{Now: clk.Now, Previous: t1})
+	defer t2.Close()
+	t1.Close()
+	if t2.Backend("a") != t1.Backend("a") || t2.Backend("b") == t1.Backend("b") {
+		t.Fatal("want backend a carried over and backend b rebuilt")
+	}
+	r2, _ := t2.Route("m")
+	if h := t2.ModelHealth(r2).Deployments[0]; h.Backend != "a" || h.Status != StateOpen {
+		t.Fatalf("the open breaker of a was lost in the reload: %+v", h)
+	}
+	if r1.Deployments[1].s == r2.Deployments[1].s {
+		t.Fatal("b's state was kept although its settings changed")
 	}
 }
