@@ -133,29 +133,7 @@ func (e *env) waitKey(t *testing.T, secret string) {
 	}
 }
 
-// ledger waits until the usage ledger holds a record for model with the
-// given endpoint and returns the newest one.
-func (e *env) ledger(t *testing.T, model, endpoint string) usage.Record {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		recs, err := e.gw.Store.Recent(context.Background(), 1000)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, r := range recs {
-			if r.Model == model && r.Endpoint == endpoint {
-				return r
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no ledger record for model %s endpoint %s", model, endpoint)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
-// ctx returns a context bounded so that a hung stream fails the test
+// testCtx returns a context bounded so that a hung stream fails the test
 // instead of hanging CI.
 func testCtx(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
