@@ -1,6 +1,7 @@
 package usage
 
 import (
+	"encoding/binary"
 	"math"
 	"sort"
 	"strings"
@@ -116,8 +117,11 @@ type SummaryBuilder struct {
 
 type sumAcc struct {
 	row  SummaryRow
-	hist map[int]int64
+	hist [maxBucket + 1]int64
 }
+
+// maxBucket bounds histogram buckets (2^64 µs needs 8*64+1).
+const maxBucket = 8*64 + 1
 
 // NewSummaryBuilder returns a builder for the given group dimensions
 // (key, model, backend, day).
@@ -129,7 +133,7 @@ func (b *SummaryBuilder) acc(dims []string) *sumAcc {
 	k := strings.Join(dims, "\x00")
 	a := b.rows[k]
 	if a == nil {
-		a = &sumAcc{hist: map[int]int64{}}
+		a = &sumAcc{}
 		for i, g := range b.group {
 			switch g {
 			case "key":
@@ -160,7 +164,19 @@ func (b *SummaryBuilder) AddTotals(dims []string, requests, errors, prompt, comp
 
 // AddLatency adds n latencies in a histogram bucket for a group.
 func (b *SummaryBuilder) AddLatency(dims []string, bucket int, n int64) {
-	b.acc(dims).hist[bucket] += n
+	b.acc(dims).hist[min(max(bucket, 0), maxBucket)] += n
+}
+
+// AddRollup adds one stored rollup row: totals and an encoded histogram.
+func (b *SummaryBuilder) AddRollup(dims []string, requests, errors, prompt, completion, estimated int64, cost float64, hist []byte) {
+	a := b.acc(dims)
+	a.row.Requests += requests
+	a.row.Errors += errors
+	a.row.PromptTokens += prompt
+	a.row.CompletionTokens += completion
+	a.row.Estimated += estimated
+	a.row.CostUSD += cost
+	DecodeHist(hist, func(bucket int, n int64) { a.hist[min(max(bucket, 0), maxBucket)] += n })
 }
 
 // AddRecord adds one raw record for a group.
@@ -189,33 +205,66 @@ func (b *SummaryBuilder) Rows() []SummaryRow {
 		if a.row.Requests == 0 {
 			continue
 		}
-		a.row.P50LatencyMS = histRank(a.hist, 0.50)
-		a.row.P95LatencyMS = histRank(a.hist, 0.95)
+		a.row.P50LatencyMS = histRank(&a.hist, 0.50)
+		a.row.P95LatencyMS = histRank(&a.hist, 0.95)
 		out = append(out, a.row)
 	}
 	return out
 }
 
 // histRank returns the nearest-rank percentile of a histogram in ms.
-func histRank(h map[int]int64, p float64) float64 {
+func histRank(h *[maxBucket + 1]int64, p float64) float64 {
 	var total int64
-	buckets := make([]int, 0, len(h))
-	for k, n := range h {
+	for _, n := range h {
 		total += n
-		buckets = append(buckets, k)
 	}
 	if total == 0 {
 		return 0
 	}
-	sort.Ints(buckets)
-	want := int64(math.Ceil(p * float64(total)))
-	want = max(want, 1)
+	want := max(int64(math.Ceil(p*float64(total))), 1)
 	var seen int64
-	for _, k := range buckets {
-		seen += h[k]
+	for k, n := range h {
+		seen += n
 		if seen >= want {
 			return float64(BucketLatencyUS(k)) / 1000
 		}
 	}
-	return float64(BucketLatencyUS(buckets[len(buckets)-1])) / 1000
+	return 0
+}
+
+// AppendHist encodes a latency histogram compactly (uvarint pairs of
+// bucket and count, buckets ascending), merging add into the encoded old.
+func AppendHist(old []byte, add map[int]int64) []byte {
+	m := make(map[int]int64, len(add)+16)
+	DecodeHist(old, func(b int, n int64) { m[b] += n })
+	for b, n := range add {
+		m[b] += n
+	}
+	buckets := make([]int, 0, len(m))
+	for b := range m {
+		buckets = append(buckets, b)
+	}
+	sort.Ints(buckets)
+	out := make([]byte, 0, len(buckets)*3)
+	for _, b := range buckets {
+		out = binary.AppendUvarint(out, uint64(b))
+		out = binary.AppendUvarint(out, uint64(m[b]))
+	}
+	return out
+}
+
+// DecodeHist calls fn for each bucket of an encoded histogram.
+func DecodeHist(b []byte, fn func(bucket int, n int64)) {
+	for len(b) > 0 {
+		k, n1 := binary.Uvarint(b)
+		if n1 <= 0 {
+			return
+		}
+		v, n2 := binary.Uvarint(b[n1:])
+		if n2 <= 0 {
+			return
+		}
+		fn(int(k), int64(v))
+		b = b[n1+n2:]
+	}
 }

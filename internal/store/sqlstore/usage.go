@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"sort"
 	"strings"
 	"time"
 
@@ -16,19 +15,33 @@ const usageCols = `id, ts, key_id, model, backend, upstream_model, endpoint, sta
 
 const usageNCols = 17
 
-// InsertUsage writes a batch in one transaction: the records, skipping IDs
-// already stored, and the hourly rollups of exactly the records that were
-// new, so a replayed batch changes neither table.
-func InsertUsage(ctx context.Context, db *sql.DB, d Dialect, recs []usage.Record) error {
-	if len(recs) == 0 {
-		return nil
-	}
-	tx, err := db.BeginTx(ctx, nil)
+// insertPrepared inserts row by row with one prepared statement: on an
+// embedded database there is no round trip to save, and parsing a giant
+// multi-row statement costs more than executing a prepared one.
+func insertPrepared(ctx context.Context, tx *sql.Tx, recs []usage.Record, inserted map[string]bool) error {
+	stmt, err := tx.PrepareContext(ctx, `INSERT INTO usage(`+usageCols+`) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT (id) DO NOTHING`)
 	if err != nil {
 		return err
 	}
-	defer tx.Rollback()
-	inserted := make(map[string]bool, len(recs))
+	defer stmt.Close()
+	for i := range recs {
+		r := &recs[i]
+		res, err := stmt.ExecContext(ctx, r.ID, r.Time.UnixMilli(), r.KeyID, r.Model, r.Backend, r.UpstreamModel, r.Endpoint,
+			r.Status, r.ErrorType, r.PromptTokens, r.CompletionTokens, r.CachedTokens, r.TTFT.Microseconds(),
+			r.Latency.Microseconds(), b2i(r.Estimated), b2i(r.Stream), r.CostUSD)
+		if err != nil {
+			return fmt.Errorf("insert usage: %w", err)
+		}
+		if n, _ := res.RowsAffected(); n == 1 {
+			inserted[r.ID] = true
+		}
+	}
+	return nil
+}
+
+// insertMultiRow inserts in multi-row statements, learning which rows were
+// new from RETURNING: one round trip per few hundred rows on a server.
+func insertMultiRow(ctx context.Context, tx *sql.Tx, d Dialect, recs []usage.Record, inserted map[string]bool) error {
 	per := min(500, d.MaxParams/usageNCols)
 	args := make([]any, 0, per*usageNCols)
 	for start := 0; start < len(recs); start += per {
@@ -64,6 +77,31 @@ func InsertUsage(ctx context.Context, db *sql.DB, d Dialect, recs []usage.Record
 			return err
 		}
 	}
+	return nil
+}
+
+// InsertUsage writes a batch in one transaction: the records, skipping IDs
+// already stored, and the hourly rollups of exactly the records that were
+// new, so a replayed batch changes neither table.
+func InsertUsage(ctx context.Context, db *sql.DB, d Dialect, recs []usage.Record) error {
+	if len(recs) == 0 {
+		return nil
+	}
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	inserted := make(map[string]bool, len(recs))
+	var err2 error
+	if d.Dollar {
+		err2 = insertMultiRow(ctx, tx, d, recs, inserted)
+	} else {
+		err2 = insertPrepared(ctx, tx, recs, inserted)
+	}
+	if err2 != nil {
+		return err2
+	}
 	fresh := recs
 	if len(inserted) != len(recs) {
 		fresh = make([]usage.Record, 0, len(inserted))
@@ -80,8 +118,17 @@ func InsertUsage(ctx context.Context, db *sql.DB, d Dialect, recs []usage.Record
 	return tx.Commit()
 }
 
+// upsertRollups adds the counts of new records to their hourly rows and
+// merges their latencies into each row's histogram. The upsert locks every
+// touched row until commit and returns its current histogram, so the
+// read-merge-write below cannot race another writer.
 func upsertRollups(ctx context.Context, tx *sql.Tx, d Dialect, rus []usage.Rollup) error {
 	const per = 400
+	idx := make(map[usage.RollupKey]int, len(rus))
+	for i := range rus {
+		idx[rus[i].RollupKey] = i
+	}
+	hists := make([][]byte, len(rus))
 	for start := 0; start < len(rus); start += per {
 		chunk := rus[start:min(start+per, len(rus))]
 		var b strings.Builder
@@ -101,61 +148,39 @@ func upsertRollups(ctx context.Context, tx *sql.Tx, d Dialect, rus []usage.Rollu
 			prompt_tokens = usage_hourly.prompt_tokens + excluded.prompt_tokens,
 			completion_tokens = usage_hourly.completion_tokens + excluded.completion_tokens,
 			cached_tokens = usage_hourly.cached_tokens + excluded.cached_tokens,
-			estimated = usage_hourly.estimated + excluded.estimated, cost_usd = usage_hourly.cost_usd + excluded.cost_usd`)
-		if _, err := tx.ExecContext(ctx, d.Q(b.String()), args...); err != nil {
+			estimated = usage_hourly.estimated + excluded.estimated, cost_usd = usage_hourly.cost_usd + excluded.cost_usd
+			RETURNING hour, key_id, model, backend, latency`)
+		rows, err := tx.QueryContext(ctx, d.Q(b.String()), args...)
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			var k usage.RollupKey
+			var h []byte
+			if err := rows.Scan(&k.Hour, &k.KeyID, &k.Model, &k.Backend, &h); err != nil {
+				rows.Close()
+				return err
+			}
+			if i, ok := idx[k]; ok {
+				hists[i] = h
+			}
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
 			return err
 		}
 	}
-	type lat struct {
-		usage.RollupKey
-		bucket int
-		n      int64
+	stmt, err := tx.PrepareContext(ctx, d.Q(`UPDATE usage_hourly SET latency = ? WHERE hour = ? AND key_id = ? AND model = ? AND backend = ?`))
+	if err != nil {
+		return err
 	}
-	var lats []lat
-	for _, r := range rus {
-		for bk, n := range r.Latency {
-			lats = append(lats, lat{r.RollupKey, bk, n})
-		}
-	}
-	// Consistent lock order across concurrent writers avoids deadlocks.
-	sortLats := func(a, b lat) bool {
-		if a.RollupKey != b.RollupKey {
-			return rollupLess(a.RollupKey, b.RollupKey)
-		}
-		return a.bucket < b.bucket
-	}
-	sort.Slice(lats, func(i, j int) bool { return sortLats(lats[i], lats[j]) })
-	for start := 0; start < len(lats); start += per {
-		chunk := lats[start:min(start+per, len(lats))]
-		var b strings.Builder
-		args := make([]any, 0, len(chunk)*6)
-		b.WriteString(`INSERT INTO usage_hourly_latency(hour, key_id, model, backend, bucket, n) VALUES `)
-		for i, l := range chunk {
-			if i > 0 {
-				b.WriteByte(',')
-			}
-			b.WriteString(`(?,?,?,?,?,?)`)
-			args = append(args, l.Hour, l.KeyID, l.Model, l.Backend, l.bucket, l.n)
-		}
-		b.WriteString(` ON CONFLICT (hour, key_id, model, backend, bucket) DO UPDATE SET n = usage_hourly_latency.n + excluded.n`)
-		if _, err := tx.ExecContext(ctx, d.Q(b.String()), args...); err != nil {
+	defer stmt.Close()
+	for i, r := range rus {
+		if _, err := stmt.ExecContext(ctx, usage.AppendHist(hists[i], r.Latency), r.Hour, r.KeyID, r.Model, r.Backend); err != nil {
 			return err
 		}
 	}
 	return nil
-}
-
-func rollupLess(a, b usage.RollupKey) bool {
-	if a.Hour != b.Hour {
-		return a.Hour < b.Hour
-	}
-	if a.KeyID != b.KeyID {
-		return a.KeyID < b.KeyID
-	}
-	if a.Model != b.Model {
-		return a.Model < b.Model
-	}
-	return a.Backend < b.Backend
 }
 
 // Summary aggregates usage per group: hourly rollups for the whole hours in
@@ -206,24 +231,15 @@ func Summary(ctx context.Context, db *sql.DB, d Dialect, f usage.Filter) ([]usag
 	n := len(group)
 	dims := make([]string, n)
 	if hStart < hEnd {
-		gk := strings.Join(rollCols, ", ")
 		args := append([]any{hStart, hEnd}, fargs...)
-		q := `SELECT ` + gk + `, CAST(SUM(requests) AS BIGINT), CAST(SUM(errors) AS BIGINT), CAST(SUM(prompt_tokens) AS BIGINT),
-			CAST(SUM(completion_tokens) AS BIGINT), CAST(SUM(estimated) AS BIGINT), SUM(cost_usd)
-			FROM usage_hourly WHERE hour >= ? AND hour < ?` + filt + ` GROUP BY ` + gk
+		q := `SELECT ` + strings.Join(rollCols, ", ") + `, requests, errors, prompt_tokens, completion_tokens, estimated, cost_usd, latency
+			FROM usage_hourly WHERE hour >= ? AND hour < ?` + filt
 		var req, errs, pt, ct, est int64
 		var cost float64
-		err := scanRows(ctx, db, d.Q(q), args, dims, []any{&req, &errs, &pt, &ct, &est, &cost}, func() {
-			sb.AddTotals(dims, req, errs, pt, ct, est, cost)
+		var hist []byte
+		err := scanRows(ctx, db, d.Q(q), args, dims, []any{&req, &errs, &pt, &ct, &est, &cost, &hist}, func() {
+			sb.AddRollup(dims, req, errs, pt, ct, est, cost, hist)
 		})
-		if err != nil {
-			return nil, err
-		}
-		q = `SELECT ` + gk + `, bucket, CAST(SUM(n) AS BIGINT) FROM usage_hourly_latency WHERE hour >= ? AND hour < ?` + filt +
-			` GROUP BY ` + gk + `, bucket`
-		var bucket int
-		var cnt int64
-		err = scanRows(ctx, db, d.Q(q), args, dims, []any{&bucket, &cnt}, func() { sb.AddLatency(dims, bucket, cnt) })
 		if err != nil {
 			return nil, err
 		}

@@ -61,15 +61,8 @@ CREATE TABLE IF NOT EXISTS usage_hourly (
   cached_tokens     BIGINT NOT NULL DEFAULT 0,
   estimated         BIGINT NOT NULL DEFAULT 0,
   cost_usd          DOUBLE PRECISION NOT NULL DEFAULT 0,
+  -- latency histogram: usage.AppendHist encoding (8 buckets per doubling)
+  latency           BYTEA NOT NULL DEFAULT ''::bytea,
   PRIMARY KEY (hour, key_id, model, backend)
 );
 
-CREATE TABLE IF NOT EXISTS usage_hourly_latency (
-  hour    BIGINT NOT NULL,
-  key_id  TEXT NOT NULL,
-  model   TEXT NOT NULL,
-  backend TEXT NOT NULL,
-  bucket  INTEGER NOT NULL,
-  n       BIGINT NOT NULL,
-  PRIMARY KEY (hour, key_id, model, backend, bucket)
-);
