@@ -38,6 +38,10 @@ type hub struct {
 	req *openai.ChatCompletionRequest
 	// complete renders a non-streaming hub completion for the client.
 	complete func(*openai.ChatCompletion) ([]byte, error)
+	// completeRaw, when set, renders a chat backend's raw body directly,
+	// keeping fields the typed completion drops (vLLM's stop_reason,
+	// reasoning).
+	completeRaw func(raw []byte) ([]byte, error)
 	// stream returns the client-side translator of a streaming answer.
 	stream func() clientStream
 }
@@ -153,6 +157,13 @@ func (s *Server) messagesHub(c *call, req *anthropic.MessagesRequest) (*hub, err
 		req: chat,
 		complete: func(resp *openai.ChatCompletion) ([]byte, error) {
 			return json.Marshal(translate.ChatToAnthropic(resp, model))
+		},
+		completeRaw: func(raw []byte) ([]byte, error) {
+			msg, err := translate.ChatBodyToAnthropic(raw, model)
+			if err != nil {
+				return nil, err
+			}
+			return json.Marshal(msg)
 		},
 		stream: func() clientStream { return translate.NewChatToAnthropicStream(model, estimate) },
 	}, nil
@@ -365,7 +376,12 @@ func (s *Server) attemptHub(ctx context.Context, w http.ResponseWriter, c *call,
 	if completion.Usage != nil {
 		c.usage, c.haveUsage = *completion.Usage, true
 	}
-	out, err := h.complete(completion)
+	var out []byte
+	if h.completeRaw != nil && !anthropicBackend {
+		out, err = h.completeRaw(raw)
+	} else {
+		out, err = h.complete(completion)
+	}
 	if err != nil {
 		return false, c.fail(err)
 	}
@@ -509,7 +525,7 @@ func (s *Server) attemptPassthroughAnthropic(ctx context.Context, w http.Respons
 		ctx, cancel = context.WithTimeout(ctx, t)
 		defer cancel()
 	}
-	hr, err := b.NewRequest(ctx, "/v1/messages", setModel(c.body, dep.UpstreamModel), c.reqID)
+	hr, err := b.NewRequest(ctx, "/v1/messages", anthropicPassthroughBody(c.body, dep.UpstreamModel), c.reqID)
 	if err != nil {
 		return false, c.fail(err)
 	}
@@ -623,4 +639,23 @@ func (c *call) setAnthropicUsage(u anthropic.Usage) {
 func (s *Server) handleResponseLookup(w http.ResponseWriter, r *http.Request) {
 	openai.WriteError(w, apierror.New(http.StatusNotFound, apierror.KindNotFound, "response_not_stored",
 		"llmgate does not store responses (it serves the Responses API statelessly, as with store: false): send the full conversation as input instead of previous_response_id or a response id"))
+}
+
+// anthropicPassthroughBody rewrites the model of a Messages body for an
+// Anthropic backend. History produced by a chat backend carries thinking
+// blocks with empty signatures, which Anthropic rejects; those are dropped.
+func anthropicPassthroughBody(body []byte, model string) []byte {
+	if !strings.Contains(string(body), `"signature":""`) {
+		return setModel(body, model)
+	}
+	var req anthropic.MessagesRequest
+	if json.Unmarshal(body, &req) != nil || !translate.DropUnsignedThinking(&req) {
+		return setModel(body, model)
+	}
+	req.Model = model
+	out, err := json.Marshal(&req)
+	if err != nil {
+		return setModel(body, model)
+	}
+	return out
 }
