@@ -91,12 +91,26 @@ func (s *Spool) Pending() bool {
 	return err == nil
 }
 
-// Drain writes every spooled record to w in batches of up to maxBatch. It
-// returns the number of records written (including ones the store already
-// had) and stops at the first failing batch, leaving the rest for later.
+// Drain writes every spooled record to w in batches of up to maxBatch,
+// including records appended while it runs. It returns the number of
+// records written (including ones the store already had) and stops at the
+// first failing batch, leaving the rest for later.
 func (s *Spool) Drain(ctx context.Context, w Writer, maxBatch int) (int, error) {
 	s.dmu.Lock()
 	defer s.dmu.Unlock()
+	total := 0
+	for {
+		n, more, err := s.drainOne(ctx, w, maxBatch)
+		total += n
+		if err != nil || !more {
+			return total, err
+		}
+	}
+}
+
+// drainOne writes the file being drained (moving the active file aside
+// first when there is none) and reports whether another file may wait.
+func (s *Spool) drainOne(ctx context.Context, w Writer, maxBatch int) (int, bool, error) {
 	draining := filepath.Join(s.dir, spoolDraining)
 	if _, err := os.Stat(draining); errors.Is(err, fs.ErrNotExist) {
 		s.mu.Lock()
@@ -106,15 +120,15 @@ func (s *Spool) Drain(ctx context.Context, w Writer, maxBatch int) (int, error) 
 		}
 		s.mu.Unlock()
 		if errors.Is(err, fs.ErrNotExist) {
-			return 0, nil
+			return 0, false, nil
 		}
 		if err != nil {
-			return 0, err
+			return 0, false, err
 		}
 	}
 	f, err := os.Open(draining)
 	if err != nil {
-		return 0, err
+		return 0, false, err
 	}
 	defer f.Close()
 	sc := bufio.NewScanner(f)
@@ -143,18 +157,18 @@ func (s *Spool) Drain(ctx context.Context, w Writer, maxBatch int) (int, error) 
 		batch = append(batch, r)
 		if len(batch) >= maxBatch {
 			if err := flush(); err != nil {
-				return n, err
+				return n, false, err
 			}
 		}
 	}
 	if err := sc.Err(); err != nil {
-		return n, err
+		return n, false, err
 	}
 	if err := flush(); err != nil {
-		return n, err
+		return n, false, err
 	}
 	f.Close()
-	return n, os.Remove(draining)
+	return n, true, os.Remove(draining)
 }
 
 // drainLoop retries the spool until stop closes; the ledger runs it.

@@ -53,6 +53,7 @@ type Ledger struct {
 	closeDrain sync.Once
 	spool      *Spool
 	spoolAfter int
+	spooling   bool // the last write went to the spool (run goroutine only)
 	stopDrain  chan struct{}
 	drainDone  chan struct{}
 }
@@ -196,12 +197,18 @@ func (l *Ledger) write(batch []Record) {
 		err := l.w.InsertUsage(ctx, batch)
 		cancel()
 		if err == nil {
+			l.spooling = false
 			return
 		}
-		if l.spool != nil && attempt >= l.spoolAfter {
+		// Once the store is known to be down, later batches go straight to
+		// the spool instead of waiting through the in-memory retries.
+		if l.spool != nil && (attempt >= l.spoolAfter || l.spooling) {
 			serr := l.spool.Append(batch)
 			if serr == nil {
-				l.log.Warn("usage database unreachable; records spooled to disk", "records", len(batch), "dir", l.spool.Dir(), "err", err)
+				if !l.spooling {
+					l.log.Warn("usage database unreachable; spooling records to disk until it returns", "dir", l.spool.Dir(), "err", err)
+				}
+				l.spooling = true
 				return
 			}
 			l.log.Error("usage spool failed; keeping records in memory", "err", serr)
