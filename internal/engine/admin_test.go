@@ -10,6 +10,7 @@ import (
 
 	"llmgate/internal/config"
 	"llmgate/internal/engine"
+	"llmgate/internal/router"
 )
 
 func TestAdminAPI_LoadsUnloadsListsAndShowsLogs(t *testing.T) {
@@ -90,5 +91,28 @@ engines:
 	added, _ := config.Load(strings.NewReader(src+"  e2:\n    cmd: other --port ${PORT}\n    models: [m3]\n"), "a.yaml")
 	if _, err := m.Rebind(added); err == nil || !strings.Contains(err.Error(), "engines.e2 is new") {
 		t.Fatalf("new engine: %v", err)
+	}
+}
+
+func TestManager_AttachPointsReloadedTableAtRunningEngine(t *testing.T) {
+	e := start(t, fmt.Sprintf(`
+  sim-a:
+    cmd: %s
+    models: [model-a]
+`, simCmd("model-a")))
+	// A reload that skipped Rebind: the new table's engine backend has port 0.
+	src := fmt.Sprintf("engines:\n  sim-a:\n    cmd: %s\n    models: [model-a]\n", simCmd("model-a"))
+	cfg, err := config.Load(strings.NewReader(src), "reload.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t2 := router.New(cfg)
+	e.g.Engines.Attach(t2)
+	e.g.Server.SetTable(t2)
+	if a := e.chat("model-a", false, 4); a.status != http.StatusOK || a.model != "model-a" {
+		t.Fatalf("request on the reloaded table: %d %s", a.status, a.body)
+	}
+	if got, want := t2.Backend("sim-a").BaseURL, fmt.Sprintf("http://127.0.0.1:%d/v1", e.status("sim-a").Port); got != want {
+		t.Fatalf("reloaded backend at %s, want %s", got, want)
 	}
 }

@@ -154,12 +154,22 @@ func sortedNames[V any](m map[string]V) []string {
 	return out
 }
 
-// Attach installs the engines' Acquire hooks on the table's backends. A
-// gateway that swaps in a new routing table must attach it too.
+// Attach installs the engines' Acquire hooks on the table's backends and
+// points them at the running engines' ports. A gateway that swaps in a new
+// routing table must attach it too, before serving it: a reloaded config
+// that was not passed through Rebind still has port 0 in its engine
+// backends.
 func (m *Manager) Attach(t *router.Table) {
 	for name, e := range m.engines {
 		if b := t.Backend(name); b != nil {
-			b.Acquire = e.acquire
+			// A backend carried over from the serving table already has
+			// both and is in use: writing it again would race with readers.
+			if u := e.cfg.BaseURL(); b.BaseURL != u {
+				b.BaseURL = u
+			}
+			if b.Acquire == nil {
+				b.Acquire = e.acquire
+			}
 			m.mu.Lock()
 			e.backend = b
 			m.mu.Unlock()

@@ -28,11 +28,11 @@ type Backend struct {
 	// returned release ends the request's lease with its outcome and
 	// returns the error to report, which may explain a failure by the
 	// engine's crash.
-	Acquire func(ctx context.Context, model string) (release func(err error) error, err error)
-	apiKey  string
-	headers map[string]string
-	client  *http.Client
-	timeout time.Duration
+	Acquire   func(ctx context.Context, model string) (release func(err error) error, err error)
+	apiKey    string
+	headers   map[string]string
+	client    *http.Client
+	timeout   time.Duration
 	idle      time.Duration
 	firstByte time.Duration
 	health    *config.HealthCheck
