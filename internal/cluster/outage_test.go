@@ -61,7 +61,7 @@ func TestLedger_DatabaseOutageMidLoadLosesAndDuplicatesNothing(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for !stop.Load() && sent.Load() < 3000 {
+			for !stop.Load() && sent.Load() < 20000 {
 				r := chat(t, base, master, body)
 				if r.status != 200 {
 					t.Errorf("status %d during outage test: %s", r.status, r.body)
@@ -71,7 +71,7 @@ func TestLedger_DatabaseOutageMidLoadLosesAndDuplicatesNothing(t *testing.T) {
 				mu.Lock()
 				ids[r.header.Get("X-Request-Id")] = true
 				mu.Unlock()
-				time.Sleep(2 * time.Millisecond)
+				time.Sleep(5 * time.Millisecond)
 			}
 		}()
 	}

@@ -118,6 +118,16 @@ func refill(level float64, last, now int64, limit int64) float64 {
 	return min(level, float64(limit))
 }
 
+// raised returns the capacity a raised limit adds at once: raising a
+// limit takes effect immediately, lowering it caps the bucket at the new
+// size (refill clamps).
+func raised(old, now int64) float64 {
+	if old > 0 && now > old {
+		return float64(now - old)
+	}
+	return 0
+}
+
 // wait returns how long until a bucket at level holds need.
 func wait(level, need float64, limit int64) time.Duration {
 	if level >= need || limit <= 0 {

@@ -18,6 +18,7 @@ type memScope struct {
 	reqInit, tokInit   bool
 	reqLevel, tokLevel float64
 	reqLast, tokLast   int64
+	reqLimit, tokLimit int64 // limits the levels were computed with
 	conc               int64
 	window             string
 	spent              int64
@@ -63,15 +64,15 @@ func (m *Memory) Acquire(_ context.Context, req Request) (Lease, Decision, error
 		s, x := &req.Scopes[i], st[i]
 		if s.RPM > 0 {
 			if !x.reqInit {
-				x.reqInit, x.reqLevel, x.reqLast = true, float64(s.RPM), now
+				x.reqInit, x.reqLevel, x.reqLast, x.reqLimit = true, float64(s.RPM), now, s.RPM
 			}
-			rl[i] = refill(x.reqLevel, x.reqLast, now, s.RPM)
+			rl[i] = refill(x.reqLevel+raised(x.reqLimit, s.RPM), x.reqLast, now, s.RPM)
 		}
 		if s.TPM > 0 {
 			if !x.tokInit {
-				x.tokInit, x.tokLevel, x.tokLast = true, float64(s.TPM), now
+				x.tokInit, x.tokLevel, x.tokLast, x.tokLimit = true, float64(s.TPM), now, s.TPM
 			}
-			tl[i] = refill(x.tokLevel, x.tokLast, now, s.TPM)
+			tl[i] = refill(x.tokLevel+raised(x.tokLimit, s.TPM), x.tokLast, now, s.TPM)
 		}
 		if s.BudgetMicros > 0 && x.window != s.BudgetWindow {
 			x.window, x.spent = s.BudgetWindow, 0
@@ -96,11 +97,11 @@ func (m *Memory) Acquire(_ context.Context, req Request) (Lease, Decision, error
 		s, x := &req.Scopes[i], st[i]
 		if s.RPM > 0 {
 			rl[i]--
-			x.reqLevel, x.reqLast = rl[i], now
+			x.reqLevel, x.reqLast, x.reqLimit = rl[i], now, s.RPM
 		}
 		if s.TPM > 0 {
 			tl[i] -= float64(req.Tokens)
-			x.tokLevel, x.tokLast = tl[i], now
+			x.tokLevel, x.tokLast, x.tokLimit = tl[i], now, s.TPM
 		}
 		if s.MaxConc > 0 {
 			x.conc++

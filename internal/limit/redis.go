@@ -97,14 +97,21 @@ for i = 1, n do
   local rk, ck, bk = KEYS[(i-1)*3+1], KEYS[(i-1)*3+2], KEYS[(i-1)*3+3]
   rl[i], tl[i] = 0, 0
   if rpm > 0 or tpm > 0 then
-    local h = redis.call('HMGET', rk, 'r', 'rt', 't', 'tt')
+    local h = redis.call('HMGET', rk, 'r', 'rt', 't', 'tt', 'rl', 'tl')
+    -- A raised limit adds its extra capacity at once; a lowered one caps.
     if rpm > 0 then
       rl[i] = rpm
-      if h[1] then rl[i] = math.min(rpm, tonumber(h[1]) + math.max(0, now - tonumber(h[2])) * rpm / 60000) end
+      if h[1] then
+        local up = math.max(0, rpm - tonumber(h[5] or rpm))
+        rl[i] = math.min(rpm, tonumber(h[1]) + up + math.max(0, now - tonumber(h[2])) * rpm / 60000)
+      end
     end
     if tpm > 0 then
       tl[i] = tpm
-      if h[3] then tl[i] = math.min(tpm, tonumber(h[3]) + math.max(0, now - tonumber(h[4])) * tpm / 60000) end
+      if h[3] then
+        local up = math.max(0, tpm - tonumber(h[6] or tpm))
+        tl[i] = math.min(tpm, tonumber(h[3]) + up + math.max(0, now - tonumber(h[4])) * tpm / 60000)
+      end
     end
   end
   local code, spent = 0, 0
@@ -131,11 +138,11 @@ if res[1] == 1 then
     local ns = string.format('%.0f', now)
     if rpm > 0 then
       rl[i] = rl[i] - 1
-      redis.call('HSET', rk, 'r', string.format('%.6f', rl[i]), 'rt', ns)
+      redis.call('HSET', rk, 'r', string.format('%.6f', rl[i]), 'rt', ns, 'rl', rpm)
     end
     if tpm > 0 then
       tl[i] = tl[i] - tokens
-      redis.call('HSET', rk, 't', string.format('%.6f', tl[i]), 'tt', ns)
+      redis.call('HSET', rk, 't', string.format('%.6f', tl[i]), 'tt', ns, 'tl', tpm)
     end
     if rpm > 0 or tpm > 0 then redis.call('PEXPIRE', rk, 600000) end
     if mc > 0 then

@@ -241,3 +241,29 @@ func TestRedis_LiveLeasesAreRenewed(t *testing.T) {
 		t.Fatal("a held slot expired although its replica is alive and renewing")
 	}
 }
+
+func runRaise(t *testing.T, l limit.Limiter) {
+	ctx := context.Background()
+	s := limit.Scope{ID: "key:raise", RPM: 2}
+	for i := 0; i < 2; i++ {
+		_, _, _ = l.Acquire(ctx, req(s))
+	}
+	if _, d, _ := l.Acquire(ctx, req(s)); d.Allowed {
+		t.Fatal("bucket of 2 admitted a third request")
+	}
+	s.RPM = 10 // the operator raises the limit: 8 more at once
+	n := 0
+	for i := 0; i < 12; i++ {
+		if _, d, _ := l.Acquire(ctx, req(s)); d.Allowed {
+			n++
+		}
+	}
+	if n < 8 || n > 9 {
+		t.Fatalf("after raising 2 -> 10 RPM, %d admitted at once, want 8 (+1 refill)", n)
+	}
+}
+
+func TestLimiter_RaisedLimitAppliesAtOnce(t *testing.T) {
+	t.Run("Memory", func(t *testing.T) { runRaise(t, limit.NewMemory()) })
+	t.Run("Redis", func(t *testing.T) { runRaise(t, newRedis(t, time.Minute)) })
+}
