@@ -17,8 +17,10 @@ import (
 	"time"
 
 	"llmgate/internal/config"
+	"llmgate/internal/console"
 	"llmgate/internal/engine"
 	"llmgate/internal/keys"
+	"llmgate/internal/metrics"
 	"llmgate/internal/router"
 	"llmgate/internal/server"
 	"llmgate/internal/store"
@@ -53,6 +55,11 @@ type Gateway struct {
 	Verifier *keys.Verifier
 	Ledger   *usage.Ledger
 	Server   *server.Server
+	// Metrics are the Prometheus collectors served at /metrics.
+	Metrics *metrics.Metrics
+	// Console is the web console at /ui (nil when LLMGATE_CONSOLE=off).
+	Console     *console.Console
+	stopTracing func(context.Context) error
 	// Engines runs the configured local engines (none when the config has
 	// no engines: section).
 	Engines *engine.Manager
@@ -96,6 +103,11 @@ func Start(ctx context.Context, opt Options) (*Gateway, error) {
 		return nil, err
 	}
 	g.Ledger = usage.NewLedger(st, g.withSpool(opt.LedgerOptions), log)
+	if err := g.startObservability(ctx, &opt); err != nil {
+		g.Ledger.Close(ctx)
+		st.Close()
+		return nil, err
+	}
 	if err := g.startAccounting(ctx, &opt); err != nil {
 		g.Ledger.Close(ctx)
 		st.Close()
@@ -109,8 +121,8 @@ func Start(ctx context.Context, opt Options) (*Gateway, error) {
 	}
 	table := router.New(cfg)
 	g.Engines.Attach(table)
-	g.Server = server.New(server.Options{Table: table, Verifier: g.Verifier, Ledger: g.Ledger, Logger: log, MaxBodyBytes: cfg.MaxBodyBytes,
-		Admission: opt.Admission, Middleware: opt.Middleware})
+	g.Server = server.New(server.Options{Table: table, Verifier: g.Verifier, Ledger: g.Metrics.Ledger(g.Ledger), Logger: log, MaxBodyBytes: cfg.MaxBodyBytes,
+		Admission: g.Metrics.Admission(opt.Admission), Middleware: opt.Middleware})
 	engines := g.Engines.Handler(g.Server.Authenticate)
 	g.Server.Handle(engine.AdminPrefix, engines)
 	g.Server.Handle(engine.AdminPrefix+"/", engines)
@@ -128,6 +140,7 @@ func Start(ctx context.Context, opt Options) (*Gateway, error) {
 	}
 	g.ln = ln
 	g.Addr = ln.Addr().String()
+	g.mountObservability()
 	g.HTTP = &http.Server{Handler: g.Server, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second,
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 	wctx, cancel := context.WithCancel(context.Background())
@@ -157,6 +170,9 @@ func (g *Gateway) Close(ctx context.Context) error {
 		err = errors.Join(err, fmt.Errorf("flush usage ledger: %w", lerr))
 	}
 	g.Server.Table().Close()
+	if oerr := g.stopObservability(ctx); oerr != nil {
+		err = errors.Join(err, oerr)
+	}
 	if serr := g.Store.Close(); serr != nil {
 		err = errors.Join(err, serr)
 	}

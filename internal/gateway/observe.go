@@ -1,0 +1,142 @@
+package gateway
+
+import (
+	"context"
+	"crypto/subtle"
+	"fmt"
+	"net/http"
+	"os"
+	"strings"
+
+	"llmgate/internal/console"
+	"llmgate/internal/keys"
+	"llmgate/internal/metrics"
+	"llmgate/internal/tracing"
+)
+
+// startObservability creates the metrics, starts tracing when an OTLP
+// endpoint is configured, and puts their middleware in front of opt's:
+// tracing outermost (its span covers everything), then the in-flight gauge.
+func (g *Gateway) startObservability(ctx context.Context, opt *Options) error {
+	g.Metrics = metrics.New()
+	tc := tracing.FromEnv()
+	stop, err := tracing.Setup(ctx, tc)
+	if err != nil {
+		return err
+	}
+	g.stopTracing = stop
+	if tc.On() {
+		g.log.Info("tracing on: exporting spans over OTLP/HTTP", "endpoint", firstNonEmpty(tc.TracesEndpoint, tc.Endpoint))
+	}
+	// The tracing middleware checks at run time whether tracing is on (one
+	// atomic load), so a tracer installed later, as tests do, is honoured.
+	mw := []func(http.Handler) http.Handler{tracing.Middleware, g.Metrics.Middleware}
+	opt.Middleware = append(mw, opt.Middleware...)
+	// The Admission (limits, budgets) is wrapped where the server is
+	// built, once accounting has set it up, to count refusals.
+	return nil
+}
+
+// mountObservability registers the state gauges and mounts /metrics and
+// the console on the server.
+func (g *Gateway) mountObservability() {
+	m := g.Metrics
+	_ = m.GaugeFunc("llmgate_ledger_queue_depth", "Usage records waiting to be written to the database.",
+		func() float64 { return float64(g.Ledger.Depth()) })
+	_ = m.GaugeVecFunc("llmgate_breaker_state", "Circuit breaker state per model deployment: 1 for the current state.",
+		[]string{"model", "backend", "state"}, func(emit metrics.Emit) {
+			for _, mh := range g.Server.Table().Health() {
+				for _, d := range mh.Deployments {
+					for _, st := range []string{"closed", "open", "half_open"} {
+						v := 0.0
+						if d.Breaker.State == st {
+							v = 1
+						}
+						emit(v, mh.Model, d.Backend, st)
+					}
+				}
+			}
+		})
+	_ = m.GaugeVecFunc("llmgate_deployment_healthy", "1 when a model deployment may take requests now (breaker closed or probing, backend up).",
+		[]string{"model", "backend"}, func(emit metrics.Emit) {
+			for _, mh := range g.Server.Table().Health() {
+				for _, d := range mh.Deployments {
+					v := 0.0
+					if d.Healthy {
+						v = 1
+					}
+					emit(v, mh.Model, d.Backend)
+				}
+			}
+		})
+	g.observeEngines()
+	g.Server.Handle("/metrics", g.metricsHandler())
+
+	if off(os.Getenv("LLMGATE_CONSOLE")) {
+		return
+	}
+	g.Console = console.New(console.Options{
+		Store:       g.Store,
+		Verify:      g.Verifier.Verify,
+		API:         g.Server,
+		KeysChanged: g.Verifier.Reload,
+		Models:      func() []string { return g.Server.Table().Models() },
+		Health:      func() any { return g.Server.Table().Health() },
+		Engines:     g.engineStates,
+		Stats: func() map[string]float64 {
+			return map[string]float64{"in_flight": float64(m.InFlight()), "ledger_queue": float64(g.Ledger.Depth())}
+		},
+		Logger: g.log,
+	})
+	g.Server.Handle(console.Prefix, g.Console)
+	g.Server.Handle(console.Prefix+"/", g.Console)
+}
+
+// metricsHandler serves Prometheus. With LLMGATE_METRICS_KEY set, scrapes
+// must send it as a bearer token (Prometheus' authorization.credentials);
+// otherwise /metrics is open like most exporters, which is why the gateway
+// listens on loopback by default.
+func (g *Gateway) metricsHandler() http.Handler {
+	h := g.Metrics.Handler()
+	want := strings.TrimSpace(os.Getenv("LLMGATE_METRICS_KEY"))
+	if want == "" {
+		return h
+	}
+	wantHash := keys.HashBytes(want)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		gotHash := keys.HashBytes(strings.TrimSpace(got))
+		if !ok || subtle.ConstantTimeCompare(gotHash[:], wantHash[:]) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="llmgate metrics"`)
+			http.Error(w, "metrics need 'Authorization: Bearer <LLMGATE_METRICS_KEY>'", http.StatusUnauthorized)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// stopObservability flushes pending spans.
+func (g *Gateway) stopObservability(ctx context.Context) error {
+	if g.stopTracing == nil {
+		return nil
+	}
+	if err := g.stopTracing(ctx); err != nil {
+		return fmt.Errorf("flush traces: %w", err)
+	}
+	return nil
+}
+
+func off(v string) bool {
+	switch strings.ToLower(strings.TrimSpace(v)) {
+	case "off", "0", "false", "no", "disabled":
+		return true
+	}
+	return false
+}
+
+func firstNonEmpty(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}

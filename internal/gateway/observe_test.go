@@ -1,0 +1,252 @@
+package gateway
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
+	"llmgate/internal/config"
+	"llmgate/internal/tracing"
+	"llmgate/internal/usage"
+)
+
+// scrape returns the gateway's metric families.
+func (e *env) scrape() map[string]*dto.MetricFamily {
+	e.t.Helper()
+	res := e.do(http.MethodGet, "/metrics", "", "", "Accept", "text/plain")
+	if res.status != http.StatusOK {
+		e.t.Fatalf("GET /metrics: %d %s", res.status, res.body)
+	}
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(strings.NewReader(res.body))
+	if err != nil {
+		e.t.Fatalf("parse /metrics: %v", err)
+	}
+	return fams
+}
+
+// sample returns the value of the series of family name whose labels
+// include want (counter, gauge, or a histogram's count).
+func sample(fams map[string]*dto.MetricFamily, name string, want map[string]string) float64 {
+	f := fams[name]
+	if f == nil {
+		return 0
+	}
+	var sum float64
+	for _, m := range f.Metric {
+		ok := true
+		for k, v := range want {
+			found := false
+			for _, lp := range m.Label {
+				if lp.GetName() == k && lp.GetValue() == v {
+					found = true
+				}
+			}
+			ok = ok && found
+		}
+		if !ok {
+			continue
+		}
+		switch {
+		case m.Counter != nil:
+			sum += m.Counter.GetValue()
+		case m.Gauge != nil:
+			sum += m.Gauge.GetValue()
+		case m.Histogram != nil:
+			sum += float64(m.Histogram.GetSampleCount())
+		}
+	}
+	return sum
+}
+
+func TestMetrics_ScrapeAfterTrafficShowsCountersAndHistogramsMoving(t *testing.T) {
+	e := startEnv(t)
+	before := e.scrape()
+	for _, name := range []string{"llmgate_requests_in_flight", "llmgate_ledger_queue_depth", "llmgate_breaker_state", "llmgate_deployment_healthy"} {
+		if before[name] == nil {
+			t.Errorf("%s missing before any traffic", name)
+		}
+	}
+	if v := sample(before, "llmgate_breaker_state", map[string]string{"model": "qwen", "backend": "vllm", "state": "closed"}); v != 1 {
+		t.Errorf("breaker of qwen/vllm: closed=%v, want 1", v)
+	}
+
+	if r := e.do(http.MethodPost, "/v1/chat/completions", testMaster, chatBody("qwen", false, "")); r.status != 200 {
+		t.Fatalf("chat: %d %s", r.status, r.body)
+	}
+	if r := e.do(http.MethodPost, "/v1/chat/completions", testMaster, chatBody("qwen", true, "")); r.status != 200 {
+		t.Fatalf("stream: %d %s", r.status, r.body)
+	}
+	if r := e.do(http.MethodPost, "/v1/chat/completions", testMaster, chatBody("err-500", false, "")); r.status != 502 {
+		t.Fatalf("err-500: %d %s", r.status, r.body)
+	}
+
+	// In flight: hold a stream open and scrape while it runs.
+	ctx, cancel := context.WithCancel(context.Background())
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, e.base+"/chat/completions", strings.NewReader(chatBody("endless", true, "")))
+	req.Header.Set("Authorization", "Bearer "+testMaster)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bufio.NewReader(resp.Body).ReadString('\n'); err != nil {
+		t.Fatal(err)
+	}
+	during := e.scrape()
+	cancel()
+	resp.Body.Close()
+	if v := sample(during, "llmgate_requests_in_flight", nil); v < 1 {
+		t.Errorf("llmgate_requests_in_flight = %v while a stream is open, want >= 1", v)
+	}
+
+	after := e.scrape()
+	qwen200 := map[string]string{"model": "qwen", "backend": "vllm", "key": "master", "status": "200"}
+	if d := sample(after, "llmgate_requests_total", qwen200) - sample(before, "llmgate_requests_total", qwen200); d != 2 {
+		t.Errorf("llmgate_requests_total{qwen,200} moved by %v, want 2", d)
+	}
+	if d := sample(after, "llmgate_requests_total", map[string]string{"model": "err-500", "status": "502"}); d != 1 {
+		t.Errorf("llmgate_requests_total{err-500,502} = %v, want 1", d)
+	}
+	// The fake reports 11 prompt tokens per request and 2 (JSON) + 3 (stream) completion tokens.
+	if v := sample(after, "llmgate_tokens_total", map[string]string{"model": "qwen", "type": "prompt"}); v != 22 {
+		t.Errorf("prompt tokens for qwen = %v, want 22", v)
+	}
+	if v := sample(after, "llmgate_tokens_total", map[string]string{"model": "qwen", "type": "completion"}); v != 5 {
+		t.Errorf("completion tokens for qwen = %v, want 5", v)
+	}
+	if v := sample(after, "llmgate_time_to_first_token_seconds", map[string]string{"model": "qwen"}); v != 2 {
+		t.Errorf("TTFT histogram count for qwen = %v, want 2", v)
+	}
+	if v := sample(after, "llmgate_request_duration_seconds", map[string]string{"model": "qwen", "code": "2xx"}); v != 2 {
+		t.Errorf("latency histogram count for qwen 2xx = %v, want 2", v)
+	}
+	if v := sample(after, "llmgate_request_duration_seconds", map[string]string{"model": "err-500", "code": "5xx"}); v != 1 {
+		t.Errorf("latency histogram count for err-500 5xx = %v, want 1", v)
+	}
+	h := after["llmgate_time_to_first_token_seconds"]
+	if h == nil || h.GetType() != dto.MetricType_HISTOGRAM || len(h.Metric[0].Histogram.Bucket) < 10 {
+		t.Errorf("TTFT is not a histogram with buckets: %v", h)
+	}
+}
+
+func TestMetrics_KeyRequiredWhenLLMGATEMetricsKeySet(t *testing.T) {
+	t.Setenv("LLMGATE_METRICS_KEY", "scrape-secret")
+	e := startEnv(t)
+	if r := e.do(http.MethodGet, "/metrics", "", ""); r.status != http.StatusUnauthorized {
+		t.Fatalf("GET /metrics without the key: %d, want 401", r.status)
+	}
+	if r := e.do(http.MethodGet, "/metrics", "scrape-secret", ""); r.status != http.StatusOK || !strings.Contains(r.body, "llmgate_requests_in_flight") {
+		t.Fatalf("GET /metrics with the key: %d", r.status)
+	}
+}
+
+// tracedUpstream is an OpenAI-compatible backend that records the
+// traceparent header of each request.
+type tracedUpstream struct {
+	*httptest.Server
+	mu           sync.Mutex
+	traceparents []string
+}
+
+func TestTracing_RequestAndAttemptSpansShareATraceThatReachesTheBackend(t *testing.T) {
+	up := &tracedUpstream{}
+	up.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		up.mu.Lock()
+		up.traceparents = append(up.traceparents, r.Header.Get("Traceparent"))
+		up.mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprint(w, `{"id":"c1","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}],"usage":{"prompt_tokens":5,"completion_tokens":1,"total_tokens":6}}`)
+	}))
+	defer up.Close()
+	cfg, err := config.Load(strings.NewReader(fmt.Sprintf("backends:\n  traced: {url: %s/v1}\nmodels:\n  m: {backend: traced}\n", up.URL)), "test.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Database = filepath.Join(t.TempDir(), "llmgate.db")
+	cfg.Listen = "127.0.0.1:0"
+
+	exp := tracetest.NewInMemoryExporter()
+	stop := tracing.Install(keepSpans{exp}, tracing.Config{ServiceName: "llmgate-test"})
+	g, err := Start(context.Background(), Options{Config: cfg, MasterKey: testMaster,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), LedgerOptions: usage.Options{Interval: 10 * time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close(context.Background())
+	e := &env{t: t, g: g, base: g.URL()}
+	// The caller's trace is continued: the request span's parent is theirs.
+	const callerTrace = "4bf92f3577b34da6a3ce929d0e0e4736"
+	r := e.do(http.MethodPost, "/v1/chat/completions", testMaster, chatBody("m", false, ""),
+		"Traceparent", "00-"+callerTrace+"-00f067aa0ba902b7-01", "X-Request-Id", "trace-test-1")
+	if r.status != 200 {
+		t.Fatalf("chat: %d %s", r.status, r.body)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	spans := exp.GetSpans()
+	var server, client *tracetest.SpanStub
+	for i := range spans {
+		switch spans[i].Name {
+		case "POST /v1/chat/completions":
+			server = &spans[i]
+		case "upstream traced":
+			client = &spans[i]
+		}
+	}
+	if server == nil || client == nil {
+		t.Fatalf("spans %v: want the request span and the attempt span", spanNames(spans))
+	}
+	if got := server.SpanContext.TraceID().String(); got != callerTrace {
+		t.Errorf("request span trace %s, want the caller's %s", got, callerTrace)
+	}
+	if client.Parent.SpanID() != server.SpanContext.SpanID() {
+		t.Errorf("attempt span's parent is %s, want the request span %s", client.Parent.SpanID(), server.SpanContext.SpanID())
+	}
+	attrs := map[string]string{}
+	for _, a := range append(server.Attributes, client.Attributes...) {
+		attrs[string(a.Key)] = a.Value.Emit()
+	}
+	for k, want := range map[string]string{"llmgate.request_id": "trace-test-1", "llmgate.model": "m", "llmgate.backend": "traced",
+		"http.response.status_code": "200", "gen_ai.usage.output_tokens": "1"} {
+		if attrs[k] != want {
+			t.Errorf("attribute %s = %q, want %q", k, attrs[k], want)
+		}
+	}
+	up.mu.Lock()
+	defer up.mu.Unlock()
+	if len(up.traceparents) != 1 || !strings.Contains(up.traceparents[0], callerTrace+"-"+client.SpanContext.SpanID().String()) {
+		t.Errorf("backend saw traceparent %v, want trace %s with the attempt span as parent", up.traceparents, callerTrace)
+	}
+}
+
+// keepSpans keeps the recorded spans past the provider's shutdown, which
+// flushes the batcher and then shuts the exporter down (the in-memory
+// exporter forgets its spans at shutdown).
+type keepSpans struct{ *tracetest.InMemoryExporter }
+
+func (keepSpans) Shutdown(context.Context) error { return nil }
+
+func spanNames(spans tracetest.SpanStubs) []string {
+	var out []string
+	for _, s := range spans {
+		out = append(out, s.Name)
+	}
+	return out
+}
