@@ -145,7 +145,7 @@ func MeasureCapacity(ctx context.Context, o CapacityOptions) ([]CapacityStep, fl
 		chunks := max(int(o.Step/gap), 2)
 		p := Prompt{Text: "capacity", MaxTokens: chunks}
 		body, err := buildBody(&t, &p, &RequestOptions{ExtraBody: map[string]any{
-			"llmgate_t1_us": 1000, "llmgate_t2_us": gap.Microseconds(), "llmgate_chunks": chunks,
+			"llmgate_t1_us": 1000, "llmgate_t2_us": gap.Microseconds(), "llmgate_chunks": chunks, "llmgate_precise": true, "llmgate_stagger": o.Streams,
 		}}, chunks)
 		if err != nil {
 			return nil, 0, err

@@ -73,6 +73,11 @@ func (u *TimedUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		T1Micros int64 `json:"llmgate_t1_us"`
 		T2Micros int64 `json:"llmgate_t2_us"`
 		Chunks   int   `json:"llmgate_chunks"`
+		// Precise paces chunks with thread sleeps (see threadSleep), and
+		// Stagger spreads the phases of that many streams over one gap so
+		// their chunks interleave instead of arriving together.
+		Precise bool `json:"llmgate_precise"`
+		Stagger int  `json:"llmgate_stagger"`
 	}
 	b, _ := io.ReadAll(r.Body)
 	_ = json.Unmarshal(b, &req)
@@ -117,10 +122,19 @@ func (u *TimedUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	word := strings.Repeat("tok ", tpc)
 	var buf []byte
+	if req.Stagger > 0 {
+		if i := requestIndex(r); i >= 0 {
+			t1 += time.Duration(i%req.Stagger) * t2 / time.Duration(req.Stagger)
+		}
+	}
 	next := recv.Add(t1)
 	for i := 0; i < chunks; i++ {
 		if d := time.Until(next); d > 0 {
-			time.Sleep(d)
+			if req.Precise {
+				threadSleep(d)
+			} else {
+				time.Sleep(d)
+			}
 		}
 		if req.Model == "fail-cut" && i == chunks/2 {
 			// Abort the connection without the chunked terminator.
