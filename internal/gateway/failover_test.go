@@ -466,8 +466,10 @@ models:
 }
 
 func TestBalancing_LeastOutstandingSendsMoreToTheFasterDeployment(t *testing.T) {
-	fast := newUpstream(t, "fast", slow(2*time.Millisecond))
-	slowUp := newUpstream(t, "slow", slow(40*time.Millisecond))
+	// The contrast is large so that the result holds under -race on a busy
+	// machine, where the gateway's own time per request grows.
+	fast := newUpstream(t, "fast", slow(time.Millisecond))
+	slowUp := newUpstream(t, "slow", slow(100*time.Millisecond))
 	gw := startFaultGW(t, fmt.Sprintf(`
 backends:
   fast: {url: %s}
@@ -496,7 +498,7 @@ models:
 		t.Fatalf("%d failed, %d+%d served", failed.Load(), f, s)
 	}
 	if f < 2*s {
-		t.Fatalf("least outstanding sent %d to the fast deployment and %d to the 20x slower one; want at least twice as many to the fast one", f, s)
+		t.Fatalf("least outstanding sent %d to the fast deployment and %d to the 100x slower one; want at least twice as many to the fast one", f, s)
 	}
 }
 
