@@ -150,7 +150,9 @@ func TestLedger_RecordsBackendUsageForEveryClientDialect(t *testing.T) {
 		anthropicTurn(t, ac, anthropicParams(model, "Hello"), stream)
 	}
 	chat := func(t *testing.T, model string, stream bool) { chatTurn(t, oc, chatParams(model, "Hello"), stream) }
-	resp := func(t *testing.T, model string, stream bool) { responsesTurn(t, oc, responsesParams(model, "Hello"), stream) }
+	resp := func(t *testing.T, model string, stream bool) {
+		responsesTurn(t, oc, responsesParams(model, "Hello"), stream)
+	}
 	var calls []call
 	for _, stream := range []bool{false, true} {
 		calls = append(calls,

@@ -372,12 +372,14 @@ for (const c of openaiErrors) {
   for (const stream of modes) {
     test(`openai sdk: ${c.name} is ${c.cls.name} (${c.status}) on chat and responses, ${modeName(stream)}`, async () => {
       const client = c.client();
+      // Started one at a time: a second request's rejection left unawaited
+      // while the first is checked would fail the run as unhandled.
       const calls = stream
-        ? [client.chat.completions.stream(chatParams(c.m, 'Hello')).finalChatCompletion(),
-            client.responses.stream(responsesParams(c.m, 'Hello')).finalResponse()]
-        : [client.chat.completions.create(chatParams(c.m, 'Hello')), client.responses.create(responsesParams(c.m, 'Hello'))];
-      for (const p of calls) {
-        await assert.rejects(p, (err) => {
+        ? [() => client.chat.completions.stream(chatParams(c.m, 'Hello')).finalChatCompletion(),
+            () => client.responses.stream(responsesParams(c.m, 'Hello')).finalResponse()]
+        : [() => client.chat.completions.create(chatParams(c.m, 'Hello')), () => client.responses.create(responsesParams(c.m, 'Hello'))];
+      for (const call of calls) {
+        await assert.rejects(call, (err) => {
           assert.ok(err instanceof c.cls, `${err} is ${c.cls.name}`);
           assert.equal(err.status, c.status);
           assert.ok(err.message.length > 0 && err.type, `type ${err.type} message ${err.message}`);
