@@ -215,7 +215,7 @@ func (m *Manager) stopLocked(e *Engine, reason string) {
 		// an HTTP server's graceful shutdown wait; nobody needs them now.
 		e.backend.Close()
 	}
-	e.logs.add(fmt.Sprintf("[llmgate] stopping pid %d (%s) with %s", r.pid, reason, e.cfg.Signal()))
+	e.logs.add(fmt.Sprintf("[llmgate] stopping pid %d (%s) with %s", r.pid, reason, strings.ToUpper(e.cfg.StopSignal)))
 	m.log.Info("engine stopping", "engine", e.cfg.Name, "pid", r.pid, "reason", reason)
 	_ = syscall.Kill(-r.pid, e.cfg.Signal())
 	r.kill = time.AfterFunc(time.Duration(e.cfg.StopGrace), func() {
