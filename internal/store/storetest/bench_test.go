@@ -10,7 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"llmgate/internal/store/postgres"
 	"llmgate/internal/store/sqlite"
+	"llmgate/internal/store/storetest"
+	"llmgate/internal/testenv"
 	"llmgate/internal/usage"
 )
 
@@ -39,13 +42,32 @@ func BenchmarkLedgerInsert_SQLite(b *testing.B) {
 	b.Run("scattered", func(b *testing.B) { benchInsert(b, true) })
 }
 
+// BenchmarkLedgerInsert_Postgres is the same on PostgreSQL (multi-row
+// INSERT ... ON CONFLICT DO NOTHING RETURNING id).
+func BenchmarkLedgerInsert_Postgres(b *testing.B) {
+	b.Run("recent", func(b *testing.B) { benchInsertOn(b, openPG(b), false) })
+}
+
+func openPG(b *testing.B) storetest.Store {
+	st, err := postgres.Open(context.Background(), testenv.Postgres(b))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { st.Close() })
+	return st
+}
+
 func benchInsert(b *testing.B, scattered bool) {
-	ctx := context.Background()
-	st, err := sqlite.Open(ctx, filepath.Join(b.TempDir(), "bench.db"))
+	st, err := sqlite.Open(context.Background(), filepath.Join(b.TempDir(), "bench.db"))
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer st.Close()
+	benchInsertOn(b, st, scattered)
+}
+
+func benchInsertOn(b *testing.B, st storetest.Store, scattered bool) {
+	ctx := context.Background()
 	rng := rand.New(rand.NewPCG(1, 2))
 	const batch = 1000
 	recs := synthetic(batch*b.N, time.Now(), "b", rng)
