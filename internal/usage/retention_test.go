@@ -1,0 +1,46 @@
+package usage
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+)
+
+type fakeRetainer struct {
+	mu   sync.Mutex
+	cuts []time.Time
+}
+
+func (f *fakeRetainer) DeleteUsageBefore(_ context.Context, t time.Time) (int64, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.cuts = append(f.cuts, t)
+	return 1, nil
+}
+
+func TestRunRetention_DeletesOlderThanKeepAtStartAndEveryInterval(t *testing.T) {
+	f := &fakeRetainer{}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { RunRetention(ctx, f, 48*time.Hour, 20*time.Millisecond, quiet); close(done) }()
+	time.Sleep(150 * time.Millisecond)
+	cancel()
+	<-done
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.cuts) < 2 {
+		t.Fatalf("%d runs, want one at start and more every interval", len(f.cuts))
+	}
+	if age := time.Since(f.cuts[0]); age < 48*time.Hour || age > 48*time.Hour+time.Minute {
+		t.Fatalf("cutoff %v ago, want 48h", age)
+	}
+}
+
+func TestRunRetention_ZeroKeepsEverything(t *testing.T) {
+	f := &fakeRetainer{}
+	RunRetention(context.Background(), f, 0, time.Millisecond, quiet) // returns at once
+	if len(f.cuts) != 0 {
+		t.Fatal("retention 0 deleted records")
+	}
+}
