@@ -121,7 +121,7 @@ func Start(ctx context.Context, opt Options) (*Gateway, error) {
 	}
 	table := router.New(cfg)
 	g.Engines.Attach(table)
-	g.Server = server.New(server.Options{Table: table, Verifier: g.Verifier, Ledger: g.Metrics.Ledger(g.Ledger), Logger: log, MaxBodyBytes: cfg.MaxBodyBytes,
+	g.Server = server.New(server.Options{Table: table, Verifier: g.Verifier, Ledger: g.observedLedger(), Logger: log, MaxBodyBytes: cfg.MaxBodyBytes,
 		Admission: g.Metrics.Admission(opt.Admission), Middleware: opt.Middleware})
 	engines := g.Engines.Handler(g.Server.Authenticate)
 	g.Server.Handle(engine.AdminPrefix, engines)

@@ -11,6 +11,7 @@ import (
 	"llmgate/internal/console"
 	"llmgate/internal/keys"
 	"llmgate/internal/metrics"
+	"llmgate/internal/server"
 	"llmgate/internal/tracing"
 )
 
@@ -35,6 +36,16 @@ func (g *Gateway) startObservability(ctx context.Context, opt *Options) error {
 	// The Admission (limits, budgets) is wrapped where the server is
 	// built, once accounting has set it up, to count refusals.
 	return nil
+}
+
+// observedLedger is the ledger the server writes to: metrics first, then
+// the access log (unless LLMGATE_ACCESS_LOG=off), then the real ledger.
+func (g *Gateway) observedLedger() server.Ledger {
+	var l server.Ledger = g.Ledger
+	if !off(os.Getenv("LLMGATE_ACCESS_LOG")) {
+		l = accessLog{log: g.log, next: l}
+	}
+	return g.Metrics.Ledger(l)
 }
 
 // mountObservability registers the state gauges and mounts /metrics and

@@ -250,3 +250,42 @@ func spanNames(spans tracetest.SpanStubs) []string {
 	}
 	return out
 }
+
+func TestAccessLog_OneJSONLinePerRequestWithRequestIDModelAndTokens(t *testing.T) {
+	up := newFakeVLLM(t)
+	cfg, err := config.Load(strings.NewReader(fmt.Sprintf("backends:\n  vllm: {url: %s}\nmodels:\n  qwen: {backend: vllm, upstream_model: up-a}\n", up.URL)), "test.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Database = filepath.Join(t.TempDir(), "llmgate.db")
+	cfg.Listen = "127.0.0.1:0"
+	var mu sync.Mutex
+	var buf strings.Builder
+	w := writerFunc(func(p []byte) (int, error) { mu.Lock(); defer mu.Unlock(); return buf.Write(p) })
+	g, err := Start(context.Background(), Options{Config: cfg, MasterKey: testMaster, Logger: slog.New(slog.NewJSONHandler(w, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close(context.Background())
+	e := &env{t: t, g: g, base: g.URL()}
+	if r := e.do(http.MethodPost, "/v1/chat/completions", testMaster, chatBody("qwen", false, ""), "X-Request-Id", "log-test-1"); r.status != 200 {
+		t.Fatalf("chat: %d %s", r.status, r.body)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	var line string
+	for _, l := range strings.Split(buf.String(), "\n") {
+		if strings.Contains(l, `"msg":"request"`) {
+			line = l
+		}
+	}
+	for _, want := range []string{`"request_id":"log-test-1"`, `"model":"qwen"`, `"backend":"vllm"`, `"status":200`, `"prompt_tokens":11`, `"completion_tokens":2`, `"latency_ms":`} {
+		if !strings.Contains(line, want) {
+			t.Errorf("access log line %q lacks %s", line, want)
+		}
+	}
+}
+
+type writerFunc func(p []byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }

@@ -513,10 +513,10 @@ async function renderRequests() {
       h("td", { class: "num" }, num(r.prompt_tokens)), h("td", { class: "num" }, num(r.completion_tokens) + (r.estimated ? "*" : "")),
       h("td", { class: "num" }, msText(r.ttft_ms)), h("td", { class: "num" }, msText(r.latency_ms)),
       h("td", { class: "mono small muted ellipsis", title: r.id }, r.id)));
-    out.replaceChildren(rows.length ? h("div", { class: "table-wrap" }, h("table", { "data-testid": "requests-table" },
+    out.replaceChildren(...[rows.length ? h("div", { class: "table-wrap" }, h("table", { "data-testid": "requests-table" },
       h("thead", {}, h("tr", {}, ["Time", "Model · backend", "Key", "Endpoint", "Status", "Prompt", "Completion", "TTFT", "Latency", "Request id"].map((c, i) => h("th", { class: i >= 5 && i <= 8 ? "num" : null }, c)))),
       h("tbody", {}, rows))) : h("div", { class: "empty" }, "No requests yet."),
-      d.requests.some((r) => r.estimated) ? h("div", { class: "muted small" }, "* estimated locally: the backend did not report usage.") : null);
+      d.requests.some((r) => r.estimated) ? h("div", { class: "muted small" }, "* estimated locally: the backend did not report usage.") : null].filter(Boolean));
   };
   await load();
   state.timers.push(setInterval(() => { if (state.route === "requests" && !document.hidden) load(); }, 5000));

@@ -1,0 +1,41 @@
+package gateway
+
+import (
+	"context"
+	"log/slog"
+
+	"llmgate/internal/server"
+	"llmgate/internal/usage"
+)
+
+// accessLog writes one structured log line per served request, from the
+// ledger record the server builds anyway, then forwards the record. Server
+// errors (5xx) log at Warn so they stand out; the rest at Info.
+type accessLog struct {
+	log  *slog.Logger
+	next server.Ledger
+}
+
+func (a accessLog) Add(r usage.Record) error {
+	level := slog.LevelInfo
+	if r.Status >= 500 || r.Status == 0 {
+		level = slog.LevelWarn
+	}
+	ctx := context.Background()
+	if a.log.Enabled(ctx, level) {
+		attrs := []slog.Attr{
+			slog.String("request_id", r.ID), slog.String("key_id", r.KeyID), slog.String("endpoint", r.Endpoint),
+			slog.String("model", r.Model), slog.String("backend", r.Backend), slog.Int("status", r.Status),
+			slog.Bool("stream", r.Stream), slog.Int("prompt_tokens", r.PromptTokens), slog.Int("completion_tokens", r.CompletionTokens),
+			slog.Float64("ttft_ms", float64(r.TTFT.Microseconds())/1000), slog.Float64("latency_ms", float64(r.Latency.Microseconds())/1000),
+		}
+		if r.ErrorType != "" {
+			attrs = append(attrs, slog.String("error", r.ErrorType))
+		}
+		if r.Estimated {
+			attrs = append(attrs, slog.Bool("estimated", true))
+		}
+		a.log.LogAttrs(ctx, level, "request", attrs...)
+	}
+	return a.next.Add(r)
+}
