@@ -256,13 +256,13 @@ func modelsFromConfig(ctx context.Context, w io.Writer, f modelsFlags) error {
 func probeBackend(ctx context.Context, cb *config.Backend, timeout time.Duration) string {
 	b := provider.NewBackend(cb)
 	defer b.Close()
-	url := b.BaseURL + "/models"
-	if on, u, _, _ := b.HealthCheck(); on {
-		url = u
-	} else if e, ok := preset.LookupEngine(cb.Engine); ok {
-		if u, err := neturl.Parse(b.BaseURL); err == nil {
-			u.Path = e.HealthPath
-			url = u.String()
+	url := b.HealthURL()
+	if on, _, _, _ := b.HealthCheck(); !on {
+		if e, ok := preset.LookupEngine(cb.Engine); ok { // the engine's cheap liveness path
+			if u, err := neturl.Parse(b.BaseURL); err == nil {
+				u.Path = e.HealthPath
+				url = u.String()
+			}
 		}
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)

@@ -19,11 +19,17 @@ func (b *Backend) HealthCheck() (on bool, probeURL string, interval, timeout tim
 	return true, b.healthURL(), time.Duration(h.Interval), time.Duration(h.Timeout)
 }
 
-// healthURL joins the configured path to the backend's origin; without a
-// path it is the OpenAI model list under the base URL, which every
-// compatible server has.
+// HealthURL is the URL active checks and probes use: the configured
+// path on the backend's origin, else the model list, which every
+// compatible server has (under /v1 for the Anthropic dialect, whose base
+// URL has none).
+func (b *Backend) HealthURL() string { return b.healthURL() }
+
 func (b *Backend) healthURL() string {
 	if b.health == nil || b.health.Path == "" {
+		if b.Dialect == "anthropic" {
+			return b.BaseURL + "/v1/models"
+		}
 		return b.BaseURL + "/models"
 	}
 	u, err := url.Parse(b.BaseURL)
