@@ -36,7 +36,7 @@ func (c *fakeClock) Advance(d time.Duration) {
 
 // table builds a routing table from YAML with a fake clock and no backoff
 // to speak of. Backends point at a closed port: attempts here are fakes.
-func table(t *testing.T, src string) (*Table, *fakeClock) {
+func table(t testing.TB, src string) (*Table, *fakeClock) {
 	t.Helper()
 	cfg, err := config.Load(strings.NewReader(src), "test.yaml")
 	if err != nil {
