@@ -33,11 +33,12 @@ const (
 	spoolDraining = "usage-spool.draining.jsonl"
 )
 
-// OpenSpool opens (creating) a spool directory. Files left by an earlier
-// run are drained like new ones.
+// OpenSpool opens a spool directory, created at the first append so that a
+// gateway whose database never fails leaves no trace. Files left by an
+// earlier run are drained like new ones.
 func OpenSpool(dir string) (*Spool, error) {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("create usage spool directory: %w", err)
+	if fi, err := os.Stat(dir); err == nil && !fi.IsDir() {
+		return nil, fmt.Errorf("usage spool %s is not a directory", dir)
 	}
 	s := &Spool{dir: dir}
 	if fi, err := os.Stat(filepath.Join(dir, spoolActive)); err == nil {
@@ -53,6 +54,9 @@ func (s *Spool) Dir() string { return s.dir }
 func (s *Spool) Append(batch []Record) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if err := os.MkdirAll(s.dir, 0o700); err != nil {
+		return fmt.Errorf("create usage spool directory: %w", err)
+	}
 	f, err := os.OpenFile(filepath.Join(s.dir, spoolActive), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return err
