@@ -46,11 +46,57 @@ type Metrics struct {
 	inflightN  atomic.Int64
 	stateMu    sync.Mutex
 	stateNames map[string]bool
+
+	// series caches the children of one label combination, so a request
+	// costs one map lookup under a read lock instead of five label hashes.
+	seriesMu sync.RWMutex
+	series   map[seriesKey]*children
+}
+
+type seriesKey struct {
+	model, backend, key, endpoint string
+	status                        int
+}
+
+type children struct {
+	requests, prompt, completion, cached, cost prometheus.Counter
+	ttft, latency                              prometheus.Observer
+}
+
+// maxSeries bounds the cache; beyond it (an attack with endless model
+// names is refused earlier by routing, but keys and statuses multiply)
+// records are observed without caching.
+const maxSeries = 10000
+
+func (m *Metrics) children(r *usage.Record, key string) *children {
+	k := seriesKey{r.Model, r.Backend, key, r.Endpoint, r.Status}
+	m.seriesMu.RLock()
+	c := m.series[k]
+	m.seriesMu.RUnlock()
+	if c != nil {
+		return c
+	}
+	st := strconv.Itoa(r.Status)
+	c = &children{
+		requests:   m.requests.WithLabelValues(r.Model, r.Backend, key, r.Endpoint, st),
+		prompt:     m.tokens.WithLabelValues(r.Model, r.Backend, key, "prompt"),
+		completion: m.tokens.WithLabelValues(r.Model, r.Backend, key, "completion"),
+		cached:     m.tokens.WithLabelValues(r.Model, r.Backend, key, "cached"),
+		cost:       m.cost.WithLabelValues(r.Model, key),
+		ttft:       m.ttft.WithLabelValues(r.Model, r.Backend),
+		latency:    m.latency.WithLabelValues(r.Model, r.Backend, statusClass(r.Status)),
+	}
+	m.seriesMu.Lock()
+	if len(m.series) < maxSeries {
+		m.series[k] = c
+	}
+	m.seriesMu.Unlock()
+	return c
 }
 
 // New returns Metrics registered on a fresh registry.
 func New() *Metrics {
-	m := &Metrics{Registry: prometheus.NewRegistry(), stateNames: map[string]bool{}}
+	m := &Metrics{Registry: prometheus.NewRegistry(), stateNames: map[string]bool{}, series: map[seriesKey]*children{}}
 	m.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "llmgate_requests_total",
 		Help: "Model requests served, by public model, backend, key id, endpoint and HTTP status.",
@@ -97,24 +143,24 @@ func (m *Metrics) Observe(r usage.Record) {
 	if key == "" {
 		key = "master"
 	}
-	st := strconv.Itoa(r.Status)
-	m.requests.WithLabelValues(r.Model, r.Backend, key, r.Endpoint, st).Inc()
+	c := m.children(&r, key)
+	c.requests.Inc()
 	if r.PromptTokens > 0 {
-		m.tokens.WithLabelValues(r.Model, r.Backend, key, "prompt").Add(float64(r.PromptTokens))
+		c.prompt.Add(float64(r.PromptTokens))
 	}
 	if r.CompletionTokens > 0 {
-		m.tokens.WithLabelValues(r.Model, r.Backend, key, "completion").Add(float64(r.CompletionTokens))
+		c.completion.Add(float64(r.CompletionTokens))
 	}
 	if r.CachedTokens > 0 {
-		m.tokens.WithLabelValues(r.Model, r.Backend, key, "cached").Add(float64(r.CachedTokens))
+		c.cached.Add(float64(r.CachedTokens))
 	}
 	if r.CostUSD > 0 {
-		m.cost.WithLabelValues(r.Model, key).Add(r.CostUSD)
+		c.cost.Add(r.CostUSD)
 	}
 	if r.Status/100 == 2 && r.TTFT > 0 {
-		m.ttft.WithLabelValues(r.Model, r.Backend).Observe(r.TTFT.Seconds())
+		c.ttft.Observe(r.TTFT.Seconds())
 	}
-	m.latency.WithLabelValues(r.Model, r.Backend, statusClass(r.Status)).Observe(r.Latency.Seconds())
+	c.latency.Observe(r.Latency.Seconds())
 }
 
 func statusClass(s int) string {

@@ -1,0 +1,125 @@
+package metrics
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"llmgate/internal/apierror"
+	"llmgate/internal/server"
+	"llmgate/internal/usage"
+)
+
+type countLedger struct{ n int }
+
+func (c *countLedger) Add(usage.Record) error { c.n++; return nil }
+
+func TestLedger_ObservesThenForwardsEveryRecord(t *testing.T) {
+	m := New()
+	next := &countLedger{}
+	l := m.Ledger(next)
+	_ = l.Add(usage.Record{Model: "qwen", Backend: "a", KeyID: "key_1", Endpoint: "chat", Status: 200, PromptTokens: 10, CompletionTokens: 4,
+		CachedTokens: 2, CostUSD: 0.5, TTFT: 80 * time.Millisecond, Latency: time.Second})
+	_ = l.Add(usage.Record{Model: "qwen", Backend: "a", KeyID: "key_1", Endpoint: "chat", Status: 502, Latency: 2 * time.Second})
+	if next.n != 2 {
+		t.Fatalf("forwarded %d records, want 2", next.n)
+	}
+	if v := testutil.ToFloat64(m.requests.WithLabelValues("qwen", "a", "key_1", "chat", "200")); v != 1 {
+		t.Errorf("requests{200} = %v", v)
+	}
+	if v := testutil.ToFloat64(m.tokens.WithLabelValues("qwen", "a", "key_1", "cached")); v != 2 {
+		t.Errorf("cached tokens = %v", v)
+	}
+	if v := testutil.ToFloat64(m.cost.WithLabelValues("qwen", "key_1")); v != 0.5 {
+		t.Errorf("cost = %v", v)
+	}
+	// TTFT counts successes only; latency counts both, by status class.
+	if n := testutil.CollectAndCount(m.ttft); n != 1 {
+		t.Errorf("TTFT series = %d, want 1", n)
+	}
+	if n := testutil.CollectAndCount(m.latency); n != 2 {
+		t.Errorf("latency series = %d, want 2 (2xx and 5xx)", n)
+	}
+}
+
+type refuser struct{ err error }
+
+func (r refuser) Admit(context.Context, server.AdmitRequest) (server.Ticket, error) {
+	return nil, r.err
+}
+
+func TestAdmission_CountsRefusalsByCode(t *testing.T) {
+	m := New()
+	if m.Admission(nil) != nil {
+		t.Fatal("wrapping no Admission must stay nil, so the server skips admission")
+	}
+	a := m.Admission(refuser{apierror.New(http.StatusTooManyRequests, apierror.KindRateLimit, "rpm_exceeded", "slow down")})
+	_, _ = a.Admit(context.Background(), server.AdmitRequest{})
+	_, _ = a.Admit(context.Background(), server.AdmitRequest{})
+	b := m.Admission(refuser{errors.New("plain")})
+	_, _ = b.Admit(context.Background(), server.AdmitRequest{})
+	if v := testutil.ToFloat64(m.refusals.WithLabelValues("rpm_exceeded", "429")); v != 2 {
+		t.Errorf("rpm_exceeded refusals = %v, want 2", v)
+	}
+	if v := testutil.ToFloat64(m.refusals.WithLabelValues("refused", "429")); v != 1 {
+		t.Errorf("untyped refusals = %v, want 1", v)
+	}
+}
+
+func TestMiddleware_CountsOnlyAPIRequestsInFlight(t *testing.T) {
+	m := New()
+	var during int64
+	h := m.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { during = m.InFlight() }))
+	h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("POST", "/v1/chat/completions", nil))
+	if during != 1 || m.InFlight() != 0 {
+		t.Fatalf("in flight during %d after %d, want 1 and 0", during, m.InFlight())
+	}
+	h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/metrics", nil))
+	if during != 0 {
+		t.Fatalf("a scrape counted as in flight")
+	}
+}
+
+func TestGaugeVecFunc_ScrapesCurrentValuesAndRefusesDuplicates(t *testing.T) {
+	m := New()
+	state := "closed"
+	err := m.GaugeVecFunc("llmgate_test_state", "test", []string{"state"}, func(emit Emit) {
+		for _, s := range []string{"closed", "open"} {
+			v := 0.0
+			if s == state {
+				v = 1
+			}
+			emit(v, s)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.GaugeVecFunc("llmgate_test_state", "again", []string{"state"}, func(Emit) {}); err == nil {
+		t.Fatal("a second registration of the same name must fail")
+	}
+	state = "open"
+	rec := httptest.NewRecorder()
+	m.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	if !strings.Contains(rec.Body.String(), `llmgate_test_state{state="open"} 1`) {
+		t.Fatalf("scrape does not show the current state:\n%s", rec.Body.String())
+	}
+}
+
+// BenchmarkLedger_Observe measures what the metrics add per request.
+func BenchmarkLedger_Observe(b *testing.B) {
+	m := New()
+	l := m.Ledger(&countLedger{})
+	rec := usage.Record{Model: "qwen", Backend: "a", KeyID: "key_1", Endpoint: "chat", Status: 200, PromptTokens: 100, CompletionTokens: 50,
+		TTFT: 80 * time.Millisecond, Latency: time.Second}
+	b.ReportAllocs()
+	for b.Loop() {
+		_ = l.Add(rec)
+	}
+}
