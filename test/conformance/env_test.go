@@ -63,7 +63,6 @@ type env struct {
 	key        string // virtual key allowed every model
 	narrowKey  string // virtual key allowed only "sim"
 	root       string // http://host:port
-	simStopped func()
 }
 
 func newEnv(t *testing.T) *env {
@@ -73,7 +72,6 @@ func newEnv(t *testing.T) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.simStopped = stop
 	t.Cleanup(stop)
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "backends:\n")
@@ -112,7 +110,11 @@ func newEnv(t *testing.T) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Keys reach the verifier through its store poll.
+	// Keys reach the verifier through its store poll; reload now rather
+	// than wait for it.
+	if err := gw.Verifier.Reload(context.Background()); err != nil {
+		t.Fatal(err)
+	}
 	e.waitKey(t, e.key)
 	e.waitKey(t, e.narrowKey)
 	return e
