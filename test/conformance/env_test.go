@@ -57,12 +57,12 @@ var scenarios = []string{"text", "tool", "reason", "cut", "errmid"}
 
 // env is a live gateway with its upstreams and a virtual key.
 type env struct {
-	gw         *gateway.Gateway
-	oa         *openaiFake
-	an         *anthropicFake
-	key        string // virtual key allowed every model
-	narrowKey  string // virtual key allowed only "sim"
-	root       string // http://host:port
+	gw        *gateway.Gateway
+	oa        *openaiFake
+	an        *anthropicFake
+	key       string // virtual key allowed every model
+	narrowKey string // virtual key allowed only "sim"
+	root      string // http://host:port
 }
 
 func newEnv(t *testing.T) *env {
