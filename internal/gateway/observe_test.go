@@ -160,6 +160,7 @@ type tracedUpstream struct {
 	*httptest.Server
 	mu           sync.Mutex
 	traceparents []string
+	requestIDs   []string
 }
 
 func TestTracing_RequestAndAttemptSpansShareATraceThatReachesTheBackend(t *testing.T) {
@@ -167,6 +168,7 @@ func TestTracing_RequestAndAttemptSpansShareATraceThatReachesTheBackend(t *testi
 	up.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		up.mu.Lock()
 		up.traceparents = append(up.traceparents, r.Header.Get("Traceparent"))
+		up.requestIDs = append(up.requestIDs, r.Header.Get("X-Request-Id"))
 		up.mu.Unlock()
 		w.Header().Set("Content-Type", "application/json")
 		fmt.Fprint(w, `{"id":"c1","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}],"usage":{"prompt_tokens":5,"completion_tokens":1,"total_tokens":6}}`)
@@ -194,6 +196,9 @@ func TestTracing_RequestAndAttemptSpansShareATraceThatReachesTheBackend(t *testi
 		"Traceparent", "00-"+callerTrace+"-00f067aa0ba902b7-01", "X-Request-Id", "trace-test-1")
 	if r.status != 200 {
 		t.Fatalf("chat: %d %s", r.status, r.body)
+	}
+	if got := r.header.Get("X-Request-Id"); got != "trace-test-1" {
+		t.Errorf("response x-request-id %q, want the client's trace-test-1", got)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -231,6 +236,9 @@ func TestTracing_RequestAndAttemptSpansShareATraceThatReachesTheBackend(t *testi
 	}
 	up.mu.Lock()
 	defer up.mu.Unlock()
+	if len(up.requestIDs) != 1 || up.requestIDs[0] != "trace-test-1" {
+		t.Errorf("backend saw x-request-id %v, want the client's trace-test-1", up.requestIDs)
+	}
 	if len(up.traceparents) != 1 || !strings.Contains(up.traceparents[0], callerTrace+"-"+client.SpanContext.SpanID().String()) {
 		t.Errorf("backend saw traceparent %v, want trace %s with the attempt span as parent", up.traceparents, callerTrace)
 	}
