@@ -97,6 +97,14 @@ func (r *Reloader) Reload() error {
 		r.Adjust(cfg)
 		err = cfg.Validate()
 	}
+	if err == nil && r.g.Engines != nil {
+		// Engines are processes: their ports are bound to the running ones,
+		// and a new engine needs a restart rather than a silent port 0.
+		var changed []string
+		if changed, err = r.g.Engines.Rebind(cfg); err == nil && len(changed) > 0 {
+			r.log.Warn("engine settings changed in the file take effect after a gateway restart", "engines", changed)
+		}
+	}
 	if err != nil {
 		r.log.Error("config reload rejected: keeping the running config", "file", r.path, "err", err)
 		return err

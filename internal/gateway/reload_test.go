@@ -196,3 +196,27 @@ func TestReload_FileWatchAndSIGHUP(t *testing.T) {
 		t.Fatalf("after SIGHUP: %s", body)
 	}
 }
+
+func TestReload_NewEngineIsRejectedUntilRestart(t *testing.T) {
+	a := newUpstream(t, "a", answer)
+	path := filepath.Join(t.TempDir(), "llmgate.yaml")
+	good := fmt.Sprintf("backends:\n  a: {url: %s}\nmodels:\n  m: {backend: a}\n", a.URL)
+	if err := os.WriteFile(path, []byte(good), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	gw, r := startFileGW(t, path, &syncBuffer{})
+	withEngine := good + "engines:\n  e1: {cmd: \"sleep 60 ${PORT}\", models: [em]}\n"
+	if err := os.WriteFile(path, []byte(withEngine), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	err := r.Reload()
+	if err == nil || !strings.Contains(err.Error(), "needs a gateway restart") {
+		t.Fatalf("err = %v; want a rejection naming the restart", err)
+	}
+	if code, _, _ := gw.chat("em", false); code != 404 {
+		t.Fatalf("the new engine's model is routed to a port that does not exist: %d", code)
+	}
+	if code, _, _ := gw.chat("m", false); code != 200 {
+		t.Fatalf("the running config was not kept: %d", code)
+	}
+}
