@@ -96,11 +96,10 @@ func TestAdmin_KeyLifecycleThroughTheAPI(t *testing.T) {
 		t.Fatalf("after raising RPM: %d %s", r.StatusCode, body(r))
 	}
 	// Show reports the spend of the period: 3 calls x (1000*0.5 + 2000*1.5)/1M.
-	time.Sleep(100 * time.Millisecond) // ledger flush interval is 10ms
-	k, err := c.GetKey(ctx, is.Key.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
+	k := eventually(t, func() (*admin.Key, bool) { // the ledger writes asynchronously
+		k, err := c.GetKey(ctx, is.Key.ID)
+		return k, err == nil && k.SpentUSD != nil && *k.SpentUSD >= 3*0.0035-1e-9
+	})
 	if k.SpentUSD == nil || *k.SpentUSD < 3*0.0035-1e-9 || *k.SpentUSD > 3*0.0035+1e-9 {
 		t.Fatalf("spent = %v, want $0.0105", k.SpentUSD)
 	}
@@ -151,12 +150,11 @@ func TestAdmin_UsageAsJSONAndCSV(t *testing.T) {
 			t.Fatalf("%d", r.StatusCode)
 		}
 	}
-	time.Sleep(100 * time.Millisecond)
 	c := admin.NewClient(base, master)
-	rows, err := c.Usage(context.Background(), admin.UsageQuery{Since: "1h", By: []string{"model", "backend", "day"}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	rows := eventually(t, func() ([]usage.SummaryRow, bool) {
+		rows, err := c.Usage(context.Background(), admin.UsageQuery{Since: "1h", By: []string{"model", "backend", "day"}})
+		return rows, err == nil && len(rows) == 1 && rows[0].Requests == 3
+	})
 	if len(rows) != 1 || rows[0].Model != "m" || rows[0].Backend != "up" || rows[0].Requests != 3 || rows[0].PromptTokens != 3000 ||
 		rows[0].Day != time.Now().UTC().Format("2006-01-02") || rows[0].CostUSD < 0.0105-1e-9 || rows[0].P95LatencyMS <= 0 {
 		t.Fatalf("rows = %+v", rows)
@@ -193,3 +191,16 @@ func TestAdmin_RefusesVirtualKeysAndAnonymous(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// eventually polls f until it reports done (the ledger is asynchronous).
+func eventually[T any](t *testing.T, f func() (T, bool)) T {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		v, ok := f()
+		if ok || time.Now().After(deadline) {
+			return v
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
