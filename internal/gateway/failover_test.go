@@ -268,7 +268,7 @@ models:
 			}
 			wantHits(t, want)
 			recs := gw.ledger(1)
-			if recs[0].Backend != "good" || recs[0].Status != 200 || recs[0].PromptTokens != 5 || recs[0].Estimated {
+			if recs[0].Backend != "good" || recs[0].Status != 200 || recs[0].ErrorType != "" || recs[0].PromptTokens != 5 || recs[0].Estimated {
 				t.Fatalf("ledger record %+v; want one 200 record naming backend good with its usage", recs[0])
 			}
 		})
@@ -432,7 +432,7 @@ models:
 	}
 	wantHits(t, map[*faultUpstream]int64{a: 1, b: 1, fb1: 1, fb2: 1})
 	rec := gw.ledger(1)[0]
-	if rec.Model != "m" || rec.Backend != "fb2" || rec.UpstreamModel != "cloud-model" || rec.Status != 200 {
+	if rec.Model != "m" || rec.Backend != "fb2" || rec.UpstreamModel != "cloud-model" || rec.Status != 200 || rec.ErrorType != "" {
 		t.Fatalf("ledger %+v; want the requested model billed once, naming the fallback deployment that served", rec)
 	}
 }

@@ -128,6 +128,7 @@ func (s *Server) proxy(ep endpoint) func(http.ResponseWriter, *http.Request, key
 		}
 		err = s.Table().Forward(r.Context(), c.route, func(ctx context.Context, dep router.Deployment) (bool, error) {
 			t0 := time.Now()
+			c.errType = "" // a failed earlier attempt must not mark a success
 			committed, err := s.attempt(ctx, w, c, dep, upstreamBody)
 			s.logAttempt(c, dep, t0, committed, err)
 			return committed, err
