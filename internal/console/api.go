@@ -117,7 +117,7 @@ func (c *Console) handleOverview(w http.ResponseWriter, r *http.Request, s *sess
 	tot.P50MS, tot.P95MS = weightedLatency(models)
 	out := map[string]any{"range": name, "bucket_seconds": rg.bucket.Seconds(), "series": series, "totals": tot, "models": models,
 		"percentiles_approximate": len(models) > 1}
-	if c.opt.Stats != nil {
+	if c.opt.Stats != nil && s.admin() { // gateway-wide figures are for admins
 		out["live"] = c.opt.Stats()
 	}
 	writeJSON(w, http.StatusOK, out)
@@ -345,12 +345,41 @@ func (c *Console) handleModels(w http.ResponseWriter, r *http.Request, s *sessio
 	}
 	out["models"] = names
 	if c.opt.Health != nil {
-		out["health"] = c.opt.Health()
+		h := c.opt.Health()
+		if !s.admin() {
+			h = onlyModels(h, names)
+		}
+		out["health"] = h
 	}
 	if c.opt.Engines != nil && s.admin() {
 		out["engines"] = c.opt.Engines()
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// onlyModels keeps the health entries of the given models. Health comes
+// as the router's own type; a JSON round trip filters it without tying the
+// console to the router's structs.
+func onlyModels(health any, names []string) any {
+	b, err := json.Marshal(health)
+	if err != nil {
+		return []any{}
+	}
+	var list []map[string]any
+	if json.Unmarshal(b, &list) != nil {
+		return []any{}
+	}
+	keep := map[string]bool{}
+	for _, n := range names {
+		keep[n] = true
+	}
+	out := make([]map[string]any, 0, len(list))
+	for _, m := range list {
+		if name, _ := m["model"].(string); keep[name] {
+			out = append(out, m)
+		}
+	}
+	return out
 }
 
 // usageFilter reads the explorer's query: since/until (RFC 3339 or

@@ -53,6 +53,10 @@ func newFixture(t *testing.T) *fixture {
 	})
 	c := New(Options{Store: st, Verify: ver.Verify, API: api, KeysChanged: ver.Reload, Logger: log,
 		Models: func() []string { return []string{"alpha", "beta"} },
+		Health: func() any {
+			return []map[string]any{{"model": "alpha", "healthy": true}, {"model": "beta", "healthy": false}}
+		},
+		Stats: func() map[string]float64 { return map[string]float64{"in_flight": 7} },
 		Now: func() time.Time {
 			f.mu.Lock()
 			defer f.mu.Unlock()
@@ -220,6 +224,11 @@ func TestConsole_StateChangesNeedTheCSRFTokenAndTheSameOrigin(t *testing.T) {
 func TestConsole_KeySecretIsReturnedOnceAndNeverListed(t *testing.T) {
 	f := newFixture(t)
 	admin, _ := f.signIn(master)
+	idAlpha, alphaSecret := f.createKey(admin, `{"name":"alpha-only","models":["alpha"]}`)
+	alphaUser, _ := f.signIn(alphaSecret)
+	if m := alphaUser.do(http.MethodGet, "/ui/api/models", "").body; strings.Contains(m, "beta") || !strings.Contains(m, `"alpha"`) {
+		t.Errorf("key %s limited to alpha sees: %s", idAlpha, m)
+	}
 	id, secret := f.createKey(admin, `{"name":"team-a","models":["alpha"," "],"rpm":60,"budget_usd":5,"budget_period":"monthly","expires_in_days":30}`)
 	if !strings.HasPrefix(secret, keys.Prefix) {
 		t.Fatalf("secret %q", secret)
@@ -287,6 +296,12 @@ func TestConsole_UserKeySeesOnlyItsOwnUsageAndCannotManageKeys(t *testing.T) {
 	}
 	if keysBody := user.do(http.MethodGet, "/ui/api/keys", "").body; strings.Contains(keysBody, idB) {
 		t.Errorf("user sees other keys: %s", keysBody)
+	}
+	if ov := user.do(http.MethodGet, "/ui/api/overview", "").body; strings.Contains(ov, "in_flight") {
+		t.Errorf("user sees gateway-wide live figures: %s", ov)
+	}
+	if ov := admin.do(http.MethodGet, "/ui/api/overview", "").body; !strings.Contains(ov, `"in_flight":7`) {
+		t.Errorf("admin overview lacks live figures: %s", ov)
 	}
 	// Admin revokes the user's key: the session ends at once.
 	if r := admin.post("/ui/api/keys/"+idA+"/revoke", ""); r.status != 200 {

@@ -283,7 +283,7 @@ async function renderDashboard() {
       kpi("Cost", usd(t.cost_usd), "priced by the gateway", "kpi-cost"),
       kpi("Latency p50", msText(t.p50_ms), d.percentiles_approximate ? "weighted over models" : "end to end", "kpi-p50"),
       kpi("Latency p95", msText(t.p95_ms), d.percentiles_approximate ? "weighted over models" : "end to end", "kpi-p95"),
-      kpi("In flight", num(live.in_flight || 0), "ledger queue " + num(live.ledger_queue || 0), "kpi-live"));
+      d.live ? kpi("In flight", num(live.in_flight || 0), "ledger queue " + num(live.ledger_queue || 0), "kpi-live") : null);
     const sReq = [{ name: "ok", color: "#4f46e5", get: (p) => p.requests - p.errors }, { name: "errors", color: "#ef4444", get: (p) => p.errors }];
     const sTok = [{ name: "prompt", color: "#0ea5e9", get: (p) => p.prompt_tokens, area: true }, { name: "completion", color: "#4f46e5", get: (p) => p.completion_tokens, area: true }];
     const sCost = [{ name: "cost", color: "#10b981", get: (p) => p.cost_usd, area: true }];
