@@ -20,6 +20,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"llmgate/internal/config"
+	"llmgate/internal/keys"
 	"llmgate/internal/tracing"
 	"llmgate/internal/usage"
 )
@@ -297,3 +298,25 @@ func TestAccessLog_OneJSONLinePerRequestWithRequestIDModelAndTokens(t *testing.T
 type writerFunc func(p []byte) (int, error)
 
 func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+func TestMetrics_LimiterRefusalsAreCounted(t *testing.T) {
+	e := startEnv(t)
+	ctx := context.Background()
+	_, secret, err := CreateKey(ctx, e.g.Store, keys.Key{Name: "one-per-minute", RPM: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.g.Verifier.Reload(ctx); err != nil {
+		t.Fatal(err)
+	}
+	statuses := []int{}
+	for i := 0; i < 3; i++ {
+		statuses = append(statuses, e.do(http.MethodPost, "/v1/chat/completions", secret, chatBody("qwen", false, "")).status)
+	}
+	if statuses[0] != 200 || statuses[2] != http.StatusTooManyRequests {
+		t.Fatalf("statuses %v, want 200 then 429 for a 1 rpm key", statuses)
+	}
+	if v := sample(e.scrape(), "llmgate_limiter_refusals_total", map[string]string{"status": "429"}); v < 1 {
+		t.Fatalf("llmgate_limiter_refusals_total{status=429} = %v after a refusal, want >= 1", v)
+	}
+}
