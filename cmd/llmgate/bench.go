@@ -98,7 +98,7 @@ otherwise (results are still written).`,
 	fl.StringVar(&f.config, "config", "", "YAML or JSON file listing targets")
 	fl.StringVar(&f.baseURL, "base-url", "", "API base URL, e.g. http://127.0.0.1:8000/v1 (default $LLMGATE_BASE_URL or $OPENAI_BASE_URL)")
 	fl.StringVar(&f.apiKey, "api-key", "", "API key (default $LLMGATE_API_KEY, then $OPENAI_API_KEY)")
-	fl.StringSliceVar(&f.models, "model", nil, "model to benchmark; repeat or comma-separate for several targets")
+	fl.StringSliceVar(&f.models, "model", nil, "model to benchmark; repeat or comma-separate for several targets (default: the first the server lists)")
 	fl.StringVar(&f.endpoint, "endpoint", "chat", "chat or completions")
 	fl.StringArrayVar(&f.headers, "header", nil, "extra request header KEY=VALUE (repeatable)")
 	fl.IntSliceVar(&f.concurrency, "concurrency", nil, "closed-loop concurrency levels, e.g. 1,4,8,16")
@@ -135,7 +135,7 @@ otherwise (results are still written).`,
 }
 
 func runBench(cmd *cobra.Command, f *benchFlags) error {
-	o, err := f.options(cmd.Flags().Changed("num-requests"))
+	o, err := f.options(cmd.Context(), cmd.Flags().Changed("num-requests"))
 	if err != nil {
 		return err
 	}
@@ -183,7 +183,7 @@ func runBench(cmd *cobra.Command, f *benchFlags) error {
 
 // options turns flags into bench.Options. numRequestsSet tells whether
 // --num-requests was given, since --duration alone replaces its default.
-func (f *benchFlags) options(numRequestsSet bool) (bench.Options, error) {
+func (f *benchFlags) options(ctx context.Context, numRequestsSet bool) (bench.Options, error) {
 	var o bench.Options
 	getenv := os.Getenv
 	var err error
@@ -207,7 +207,25 @@ func (f *benchFlags) options(numRequestsSet bool) (bench.Options, error) {
 		if base == "" {
 			return o, errors.New("no endpoint: pass --base-url http://HOST:PORT/v1 (or --config), or set LLMGATE_BASE_URL")
 		}
-		if o.Targets, err = bench.TargetsFromFlags(base, f.apiKey, f.models, f.endpoint, getenv); err != nil {
+		models := f.models
+		if len(models) == 0 {
+			// Like vLLM's bench: without --model, use the first served one.
+			key := f.apiKey
+			for _, k := range []string{"LLMGATE_API_KEY", "OPENAI_API_KEY"} {
+				if key == "" {
+					key = os.Getenv(k)
+				}
+			}
+			ids, err := bench.ListModels(ctx, base, key)
+			if err != nil {
+				return o, fmt.Errorf("no --model given and %w; pass --model", err)
+			}
+			if len(ids) == 0 {
+				return o, errors.New("no --model given and the server lists no models; pass --model")
+			}
+			models = ids[:1]
+		}
+		if o.Targets, err = bench.TargetsFromFlags(base, f.apiKey, models, f.endpoint, getenv); err != nil {
 			return o, err
 		}
 	}

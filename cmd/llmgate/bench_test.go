@@ -63,11 +63,11 @@ func TestBenchCLI_RejectsBadInputWithAHint(t *testing.T) {
 	t.Setenv("LLMGATE_BASE_URL", "")
 	t.Setenv("OPENAI_BASE_URL", "")
 	cases := map[string][]string{
-		"--base-url": {"bench", "--model", "m", "--concurrency", "1"},
-		"--model":    {"bench", "--base-url", "http://127.0.0.1:9/v1", "--concurrency", "1"},
-		"positive":   {"bench", "--base-url", "http://127.0.0.1:9/v1", "--model", "m", "--request-rate", "-3"},
-		"--goodput":  {"bench", "--base-url", "http://127.0.0.1:9/v1", "--model", "m", "--concurrency", "1", "--goodput", "itl:5"},
-		"KEY=VALUE":  {"bench", "--base-url", "http://127.0.0.1:9/v1", "--model", "m", "--concurrency", "1", "--header", "nokey"},
+		"--base-url":   {"bench", "--model", "m", "--concurrency", "1"},
+		"pass --model": {"bench", "--base-url", "http://127.0.0.1:9/v1", "--concurrency", "1"},
+		"positive":     {"bench", "--base-url", "http://127.0.0.1:9/v1", "--model", "m", "--request-rate", "-3"},
+		"--goodput":    {"bench", "--base-url", "http://127.0.0.1:9/v1", "--model", "m", "--concurrency", "1", "--goodput", "itl:5"},
+		"KEY=VALUE":    {"bench", "--base-url", "http://127.0.0.1:9/v1", "--model", "m", "--concurrency", "1", "--header", "nokey"},
 		"--concurrency, --request-rate or --sweep": {"bench", "--base-url", "http://127.0.0.1:9/v1", "--model", "m"},
 	}
 	for hint, args := range cases {
@@ -90,6 +90,26 @@ func TestBenchCLI_FailsWhenACellMeasuredNothing(t *testing.T) {
 	}
 	if _, statErr := os.Stat(filepath.Join(dir, "r.json")); statErr != nil {
 		t.Error("results must still be written when the run fails")
+	}
+}
+
+func TestBenchCLI_UsesTheFirstServedModelWhenNoneIsNamed(t *testing.T) {
+	up := &bench.TimedUpstream{T1: time.Millisecond, T2: time.Millisecond, Chunks: 2}
+	srv := httptest.NewServer(up)
+	defer srv.Close()
+	path := filepath.Join(t.TempDir(), "r.json")
+	if _, stderr, err := runCLI(t, "bench", "--base-url", srv.URL+"/v1", "--concurrency", "1", "--num-requests", "2", "-q", "--json", path); err != nil {
+		t.Fatalf("%v\n%s", err, stderr)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	rep, err := bench.ReadReport(f)
+	// TimedUpstream lists one model, "m".
+	if err != nil || rep.Results[0].Model != "m" || rep.Results[0].Completed != 2 {
+		t.Errorf("report %+v, %v: want model m from the server's list", rep, err)
 	}
 }
 

@@ -67,6 +67,42 @@ func (t *Target) Backend() string {
 	return host
 }
 
+// ListModels returns the model ids served at baseURL (GET {base}/models),
+// used when no model is named, as vLLM's bench does.
+func ListModels(ctx context.Context, baseURL, apiKey string) ([]string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(baseURL, "/")+"/models", nil)
+	if err != nil {
+		return nil, err
+	}
+	if apiKey != "" {
+		req.Header.Set("Authorization", "Bearer "+apiKey)
+	}
+	resp, err := (&http.Client{Transport: newTransport(1)}).Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("list models: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 2048))
+		return nil, fmt.Errorf("list models: HTTP %d: %s", resp.StatusCode, errorMessage(b))
+	}
+	var list struct {
+		Data []struct {
+			ID string `json:"id"`
+		} `json:"data"`
+	}
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 4<<20)).Decode(&list); err != nil {
+		return nil, fmt.Errorf("list models: %w", err)
+	}
+	var ids []string
+	for _, m := range list.Data {
+		ids = append(ids, m.ID)
+	}
+	return ids, nil
+}
+
 // detectServer fills Server from GET {base}/models: engines report
 // themselves in owned_by ("vllm", "sglang", "llamacpp", ...). Failure is
 // not an error; the label just stays the host.
