@@ -88,6 +88,7 @@ func printDemo(w io.Writer, base, key, master, dir string, temp bool) {
   behind one gateway.
 
     Base URL    %[1]s
+    Console     %[7]s/ui/   (sign in with the master key or the API key)
     API key     %[2]s
     Master key  %[3]s   (admin; 'llmgate keys', 'llmgate usage')
     Models      %[4]s
@@ -121,5 +122,5 @@ func printDemo(w io.Writer, base, key, master, dir string, temp bool) {
 
   Press Ctrl-C to stop.
 
-`, base, key, master, strings.Join(demoModels, ", "), where, filepath.Join(dir, "llmgate.db"))
+`, base, key, master, strings.Join(demoModels, ", "), where, filepath.Join(dir, "llmgate.db"), strings.TrimSuffix(base, "/v1"))
 }
