@@ -188,7 +188,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		Client: ClientInfo{GOOS: runtime.GOOS, GOARCH: runtime.GOARCH, NumCPU: runtime.NumCPU(),
 			GOMAXPROCS: runtime.GOMAXPROCS(0), GoVersion: runtime.Version(), Protocol: "HTTP/1.1"},
 	}
-	probe := &http.Client{Transport: newTransport(1)}
+	probeTr := newTransport(1)
+	defer probeTr.CloseIdleConnections()
+	probe := &http.Client{Transport: probeTr}
 	for ti := range o.Targets {
 		t := &o.Targets[ti]
 		t.detectServer(ctx, probe)

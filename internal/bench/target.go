@@ -79,7 +79,9 @@ func ListModels(ctx context.Context, baseURL, apiKey string) ([]string, error) {
 	if apiKey != "" {
 		req.Header.Set("Authorization", "Bearer "+apiKey)
 	}
-	resp, err := (&http.Client{Transport: newTransport(1)}).Do(req)
+	tr := newTransport(1)
+	defer tr.CloseIdleConnections()
+	resp, err := (&http.Client{Transport: tr}).Do(req)
 	if err != nil {
 		return nil, fmt.Errorf("list models: %w", err)
 	}
