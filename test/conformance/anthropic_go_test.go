@@ -216,31 +216,39 @@ func TestAnthropicGoSDK_ToolCallRoundTrip(t *testing.T) {
 	e := newEnv(t)
 	c := e.anthropicClient()
 	for _, b := range scriptedBackends {
-		for _, m := range modes() {
-			t.Run(b.prefix+"/"+m.name, func(t *testing.T) {
-				params := anthropicParams(b.model("tool"), "What is the weather in Paris?")
-				params.Tools = []anthropic.ToolUnionParam{weatherTool}
-				first := anthropicTurn(t, c, params, m.stream)
-				if first.StopReason != anthropic.StopReasonToolUse {
-					t.Fatalf("stop_reason %q, want tool_use; content %s", first.StopReason, first.RawJSON())
-				}
-				var use anthropic.ToolUseBlock
-				for _, blk := range first.Content {
-					if blk.Type == "tool_use" {
-						use = blk.AsToolUse()
+		for _, scenario := range toolScenarios {
+			for _, m := range modes() {
+				t.Run(b.prefix+"/"+scenario+"/"+m.name, func(t *testing.T) {
+					params := anthropicParams(b.model(scenario), "What is the weather in Paris and Tokyo?")
+					params.Tools = []anthropic.ToolUnionParam{weatherTool}
+					first := anthropicTurn(t, c, params, m.stream)
+					if first.StopReason != anthropic.StopReasonToolUse {
+						t.Fatalf("stop_reason %q, want tool_use; content %s", first.StopReason, first.RawJSON())
 					}
-				}
-				var input struct{ City string }
-				if err := json.Unmarshal(use.Input, &input); err != nil || input.City != "Paris" || use.Name != "get_weather" || use.ID == "" {
-					t.Fatalf("tool_use %+v input %s (%v): want get_weather with city Paris", use, use.Input, err)
-				}
-				params.Messages = append(params.Messages, first.ToParam(),
-					anthropic.NewUserMessage(anthropic.NewToolResultBlock(use.ID, toolResult, false)))
-				second := anthropicTurn(t, c, params, m.stream)
-				if got := textOfMessage(second); got != toolAnswer || second.StopReason != anthropic.StopReasonEndTurn {
-					t.Errorf("second turn %q stop %q, want %q end_turn", got, second.StopReason, toolAnswer)
-				}
-			})
+					var results []anthropic.ContentBlockParamUnion
+					var cities []string
+					for _, blk := range first.Content {
+						if blk.Type != "tool_use" {
+							continue
+						}
+						use := blk.AsToolUse()
+						var input struct{ City string }
+						if err := json.Unmarshal(use.Input, &input); err != nil || use.Name != "get_weather" || use.ID == "" {
+							t.Fatalf("tool_use %+v input %s (%v): want get_weather with a city", use, use.Input, err)
+						}
+						cities = append(cities, input.City)
+						results = append(results, anthropic.NewToolResultBlock(use.ID, weatherResult[input.City], false))
+					}
+					if want := toolCities[scenario]; strings.Join(cities, ",") != want {
+						t.Fatalf("tool calls for %v, want %s", cities, want)
+					}
+					params.Messages = append(params.Messages, first.ToParam(), anthropic.NewUserMessage(results...))
+					second := anthropicTurn(t, c, params, m.stream)
+					if got := textOfMessage(second); got != toolAnswers[scenario] || second.StopReason != anthropic.StopReasonEndTurn {
+						t.Errorf("second turn %q stop %q, want %q end_turn", got, second.StopReason, toolAnswers[scenario])
+					}
+				})
+			}
 		}
 	}
 }
@@ -305,6 +313,8 @@ func TestAnthropicGoSDK_ErrorsAreTypedWithStatus(t *testing.T) {
 			"an-text", http.StatusUnauthorized, anthropic.ErrorTypeAuthenticationError},
 		{"UnknownModel", e.anthropicClient(), "no-such-model", http.StatusNotFound, anthropic.ErrorTypeNotFoundError},
 		{"ModelNotAllowedForKey", e.anthropicClient(option.WithAPIKey(e.narrowKey)), "oa-text", http.StatusForbidden, anthropic.ErrorTypePermissionError},
+		{"ChatBackendRateLimited", e.anthropicClient(), "oa-ratelimit", http.StatusTooManyRequests, anthropic.ErrorTypeRateLimitError},
+		{"AnthropicBackendRateLimited", e.anthropicClient(), "an-ratelimit", http.StatusTooManyRequests, anthropic.ErrorTypeRateLimitError},
 	}
 	for _, tc := range cases {
 		for _, m := range modes() {
@@ -322,6 +332,9 @@ func TestAnthropicGoSDK_ErrorsAreTypedWithStatus(t *testing.T) {
 				}
 				if ae.StatusCode != tc.status || ae.Type() != tc.typ || ae.Message == "" {
 					t.Errorf("status %d type %q message %q, want %d %q with a message", ae.StatusCode, ae.Type(), ae.Message, tc.status, tc.typ)
+				}
+				if tc.status == http.StatusTooManyRequests && ae.Response.Header.Get("Retry-After") != "7" {
+					t.Errorf("Retry-After %q, want the backend's 7", ae.Response.Header.Get("Retry-After"))
 				}
 			})
 		}

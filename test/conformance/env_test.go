@@ -53,7 +53,15 @@ func (b backendKind) model(scenario string) string {
 	return b.prefix + "-" + scenario
 }
 
-var scenarios = []string{"text", "tool", "reason", "cut", "errmid"}
+var scenarios = []string{"text", "tool", "tools2", "reason", "cut", "errmid", "ratelimit"}
+
+// The tool scenarios: one call, and two parallel calls.
+var (
+	toolScenarios = []string{"tool", "tools2"}
+	toolCities    = map[string]string{"tool": "Paris", "tools2": "Paris,Tokyo"}
+	toolAnswers   = map[string]string{"tool": toolAnswer, "tools2": tools2Answer}
+	weatherResult = map[string]string{"Paris": toolResult, "Tokyo": toolResult2}
+)
 
 // env is a live gateway with its upstreams and a virtual key.
 type env struct {

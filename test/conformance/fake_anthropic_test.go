@@ -47,8 +47,10 @@ func blocksOf(v any) []map[string]any {
 }
 
 // checkAnthropicToolTurn is checkOpenAIToolTurn for the Messages dialect:
-// an assistant tool_use block followed by a user tool_result block.
-func checkAnthropicToolTurn(body map[string]any) (second bool, problem string) {
+// an assistant message with the tool_use blocks, then ONE user message with
+// a tool_result block per call (the Messages API requires all results of a
+// turn in the next user message).
+func checkAnthropicToolTurn(body map[string]any, want []scriptedCall) (second bool, problem string) {
 	tools, _ := body["tools"].([]any)
 	if len(tools) != 1 {
 		return false, "fake: want exactly one tool, got " + mustJSON(body["tools"])
@@ -58,29 +60,51 @@ func checkAnthropicToolTurn(body map[string]any) (second bool, problem string) {
 		return false, "fake: want tool get_weather with an input_schema naming city, got " + mustJSON(tool)
 	}
 	msgs, _ := body["messages"].([]any)
-	sawUse := false
-	for _, m := range msgs {
+	for i, m := range msgs {
 		msg, _ := m.(map[string]any)
+		var uses []map[string]any
 		for _, b := range blocksOf(msg["content"]) {
-			switch b["type"] {
-			case "tool_use":
-				if msg["role"] != "assistant" || b["id"] != anthropicToolID || b["name"] != "get_weather" || !jsonEqual(mustJSON(b["input"]), `{"city":"Paris"}`) {
-					return false, "fake: the tool_use block came back mangled: " + mustJSON(msg)
-				}
-				sawUse = true
-			case "tool_result":
-				if !sawUse {
-					return false, "fake: a tool_result without the tool_use before it: " + mustJSON(msgs)
-				}
-				if msg["role"] != "user" || b["tool_use_id"] != anthropicToolID || !jsonEqual(textOf(b["content"]), toolResult) || b["is_error"] == true {
-					return false, "fake: the tool_result came back mangled: " + mustJSON(msg)
-				}
-				return true, ""
+			if b["type"] == "tool_use" {
+				uses = append(uses, b)
 			}
 		}
-	}
-	if sawUse {
-		return false, "fake: the tool_use is not followed by a tool_result: " + mustJSON(msgs)
+		if len(uses) == 0 {
+			for _, b := range blocksOf(msg["content"]) {
+				if b["type"] == "tool_result" {
+					return false, "fake: a tool_result without the tool_use before it: " + mustJSON(msgs)
+				}
+			}
+			continue
+		}
+		if msg["role"] != "assistant" || len(uses) != len(want) {
+			return false, fmt.Sprintf("fake: want %d tool_use blocks in an assistant message, got %s", len(want), mustJSON(msg))
+		}
+		for j, w := range want {
+			b := uses[j]
+			if b["id"] != w.id || b["name"] != "get_weather" || !jsonEqual(mustJSON(b["input"]), w.args()) {
+				return false, "fake: the tool_use block came back mangled: " + mustJSON(msg)
+			}
+		}
+		if i+1 >= len(msgs) {
+			return false, "fake: the tool_use is not followed by a tool_result: " + mustJSON(msgs)
+		}
+		next, _ := msgs[i+1].(map[string]any)
+		var results []map[string]any
+		for _, b := range blocksOf(next["content"]) {
+			if b["type"] == "tool_result" {
+				results = append(results, b)
+			}
+		}
+		if next["role"] != "user" || len(results) != len(want) {
+			return false, fmt.Sprintf("fake: want %d tool_result blocks in the next user message, got %s", len(want), mustJSON(next))
+		}
+		for j, w := range want {
+			b := results[j]
+			if b["tool_use_id"] != w.id || !jsonEqual(textOf(b["content"]), w.result) || b["is_error"] == true {
+				return false, "fake: the tool_result came back mangled: " + mustJSON(next)
+			}
+		}
+		return true, ""
 	}
 	return false, ""
 }
@@ -120,19 +144,29 @@ func (f *anthropicFake) handle(w http.ResponseWriter, r *http.Request) {
 		blocks = []map[string]any{{"type": "text", "text": textAnswer}}
 	case "reason":
 		blocks = []map[string]any{{"type": "thinking", "thinking": thinkingText, "signature": "c2lnbmF0dXJl"}, {"type": "text", "text": textAnswer}}
-	case "tool":
-		second, problem := checkAnthropicToolTurn(body)
+	case "tool", "tools2":
+		want := scriptedCalls(model, "toolu_w")
+		second, problem := checkAnthropicToolTurn(body, want)
 		if problem != "" {
 			anthropicError(w, http.StatusBadRequest, "invalid_request_error", problem)
 			return
 		}
-		if second {
-			blocks = []map[string]any{{"type": "text", "text": toolAnswer}}
-		} else {
-			blocks = []map[string]any{{"type": "text", "text": "Let me check."},
-				{"type": "tool_use", "id": anthropicToolID, "name": "get_weather", "input": map[string]any{"city": "Paris"}}}
+		switch {
+		case !second:
+			blocks = []map[string]any{{"type": "text", "text": "Let me check."}}
+			for _, c := range want {
+				blocks = append(blocks, map[string]any{"type": "tool_use", "id": c.id, "name": "get_weather", "input": map[string]any{"city": c.city}})
+			}
 			stop = "tool_use"
+		case model == "tools2":
+			blocks = []map[string]any{{"type": "text", "text": tools2Answer}}
+		default:
+			blocks = []map[string]any{{"type": "text", "text": toolAnswer}}
 		}
+	case "ratelimit":
+		w.Header().Set("Retry-After", "7")
+		anthropicError(w, http.StatusTooManyRequests, "rate_limit_error", "fake: rate limit exceeded")
+		return
 	default:
 		anthropicError(w, http.StatusNotFound, "not_found_error", "model: "+model)
 		return
@@ -180,7 +214,7 @@ func (f *anthropicFake) handle(w http.ResponseWriter, r *http.Request) {
 				"content_block": map[string]any{"type": "tool_use", "id": b["id"], "name": b["name"], "input": map[string]any{}}}))
 			delta(i, map[string]any{"type": "input_json_delta", "partial_json": ""})
 			delta(i, map[string]any{"type": "input_json_delta", "partial_json": `{"city": `})
-			delta(i, map[string]any{"type": "input_json_delta", "partial_json": `"Paris"}`})
+			delta(i, map[string]any{"type": "input_json_delta", "partial_json": `"` + b["input"].(map[string]any)["city"].(string) + `"}`})
 		}
 		s.event("content_block_stop", mustJSON(map[string]any{"type": "content_block_stop", "index": i}))
 	}

@@ -20,25 +20,44 @@ import (
 //	        checks the history it receives and answers 400 with the reason when
 //	        the call or its result was mangled, so a translation bug fails the
 //	        SDK call with a message that says what was wrong.
+//	tools2  the same with two parallel calls (Paris and Tokyo) whose two
+//	        results must come back, each under its own call id
 //	reason  reasoning (reasoning_content / a thinking block) then text
+//	ratelimit  429 with Retry-After before any byte is streamed
 //	cut     a few text deltas, then the connection is dropped
 //	errmid  a few text deltas, then an in-band error event
 //
 // Both fakes also check the gateway's credentials and answer 401 otherwise.
 
 const (
-	upstreamKey = "sk-upstream-secret"
-	// Tool call ids issued by the fakes; the second turn must echo them.
-	openaiCallID    = "call_w1"
-	anthropicToolID = "toolu_w1"
-	toolResult      = `{"city":"Paris","temperature":"18C","sky":"clear"}`
-	toolAnswer      = "It is 18C and clear in Paris."
-	textAnswer      = "Hello from the scripted upstream."
-	thinkingText    = "The user greets me; I should greet back."
+	upstreamKey  = "sk-upstream-secret"
+	toolResult   = `{"city":"Paris","temperature":"18C","sky":"clear"}`
+	toolResult2  = `{"city":"Tokyo","temperature":"22C","sky":"rain"}`
+	toolAnswer   = "It is 18C and clear in Paris."
+	tools2Answer = "Paris: 18C and clear; Tokyo: 22C and rain."
+	textAnswer   = "Hello from the scripted upstream."
+	thinkingText = "The user greets me; I should greet back."
 	// Fixed usage of the scripted answers.
 	fakePromptTokens     = 21
 	fakeCompletionTokens = 7
 )
+
+// scriptedCall is one tool call a fake issues and the result it expects.
+type scriptedCall struct {
+	id, city, result string
+}
+
+// scriptedCalls returns the calls of the tool scenarios, with ids in the
+// style of the dialect (prefix "call_w" or "toolu_w").
+func scriptedCalls(scenario, idPrefix string) []scriptedCall {
+	calls := []scriptedCall{{idPrefix + "1", "Paris", toolResult}}
+	if scenario == "tools2" {
+		calls = append(calls, scriptedCall{idPrefix + "2", "Tokyo", toolResult2})
+	}
+	return calls
+}
+
+func (c scriptedCall) args() string { return `{"city":"` + c.city + `"}` }
 
 // upstreamLog keeps the request bodies a fake received.
 type upstreamLog struct {
@@ -155,41 +174,48 @@ func openaiError(w http.ResponseWriter, status int, msg string) {
 }
 
 // checkOpenAIToolTurn inspects a tool scenario request: it reports whether
-// the history carries the tool result, or why the history is malformed.
-func checkOpenAIToolTurn(body map[string]any) (second bool, problem string) {
+// the history carries the results of every call, or why the history is
+// malformed (the assistant message must carry the calls with their ids and
+// arguments, followed by one tool message per call).
+func checkOpenAIToolTurn(body map[string]any, want []scriptedCall) (second bool, problem string) {
 	tools, _ := body["tools"].([]any)
 	if len(tools) != 1 || !strings.Contains(mustJSON(tools[0]), `"get_weather"`) || !strings.Contains(mustJSON(tools[0]), `"city"`) {
 		return false, "fake: want exactly one function tool get_weather with a city parameter, got " + mustJSON(body["tools"])
 	}
 	msgs, _ := body["messages"].([]any)
-	var sawCall bool
-	for _, m := range msgs {
+	for i, m := range msgs {
 		msg, _ := m.(map[string]any)
-		switch msg["role"] {
-		case "assistant":
-			calls, _ := msg["tool_calls"].([]any)
-			if len(calls) == 0 {
-				continue
-			}
-			call, _ := calls[0].(map[string]any)
+		calls, _ := msg["tool_calls"].([]any)
+		if msg["role"] != "assistant" || len(calls) == 0 {
+			continue
+		}
+		if len(calls) != len(want) {
+			return false, fmt.Sprintf("fake: the assistant message carries %d tool calls, want %d: %s", len(calls), len(want), mustJSON(msg))
+		}
+		for j, w := range want {
+			call, _ := calls[j].(map[string]any)
 			fn, _ := call["function"].(map[string]any)
 			args, _ := fn["arguments"].(string)
-			if len(calls) != 1 || call["id"] != openaiCallID || call["type"] != "function" || fn["name"] != "get_weather" || !jsonEqual(args, `{"city":"Paris"}`) {
+			if call["id"] != w.id || call["type"] != "function" || fn["name"] != "get_weather" || !jsonEqual(args, w.args()) {
 				return false, "fake: the assistant tool call came back mangled: " + mustJSON(msg)
 			}
-			sawCall = true
-		case "tool":
-			if !sawCall {
-				return false, "fake: a tool message without the assistant tool call before it: " + mustJSON(msgs)
-			}
-			if msg["tool_call_id"] != openaiCallID || !jsonEqual(textOf(msg["content"]), toolResult) {
-				return false, "fake: the tool result came back mangled: " + mustJSON(msg)
-			}
-			return true, ""
 		}
+		rest := msgs[i+1:]
+		if len(rest) < len(want) {
+			return false, "fake: the assistant tool calls are not followed by their tool results: " + mustJSON(msgs)
+		}
+		for j, w := range want {
+			tm, _ := rest[j].(map[string]any)
+			if tm["role"] != "tool" || tm["tool_call_id"] != w.id || !jsonEqual(textOf(tm["content"]), w.result) {
+				return false, fmt.Sprintf("fake: tool result %d came back mangled (want call id %s): %s", j, w.id, mustJSON(rest[j]))
+			}
+		}
+		return true, ""
 	}
-	if sawCall {
-		return false, "fake: the assistant tool call is not followed by its tool result: " + mustJSON(msgs)
+	for _, m := range msgs {
+		if msg, _ := m.(map[string]any); msg["role"] == "tool" {
+			return false, "fake: a tool message without the assistant tool call before it: " + mustJSON(msgs)
+		}
 	}
 	return false, ""
 }
@@ -219,23 +245,31 @@ func (f *openaiFake) handle(w http.ResponseWriter, r *http.Request) {
 		includeUsage, _ = so["include_usage"].(bool)
 	}
 	var content, reasoning, finish string
-	var call bool
+	var calls []scriptedCall
 	switch model {
 	case "text", "cut", "errmid":
 		content, finish = textAnswer, "stop"
 	case "reason":
 		reasoning, content, finish = thinkingText, textAnswer, "stop"
-	case "tool":
-		second, problem := checkOpenAIToolTurn(body)
+	case "tool", "tools2":
+		want := scriptedCalls(model, "call_w")
+		second, problem := checkOpenAIToolTurn(body, want)
 		if problem != "" {
 			openaiError(w, http.StatusBadRequest, problem)
 			return
 		}
-		if second {
+		switch {
+		case !second:
+			calls, finish = want, "tool_calls"
+		case model == "tools2":
+			content, finish = tools2Answer, "stop"
+		default:
 			content, finish = toolAnswer, "stop"
-		} else {
-			call, finish = true, "tool_calls"
 		}
+	case "ratelimit":
+		w.Header().Set("Retry-After", "7")
+		openaiError(w, http.StatusTooManyRequests, "fake: rate limit reached for requests")
+		return
 	default:
 		openaiError(w, http.StatusNotFound, fmt.Sprintf("The model `%s` does not exist.", model))
 		return
@@ -246,10 +280,14 @@ func (f *openaiFake) handle(w http.ResponseWriter, r *http.Request) {
 		if reasoning != "" {
 			msg["reasoning_content"] = reasoning
 		}
-		if call {
+		if len(calls) > 0 {
 			msg["content"] = nil
-			msg["tool_calls"] = []any{map[string]any{"id": openaiCallID, "type": "function",
-				"function": map[string]any{"name": "get_weather", "arguments": `{"city":"Paris"}`}}}
+			var tcs []any
+			for _, c := range calls {
+				tcs = append(tcs, map[string]any{"id": c.id, "type": "function",
+					"function": map[string]any{"name": "get_weather", "arguments": c.args()}})
+			}
+			msg["tool_calls"] = tcs
 		}
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(map[string]any{"id": "chatcmpl-fake1", "object": "chat.completion", "created": 1700000000, "model": model,
@@ -267,11 +305,11 @@ func (f *openaiFake) handle(w http.ResponseWriter, r *http.Request) {
 		chunk(map[string]any{"reasoning_content": reasoning[:half]}, nil)
 		chunk(map[string]any{"reasoning_content": reasoning[half:]}, nil)
 	}
-	if call {
-		chunk(map[string]any{"tool_calls": []any{map[string]any{"index": 0, "id": openaiCallID, "type": "function",
+	for i, c := range calls {
+		chunk(map[string]any{"tool_calls": []any{map[string]any{"index": i, "id": c.id, "type": "function",
 			"function": map[string]any{"name": "get_weather", "arguments": ""}}}}, nil)
-		for _, part := range []string{`{"city":`, ` "Paris"}`} {
-			chunk(map[string]any{"tool_calls": []any{map[string]any{"index": 0, "function": map[string]any{"arguments": part}}}}, nil)
+		for _, part := range []string{`{"city":`, ` "` + c.city + `"}`} {
+			chunk(map[string]any{"tool_calls": []any{map[string]any{"index": i, "function": map[string]any{"arguments": part}}}}, nil)
 		}
 	}
 	words := strings.SplitAfter(content, " ")

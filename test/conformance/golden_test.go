@@ -37,6 +37,7 @@ func TestGolden_LiveGatewayTranscripts(t *testing.T) {
 	}{
 		// Anthropic client, chat backend.
 		{"messages_from_chat_backend_tool_call", "/v1/messages", fmt.Sprintf(anthropicBody, "oa-tool", anthropicTools)},
+		{"messages_from_chat_backend_parallel_tool_calls", "/v1/messages", fmt.Sprintf(anthropicBody, "oa-tools2", anthropicTools)},
 		{"messages_from_chat_backend_thinking", "/v1/messages", fmt.Sprintf(anthropicBody, "oa-reason", "")},
 		{"messages_from_chat_backend_stream_cut", "/v1/messages", fmt.Sprintf(anthropicBody, "oa-cut", "")},
 		{"messages_from_chat_backend_upstream_error", "/v1/messages", fmt.Sprintf(anthropicBody, "oa-errmid", "")},
@@ -44,6 +45,7 @@ func TestGolden_LiveGatewayTranscripts(t *testing.T) {
 		{"messages_passthrough_stream_cut", "/v1/messages", fmt.Sprintf(anthropicBody, "an-cut", "")},
 		// Chat client, Anthropic backend.
 		{"chat_from_anthropic_backend_tool_call", "/v1/chat/completions", fmt.Sprintf(chatBody, "an-tool", chatTools)},
+		{"chat_from_anthropic_backend_parallel_tool_calls", "/v1/chat/completions", fmt.Sprintf(chatBody, "an-tools2", chatTools)},
 		{"chat_from_anthropic_backend_thinking", "/v1/chat/completions", fmt.Sprintf(chatBody, "an-reason", "")},
 		{"chat_from_anthropic_backend_stream_cut", "/v1/chat/completions", fmt.Sprintf(chatBody, "an-cut", "")},
 		{"chat_from_anthropic_backend_upstream_error", "/v1/chat/completions", fmt.Sprintf(chatBody, "an-errmid", "")},

@@ -53,7 +53,7 @@ func chatTurn(t *testing.T, c openai.Client, params openai.ChatCompletionNewPara
 	if !stream {
 		resp, err := c.Chat.Completions.New(ctx, params)
 		if err != nil {
-			t.Fatalf("Chat.Completions.New: %v", err)
+			t.Fatalf("Chat.Completions.New: %v", apiErrorDetail(err))
 		}
 		requireOpenAIValid(t, "completion", map[string]respjson.Field{"id": resp.JSON.ID, "object": resp.JSON.Object,
 			"created": resp.JSON.Created, "model": resp.JSON.Model, "choices": resp.JSON.Choices, "usage": resp.JSON.Usage})
@@ -94,7 +94,7 @@ func chatTurn(t *testing.T, c openai.Client, params openai.ChatCompletionNewPara
 		}
 	}
 	if err := s.Err(); err != nil {
-		t.Fatalf("stream: %v", err)
+		t.Fatalf("stream: %v", apiErrorDetail(err))
 	}
 	if chunks == 0 || usageChunks != 1 {
 		t.Errorf("%d chunks, %d with usage; want a stream ending with exactly one usage chunk", chunks, usageChunks)
@@ -162,26 +162,35 @@ func TestOpenAIGoSDK_ChatToolCallRoundTrip(t *testing.T) {
 	e := newEnv(t)
 	c := e.openaiClient()
 	for _, b := range scriptedBackends {
-		for _, m := range modes() {
-			t.Run(b.prefix+"/"+m.name, func(t *testing.T) {
-				params := chatParams(b.model("tool"), "What is the weather in Paris?")
-				params.Tools = []openai.ChatCompletionToolUnionParam{chatWeatherTool}
-				first, _ := chatTurn(t, c, params, m.stream)
-				ch := first.Choices[0]
-				if ch.FinishReason != "tool_calls" || len(ch.Message.ToolCalls) != 1 {
-					t.Fatalf("finish %q with %d tool calls, want tool_calls with 1: %s", ch.FinishReason, len(ch.Message.ToolCalls), first.RawJSON())
-				}
-				call := ch.Message.ToolCalls[0]
-				var args struct{ City string }
-				if err := json.Unmarshal([]byte(call.Function.Arguments), &args); err != nil || args.City != "Paris" || call.Function.Name != "get_weather" || call.ID == "" {
-					t.Fatalf("tool call %+v (%v)", call, err)
-				}
-				params.Messages = append(params.Messages, ch.Message.ToParam(), openai.ToolMessage(toolResult, call.ID))
-				second, _ := chatTurn(t, c, params, m.stream)
-				if got := second.Choices[0]; got.Message.Content != toolAnswer || got.FinishReason != "stop" {
-					t.Errorf("second turn %q finish %q, want %q stop", got.Message.Content, got.FinishReason, toolAnswer)
-				}
-			})
+		for _, scenario := range toolScenarios {
+			for _, m := range modes() {
+				t.Run(b.prefix+"/"+scenario+"/"+m.name, func(t *testing.T) {
+					params := chatParams(b.model(scenario), "What is the weather in Paris and Tokyo?")
+					params.Tools = []openai.ChatCompletionToolUnionParam{chatWeatherTool}
+					first, _ := chatTurn(t, c, params, m.stream)
+					ch := first.Choices[0]
+					if ch.FinishReason != "tool_calls" || len(ch.Message.ToolCalls) == 0 {
+						t.Fatalf("finish %q with %d tool calls, want tool_calls: %s", ch.FinishReason, len(ch.Message.ToolCalls), first.RawJSON())
+					}
+					params.Messages = append(params.Messages, ch.Message.ToParam())
+					var cities []string
+					for _, call := range ch.Message.ToolCalls {
+						var args struct{ City string }
+						if err := json.Unmarshal([]byte(call.Function.Arguments), &args); err != nil || call.Function.Name != "get_weather" || call.ID == "" {
+							t.Fatalf("tool call %+v (%v)", call, err)
+						}
+						cities = append(cities, args.City)
+						params.Messages = append(params.Messages, openai.ToolMessage(weatherResult[args.City], call.ID))
+					}
+					if want := toolCities[scenario]; strings.Join(cities, ",") != want {
+						t.Fatalf("tool calls for %v, want %s", cities, want)
+					}
+					second, _ := chatTurn(t, c, params, m.stream)
+					if got := second.Choices[0]; got.Message.Content != toolAnswers[scenario] || got.FinishReason != "stop" {
+						t.Errorf("second turn %q finish %q, want %q stop", got.Message.Content, got.FinishReason, toolAnswers[scenario])
+					}
+				})
+			}
 		}
 	}
 }
@@ -238,6 +247,8 @@ func TestOpenAIGoSDK_ErrorsAreTypedWithStatus(t *testing.T) {
 		{"BadAPIKey", e.openaiClient(option.WithAPIKey("sk-lg-not-a-real-key")), "an-text", http.StatusUnauthorized},
 		{"UnknownModel", e.openaiClient(), "no-such-model", http.StatusNotFound},
 		{"ModelNotAllowedForKey", e.openaiClient(option.WithAPIKey(e.narrowKey)), "an-text", http.StatusForbidden},
+		{"ChatBackendRateLimited", e.openaiClient(), "oa-ratelimit", http.StatusTooManyRequests},
+		{"AnthropicBackendRateLimited", e.openaiClient(), "an-ratelimit", http.StatusTooManyRequests},
 	}
 	for _, tc := range cases {
 		t.Run("Chat/"+tc.name, func(t *testing.T) {
@@ -273,5 +284,8 @@ func checkOpenAIError(t *testing.T, err error, status int) {
 	}
 	if oe.StatusCode != status || oe.Message == "" || oe.Type == "" {
 		t.Errorf("status %d type %q message %q, want %d with a type and a message", oe.StatusCode, oe.Type, oe.Message, status)
+	}
+	if status == http.StatusTooManyRequests && oe.Response.Header.Get("Retry-After") != "7" {
+		t.Errorf("Retry-After %q, want the backend's 7", oe.Response.Header.Get("Retry-After"))
 	}
 }

@@ -52,7 +52,7 @@ func responsesTurn(t *testing.T, c openai.Client, params responses.ResponseNewPa
 	if !stream {
 		r, err := c.Responses.New(ctx, params)
 		if err != nil {
-			t.Fatalf("Responses.New: %v", err)
+			t.Fatalf("Responses.New: %v", apiErrorDetail(err))
 		}
 		requireResponse(t, "response", r)
 		return r, ""
@@ -60,7 +60,8 @@ func responsesTurn(t *testing.T, c openai.Client, params responses.ResponseNewPa
 	s := c.Responses.NewStreaming(ctx, params)
 	defer s.Close()
 	var types []string
-	var text, args, reasoning strings.Builder
+	var text, reasoning strings.Builder
+	args := map[string]string{} // by item id
 	var final *responses.Response
 	lastSeq := int64(-1)
 	for s.Next() {
@@ -74,7 +75,7 @@ func responsesTurn(t *testing.T, c openai.Client, params responses.ResponseNewPa
 		case "response.output_text.delta":
 			text.WriteString(ev.Delta)
 		case "response.function_call_arguments.delta":
-			args.WriteString(ev.Delta)
+			args[ev.ItemID] += ev.Delta
 		case "response.reasoning_text.delta":
 			reasoning.WriteString(ev.Delta)
 		case "response.completed", "response.incomplete":
@@ -83,7 +84,7 @@ func responsesTurn(t *testing.T, c openai.Client, params responses.ResponseNewPa
 		}
 	}
 	if err := s.Err(); err != nil {
-		t.Fatalf("stream: %v (events %v)", err, types)
+		t.Fatalf("stream: %v (events %v)", apiErrorDetail(err), types)
 	}
 	if len(types) < 3 || types[0] != "response.created" || (types[len(types)-1] != "response.completed" && types[len(types)-1] != "response.incomplete") {
 		t.Fatalf("events %v: want response.created first and response.completed last", types)
@@ -93,8 +94,8 @@ func responsesTurn(t *testing.T, c openai.Client, params responses.ResponseNewPa
 		t.Errorf("streamed text %q differs from the completed output_text %q", text.String(), final.OutputText())
 	}
 	for _, it := range final.Output {
-		if it.Type == "function_call" && it.AsFunctionCall().Arguments != args.String() {
-			t.Errorf("streamed arguments %q differ from the completed %q", args.String(), it.AsFunctionCall().Arguments)
+		if it.Type == "function_call" && it.AsFunctionCall().Arguments != args[it.ID] {
+			t.Errorf("streamed arguments %q of item %s differ from the completed %q", args[it.ID], it.ID, it.AsFunctionCall().Arguments)
 		}
 	}
 	return final, reasoning.String()
@@ -128,32 +129,50 @@ func TestOpenAIGoSDK_ResponsesFunctionCallRoundTrip(t *testing.T) {
 	e := newEnv(t)
 	c := e.openaiClient()
 	for _, b := range scriptedBackends {
-		for _, m := range modes() {
-			t.Run(b.prefix+"/"+m.name, func(t *testing.T) {
-				params := responsesParams(b.model("tool"), "What is the weather in Paris?")
-				params.Tools = []responses.ToolUnionParam{responsesWeatherTool}
-				first, _ := responsesTurn(t, c, params, m.stream)
-				var call responses.ResponseFunctionToolCall
-				for _, it := range first.Output {
-					if it.Type == "function_call" {
-						call = it.AsFunctionCall()
+		for _, scenario := range toolScenarios {
+			for _, m := range modes() {
+				t.Run(b.prefix+"/"+scenario+"/"+m.name, func(t *testing.T) {
+					params := responsesParams(b.model(scenario), "What is the weather in Paris and Tokyo?")
+					params.Tools = []responses.ToolUnionParam{responsesWeatherTool}
+					first, _ := responsesTurn(t, c, params, m.stream)
+					params.Input.OfInputItemList = append(params.Input.OfInputItemList, functionCallOutputs(t, first, scenario)...)
+					second, _ := responsesTurn(t, c, params, m.stream)
+					if second.OutputText() != toolAnswers[scenario] {
+						t.Errorf("second turn %q, want %q", second.OutputText(), toolAnswers[scenario])
 					}
-				}
-				var args struct{ City string }
-				if err := json.Unmarshal([]byte(call.Arguments), &args); err != nil || args.City != "Paris" || call.Name != "get_weather" || call.CallID == "" {
-					t.Fatalf("function_call %+v (%v) in output %s", call, err, first.RawJSON())
-				}
-				out := responses.ResponseInputItemParamOfFunctionCallOutput(toolResult)
-				out.OfFunctionCallOutput.CallID = openai.String(call.CallID)
-				params.Input.OfInputItemList = append(params.Input.OfInputItemList,
-					responses.ResponseInputItemParamOfFunctionCall(call.Arguments, call.CallID, call.Name), out)
-				second, _ := responsesTurn(t, c, params, m.stream)
-				if second.OutputText() != toolAnswer {
-					t.Errorf("second turn %q, want %q", second.OutputText(), toolAnswer)
-				}
-			})
+				})
+			}
 		}
 	}
+}
+
+// functionCallOutputs checks a response's function_call items and returns
+// the input items of the next turn, as Codex resends them: the calls in
+// order, then their outputs.
+func functionCallOutputs(t *testing.T, r *responses.Response, scenario string) []responses.ResponseInputItemUnionParam {
+	t.Helper()
+	var calls, outputs []responses.ResponseInputItemUnionParam
+	var cities []string
+	for _, it := range r.Output {
+		if it.Type != "function_call" {
+			continue
+		}
+		call := it.AsFunctionCall()
+		var args struct{ City string }
+		if err := json.Unmarshal([]byte(call.Arguments), &args); err != nil || call.Name != "get_weather" || call.CallID == "" {
+			t.Fatalf("function_call %+v (%v) in output %s", call, err, r.RawJSON())
+		}
+		cities = append(cities, args.City)
+		out := responses.ResponseInputItemParamOfFunctionCallOutput(weatherResult[args.City])
+		out.OfFunctionCallOutput.CallID = openai.String(call.CallID)
+		calls = append(calls, responses.ResponseInputItemParamOfFunctionCall(call.Arguments, call.CallID, call.Name))
+		outputs = append(outputs, out)
+	}
+	items := append(calls, outputs...)
+	if want := toolCities[scenario]; strings.Join(cities, ",") != want {
+		t.Fatalf("function calls for %v, want %s", cities, want)
+	}
+	return items
 }
 
 func TestOpenAIGoSDK_ResponsesReasoning(t *testing.T) {
@@ -228,4 +247,14 @@ func TestOpenAIGoSDK_ResponsesPreviousResponseIDIsRefusedClearly(t *testing.T) {
 	if !errors.As(err, &oe) || oe.StatusCode != http.StatusBadRequest || !strings.Contains(oe.Message, "previous_response_id") {
 		t.Fatalf("error %v, want a 400 *openai.Error naming previous_response_id", err)
 	}
+}
+
+// apiErrorDetail adds the body of an *openai.Error, whose Error() shows only
+// the status when the body is not an OpenAI envelope it recognises.
+func apiErrorDetail(err error) string {
+	var oe *openai.Error
+	if errors.As(err, &oe) {
+		return err.Error() + " " + oe.RawJSON()
+	}
+	return err.Error()
 }

@@ -22,6 +22,14 @@ if (!base || !key || !narrowKey) {
 const TEXT = 'Hello from the scripted upstream.';
 const TOOL_RESULT = '{"city":"Paris","temperature":"18C","sky":"clear"}';
 const TOOL_ANSWER = 'It is 18C and clear in Paris.';
+const TOOL_RESULT_2 = '{"city":"Tokyo","temperature":"22C","sky":"rain"}';
+const TOOLS2_ANSWER = 'Paris: 18C and clear; Tokyo: 22C and rain.';
+// The tool scenarios: one call, and two parallel calls.
+const toolScenarios = {
+  tool: { cities: ['Paris'], answer: TOOL_ANSWER },
+  tools2: { cities: ['Paris', 'Tokyo'], answer: TOOLS2_ANSWER },
+};
+const weatherResult = { Paris: TOOL_RESULT, Tokyo: TOOL_RESULT_2 };
 const THINKING = 'The user greets me; I should greet back.';
 const PROMPT_TOKENS = 21;
 const COMPLETION_TOKENS = 7;
@@ -105,24 +113,25 @@ for (const b of backends) {
 
 for (const b of scripted) {
   for (const stream of modes) {
-    test(`anthropic sdk: tool round trip on ${b.prefix}, ${modeName(stream)}`, async () => {
-      const client = anthropic();
-      const params = { ...messagesParams(model(b, 'tool'), 'What is the weather in Paris?'), tools: [weatherTool] };
-      const first = await anthropicTurn(client, params, stream);
-      assert.equal(first.stop_reason, 'tool_use');
-      const use = first.content.find((c) => c.type === 'tool_use');
-      assert.ok(use, `a tool_use block in ${JSON.stringify(first.content)}`);
-      assert.equal(use.name, 'get_weather');
-      assert.deepEqual(use.input, { city: 'Paris' }, 'tool input parsed by the SDK');
-      params.messages = [
-        ...params.messages,
-        { role: 'assistant', content: first.content },
-        { role: 'user', content: [{ type: 'tool_result', tool_use_id: use.id, content: TOOL_RESULT }] },
-      ];
-      const second = await anthropicTurn(client, params, stream);
-      assert.equal(textOf(second), TOOL_ANSWER);
-      assert.equal(second.stop_reason, 'end_turn');
-    });
+    for (const [scenario, want] of Object.entries(toolScenarios)) {
+      test(`anthropic sdk: ${scenario} round trip on ${b.prefix}, ${modeName(stream)}`, async () => {
+        const client = anthropic();
+        const params = { ...messagesParams(model(b, scenario), 'What is the weather in Paris and Tokyo?'), tools: [weatherTool] };
+        const first = await anthropicTurn(client, params, stream);
+        assert.equal(first.stop_reason, 'tool_use');
+        const uses = first.content.filter((c) => c.type === 'tool_use');
+        assert.deepEqual(uses.map((u) => u.input.city), want.cities, 'tool inputs parsed by the SDK');
+        for (const u of uses) assert.equal(u.name, 'get_weather');
+        params.messages = [
+          ...params.messages,
+          { role: 'assistant', content: first.content },
+          { role: 'user', content: uses.map((u) => ({ type: 'tool_result', tool_use_id: u.id, content: weatherResult[u.input.city] })) },
+        ];
+        const second = await anthropicTurn(client, params, stream);
+        assert.equal(textOf(second), want.answer);
+        assert.equal(second.stop_reason, 'end_turn');
+      });
+    }
 
     test(`anthropic sdk: thinking blocks from ${b.prefix}, ${modeName(stream)}`, async () => {
       const msg = await anthropicTurn(anthropic(), messagesParams(model(b, 'reason'), 'Hello'), stream);
@@ -149,6 +158,8 @@ const anthropicErrors = [
   { name: 'bad key', client: () => anthropic('sk-lg-not-a-real-key'), m: 'oa-text', status: 401, cls: Anthropic.AuthenticationError, type: 'authentication_error' },
   { name: 'unknown model', client: () => anthropic(), m: 'no-such-model', status: 404, cls: Anthropic.NotFoundError, type: 'not_found_error' },
   { name: 'model not allowed', client: () => anthropic(narrowKey), m: 'an-text', status: 403, cls: Anthropic.PermissionDeniedError, type: 'permission_error' },
+  { name: 'chat backend rate limited', client: () => anthropic(), m: 'oa-ratelimit', status: 429, cls: Anthropic.RateLimitError, type: 'rate_limit_error' },
+  { name: 'anthropic backend rate limited', client: () => anthropic(), m: 'an-ratelimit', status: 429, cls: Anthropic.RateLimitError, type: 'rate_limit_error' },
 ];
 for (const c of anthropicErrors) {
   for (const stream of modes) {
@@ -232,21 +243,26 @@ for (const b of backends) {
 
 for (const b of scripted) {
   for (const stream of modes) {
-    test(`openai sdk chat: tool round trip on ${b.prefix}, ${modeName(stream)}`, async () => {
-      const client = openai();
-      const params = { ...chatParams(model(b, 'tool'), 'What is the weather in Paris?'), tools: [chatTool] };
-      const [first] = await chatTurn(client, params, stream);
-      const ch = first.choices[0];
-      assert.equal(ch.finish_reason, 'tool_calls');
-      assert.equal(ch.message.tool_calls?.length, 1);
-      const call = ch.message.tool_calls[0];
-      assert.equal(call.function.name, 'get_weather');
-      assert.deepEqual(JSON.parse(call.function.arguments), { city: 'Paris' });
-      params.messages = [...params.messages, ch.message, { role: 'tool', tool_call_id: call.id, content: TOOL_RESULT }];
-      const [second] = await chatTurn(client, params, stream);
-      assert.equal(second.choices[0].message.content, TOOL_ANSWER);
-      assert.equal(second.choices[0].finish_reason, 'stop');
-    });
+    for (const [scenario, want] of Object.entries(toolScenarios)) {
+      test(`openai sdk chat: ${scenario} round trip on ${b.prefix}, ${modeName(stream)}`, async () => {
+        const client = openai();
+        const params = { ...chatParams(model(b, scenario), 'What is the weather in Paris and Tokyo?'), tools: [chatTool] };
+        const [first] = await chatTurn(client, params, stream);
+        const ch = first.choices[0];
+        assert.equal(ch.finish_reason, 'tool_calls');
+        const calls = ch.message.tool_calls ?? [];
+        assert.deepEqual(calls.map((c) => JSON.parse(c.function.arguments).city), want.cities);
+        for (const c of calls) assert.equal(c.function.name, 'get_weather');
+        params.messages = [
+          ...params.messages,
+          ch.message,
+          ...calls.map((c) => ({ role: 'tool', tool_call_id: c.id, content: weatherResult[JSON.parse(c.function.arguments).city] })),
+        ];
+        const [second] = await chatTurn(client, params, stream);
+        assert.equal(second.choices[0].message.content, want.answer);
+        assert.equal(second.choices[0].finish_reason, 'stop');
+      });
+    }
 
     test(`openai sdk chat: reasoning_content from ${b.prefix}, ${modeName(stream)}`, async () => {
       const [c, reasoning] = await chatTurn(openai(), chatParams(model(b, 'reason'), 'Hello'), stream);
@@ -330,22 +346,23 @@ for (const b of backends) {
 
 for (const b of scripted) {
   for (const stream of modes) {
-    test(`openai sdk responses: function call round trip on ${b.prefix}, ${modeName(stream)}`, async () => {
-      const client = openai();
-      const params = { ...responsesParams(model(b, 'tool'), 'What is the weather in Paris?'), tools: [responsesTool] };
-      const first = await responsesTurn(client, params, stream);
-      const call = first.output.find((o) => o.type === 'function_call');
-      assert.ok(call, `a function_call item in ${JSON.stringify(first.output)}`);
-      assert.equal(call.name, 'get_weather');
-      assert.deepEqual(JSON.parse(call.arguments), { city: 'Paris' });
-      params.input = [
-        ...params.input,
-        { type: 'function_call', call_id: call.call_id, name: call.name, arguments: call.arguments },
-        { type: 'function_call_output', call_id: call.call_id, output: TOOL_RESULT },
-      ];
-      const second = await responsesTurn(client, params, stream);
-      assert.equal(second.output_text, TOOL_ANSWER);
-    });
+    for (const [scenario, want] of Object.entries(toolScenarios)) {
+      test(`openai sdk responses: ${scenario} function call round trip on ${b.prefix}, ${modeName(stream)}`, async () => {
+        const client = openai();
+        const params = { ...responsesParams(model(b, scenario), 'What is the weather in Paris and Tokyo?'), tools: [responsesTool] };
+        const first = await responsesTurn(client, params, stream);
+        const calls = first.output.filter((o) => o.type === 'function_call');
+        assert.deepEqual(calls.map((c) => JSON.parse(c.arguments).city), want.cities);
+        // As Codex resends them: the calls, then their outputs.
+        params.input = [
+          ...params.input,
+          ...calls.map((c) => ({ type: 'function_call', call_id: c.call_id, name: c.name, arguments: c.arguments })),
+          ...calls.map((c) => ({ type: 'function_call_output', call_id: c.call_id, output: weatherResult[JSON.parse(c.arguments).city] })),
+        ];
+        const second = await responsesTurn(client, params, stream);
+        assert.equal(second.output_text, want.answer);
+      });
+    }
   }
 
   for (const scenario of ['cut', 'errmid']) {
@@ -367,6 +384,8 @@ const openaiErrors = [
   { name: 'bad key', client: () => openai('sk-lg-not-a-real-key'), m: 'an-text', status: 401, cls: OpenAI.AuthenticationError },
   { name: 'unknown model', client: () => openai(), m: 'no-such-model', status: 404, cls: OpenAI.NotFoundError },
   { name: 'model not allowed', client: () => openai(narrowKey), m: 'an-text', status: 403, cls: OpenAI.PermissionDeniedError },
+  { name: 'chat backend rate limited', client: () => openai(), m: 'oa-ratelimit', status: 429, cls: OpenAI.RateLimitError },
+  { name: 'anthropic backend rate limited', client: () => openai(), m: 'an-ratelimit', status: 429, cls: OpenAI.RateLimitError },
 ];
 for (const c of openaiErrors) {
   for (const stream of modes) {
