@@ -197,3 +197,45 @@ func (e *env) waitRecord(t *testing.T, model, endpoint string, stream bool) usag
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// Images (base64 and URL) and the system prompt reach every backend
+// dialect from the Anthropic and OpenAI chat SDKs; the scripted upstreams
+// check their exact shape.
+func TestAnthropicGoSDK_ImagesAndSystemPromptReachEveryBackend(t *testing.T) {
+	e := newEnv(t)
+	c := e.anthropicClient()
+	for _, b := range scriptedBackends {
+		t.Run(b.prefix, func(t *testing.T) {
+			params := anthropicParams(b.model("image"), "")
+			params.Messages = []anthropic.MessageParam{anthropic.NewUserMessage(
+				anthropic.NewTextBlock("What is in these images?"),
+				anthropic.NewImageBlockBase64("image/png", imagePNG),
+				anthropic.NewImageBlock(anthropic.URLImageSourceParam{URL: imageURL}),
+			)}
+			msg := anthropicTurn(t, c, params, false)
+			if textOfMessage(msg) != imageAnswer {
+				t.Errorf("answer %q", textOfMessage(msg))
+			}
+		})
+	}
+}
+
+func TestOpenAIGoSDK_ChatImagesAndSystemPromptReachEveryBackend(t *testing.T) {
+	e := newEnv(t)
+	c := e.openaiClient()
+	for _, b := range scriptedBackends {
+		t.Run(b.prefix, func(t *testing.T) {
+			params := chatParams(b.model("image"), "")
+			params.Messages = []openai.ChatCompletionMessageParamUnion{openai.SystemMessage(systemPrompt),
+				openai.UserMessage([]openai.ChatCompletionContentPartUnionParam{
+					openai.TextContentPart("What is in these images?"),
+					openai.ImageContentPart(openai.ChatCompletionContentPartImageImageURLParam{URL: "data:image/png;base64," + imagePNG}),
+					openai.ImageContentPart(openai.ChatCompletionContentPartImageImageURLParam{URL: imageURL}),
+				})}
+			resp, _ := chatTurn(t, c, params, true)
+			if got := resp.Choices[0].Message.Content; got != imageAnswer {
+				t.Errorf("answer %q", got)
+			}
+		})
+	}
+}

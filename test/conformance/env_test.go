@@ -53,7 +53,7 @@ func (b backendKind) model(scenario string) string {
 	return b.prefix + "-" + scenario
 }
 
-var scenarios = []string{"text", "tool", "tools2", "reason", "cut", "errmid", "ratelimit"}
+var scenarios = []string{"text", "tool", "tools2", "reason", "cut", "errmid", "ratelimit", "image"}
 
 // The tool scenarios: one call, and two parallel calls.
 var (

@@ -109,6 +109,28 @@ func checkAnthropicToolTurn(body map[string]any, want []scriptedCall) (second bo
 	return false, ""
 }
 
+// checkAnthropicImages is checkOpenAIImages for the Messages dialect: the
+// system prompt in "system", images as base64 and url sources.
+func checkAnthropicImages(body map[string]any) string {
+	if !strings.Contains(textOf(body["system"]), systemPrompt) {
+		return "fake: the system prompt did not arrive in system: " + mustJSON(body["system"])
+	}
+	msgs, _ := body["messages"].([]any)
+	last, _ := msgs[len(msgs)-1].(map[string]any)
+	blocks := blocksOf(last["content"])
+	if last["role"] != "user" || len(blocks) != 3 {
+		return "fake: want a user message with text and two images, got " + mustJSON(last)
+	}
+	src1, _ := blocks[1]["source"].(map[string]any)
+	src2, _ := blocks[2]["source"].(map[string]any)
+	if blocks[0]["type"] != "text" || blocks[0]["text"] != "What is in these images?" ||
+		blocks[1]["type"] != "image" || src1["type"] != "base64" || src1["media_type"] != "image/png" || src1["data"] != imagePNG ||
+		blocks[2]["type"] != "image" || src2["type"] != "url" || src2["url"] != imageURL {
+		return "fake: the text or the images came back mangled: " + mustJSON(last)
+	}
+	return ""
+}
+
 func (f *anthropicFake) handle(w http.ResponseWriter, r *http.Request) {
 	if r.Header.Get("X-Api-Key") != upstreamKey {
 		anthropicError(w, http.StatusUnauthorized, "authentication_error", "fake: invalid x-api-key")
@@ -142,6 +164,12 @@ func (f *anthropicFake) handle(w http.ResponseWriter, r *http.Request) {
 	switch model {
 	case "text", "cut", "errmid":
 		blocks = []map[string]any{{"type": "text", "text": textAnswer}}
+	case "image":
+		if problem := checkAnthropicImages(body); problem != "" {
+			anthropicError(w, http.StatusBadRequest, "invalid_request_error", problem)
+			return
+		}
+		blocks = []map[string]any{{"type": "text", "text": imageAnswer}}
 	case "reason":
 		blocks = []map[string]any{{"type": "thinking", "thinking": thinkingText, "signature": "c2lnbmF0dXJl"}, {"type": "text", "text": textAnswer}}
 	case "tool", "tools2":

@@ -24,6 +24,9 @@ import (
 //	        results must come back, each under its own call id
 //	reason  reasoning (reasoning_content / a thinking block) then text
 //	ratelimit  429 with Retry-After before any byte is streamed
+//	image   checks that the system prompt and the last user message's text,
+//	        base64 image and URL image arrived, in order, then answers
+//	        imageAnswer
 //	cut     a few text deltas, then the connection is dropped
 //	errmid  a few text deltas, then an in-band error event
 //
@@ -37,6 +40,11 @@ const (
 	tools2Answer = "Paris: 18C and clear; Tokyo: 22C and rain."
 	textAnswer   = "Hello from the scripted upstream."
 	thinkingText = "The user greets me; I should greet back."
+	imageAnswer  = "One red pixel and one cat."
+	systemPrompt = "You are a terse assistant."
+	// imagePNG is a 1x1 red PNG.
+	imagePNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8DwHwAFBQIAX8jx0gAAAABJRU5ErkJggg=="
+	imageURL = "https://example.com/cat.png"
 	// Fixed usage of the scripted answers.
 	fakePromptTokens     = 21
 	fakeCompletionTokens = 7
@@ -58,6 +66,39 @@ func scriptedCalls(scenario, idPrefix string) []scriptedCall {
 }
 
 func (c scriptedCall) args() string { return `{"city":"` + c.city + `"}` }
+
+// checkOpenAIImages checks the system prompt and that the last user
+// message is [text, base64 image as a data: URI, URL image].
+func checkOpenAIImages(body map[string]any) string {
+	msgs, _ := body["messages"].([]any)
+	if len(msgs) < 2 {
+		return "fake: want a system and a user message, got " + mustJSON(msgs)
+	}
+	sys, _ := msgs[0].(map[string]any)
+	if sys["role"] != "system" || !strings.Contains(textOf(sys["content"]), systemPrompt) {
+		return "fake: the system prompt did not arrive as the first message: " + mustJSON(msgs[0])
+	}
+	last, _ := msgs[len(msgs)-1].(map[string]any)
+	parts, _ := last["content"].([]any)
+	if last["role"] != "user" || len(parts) != 3 {
+		return "fake: want a user message with text and two images, got " + mustJSON(last)
+	}
+	p0, _ := parts[0].(map[string]any)
+	urls := make([]string, 0, 2)
+	for _, p := range parts[1:] {
+		m, _ := p.(map[string]any)
+		iu, _ := m["image_url"].(map[string]any)
+		u, _ := iu["url"].(string)
+		if m["type"] != "image_url" {
+			return "fake: want image_url parts, got " + mustJSON(m)
+		}
+		urls = append(urls, u)
+	}
+	if p0["type"] != "text" || p0["text"] != "What is in these images?" || urls[0] != "data:image/png;base64,"+imagePNG || urls[1] != imageURL {
+		return "fake: the text or the images came back mangled: " + mustJSON(last)
+	}
+	return ""
+}
 
 // upstreamLog keeps the request bodies a fake received.
 type upstreamLog struct {
@@ -249,6 +290,12 @@ func (f *openaiFake) handle(w http.ResponseWriter, r *http.Request) {
 	switch model {
 	case "text", "cut", "errmid":
 		content, finish = textAnswer, "stop"
+	case "image":
+		if problem := checkOpenAIImages(body); problem != "" {
+			openaiError(w, http.StatusBadRequest, problem)
+			return
+		}
+		content, finish = imageAnswer, "stop"
 	case "reason":
 		reasoning, content, finish = thinkingText, textAnswer, "stop"
 	case "tool", "tools2":
