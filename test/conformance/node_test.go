@@ -22,7 +22,7 @@ func TestNodeSDKs_AgainstLiveGateway(t *testing.T) {
 		t.Fatal(err)
 	}
 	missing := func(msg string) {
-		msg = "!!! " + msg + ": the Node SDK conformance tests did NOT run. Run `(cd test/conformance/node && npm ci)` as .ci/run does"
+		msg = "!!! " + msg + ": the Node SDK conformance tests did NOT run. Run `npm ci --prefix test/conformance/node` as .ci/run does"
 		if os.Getenv("CI") == "true" {
 			t.Fatal(msg)
 		}
