@@ -119,7 +119,7 @@ func Start(ctx context.Context, opt Options) (*Gateway, error) {
 		st.Close()
 		return nil, err
 	}
-	table := router.New(cfg)
+	table := router.NewWithOptions(cfg, router.Options{Logger: log})
 	g.Engines.Attach(table)
 	g.Server = server.New(server.Options{Table: table, Verifier: g.Verifier, Ledger: g.observedLedger(), Logger: log, MaxBodyBytes: cfg.MaxBodyBytes,
 		Admission: g.Metrics.Admission(opt.Admission), Middleware: opt.Middleware})

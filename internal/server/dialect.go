@@ -264,7 +264,12 @@ func (s *Server) forwardDialect(w http.ResponseWriter, r *http.Request, c *call,
 	c.clientWantsUsage = true // translators need the usage chunk
 	err := s.Table().Forward(r.Context(), c.route, func(ctx context.Context, dep router.Deployment) (committed bool, err error) {
 		ctx, endSpan := s.traceAttempt(ctx, c, dep)
-		defer func() { endSpan(err) }()
+		t0 := time.Now()
+		c.errType = "" // a failed earlier attempt must not mark a success
+		defer func() {
+			s.logAttempt(c, dep, t0, committed, err)
+			endSpan(err)
+		}()
 		if c.ep.name == "messages" && dep.Backend.Dialect == config.DialectAnthropic {
 			return s.attemptPassthroughAnthropic(ctx, w, c, dep)
 		}

@@ -1,9 +1,8 @@
 package translate
 
 import (
-	"unicode/utf8"
-
 	"llmgate/internal/api/anthropic"
+	"llmgate/internal/usage"
 )
 
 // Token estimate constants. They approximate Claude-family and common BPE
@@ -76,26 +75,16 @@ func contentTokens(c *anthropic.Content) int {
 	return n
 }
 
-// textTokens estimates the tokens of s.
+// textTokens estimates the tokens of s with the gateway's one rule (see
+// usage.EstimateTokens), so ledger estimates and count_tokens agree.
 func textTokens(s string) int {
 	if s == "" {
 		return 0
 	}
-	ascii, other := 0, 0
-	for i := 0; i < len(s); {
-		if s[i] < utf8.RuneSelf {
-			ascii++
-			i++
-			continue
-		}
-		_, size := utf8.DecodeRuneInString(s[i:])
-		other++
-		i += size
-	}
-	return (ascii+3)/4 + other
+	return usage.EstimateTokens(s)
 }
 
 // estimateTextTokens estimates output tokens from a character count.
 func estimateTextTokens(chars int) int {
-	return (chars + 3) / 4
+	return usage.EstimateTokensFromChars(chars)
 }
