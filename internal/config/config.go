@@ -403,10 +403,10 @@ func (c *Config) Validate() error {
 	le := func(line int, key, format string, args ...any) error {
 		return &LineError{Source: c.Source, Line: line, Key: key, Msg: fmt.Sprintf(format, args...)}
 	}
-	if err := c.validateAccounting(); err != nil {
+	if err := c.validateEngines(); err != nil {
 		return err
 	}
-	if err := c.validateEngines(); err != nil {
+	if err := c.validateAccounting(); err != nil {
 		return err
 	}
 	if c.MaxBodyBytes < 0 {
