@@ -30,9 +30,23 @@ func TestOpenLoop_MaxConcurrencyQueuesAndLatencyStartsWhenASlotFrees(t *testing.
 	if c.ClientQueue.Max < 80 {
 		t.Errorf("client queue time max %.1f ms, want the waits of queued requests (≥ 80 ms)", c.ClientQueue.Max)
 	}
-	// The wait is not server latency: TTFT stays near the server's 40 ms.
-	if c.TTFT.P99 > 40+30 {
-		t.Errorf("TTFT p99 %.1f ms includes the intentional client queue", c.TTFT.P99)
+	// The wait is not server latency: queued requests (which waited 45, 90
+	// or 135 ms, about 90 ms on average) have about the TTFT of those sent
+	// at once. Comparing the two groups cancels out how late a loaded
+	// machine runs the server's timers.
+	var queued, direct []float64
+	for _, r := range rep.Requests {
+		if r.QueueMs > 20 {
+			queued = append(queued, r.TTFTMs)
+		} else {
+			direct = append(direct, r.TTFTMs)
+		}
+	}
+	if len(queued) < 4 || len(direct) < 1 {
+		t.Fatalf("%d queued and %d direct requests", len(queued), len(direct))
+	}
+	if d := Summarize(queued).Mean - Summarize(direct).Mean; d > 45 {
+		t.Errorf("queued requests' TTFT exceeds the others' by %.1f ms: the client queue leaked into TTFT", d)
 	}
 }
 
@@ -44,7 +58,7 @@ func TestClosedLoop_DurationModeRunsUntilTimeIsUp(t *testing.T) {
 		o.Concurrencies = []int{2}
 	})
 	c := rep.Results[0]
-	if c.Completed < 10 || c.Duration < 0.3 || c.Duration > 2 {
+	if c.Completed < 10 || c.Duration < 0.3 || c.Duration > 5 {
 		t.Errorf("duration cell: %d requests in %.2f s", c.Completed, c.Duration)
 	}
 }
@@ -63,12 +77,14 @@ func (s *slotServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 func TestSweep_FindsTheSaturationPoint(t *testing.T) {
-	up := &TimedUpstream{T1: 10 * time.Millisecond, T2: 5 * time.Millisecond, Chunks: 4}
+	// 50 ms per request, so the server's slots, not client overhead or a
+	// stall of the shared machine, set the throughput.
+	up := &TimedUpstream{T1: 20 * time.Millisecond, T2: 10 * time.Millisecond, Chunks: 4}
 	srv := httptest.NewServer(&slotServer{h: up, slots: make(chan struct{}, 4)})
 	defer srv.Close()
 	targets, _ := TargetsFromFlags(srv.URL+"/v1", "", []string{"m"}, "chat", func(string) string { return "" })
 	rep, err := Run(t.Context(), Options{
-		Targets: targets, Sweep: true, SweepMax: 64, NumRequests: 32, Warmup: 0, Burstiness: 1,
+		Targets: targets, Sweep: true, SweepMax: 32, NumRequests: 32, Warmup: 0, Burstiness: 1,
 		Workload: Workload{InputLen: 4, OutputLen: 4}, Request: RequestOptions{Timeout: 10 * time.Second},
 	})
 	if err != nil {

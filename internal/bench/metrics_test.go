@@ -67,8 +67,9 @@ func TestMetrics_TPOTUsesUsageTokensAndExcludesFirstToken(t *testing.T) {
 	if want := sum / 9; !near(c.TPOT.Mean, want, 0.01) {
 		t.Errorf("mean TPOT %.4f ms, recomputed %.4f ms", c.TPOT.Mean, want)
 	}
-	// Nominally 4 gaps of 10 ms over 14 tokens.
-	if !near(c.TPOT.Median, 40.0/14, 1.5) {
+	// Nominally 4 gaps of 10 ms over 14 tokens; the server's timers may run
+	// late on a loaded machine, never early.
+	if c.TPOT.Median < 40.0/14-0.2 || c.TPOT.Median > 40.0/14+5 {
 		t.Errorf("median TPOT %.3f ms, nominal %.3f ms", c.TPOT.Median, 40.0/14)
 	}
 	// ITL is per chunk (one sample per gap), the per-token variant divides
