@@ -15,7 +15,7 @@ import (
 // wrote that chunk.
 type accuracyReport struct {
 	chunkErrs []float64 // client stamp − server write, ms, every chunk
-	ttftErrs  []float64 // measured TTFT − (first write − server receive), ms
+	ttftErrs  []float64 // measured TTFT − (first write − request bytes read), ms
 	itlErrs   []float64 // measured ITL − server's gap between writes, ms
 	dispatch  []float64 // client send − intended send, ms
 	transit   []float64 // server receive − client send, ms
@@ -25,7 +25,10 @@ type accuracyReport struct {
 func runAccuracy(t *testing.T, up *TimedUpstream, cell Cell, requests int) accuracyReport {
 	t.Helper()
 	up.Record = true
-	srv := httptest.NewServer(up)
+	srv := httptest.NewUnstartedServer(up)
+	srv.Listener = ArrivalListener{srv.Listener}
+	srv.Config.ConnContext = ArrivalConnContext
+	srv.Start()
 	defer srv.Close()
 	tg := Target{BaseURL: srv.URL + "/v1", Model: "m"}
 	if err := tg.Normalize(func(string) string { return "" }); err != nil {

@@ -1,9 +1,11 @@
 package bench
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -40,8 +42,9 @@ type TimedUpstream struct {
 
 // UpstreamLog is the server's own record of one request.
 type UpstreamLog struct {
-	// Recv is when the handler started, Writes when each content chunk's
-	// flush returned.
+	// Recv is when the request's first bytes were read (with an
+	// ArrivalListener) or when the handler started, Writes when each
+	// content chunk's flush returned.
 	Recv   time.Time
 	Writes []time.Time
 	Tokens int
@@ -56,7 +59,8 @@ func (u *TimedUpstream) Log(id string) *UpstreamLog {
 
 // ServeHTTP implements the chat and completions streaming endpoints.
 func (u *TimedUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	recv := time.Now()
+	recv, rearm := arrival(r, time.Now())
+	defer rearm()
 	if r.Method == http.MethodGet && strings.HasSuffix(r.URL.Path, "/log") {
 		u.serveLog(w, r)
 		return
@@ -206,4 +210,74 @@ func requestIndex(r *http.Request) int {
 		return -1
 	}
 	return n
+}
+
+// ArrivalListener wraps a listener so that TimedUpstream takes a request's
+// receive time when its first bytes are read from the connection rather
+// than when the handler starts, which on a loaded machine (or under the
+// race detector) can be a millisecond later because of the server's own
+// header parsing. Use it with ArrivalConnContext as the server's
+// ConnContext.
+type ArrivalListener struct{ net.Listener }
+
+// Accept wraps each connection to record arrival times.
+func (l ArrivalListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return &arrivalConn{Conn: c, armed: true}, nil
+}
+
+type arrivalConn struct {
+	net.Conn
+	mu    sync.Mutex
+	armed bool
+	at    time.Time
+}
+
+// Read stamps the first bytes read while armed: the start of a request.
+func (c *arrivalConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if n > 0 {
+		now := time.Now()
+		c.mu.Lock()
+		if c.armed {
+			c.at, c.armed = now, false
+		}
+		c.mu.Unlock()
+	}
+	return n, err
+}
+
+type arrivalKey struct{}
+
+// ArrivalConnContext attaches an ArrivalListener connection to each
+// request's context so TimedUpstream can find its arrival time.
+func ArrivalConnContext(ctx context.Context, c net.Conn) context.Context {
+	if ac, ok := c.(*arrivalConn); ok {
+		return context.WithValue(ctx, arrivalKey{}, ac)
+	}
+	return ctx
+}
+
+// arrival returns the request's arrival time and a function that re-arms
+// the connection for the next request; the handler calls it when done,
+// before which an HTTP/1.1 client cannot send the next request.
+func arrival(r *http.Request, fallback time.Time) (time.Time, func()) {
+	ac, ok := r.Context().Value(arrivalKey{}).(*arrivalConn)
+	if !ok {
+		return fallback, func() {}
+	}
+	ac.mu.Lock()
+	at := ac.at
+	if ac.armed || at.IsZero() || at.After(fallback) {
+		at = fallback
+	}
+	ac.mu.Unlock()
+	return at, func() {
+		ac.mu.Lock()
+		ac.armed = true
+		ac.mu.Unlock()
+	}
 }
