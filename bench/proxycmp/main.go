@@ -234,7 +234,7 @@ func orchestrate(dur time.Duration, conns, rate int) error {
 	}
 	fmt.Printf("\nLatency, open loop, %d req/s, %s each, from scheduled send time\n", rate, dur)
 	lat := map[string]result{}
-	for _, t := range []string{"direct", "llmgate"} {
+	for _, t := range []string{"direct", "reverseproxy", "llmgate"} {
 		var u string
 		for _, x := range targets {
 			if x.name == t {
@@ -254,6 +254,7 @@ func orchestrate(dur time.Duration, conns, rate int) error {
 	fmt.Printf("  llmgate / direct throughput:                  %.2fx\n", tp["llmgate"].rps/tp["direct"].rps)
 	fmt.Printf("  added p50 at %d req/s: %.3f ms   (target <= 0.2 ms)\n", rate, ms(lat["llmgate"].p50-lat["direct"].p50))
 	fmt.Printf("  added p99 at %d req/s: %.3f ms   (target <= 1 ms)\n", rate, ms(lat["llmgate"].p99-lat["direct"].p99))
+	fmt.Printf("  for scale, the bare reverse proxy adds p50 %.3f ms, p99 %.3f ms\n", ms(lat["reverseproxy"].p50-lat["direct"].p50), ms(lat["reverseproxy"].p99-lat["direct"].p99))
 	fmt.Printf("  gateway peak RSS: %.1f MB   (target <= 100 MB)\n", float64(rss)/1024)
 	return nil
 }

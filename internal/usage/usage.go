@@ -61,8 +61,8 @@ type Ledger struct {
 // Options tunes a Ledger. Zero values take defaults.
 type Options struct {
 	Queue    int           // records buffered before Add blocks (default 65536)
-	MaxBatch int           // records per write (default 1000)
-	Interval time.Duration // flush at least this often (default 200ms)
+	MaxBatch int           // records per write (default 256)
+	Interval time.Duration // flush at least this often (default 50ms)
 	// Spool, when set, receives batches the store keeps refusing, so an
 	// outage neither loses records nor grows memory; a background drainer
 	// writes them back when the store returns.
@@ -78,10 +78,10 @@ func NewLedger(w Writer, opt Options, log *slog.Logger) *Ledger {
 		opt.Queue = 65536
 	}
 	if opt.MaxBatch <= 0 {
-		opt.MaxBatch = 1000
+		opt.MaxBatch = 256
 	}
 	if opt.Interval <= 0 {
-		opt.Interval = 200 * time.Millisecond
+		opt.Interval = 50 * time.Millisecond
 	}
 	if log == nil {
 		log = slog.Default()
