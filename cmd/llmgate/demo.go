@@ -52,7 +52,9 @@ func runDemo(ctx context.Context, f serveFlags, out io.Writer) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
-	log := newLogger(out, f.logJSON)
+	lg := newLogger(out, f.logJSON)
+	defer lg.Close()
+	log := lg.Logger
 	master := strings.TrimSpace(os.Getenv("LLMGATE_MASTER_KEY"))
 	if master == "" {
 		m, err := keys.Generate()

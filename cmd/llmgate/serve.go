@@ -19,6 +19,7 @@ import (
 	"llmgate/internal/config"
 	"llmgate/internal/discover"
 	"llmgate/internal/gateway"
+	"llmgate/internal/logging"
 )
 
 type serveFlags struct {
@@ -68,11 +69,11 @@ func loadConfig(path string) (*config.Config, error) {
 	return config.Load(fh, path)
 }
 
-func newLogger(w io.Writer, json bool) *slog.Logger {
-	if json {
-		return slog.New(slog.NewJSONHandler(w, nil))
-	}
-	return slog.New(slog.NewTextHandler(w, nil))
+// newLogger returns the gateway's logger: buffered, so the access line of
+// every request costs no write on the request path (see internal/logging).
+// The caller must Close it to write what is buffered.
+func newLogger(w io.Writer, json bool) *logging.Logger {
+	return logging.New(w, json, 0)
 }
 
 func runServe(ctx context.Context, f serveFlags, out io.Writer) error {
@@ -88,7 +89,9 @@ func runServe(ctx context.Context, f serveFlags, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	log := newLogger(out, f.logJSON || (cfg != nil && cfg.LogFormat == "json"))
+	lg := newLogger(out, f.logJSON || (cfg != nil && cfg.LogFormat == "json"))
+	defer lg.Close()
+	log := lg.Logger
 	zero := cfg == nil
 	var found []discover.Found
 	if zero {

@@ -1,0 +1,130 @@
+// Package logging builds the gateway's structured logger. Log lines are
+// buffered and written by a background goroutine, so the per-request access
+// line never puts a write system call on the request path; warnings and
+// errors are written at once.
+package logging
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"sync"
+	"time"
+)
+
+// Logger is a slog.Logger whose output is buffered.
+type Logger struct {
+	*slog.Logger
+	out  *buffer
+	stop chan struct{}
+	done chan struct{}
+	once sync.Once
+}
+
+// New returns a text (or JSON) logger writing to w through a buffer flushed
+// every interval (50 ms when zero) and whenever a warning or error is logged.
+func New(w io.Writer, json bool, interval time.Duration) *Logger {
+	if interval <= 0 {
+		interval = 50 * time.Millisecond
+	}
+	b := &buffer{w: w}
+	var h slog.Handler
+	if json {
+		h = slog.NewJSONHandler(b, nil)
+	} else {
+		h = slog.NewTextHandler(b, nil)
+	}
+	l := &Logger{Logger: slog.New(flushOnWarn{h, b}), out: b, stop: make(chan struct{}), done: make(chan struct{})}
+	go l.loop(interval)
+	return l
+}
+
+func (l *Logger) loop(interval time.Duration) {
+	defer close(l.done)
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+			l.out.flush()
+		case <-l.stop:
+			l.out.flush()
+			return
+		}
+	}
+}
+
+// Close writes what is buffered and stops the flusher. Later lines are
+// written directly.
+func (l *Logger) Close() {
+	l.once.Do(func() {
+		close(l.stop)
+		<-l.done
+		l.out.mu.Lock()
+		l.out.direct = true
+		l.out.mu.Unlock()
+	})
+}
+
+// buffer collects whole log lines; flush writes them in order.
+type buffer struct {
+	mu      sync.Mutex
+	buf     []byte
+	spare   []byte
+	direct  bool
+	w       io.Writer
+	writeMu sync.Mutex // keeps flushes in order
+}
+
+func (b *buffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	if b.direct {
+		b.mu.Unlock()
+		return b.w.Write(p)
+	}
+	b.buf = append(b.buf, p...)
+	full := len(b.buf) >= 64<<10
+	b.mu.Unlock()
+	if full {
+		b.flush()
+	}
+	return len(p), nil
+}
+
+func (b *buffer) flush() {
+	b.writeMu.Lock()
+	defer b.writeMu.Unlock()
+	b.mu.Lock()
+	out := b.buf
+	b.buf = b.spare[:0]
+	b.mu.Unlock()
+	if len(out) > 0 {
+		_, _ = b.w.Write(out)
+	}
+	b.mu.Lock()
+	b.spare = out[:0]
+	b.mu.Unlock()
+}
+
+// flushOnWarn writes warnings and errors through at once, so a problem is
+// in the log before anything that may follow it (a crash).
+type flushOnWarn struct {
+	slog.Handler
+	b *buffer
+}
+
+func (h flushOnWarn) Handle(ctx context.Context, r slog.Record) error {
+	err := h.Handler.Handle(ctx, r)
+	if r.Level >= slog.LevelWarn {
+		h.b.flush()
+	}
+	return err
+}
+
+func (h flushOnWarn) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return flushOnWarn{h.Handler.WithAttrs(attrs), h.b}
+}
+
+func (h flushOnWarn) WithGroup(name string) slog.Handler {
+	return flushOnWarn{h.Handler.WithGroup(name), h.b}
+}
