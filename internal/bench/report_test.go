@@ -179,23 +179,10 @@ func TestHTMLReport_RendersChartsInHeadlessChromiumWithoutConsoleErrors(t *testi
 		_ = os.WriteFile(keep, b, 0o644)
 	}
 
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, bin,
-		"--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-		"--disable-background-networking", "--disable-component-update", "--disable-sync",
-		"--disable-dev-shm-usage", "--user-data-dir="+filepath.Join(dir, "profile"),
-		"--enable-logging=stderr", "--v=0", "--virtual-time-budget=10000",
-		"--dump-dom", "file://"+path)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("chromium: %v\n%s", err, tail(stderr.String(), 3000))
-	}
-	dom := stdout.String()
+	dom, chromeLog := renderInChromium(t, bin, path)
 	m := regexp.MustCompile(`data-charts-rendered="(\d+)"`).FindStringSubmatch(dom)
 	if m == nil {
-		t.Fatalf("page script did not finish (no data-charts-rendered marker); stderr:\n%s", tail(stderr.String(), 3000))
+		t.Fatalf("page script did not finish (no data-charts-rendered marker); stderr:\n%s", tail(chromeLog, 3000))
 	}
 	// Per load mode 4 latency + 3 throughput charts; a TTFT and an ITL CDF
 	// per target with successful requests.
@@ -226,11 +213,71 @@ func TestHTMLReport_RendersChartsInHeadlessChromiumWithoutConsoleErrors(t *testi
 	if n := strings.Count(dom, "<circle "); n < 4*2*2*3 {
 		t.Errorf("%d data points drawn, want at least %d", n, 4*2*2*3)
 	}
-	for _, line := range strings.Split(stderr.String(), "\n") {
+	checkConsole(t, chromeLog)
+}
+
+// renderInChromium loads a report in headless Chromium and returns the DOM
+// after its script ran, and Chromium's log.
+func renderInChromium(t *testing.T, bin, path string) (dom, log string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin,
+		"--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+		"--disable-background-networking", "--disable-component-update", "--disable-sync",
+		"--disable-dev-shm-usage", "--user-data-dir="+filepath.Join(t.TempDir(), "profile"),
+		"--enable-logging=stderr", "--v=0", "--virtual-time-budget=10000",
+		"--dump-dom", "file://"+path)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("chromium: %v\n%s", err, tail(stderr.String(), 3000))
+	}
+	return stdout.String(), stderr.String()
+}
+
+// checkConsole fails on anything the page wrote to the console.
+func checkConsole(t *testing.T, log string) {
+	t.Helper()
+	for _, line := range strings.Split(log, "\n") {
 		if strings.Contains(line, ":CONSOLE") || strings.Contains(line, "Uncaught") {
 			t.Errorf("console output from the page: %s", line)
 		}
 	}
+}
+
+// TestHTMLReport_ExternalFileRendersInChromium checks a report written by a
+// real run — .ci/run points LLMGATE_BENCH_HTML at the report of its
+// benchmark matrix against serve --demo.
+func TestHTMLReport_ExternalFileRendersInChromium(t *testing.T) {
+	path := os.Getenv("LLMGATE_BENCH_HTML")
+	if path == "" {
+		t.Skip("LLMGATE_BENCH_HTML not set: .ci/run sets it to the demo matrix report")
+	}
+	bin := chromiumPath()
+	if bin == "" {
+		t.Fatal("chromium is not installed (apt-get install -y chromium)")
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dom, chromeLog := renderInChromium(t, bin, abs)
+	m := regexp.MustCompile(`data-charts-rendered="(\d+)"`).FindStringSubmatch(dom)
+	if m == nil {
+		t.Fatalf("page script did not finish; chromium log:\n%s", tail(chromeLog, 3000))
+	}
+	if n, _ := strconv.Atoi(m[1]); n < 7 || strings.Count(dom, "<svg ") < n {
+		t.Errorf("charts rendered = %s, <svg> = %d", m[1], strings.Count(dom, "<svg "))
+	}
+	if !strings.Contains(dom, `data-status="ok"`) {
+		t.Error("page status is not ok")
+	}
+	if e := regexp.MustCompile(`<pre id="js-errors">([^<]*)</pre>`).FindStringSubmatch(dom); e == nil || strings.TrimSpace(e[1]) != "" {
+		t.Errorf("script errors in page: %v", e)
+	}
+	checkConsole(t, chromeLog)
+	t.Logf("%s: %s charts rendered", path, m[1])
 }
 
 func tail(s string, n int) string {
