@@ -7,7 +7,8 @@ package anthropic
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
+
+	"llmgate/internal/api/openai"
 )
 
 // MessagesRequest is the body of POST /v1/messages. POST
@@ -92,24 +93,7 @@ func (c Content) MarshalJSON() ([]byte, error) {
 
 // UnmarshalJSON reads a string, an array of blocks, or null.
 func (c *Content) UnmarshalJSON(b []byte) error {
-	b = bytes.TrimSpace(b)
-	*c = Content{}
-	switch {
-	case bytes.Equal(b, []byte("null")):
-		return nil
-	case len(b) > 0 && b[0] == '"':
-		var s string
-		if err := json.Unmarshal(b, &s); err != nil {
-			return err
-		}
-		c.Text = &s
-		return nil
-	case len(b) > 0 && b[0] == '[':
-		c.Blocks = []ContentBlock{}
-		return json.Unmarshal(b, &c.Blocks)
-	default:
-		return errors.New("content must be a string or an array of content blocks")
-	}
+	return openai.DecodeStringOrList(b, &c.Text, &c.Blocks, "content must be a string or an array of content blocks")
 }
 
 // SystemPrompt is the top-level system prompt: a string or text blocks.

@@ -115,24 +115,7 @@ func (c Content) MarshalJSON() ([]byte, error) {
 
 // UnmarshalJSON reads a string, an array of parts, or null.
 func (c *Content) UnmarshalJSON(b []byte) error {
-	b = bytes.TrimSpace(b)
-	*c = Content{}
-	switch {
-	case bytes.Equal(b, []byte("null")):
-		return nil
-	case len(b) > 0 && b[0] == '"':
-		var s string
-		if err := json.Unmarshal(b, &s); err != nil {
-			return err
-		}
-		c.Text = &s
-		return nil
-	case len(b) > 0 && b[0] == '[':
-		c.Parts = []ContentPart{}
-		return json.Unmarshal(b, &c.Parts)
-	default:
-		return errors.New("content must be a string, an array of content parts, or null")
-	}
+	return DecodeStringOrList(b, &c.Text, &c.Parts, "content must be a string, an array of content parts, or null")
 }
 
 // ContentPart is one element of an array content.

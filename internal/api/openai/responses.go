@@ -1,9 +1,7 @@
 package openai
 
 import (
-	"bytes"
 	"encoding/json"
-	"errors"
 
 	"llmgate/internal/apierror"
 )
@@ -74,24 +72,7 @@ func (in ResponsesInput) MarshalJSON() ([]byte, error) {
 
 // UnmarshalJSON reads a string or an array of items.
 func (in *ResponsesInput) UnmarshalJSON(b []byte) error {
-	b = bytes.TrimSpace(b)
-	*in = ResponsesInput{}
-	switch {
-	case bytes.Equal(b, []byte("null")):
-		return nil
-	case len(b) > 0 && b[0] == '"':
-		var s string
-		if err := json.Unmarshal(b, &s); err != nil {
-			return err
-		}
-		in.Text = &s
-		return nil
-	case len(b) > 0 && b[0] == '[':
-		in.Items = []InputItem{}
-		return json.Unmarshal(b, &in.Items)
-	default:
-		return errors.New("input must be a string or an array of input items")
-	}
+	return DecodeStringOrList(b, &in.Text, &in.Items, "input must be a string or an array of input items")
 }
 
 // InputItem is one element of a Responses input list. Type is "message"
@@ -134,24 +115,7 @@ func (c ResponsesContent) MarshalJSON() ([]byte, error) {
 
 // UnmarshalJSON reads a string, an array of parts, or null.
 func (c *ResponsesContent) UnmarshalJSON(b []byte) error {
-	b = bytes.TrimSpace(b)
-	*c = ResponsesContent{}
-	switch {
-	case bytes.Equal(b, []byte("null")):
-		return nil
-	case len(b) > 0 && b[0] == '"':
-		var s string
-		if err := json.Unmarshal(b, &s); err != nil {
-			return err
-		}
-		c.Text = &s
-		return nil
-	case len(b) > 0 && b[0] == '[':
-		c.Parts = []ResponsesContentPart{}
-		return json.Unmarshal(b, &c.Parts)
-	default:
-		return errors.New("content must be a string or an array of content parts")
-	}
+	return DecodeStringOrList(b, &c.Text, &c.Parts, "content must be a string or an array of content parts")
 }
 
 // ResponsesContentPart is an input or output content part: input_text,
