@@ -270,6 +270,17 @@ func (s *Server) forwardDialect(w http.ResponseWriter, r *http.Request, c *call,
 			s.logAttempt(c, dep, t0, committed, err)
 			endSpan(err)
 		}()
+		if b := dep.Backend; b.Acquire != nil && !leased(ctx) {
+			// A local engine: start it or wait until ready, as for chat.
+			// No SSE keep-alive here: an error after early headers would
+			// need each dialect's own error event.
+			release, aerr := b.Acquire(ctx, c.model)
+			if aerr != nil {
+				return false, c.fail(aerr)
+			}
+			ctx = context.WithValue(ctx, leaseKey{}, true)
+			defer func() { err = release(err) }()
+		}
 		if c.ep.name == "messages" && dep.Backend.Dialect == config.DialectAnthropic {
 			return s.attemptPassthroughAnthropic(ctx, w, c, dep)
 		}
