@@ -39,6 +39,13 @@ const reqBody = `{"model":"m","messages":[{"role":"user","content":"Say hello to
 
 const masterKey = "sk-lg-proxycmp-master"
 
+type envList []string
+
+func (e *envList) String() string     { return strings.Join(*e, " ") }
+func (e *envList) Set(v string) error { *e = append(*e, v); return nil }
+
+var gwEnv envList
+
 func main() {
 	role := flag.String("role", "", "internal: upstream | revproxy")
 	addr := flag.String("addr", "127.0.0.1:0", "listen address for a role")
@@ -46,6 +53,8 @@ func main() {
 	duration := flag.Duration("duration", 10*time.Second, "length of each measurement")
 	conns := flag.Int("c", 16, "connections for the throughput test")
 	rate := flag.Int("rate", 1000, "requests per second for the latency test")
+	skipTP := flag.Bool("skip-throughput", false, "only run the latency test")
+	flag.Var(&gwEnv, "gw-env", "extra NAME=VALUE for the gateway process only (repeatable), e.g. GOMAXPROCS=1")
 	flag.Parse()
 	var err error
 	switch *role {
@@ -53,8 +62,10 @@ func main() {
 		err = serveUpstream(*addr)
 	case "revproxy":
 		err = serveRevProxy(*addr, *target)
+	case "tcpfwd":
+		err = serveTCPForward(*addr, *target)
 	case "":
-		err = orchestrate(*duration, *conns, *rate)
+		err = orchestrate(*duration, *conns, *rate, *skipTP)
 	default:
 		err = fmt.Errorf("unknown role %q", *role)
 	}
@@ -98,6 +109,35 @@ func serveRevProxy(addr, target string) error {
 		return err
 	}
 	return http.Serve(ln, httputil.NewSingleHostReverseProxy(u))
+}
+
+// serveTCPForward is the floor of any hop: bytes copied between two TCP
+// connections, no HTTP parsing at all.
+func serveTCPForward(addr, target string) error {
+	u, err := url.Parse(target)
+	if err != nil {
+		return err
+	}
+	ln, err := listen(addr)
+	if err != nil {
+		return err
+	}
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return err
+		}
+		go func() {
+			defer c.Close()
+			up, err := net.Dial("tcp", u.Host)
+			if err != nil {
+				return
+			}
+			defer up.Close()
+			go io.Copy(up, c)
+			io.Copy(c, up)
+		}()
+	}
 }
 
 type proc struct {
@@ -162,7 +202,7 @@ func waitUp(url string) error {
 	return fmt.Errorf("%s did not come up", url)
 }
 
-func orchestrate(dur time.Duration, conns, rate int) error {
+func orchestrate(dur time.Duration, conns, rate int, skipTP bool) error {
 	dir, err := os.MkdirTemp("", "proxycmp")
 	if err != nil {
 		return err
@@ -189,6 +229,11 @@ func orchestrate(dur time.Duration, conns, rate int) error {
 		return err
 	}
 	defer rp.stop()
+	fw, err := start(self, []string{"-role", "tcpfwd", "-target", "http://" + up.addr}, nil)
+	if err != nil {
+		return err
+	}
+	defer fw.stop()
 	gwAddr := freePort()
 	cfgPath := filepath.Join(dir, "llmgate.yaml")
 	cfg := fmt.Sprintf("listen: %s\ndatabase: %s\nbackends:\n  up: {url: http://%s/v1}\nmodels:\n  m: {backend: up}\n", gwAddr, filepath.Join(dir, "llmgate.db"), up.addr)
@@ -196,7 +241,7 @@ func orchestrate(dur time.Duration, conns, rate int) error {
 		return err
 	}
 	gw := exec.Command(bin, "serve", "-c", cfgPath)
-	gw.Env = append(os.Environ(), "LLMGATE_MASTER_KEY="+masterKey)
+	gw.Env = append(append(os.Environ(), "LLMGATE_MASTER_KEY="+masterKey), gwEnv...)
 	gwLog, _ := os.Create(filepath.Join(dir, "gateway.log"))
 	gw.Stdout, gw.Stderr = gwLog, gwLog
 	if err := gw.Start(); err != nil {
@@ -209,6 +254,7 @@ func orchestrate(dur time.Duration, conns, rate int) error {
 	targets := []struct{ name, url string }{
 		{"direct", "http://" + up.addr + "/v1/chat/completions"},
 		{"reverseproxy", "http://" + rp.addr + "/v1/chat/completions"},
+		{"tcpforward", "http://" + fw.addr + "/v1/chat/completions"},
 		{"llmgate", "http://" + gwAddr + "/v1/chat/completions"},
 	}
 	for _, t := range targets { // sanity and warm-up
@@ -220,6 +266,10 @@ func orchestrate(dur time.Duration, conns, rate int) error {
 	fmt.Printf("\nThroughput, closed loop, %d connections, %s each (%s)\n", conns, dur, map[bool]string{true: "wrk -t1", false: "Go generator; install wrk for a lighter client"}[wrk != ""])
 	tp := map[string]result{}
 	for _, t := range targets {
+		if skipTP {
+			tp[t.name] = result{rps: 1}
+			continue
+		}
 		var r result
 		if wrk != "" {
 			r, err = runWrk(wrk, t.url, conns, dur, dir)
@@ -232,21 +282,53 @@ func orchestrate(dur time.Duration, conns, rate int) error {
 		tp[t.name] = r
 		fmt.Printf("  %-13s %9.0f req/s   p50 %7.3f ms   p99 %7.3f ms   errors %d\n", t.name, r.rps, ms(r.p50), ms(r.p99), r.errors)
 	}
-	fmt.Printf("\nLatency, open loop, %d req/s, %s each, from scheduled send time\n", rate, dur)
+	// The targets take turns in short slices, so that all of them see the
+	// same machine: on a shared VM conditions drift over tens of seconds
+	// by more than the differences being measured.
+	const slice = 500 * time.Millisecond
+	rounds := max(1, int(dur/slice))
+	fmt.Printf("\nLatency, open loop, %d req/s, %s each (targets interleaved in %s slices), from scheduled send time\n", rate, time.Duration(rounds)*slice, slice)
+	order := []string{"direct", "tcpforward", "reverseproxy", "llmgate"}
+	pids := map[string]int{"tcpforward": fw.cmd.Process.Pid, "reverseproxy": rp.cmd.Process.Pid, "llmgate": gw.Process.Pid, "direct": up.cmd.Process.Pid}
+	urls := map[string]string{}
+	for _, x := range targets {
+		urls[x.name] = x.url
+	}
+	type acc struct {
+		lats   []time.Duration
+		errs   int
+		lag    time.Duration
+		cpu    time.Duration
+		switches int
+	}
+	accs := map[string]*acc{}
+	for _, t := range order {
+		accs[t] = &acc{}
+	}
+	for r := 0; r < rounds; r++ {
+		for _, t := range order {
+			a := accs[t]
+			cpu0, cs0 := cpuTime(pids[t]), ctxSwitches(pids[t])
+			lats, errs, lag := openLoop(urls[t], rate, slice)
+			a.cpu += cpuTime(pids[t]) - cpu0
+			a.switches += ctxSwitches(pids[t]) - cs0
+			a.lats = append(a.lats, lats...)
+			a.errs += errs
+			a.lag = max(a.lag, lag)
+		}
+	}
 	lat := map[string]result{}
-	for _, t := range []string{"direct", "reverseproxy", "llmgate"} {
-		var u string
-		for _, x := range targets {
-			if x.name == t {
-				u = x.url
-			}
-		}
-		r, err := openLoop(u, rate, dur)
-		if err != nil {
-			return err
-		}
+	for _, t := range order {
+		a := accs[t]
+		r := summarize(a.lats, time.Duration(rounds)*slice, a.errs, a.lag)
 		lat[t] = r
-		fmt.Printf("  %-13s %9.0f req/s   p50 %7.3f ms   p99 %7.3f ms   errors %d   max dispatch lag %.3f ms\n", t, r.rps, ms(r.p50), ms(r.p99), r.errors, ms(r.lag))
+		who := "upstream"
+		if t != "direct" {
+			who = "hop"
+		}
+		n := float64(len(a.lats) + a.errs)
+		fmt.Printf("  %-13s %9.0f req/s   p50 %7.3f ms   p99 %7.3f ms   errors %d   max dispatch lag %.3f ms   %s CPU %.0f µs/request, %.1f context switches/request\n",
+			t, r.rps, ms(r.p50), ms(r.p99), r.errors, ms(r.lag), who, float64(a.cpu.Microseconds())/n, float64(a.switches)/n)
 	}
 	rss := vmHWM(gw.Process.Pid)
 	fmt.Printf("\nRatios (targets from issue 2)\n")
@@ -255,6 +337,7 @@ func orchestrate(dur time.Duration, conns, rate int) error {
 	fmt.Printf("  added p50 at %d req/s: %.3f ms   (target <= 0.2 ms)\n", rate, ms(lat["llmgate"].p50-lat["direct"].p50))
 	fmt.Printf("  added p99 at %d req/s: %.3f ms   (target <= 1 ms)\n", rate, ms(lat["llmgate"].p99-lat["direct"].p99))
 	fmt.Printf("  for scale, the bare reverse proxy adds p50 %.3f ms, p99 %.3f ms\n", ms(lat["reverseproxy"].p50-lat["direct"].p50), ms(lat["reverseproxy"].p99-lat["direct"].p99))
+	fmt.Printf("  and a plain TCP forwarder (no HTTP at all) adds p50 %.3f ms, p99 %.3f ms\n", ms(lat["tcpforward"].p50-lat["direct"].p50), ms(lat["tcpforward"].p99-lat["direct"].p99))
 	fmt.Printf("  gateway peak RSS: %.1f MB   (target <= 100 MB)\n", float64(rss)/1024)
 	return nil
 }
@@ -382,15 +465,15 @@ func closedLoop(u string, conns int, dur time.Duration) (result, error) {
 
 // openLoop sends at a constant rate and measures each latency from the
 // time the request was scheduled, so a stalled client cannot hide delay.
-func openLoop(u string, rate int, dur time.Duration) (result, error) {
+func openLoop(u string, rate int, dur time.Duration) (good []time.Duration, errs int, maxLag time.Duration) {
 	c := client(256)
+	defer c.CloseIdleConnections()
 	n := int(float64(rate) * dur.Seconds())
 	lats := make([]time.Duration, n)
 	ok := make([]bool, n)
 	interval := time.Second / time.Duration(rate)
-	start := time.Now().Add(50 * time.Millisecond)
+	start := time.Now().Add(20 * time.Millisecond)
 	var wg sync.WaitGroup
-	var maxLag time.Duration
 	ctx, cancel := context.WithTimeout(context.Background(), dur+30*time.Second)
 	defer cancel()
 	for i := 0; i < n; i++ {
@@ -414,8 +497,6 @@ func openLoop(u string, rate int, dur time.Duration) (result, error) {
 		}(i, sched)
 	}
 	wg.Wait()
-	var good []time.Duration
-	errs := 0
 	for i := range lats {
 		if ok[i] {
 			good = append(good, lats[i])
@@ -423,7 +504,7 @@ func openLoop(u string, rate int, dur time.Duration) (result, error) {
 			errs++
 		}
 	}
-	return summarize(good, dur, errs, maxLag), nil
+	return good, errs, maxLag
 }
 
 func summarize(lats []time.Duration, dur time.Duration, errs int, lag time.Duration) result {
@@ -435,6 +516,42 @@ func summarize(lats []time.Duration, dur time.Duration, errs int, lag time.Durat
 		return lats[min(len(lats)-1, int(p*float64(len(lats))))]
 	}
 	return result{rps: float64(len(lats)) / dur.Seconds(), p50: pct(0.5), p99: pct(0.99), errors: errs, lag: lag}
+}
+
+// cpuTime returns a process's user+system CPU time so far.
+func cpuTime(pid int) time.Duration {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// Fields after the command name, which is in parentheses.
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	if len(f) < 13 {
+		return 0
+	}
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(ut+st) * 10 * time.Millisecond // USER_HZ is 100 on Linux
+}
+
+// ctxSwitches sums the voluntary and involuntary context switches of every
+// thread of a process: on a VM each one costs more than the HTTP work.
+func ctxSwitches(pid int) int {
+	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/status", pid))
+	n := 0
+	for _, t := range tasks {
+		b, err := os.ReadFile(t)
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if strings.HasSuffix(strings.SplitN(line, ":", 2)[0], "ctxt_switches") {
+				v, _ := strconv.Atoi(strings.TrimSpace(strings.SplitN(line, ":", 2)[1]))
+				n += v
+			}
+		}
+	}
+	return n
 }
 
 // vmHWM returns a process's peak resident set size in KiB.

@@ -203,6 +203,11 @@ func TestTracing_RequestAndAttemptSpansShareATraceThatReachesTheBackend(t *testi
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
+	// The answer is flushed before the request's bookkeeping ends; closing
+	// the gateway waits for the handler, whose span ends last.
+	if err := g.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
 	if err := stop(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -279,6 +284,11 @@ func TestAccessLog_OneJSONLinePerRequestWithRequestIDModelAndTokens(t *testing.T
 	e := &env{t: t, g: g, base: g.URL()}
 	if r := e.do(http.MethodPost, "/v1/chat/completions", testMaster, chatBody("qwen", false, ""), "X-Request-Id", "log-test-1"); r.status != 200 {
 		t.Fatalf("chat: %d %s", r.status, r.body)
+	}
+	// The answer is flushed before the access log line is written: closing
+	// the gateway waits for the handler and flushes the log.
+	if err := g.Close(context.Background()); err != nil {
+		t.Fatal(err)
 	}
 	mu.Lock()
 	defer mu.Unlock()

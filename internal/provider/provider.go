@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/url"
 	"syscall"
 	"time"
 
@@ -32,6 +33,7 @@ type Backend struct {
 	apiKey    string
 	headers   map[string]string
 	client    *http.Client
+	h1        *h1Client // plain-http backends without a proxy; nil otherwise
 	timeout   time.Duration
 	idle      time.Duration
 	firstByte time.Duration
@@ -60,15 +62,39 @@ func NewBackend(b *config.Backend) *Backend {
 		WriteBufferSize:    32 << 10,
 		ReadBufferSize:     32 << 10,
 	}
-	return &Backend{
+	be := &Backend{
 		Name: b.Name, BaseURL: b.BaseURL, Dialect: b.Dialect, apiKey: b.APIKey,
 		headers: b.Headers, client: &http.Client{Transport: tr}, timeout: time.Duration(b.Timeout),
 		idle: time.Duration(b.IdleTimeout), firstByte: time.Duration(b.FirstByte), health: b.HealthCheck,
 	}
+	if directHTTP(b.BaseURL) {
+		be.h1 = newH1Client(&net.Dialer{Timeout: connect, KeepAlive: 30 * time.Second},
+			time.Duration(b.FirstByte), 90*time.Second, 512)
+	}
+	return be
+}
+
+// directHTTP reports whether requests to baseURL go straight to an
+// http:// server: no TLS and no proxy from HTTP_PROXY / NO_PROXY. Such
+// backends (local engines) use the lean HTTP/1.1 client; the rest use
+// net/http's Transport (TLS, HTTP/2, proxies).
+func directHTTP(baseURL string) bool {
+	u, err := url.Parse(baseURL)
+	if err != nil || u.Scheme != "http" || u.Host == "" || u.User != nil {
+		return false
+	}
+	probe := &http.Request{Method: http.MethodPost, URL: u, Header: http.Header{}}
+	p, err := http.ProxyFromEnvironment(probe)
+	return err == nil && p == nil
 }
 
 // Close releases idle connections.
-func (b *Backend) Close() { b.client.CloseIdleConnections() }
+func (b *Backend) Close() {
+	b.client.CloseIdleConnections()
+	if b.h1 != nil {
+		b.h1.CloseIdleConnections()
+	}
+}
 
 // Timeout is the whole-request time-out, zero for none.
 func (b *Backend) Timeout() time.Duration { return b.timeout }
@@ -129,7 +155,13 @@ var jsonCT = []string{"application/json"}
 // Do sends the request. Transport failures come back as *apierror.Error
 // that say which backend failed and how.
 func (b *Backend) Do(req *http.Request) (*http.Response, error) {
-	resp, err := b.client.Do(req)
+	var resp *http.Response
+	var err error
+	if b.h1 != nil && req.URL.Scheme == "http" {
+		resp, err = b.h1.Do(req)
+	} else {
+		resp, err = b.client.Do(req)
+	}
 	if err != nil {
 		return nil, b.Classify(req.Context(), err)
 	}

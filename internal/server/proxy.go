@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -313,8 +314,13 @@ func (s *Server) relayJSON(w http.ResponseWriter, c *call, resp *http.Response) 
 	c.status = http.StatusOK
 	h := w.Header()
 	h["Content-Type"] = []string{"application/json"}
+	h["Content-Length"] = []string{strconv.Itoa(len(body))}
 	w.WriteHeader(http.StatusOK)
 	_, _ = w.Write(body)
+	// Send it now: net/http would hold a small answer in its buffer until
+	// the handler returns, which would put the usage record, metrics and
+	// access log on the client's clock.
+	_ = http.NewResponseController(w).Flush()
 	return true, nil
 }
 

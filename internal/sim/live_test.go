@@ -201,10 +201,12 @@ func TestLive_PrefillTimeGrowsWithPromptLength(t *testing.T) {
 	short, long := ttft(40), ttft(4*3000)
 	modelled := time.Duration(3000-10) * mc.PrefillPerToken // 59.8ms more prefill
 	t.Logf("TTFT 10 tokens %v, 3000 tokens %v (modelled difference %v)", short, long, modelled)
-	// The engine is never early, so the long prompt's TTFT has a hard lower
-	// bound; the difference is allowed some noise from the short one.
+	// The engine is never early, so the long prompt's TTFT has a lower
+	// bound (less 1 ms: the client's start stamp is taken after the engine
+	// may already have the request); the difference is allowed some noise
+	// from the short one.
 	promptTokens := 3000
-	if floor := mc.PrefillBase + time.Duration(promptTokens)*mc.PrefillPerToken + mc.DecodeBase + mc.DecodePerSeq; long < floor {
+	if floor := mc.PrefillBase + time.Duration(promptTokens)*mc.PrefillPerToken + mc.DecodeBase + mc.DecodePerSeq; long < floor-time.Millisecond {
 		t.Errorf("TTFT for 3000 tokens %v is below the modelled %v", long, floor)
 	}
 	if d := long - short; d < modelled*3/4 || d > modelled+10*time.Millisecond {

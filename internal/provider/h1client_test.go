@@ -1,0 +1,380 @@
+package provider
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"llmgate/internal/apierror"
+	"llmgate/internal/config"
+)
+
+// countConns starts srv counting the TCP connections it accepts.
+func countConns(h http.Handler) (*httptest.Server, *atomic.Int32) {
+	var n atomic.Int32
+	srv := httptest.NewUnstartedServer(h)
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			n.Add(1)
+		}
+	}
+	srv.Start()
+	return srv, &n
+}
+
+func testBackend(t *testing.T, url string, firstByte time.Duration) *Backend {
+	t.Helper()
+	b := NewBackend(&config.Backend{Name: "up", BaseURL: url, FirstByte: config.Duration(firstByte)})
+	if b.h1 == nil {
+		t.Fatalf("backend %s does not use the HTTP/1.1 client", url)
+	}
+	t.Cleanup(b.Close)
+	return b
+}
+
+func post(t *testing.T, b *Backend, ctx context.Context, path, body string) (*http.Response, error) {
+	t.Helper()
+	req, err := b.NewRequest(ctx, path, []byte(body), "req-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b.Do(req)
+}
+
+func readAll(t *testing.T, resp *http.Response) string {
+	t.Helper()
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func TestH1_SendsTheRequestAndReusesTheConnection(t *testing.T) {
+	srv, conns := countConns(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		if r.Method != http.MethodPost || r.URL.Path != "/v1/chat/completions" || r.Header.Get("Content-Type") != "application/json" ||
+			r.Header.Get("X-Request-Id") != "req-1" || r.ContentLength != int64(len(body)) {
+			http.Error(w, fmt.Sprintf("bad request: %s %s %v", r.Method, r.URL, r.Header), 400)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"echo":%s}`, body)
+	}))
+	defer srv.Close()
+	b := testBackend(t, srv.URL+"/v1", 0)
+	for i := 0; i < 5; i++ {
+		resp, err := post(t, b, context.Background(), "/chat/completions", fmt.Sprintf(`{"n":%d}`, i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := readAll(t, resp), fmt.Sprintf(`{"echo":{"n":%d}}`, i); resp.StatusCode != 200 || got != want {
+			t.Fatalf("request %d: %d %q, want %q", i, resp.StatusCode, got, want)
+		}
+	}
+	if n := conns.Load(); n != 1 {
+		t.Fatalf("5 sequential requests used %d connections, want 1 (keep-alive)", n)
+	}
+}
+
+func TestH1_StreamsEachEventAsItArrives(t *testing.T) {
+	next := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		for i := 0; i < 3; i++ {
+			fmt.Fprintf(w, "data: %d\n\n", i)
+			w.(http.Flusher).Flush()
+			select { // the next event only after the client has seen this one
+			case <-next:
+			case <-r.Context().Done():
+				return
+			case <-time.After(10 * time.Second):
+				return
+			}
+		}
+		fmt.Fprint(w, "data: [DONE]\n\n")
+	}))
+	defer srv.Close()
+	b := testBackend(t, srv.URL, 0)
+	resp, err := post(t, b, context.Background(), "/v1/chat/completions", `{}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.Header.Get("Transfer-Encoding") != "" || len(resp.TransferEncoding) == 0 || resp.TransferEncoding[0] != "chunked" {
+		t.Fatalf("want a chunked answer, got %v", resp.TransferEncoding)
+	}
+	br := bufio.NewReader(resp.Body)
+	for i := 0; i < 3; i++ {
+		line, err := br.ReadString('\n')
+		if err != nil || line != fmt.Sprintf("data: %d\n", i) {
+			t.Fatalf("event %d: %q %v", i, line, err)
+		}
+		br.ReadString('\n')
+		next <- struct{}{}
+	}
+	rest, _ := io.ReadAll(br)
+	if string(rest) != "data: [DONE]\n\n" {
+		t.Fatalf("rest %q", rest)
+	}
+}
+
+// rawServer answers each request on a connection with a fixed keep-alive
+// response, then closes the connection after serving `per` requests: the
+// way a backend with a short idle time-out drops a pooled connection.
+func rawServer(t *testing.T, per int) (string, *atomic.Int32, *[]string) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	var conns atomic.Int32
+	var mu sync.Mutex
+	bodies := &[]string{}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			conns.Add(1)
+			go func() {
+				defer c.Close()
+				br := bufio.NewReader(c)
+				for i := 0; i < per; i++ {
+					req, err := http.ReadRequest(br)
+					if err != nil {
+						return
+					}
+					b, _ := io.ReadAll(req.Body)
+					mu.Lock()
+					*bodies = append(*bodies, string(b))
+					mu.Unlock()
+					fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}")
+				}
+			}()
+		}
+	}()
+	return "http://" + ln.Addr().String(), &conns, bodies
+}
+
+func TestH1_RetriesOnAFreshConnectionWhenThePooledOneWasClosed(t *testing.T) {
+	url, conns, bodies := rawServer(t, 1)
+	b := testBackend(t, url, 0)
+	for i := 0; i < 3; i++ {
+		resp, err := post(t, b, context.Background(), "/v1/chat/completions", fmt.Sprintf(`{"i":%d}`, i))
+		if err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+		if got := readAll(t, resp); got != "{}" {
+			t.Fatalf("request %d: %q", i, got)
+		}
+		time.Sleep(20 * time.Millisecond) // let the server's close land
+	}
+	if n := conns.Load(); n != 3 {
+		t.Fatalf("server saw %d connections, want 3 (one per request)", n)
+	}
+	if got := strings.Join(*bodies, ","); got != `{"i":0},{"i":1},{"i":2}` {
+		t.Fatalf("bodies received %s: each must arrive once and whole", got)
+	}
+}
+
+func TestH1_CancellingTheRequestReachesTheUpstream(t *testing.T) {
+	gone := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		fmt.Fprint(w, "data: 1\n\n")
+		w.(http.Flusher).Flush()
+		select {
+		case <-r.Context().Done():
+			close(gone)
+		case <-time.After(10 * time.Second):
+		}
+	}))
+	defer srv.Close()
+	b := testBackend(t, srv.URL, 0)
+	ctx, cancel := context.WithCancel(context.Background())
+	resp, err := post(t, b, ctx, "/v1/chat/completions", `{}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 64)
+	if n, err := resp.Body.Read(buf); err != nil || string(buf[:n]) != "data: 1\n\n" {
+		t.Fatalf("first event %q %v", buf[:n], err)
+	}
+	readErr := make(chan error, 1)
+	go func() { _, err := resp.Body.Read(buf); readErr <- err }()
+	cancel()
+	select {
+	case err := <-readErr:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("blocked read ended with %v, want context.Canceled", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("cancel did not unblock the body read")
+	}
+	select {
+	case <-gone:
+	case <-time.After(5 * time.Second):
+		t.Fatal("upstream did not see the request end")
+	}
+	resp.Body.Close()
+}
+
+func TestH1_FirstByteTimeoutIsA504NamingTheBackend(t *testing.T) {
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}))
+	defer srv.Close()
+	defer close(release)
+	b := testBackend(t, srv.URL, 50*time.Millisecond)
+	_, err := post(t, b, context.Background(), "/v1/chat/completions", `{}`)
+	var ae *apierror.Error
+	if !errors.As(err, &ae) || ae.Status != http.StatusGatewayTimeout || !strings.Contains(ae.Message, `backend "up"`) {
+		t.Fatalf("got %v, want a 504 naming the backend", err)
+	}
+}
+
+func TestH1_ClosingABodyEarlyDropsTheConnectionWithoutDraining(t *testing.T) {
+	srv, conns := countConns(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Query().Get("endless") == "" {
+			io.WriteString(w, "ok")
+			return
+		}
+		for r.Context().Err() == nil { // never ends on its own
+			if _, err := io.WriteString(w, strings.Repeat("x", 4096)); err != nil {
+				return
+			}
+			w.(http.Flusher).Flush()
+		}
+	}))
+	defer srv.Close()
+	b := testBackend(t, srv.URL, 0)
+	resp, err := post(t, b, context.Background(), "/v1/x?endless=1", `{}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.ReadFull(resp.Body, make([]byte, 100))
+	closed := make(chan struct{})
+	go func() { resp.Body.Close(); close(closed) }()
+	select {
+	case <-closed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close blocked (drained an endless body?)")
+	}
+	resp, err = post(t, b, context.Background(), "/v1/x", `{}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := readAll(t, resp); got != "ok" {
+		t.Fatalf("next request got %q", got)
+	}
+	if n := conns.Load(); n != 2 {
+		t.Fatalf("%d connections, want 2: a half-read connection must not be reused", n)
+	}
+}
+
+func TestH1_ConnectionCloseAnswerIsNotPooled(t *testing.T) {
+	srv, conns := countConns(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Connection", "close")
+		io.WriteString(w, "bye")
+	}))
+	defer srv.Close()
+	b := testBackend(t, srv.URL, 0)
+	for i := 0; i < 2; i++ {
+		resp, err := post(t, b, context.Background(), "/v1/x", `{}`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := readAll(t, resp); got != "bye" {
+			t.Fatal(got)
+		}
+	}
+	if n := conns.Load(); n != 2 {
+		t.Fatalf("%d connections, want 2", n)
+	}
+}
+
+func TestH1_ConcurrentRequestsGetTheirOwnAnswers(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		if len(b)%2 == 0 { // mix chunked and Content-Length answers
+			w.(http.Flusher).Flush()
+		}
+		w.Write(b)
+	}))
+	defer srv.Close()
+	b := testBackend(t, srv.URL, 0)
+	var wg sync.WaitGroup
+	errs := make(chan error, 16)
+	for g := 0; g < 16; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 40; i++ {
+				body := fmt.Sprintf(`{"g":%d,"i":%d}`, g, i)
+				req, _ := b.NewRequest(context.Background(), "/v1/x", []byte(body), "")
+				resp, err := b.Do(req)
+				if err != nil {
+					errs <- err
+					return
+				}
+				got, err := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if err != nil || string(got) != body {
+					errs <- fmt.Errorf("sent %s, got %s (%v)", body, got, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+}
+
+func TestH1_RefusedConnectionIs502NamingTheBackend(t *testing.T) {
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	addr := ln.Addr().String()
+	ln.Close()
+	b := testBackend(t, "http://"+addr+"/v1", 0)
+	_, err := post(t, b, context.Background(), "/chat/completions", `{}`)
+	var ae *apierror.Error
+	if !errors.As(err, &ae) || ae.Status != http.StatusBadGateway || !strings.Contains(ae.Message, "refused") {
+		t.Fatalf("got %v, want 502 connection refused", err)
+	}
+}
+
+func TestDirectHTTP_OnlyPlainHTTPWithoutCredentialsInTheURL(t *testing.T) {
+	for url, want := range map[string]bool{
+		"http://127.0.0.1:8000/v1":    true,
+		"http://localhost/v1":         true,
+		"https://api.openai.com/v1":   false,
+		"http://user:pw@127.0.0.1/v1": false,
+		"unix:///var/run/engine.sock": false,
+		"http://[::1]:8000/v1":        true,
+		"ftp://127.0.0.1/v1":          false,
+	} {
+		if got := directHTTP(url); got != want {
+			t.Errorf("directHTTP(%q) = %v, want %v", url, got, want)
+		}
+	}
+}
