@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Compares llmgate with a direct call and a bare httputil.ReverseProxy on
-# loopback and prints the ratios. Usage: bench/gateway.sh [-duration 10s] [-c 16] [-rate 1000]
+# Compares llmgate with a direct call, a plain TCP forwarder and a bare
+# httputil.ReverseProxy on loopback and prints the ratios.
+# Usage: bench/gateway.sh [-duration 10s] [-c 16] [-rate 1000] [-skip-throughput] [-gw-env GOMAXPROCS=1]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if ! command -v wrk >/dev/null 2>&1; then
