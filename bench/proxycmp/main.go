@@ -301,10 +301,10 @@ func orchestrate(dur time.Duration, conns, rate int, skipTP bool) error {
 		urls[x.name] = x.url
 	}
 	type acc struct {
-		lats   []time.Duration
-		errs   int
-		lag    time.Duration
-		cpu    time.Duration
+		lats     []time.Duration
+		errs     int
+		lag      time.Duration
+		cpu      time.Duration
 		switches int
 	}
 	accs := map[string]*acc{}
