@@ -55,6 +55,8 @@ type Config struct {
 	// SpoolDir holds usage records while the database is unreachable
 	// (default: next to a SQLite database, else ./llmgate-spool).
 	SpoolDir string `yaml:"spool_dir"`
+	// Routing tunes retries and the per-deployment circuit breakers.
+	Routing Routing `yaml:"routing"`
 
 	// Source names where the configuration came from, for messages.
 	Source string `yaml:"-"`
@@ -270,7 +272,9 @@ func wholeScalar(src string, start, end int) bool {
 }
 
 var knownKeys = map[string][]string{
-	"": {"listen", "database", "max_body_bytes", "log_format", "backends", "models", "redis", "redis_prefix", "retention", "spool_dir"},
+	"": {"listen", "database", "max_body_bytes", "log_format", "backends", "models", "redis", "redis_prefix", "retention", "spool_dir", "routing"},
+	"routing":         {"retry_backoff", "circuit_breaker"},
+	"circuit_breaker": {"enabled", "consecutive_failures", "failure_rate", "min_requests", "half_life", "open_for", "open_max", "timeout_weight", "rate_limit_wait", "rate_limit_max"},
 	"backend": {"url", "api_key", "dialect", "headers", "connect_timeout", "first_byte_timeout", "timeout",
 		"idle_timeout", "provider", "engine", "health_check"},
 	"model": {"backend", "upstream_model", "deployments", "fallbacks", "balancing",
@@ -306,6 +310,12 @@ func checkKnownKeys(doc *yaml.Node, source string) error {
 	}
 	for i := 0; i+1 < len(doc.Content); i += 2 {
 		k, v := doc.Content[i], doc.Content[i+1]
+		if k.Value == "routing" && v.Kind == yaml.MappingNode {
+			if err := checkRoutingKeys(v, check); err != nil {
+				return err
+			}
+			continue
+		}
 		kind := map[string]string{"backends": "backend", "models": "model", "engines": "engine"}[k.Value]
 		if kind == "" {
 			continue
@@ -407,6 +417,9 @@ func (c *Config) Validate() error {
 		return err
 	}
 	if err := c.validateAccounting(); err != nil {
+		return err
+	}
+	if err := c.Routing.validate(c.Source); err != nil {
 		return err
 	}
 	if c.MaxBodyBytes < 0 {

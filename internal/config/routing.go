@@ -289,3 +289,90 @@ func (b Backend) SameSettings(o Backend) bool {
 	b.line, o.line = 0, 0
 	return reflect.DeepEqual(b, o)
 }
+
+// Routing tunes how failed attempts are retried and when a deployment is
+// taken out of rotation. Every field is optional: zero keeps the default.
+type Routing struct {
+	// RetryBackoff is the first pause before trying the next deployment,
+	// doubled per attempt with jitter (default 20ms).
+	RetryBackoff   Duration       `yaml:"retry_backoff"`
+	CircuitBreaker CircuitBreaker `yaml:"circuit_breaker"`
+}
+
+// CircuitBreaker configures the per-deployment breakers (router.BreakerConfig).
+type CircuitBreaker struct {
+	// Enabled defaults to true; false never takes a deployment out for
+	// failures (a 429's Retry-After is still honoured).
+	Enabled *bool `yaml:"enabled"`
+	// ConsecutiveFailures in a row open the breaker (default 5).
+	ConsecutiveFailures float64 `yaml:"consecutive_failures"`
+	// FailureRate (0–1] of recent requests opens it once MinRequests recent
+	// requests were seen (defaults 0.5 and 10).
+	FailureRate float64 `yaml:"failure_rate"`
+	MinRequests float64 `yaml:"min_requests"`
+	// HalfLife is how fast old outcomes fade (default 30s).
+	HalfLife Duration `yaml:"half_life"`
+	// OpenFor is the first open period (default 5s), doubled on repeated
+	// trips up to OpenMax (default 2m).
+	OpenFor Duration `yaml:"open_for"`
+	OpenMax Duration `yaml:"open_max"`
+	// TimeoutWeight is what one time-out counts as a failure, 0–1
+	// (default 0.5: a slow backend is busy rather than broken).
+	TimeoutWeight *float64 `yaml:"timeout_weight"`
+	// RateLimitWait is how long a deployment rests after a 429 without
+	// Retry-After (default 1s); RateLimitMax caps any Retry-After (1m).
+	RateLimitWait Duration `yaml:"rate_limit_wait"`
+	RateLimitMax  Duration `yaml:"rate_limit_max"`
+}
+
+// checkRoutingKeys checks the keys of the routing block and its
+// circuit_breaker block.
+func checkRoutingKeys(v *yaml.Node, check func(m *yaml.Node, kind, path string) error) error {
+	if err := check(v, "routing", "routing"); err != nil {
+		return err
+	}
+	for i := 0; i+1 < len(v.Content); i += 2 {
+		if v.Content[i].Value == "circuit_breaker" && v.Content[i+1].Kind == yaml.MappingNode {
+			if err := check(v.Content[i+1], "circuit_breaker", "routing.circuit_breaker"); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (r *Routing) validate(source string) error {
+	le := func(key, format string, args ...any) error {
+		return &LineError{Source: source, Key: "routing." + key, Msg: fmt.Sprintf(format, args...)}
+	}
+	cb := &r.CircuitBreaker
+	for _, d := range []struct {
+		key string
+		v   Duration
+	}{{"retry_backoff", r.RetryBackoff}, {"circuit_breaker.half_life", cb.HalfLife},
+		{"circuit_breaker.open_for", cb.OpenFor}, {"circuit_breaker.open_max", cb.OpenMax},
+		{"circuit_breaker.rate_limit_wait", cb.RateLimitWait}, {"circuit_breaker.rate_limit_max", cb.RateLimitMax}} {
+		if d.v < 0 {
+			return le(d.key, "must not be negative")
+		}
+	}
+	if cb.ConsecutiveFailures < 0 {
+		return le("circuit_breaker.consecutive_failures", "must not be negative (0 keeps the default, 5)")
+	}
+	if cb.FailureRate < 0 || cb.FailureRate > 1 {
+		return le("circuit_breaker.failure_rate", "must be a share between 0 and 1, like 0.5, not %v", cb.FailureRate)
+	}
+	if cb.MinRequests < 0 {
+		return le("circuit_breaker.min_requests", "must not be negative")
+	}
+	if w := cb.TimeoutWeight; w != nil && (*w < 0 || *w > 1) {
+		return le("circuit_breaker.timeout_weight", "must be between 0 and 1, not %v", *w)
+	}
+	if cb.OpenFor > 0 && cb.OpenMax > 0 && cb.OpenMax < cb.OpenFor {
+		return le("circuit_breaker.open_max", "(%s) must be at least open_for (%s)", time.Duration(cb.OpenMax), time.Duration(cb.OpenFor))
+	}
+	if time.Duration(r.RetryBackoff) > 10*time.Second {
+		return le("retry_backoff", "%s is longer than a client will wait between attempts; use milliseconds, like 50ms", time.Duration(r.RetryBackoff))
+	}
+	return nil
+}

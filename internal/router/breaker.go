@@ -4,6 +4,8 @@ import (
 	"math"
 	"sync"
 	"time"
+
+	"llmgate/internal/config"
 )
 
 // BreakerConfig tunes the passive circuit breaker kept per deployment.
@@ -45,6 +47,41 @@ var DefaultBreaker = BreakerConfig{
 	TimeoutWeight:       0.5,
 	RateLimitDefault:    time.Second,
 	RateLimitMax:        time.Minute,
+}
+
+// BreakerFromConfig is DefaultBreaker with the configured settings
+// (routing.circuit_breaker) laid over it.
+func BreakerFromConfig(c config.CircuitBreaker) BreakerConfig {
+	b := DefaultBreaker
+	if c.Enabled != nil && !*c.Enabled {
+		// Never opens for failures; 429 rests still apply.
+		b.ConsecutiveFailures = math.Inf(1)
+		b.FailureRate = math.Inf(1)
+		return b
+	}
+	setF := func(dst *float64, v float64) {
+		if v > 0 {
+			*dst = v
+		}
+	}
+	setD := func(dst *time.Duration, v config.Duration) {
+		if v > 0 {
+			*dst = time.Duration(v)
+		}
+	}
+	setF(&b.ConsecutiveFailures, c.ConsecutiveFailures)
+	setF(&b.FailureRate, c.FailureRate)
+	setF(&b.MinVolume, c.MinRequests)
+	setD(&b.HalfLife, c.HalfLife)
+	setD(&b.OpenBase, c.OpenFor)
+	setD(&b.OpenMax, c.OpenMax)
+	setD(&b.RateLimitDefault, c.RateLimitWait)
+	setD(&b.RateLimitMax, c.RateLimitMax)
+	if c.TimeoutWeight != nil {
+		b.TimeoutWeight = *c.TimeoutWeight
+	}
+	b.OpenMax = max(b.OpenMax, b.OpenBase)
+	return b
 }
 
 // Breaker states.

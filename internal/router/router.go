@@ -128,7 +128,10 @@ func NewWithOptions(cfg *config.Config, opt Options) *Table {
 		opt.Now = time.Now
 	}
 	if opt.Breaker == (BreakerConfig{}) {
-		opt.Breaker = DefaultBreaker
+		opt.Breaker = BreakerFromConfig(cfg.Routing.CircuitBreaker)
+	}
+	if opt.Backoff <= 0 {
+		opt.Backoff = time.Duration(cfg.Routing.RetryBackoff)
 	}
 	if opt.Backoff <= 0 {
 		opt.Backoff = 20 * time.Millisecond

@@ -440,3 +440,29 @@ func TestNewWithOptions_ReloadKeepsUnchangedBackendsAndTheirBreakers(t *testing.
 		t.Fatal("b's state was kept although its settings changed")
 	}
 }
+
+func TestBreaker_YAMLSettingsTakeEffect(t *testing.T) {
+	tb, clk := table(t, threeBackends+"models:\n  m: {backend: a}\nrouting:\n  circuit_breaker:\n    consecutive_failures: 2\n    open_for: 30s\n")
+	s := &script{by: map[string]func() (bool, error){"a": fails(err502)}}
+	for i := 0; i < 2; i++ {
+		_ = forward(t, tb, "m", s)
+	}
+	s.calls = nil
+	e := apierror.From(forward(t, tb, "m", s))
+	if len(s.calls) != 0 || e.Status != 503 || e.Header.Get("Retry-After") != "30" {
+		t.Fatalf("after 2 failures with consecutive_failures: 2 and open_for: 30s: calls %v, %d, Retry-After %q", s.calls, e.Status, e.Header.Get("Retry-After"))
+	}
+	clk.Advance(29 * time.Second)
+	if e := apierror.From(forward(t, tb, "m", s)); e.Status != 503 {
+		t.Fatalf("still open at 29s: got %d", e.Status)
+	}
+
+	off, _ := table(t, threeBackends+"models:\n  m: {backend: a}\nrouting:\n  circuit_breaker: {enabled: false}\n")
+	s = &script{by: map[string]func() (bool, error){"a": fails(err502)}}
+	for i := 0; i < 30; i++ {
+		_ = forward(t, off, "m", s)
+	}
+	if len(s.calls) != 30 {
+		t.Fatalf("breaker disabled: %d of 30 requests reached the backend, want all", len(s.calls))
+	}
+}
