@@ -1,0 +1,259 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"llmgate/internal/api/anthropic"
+	"llmgate/internal/api/openai"
+	"llmgate/internal/apierror"
+	"llmgate/internal/config"
+	"llmgate/internal/jsonscan"
+	"llmgate/internal/router"
+	"llmgate/internal/sse"
+	"llmgate/internal/tracing"
+	"llmgate/internal/translate"
+)
+
+// chatHub returns the hub of a chat client (used when a chat request goes
+// to an Anthropic backend), decoding the body on first use.
+func (c *call) chatHub() (*hub, error) {
+	if c.hub != nil {
+		return c.hub, nil
+	}
+	var req openai.ChatCompletionRequest
+	if err := json.Unmarshal(c.body, &req); err != nil {
+		return nil, apierror.InvalidRequest("invalid_request", "invalid chat request: %v", err)
+	}
+	c.hub = &hub{
+		req:      &req,
+		complete: func(resp *openai.ChatCompletion) ([]byte, error) { return json.Marshal(resp) },
+		stream:   func() clientStream { return chatPassthrough{} },
+	}
+	return c.hub, nil
+}
+
+// attemptHub sends the hub chat request to one deployment (translated to
+// the Messages API for Anthropic backends) and answers in the client's
+// dialect.
+func (s *Server) attemptHub(ctx context.Context, w http.ResponseWriter, c *call, dep router.Deployment) (bool, error) {
+	c.dep = dep
+	h := c.hub
+	b := dep.Backend
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if t := b.Timeout(); t > 0 {
+		ctx, cancel = context.WithTimeout(ctx, t)
+		defer cancel()
+	}
+	anthropicBackend := b.Dialect == config.DialectAnthropic
+	var body []byte
+	var err error
+	path := "/chat/completions"
+	if anthropicBackend {
+		ar, terr := translate.ChatToAnthropicRequest(h.req)
+		if terr != nil {
+			return false, c.fail(terr)
+		}
+		ar.Model, ar.Stream = dep.UpstreamModel, c.stream
+		body, err = json.Marshal(ar)
+		path = "/v1/messages"
+	} else {
+		req := *h.req
+		req.Model, req.Stream = dep.UpstreamModel, c.stream
+		if c.stream {
+			req.StreamOptions = &openai.StreamOptions{IncludeUsage: true}
+		}
+		body, err = json.Marshal(&req)
+	}
+	if err != nil {
+		return false, c.fail(err)
+	}
+	hr, err := b.NewRequest(ctx, path, body, c.reqID)
+	if err != nil {
+		return false, c.fail(err)
+	}
+	tracing.Inject(ctx, hr.Header)
+	if c.stream {
+		hr.Header["Accept"] = []string{"text/event-stream"}
+	}
+	resp, err := b.Do(hr)
+	if err != nil {
+		return false, c.fail(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		return false, c.fail(s.upstreamError(c, resp))
+	}
+	if c.stream && strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+		s.relayHubStream(w, ctx, c, resp, anthropicBackend)
+		return true, nil
+	}
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, 256<<20))
+	c.ttft = time.Since(c.start)
+	if err != nil {
+		return false, c.fail(b.Classify(ctx, err))
+	}
+	var completion *openai.ChatCompletion
+	if anthropicBackend {
+		var msg anthropic.Message
+		if err := json.Unmarshal(raw, &msg); err != nil || msg.Type == "error" || len(msg.Content) == 0 && msg.StopReason == nil {
+			return false, c.fail(apierror.Newf(http.StatusBadGateway, apierror.KindUpstream, "bad_upstream_response",
+				"backend %q answered 200 without a message; the body starts: %s", b.Name, quoteStart(raw, 200)))
+		}
+		completion = translate.AnthropicToChatCompletion(&msg, c.model)
+	} else {
+		if err := s.checkResult(c, raw); err != nil {
+			return false, c.fail(err)
+		}
+		completion = new(openai.ChatCompletion)
+		if err := json.Unmarshal(raw, completion); err != nil {
+			return false, c.fail(apierror.Newf(http.StatusBadGateway, apierror.KindUpstream, "bad_upstream_response",
+				"backend %q answered with a completion the gateway cannot read: %v", b.Name, err))
+		}
+	}
+	if completion.Usage != nil {
+		c.usage, c.haveUsage = *completion.Usage, true
+	}
+	var out []byte
+	if h.completeRaw != nil && !anthropicBackend {
+		out, err = h.completeRaw(raw)
+	} else {
+		out, err = h.complete(completion)
+	}
+	if err != nil {
+		return false, c.fail(err)
+	}
+	c.status = http.StatusOK
+	w.Header()["Content-Type"] = []string{"application/json"}
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(out)
+	return true, nil
+}
+
+// relayHubStream reads the backend's stream, turns it into hub chat chunks
+// (translating Anthropic events when needed), taps them for usage and
+// timing, and writes the client's dialect.
+func (s *Server) relayHubStream(w http.ResponseWriter, ctx context.Context, c *call, resp *http.Response, anthropicBackend bool) {
+	sse.SetHeaders(w.Header())
+	w.WriteHeader(http.StatusOK)
+	c.status = http.StatusOK
+	sw := sse.NewWriter(w)
+	out := c.hub.stream()
+	var up *translate.AnthropicToChatStream
+	if anthropicBackend {
+		up = translate.NewAnthropicToChatStream(c.model, true)
+	}
+	write := func(evs []translate.Event) bool {
+		for _, ev := range evs {
+			if err := sw.WriteEvent(ev.Name, ev.Data); err != nil {
+				c.status, c.errType = 499, "client_closed"
+				return false
+			}
+		}
+		return true
+	}
+	// hubChunk handles one chat chunk (or the hub's [DONE]); it returns
+	// false when the stream is over.
+	finished := false
+	hubChunk := func(data []byte) bool {
+		if string(data) == "[DONE]" {
+			finished = true
+			write(out.Finish(nil))
+			return false
+		}
+		if errData, isErr := streamErrorChunk(data); isErr {
+			c.status, c.errType = http.StatusBadGateway, "upstream_stream_error"
+			finished = true
+			write(out.Finish(apierror.Newf(http.StatusBadGateway, apierror.KindUpstream, "upstream_stream_error",
+				"backend %q reported an error mid-stream: %s", c.dep.Backend.Name, errorMessage(errData))))
+			return false
+		}
+		if !c.tapChunk(data) {
+			return true
+		}
+		evs, err := out.Feed(data)
+		if !write(evs) {
+			return false
+		}
+		if err != nil {
+			finished = true
+			write(out.Finish(err))
+			c.status, c.errType = apierror.From(err).Status, apierror.From(err).Code
+			return false
+		}
+		return true
+	}
+	rd := sse.NewReader(resp.Body, 0)
+	for {
+		ev, err := rd.Next()
+		if err != nil {
+			if ctx.Err() != nil && errors.Is(ctx.Err(), context.Canceled) {
+				c.status, c.errType = 499, "client_closed"
+				return
+			}
+			if finished {
+				return
+			}
+			var e *apierror.Error
+			if err == io.EOF || errors.Is(err, io.ErrUnexpectedEOF) {
+				e = apierror.Newf(http.StatusBadGateway, apierror.KindUpstream, "stream_cut",
+					"backend %q ended the stream before it was complete; the answer is truncated", c.dep.Backend.Name)
+			} else {
+				e = c.dep.Backend.Classify(ctx, err)
+			}
+			// The client's translator gets e directly: routing it through
+			// up.Finish would turn it into an in-band error chunk that
+			// hubChunk reports as "the backend reported an error", wrapping
+			// the message twice for a stream the backend merely cut.
+			c.status, c.errType = e.Status, e.Code
+			write(out.Finish(e))
+			return
+		}
+		if !anthropicBackend {
+			if !hubChunk(ev.Data) {
+				return
+			}
+			continue
+		}
+		hevs, ferr := up.Feed(ev.Name, ev.Data)
+		for _, hev := range hevs {
+			if !hubChunk(hev.Data) {
+				return
+			}
+		}
+		if ferr != nil {
+			for _, hev := range up.Finish(ferr) {
+				if !hubChunk(hev.Data) {
+					return
+				}
+			}
+			return
+		}
+		if ev.Name == "message_stop" {
+			for _, hev := range up.Finish(nil) {
+				if !hubChunk(hev.Data) {
+					return
+				}
+			}
+			return
+		}
+	}
+}
+
+// streamErrorChunk reports whether a hub chunk is an in-band error object.
+func streamErrorChunk(data []byte) ([]byte, bool) {
+	if !strings.Contains(string(data), `"error"`) {
+		return nil, false
+	}
+	sp, err := jsonscan.Find(data, "error", "choices")
+	if err != nil || jsonscan.IsNull(data, sp[0]) || sp[1].Valid() {
+		return nil, false
+	}
+	return data, true
+}

@@ -1,0 +1,157 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"llmgate/internal/api/anthropic"
+	"llmgate/internal/api/openai"
+	"llmgate/internal/apierror"
+	"llmgate/internal/router"
+	"llmgate/internal/sse"
+	"llmgate/internal/tracing"
+	"llmgate/internal/translate"
+)
+
+// attemptPassthroughAnthropic relays a Messages request to an Anthropic
+// backend untouched (model name rewritten), tapping usage.
+func (s *Server) attemptPassthroughAnthropic(ctx context.Context, w http.ResponseWriter, c *call, dep router.Deployment) (bool, error) {
+	c.dep = dep
+	b := dep.Backend
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if t := b.Timeout(); t > 0 {
+		ctx, cancel = context.WithTimeout(ctx, t)
+		defer cancel()
+	}
+	hr, err := b.NewRequest(ctx, "/v1/messages", anthropicPassthroughBody(c.body, dep.UpstreamModel), c.reqID)
+	if err != nil {
+		return false, c.fail(err)
+	}
+	tracing.Inject(ctx, hr.Header)
+	if beta := c.anthropicBeta; beta != "" {
+		hr.Header.Set("Anthropic-Beta", beta)
+	}
+	resp, err := b.Do(hr)
+	if err != nil {
+		return false, c.fail(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		return false, c.fail(s.upstreamError(c, resp))
+	}
+	if !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+		raw, err := io.ReadAll(io.LimitReader(resp.Body, 256<<20))
+		c.ttft = time.Since(c.start)
+		if err != nil {
+			return false, c.fail(b.Classify(ctx, err))
+		}
+		var msg struct {
+			Usage *anthropic.Usage `json:"usage"`
+		}
+		if json.Unmarshal(raw, &msg) == nil && msg.Usage != nil {
+			c.setAnthropicUsage(*msg.Usage)
+		}
+		c.status = http.StatusOK
+		w.Header()["Content-Type"] = []string{"application/json"}
+		w.WriteHeader(http.StatusOK)
+		_, _ = w.Write(raw)
+		return true, nil
+	}
+	sse.SetHeaders(w.Header())
+	w.WriteHeader(http.StatusOK)
+	c.status = http.StatusOK
+	sw := sse.NewWriter(w)
+	rd := sse.NewReader(resp.Body, 0)
+	for {
+		ev, err := rd.Next()
+		if err != nil {
+			if ctx.Err() != nil {
+				c.status, c.errType = 499, "client_closed"
+				return true, nil
+			}
+			if c.status == http.StatusOK && c.errType == "" && c.sawStop {
+				return true, nil
+			}
+			e := apierror.Newf(http.StatusBadGateway, apierror.KindUpstream, "stream_cut",
+				"backend %q ended the stream before message_stop; the answer is truncated", b.Name)
+			c.status, c.errType = e.Status, e.Code
+			_ = sw.WriteEvent("error", anthropic.MarshalError(e))
+			return true, nil
+		}
+		c.tapAnthropicEvent(ev.Name, ev.Data)
+		if err := sw.WriteEvent(ev.Name, ev.Data); err != nil {
+			c.status, c.errType = 499, "client_closed"
+			return true, nil
+		}
+	}
+}
+
+// tapAnthropicEvent takes usage and timing from a passed-through event.
+func (c *call) tapAnthropicEvent(name string, data []byte) {
+	switch name {
+	case "message_start", "message_delta":
+		var ev struct {
+			Message *struct {
+				Usage *anthropic.Usage `json:"usage"`
+			} `json:"message"`
+			Usage *anthropic.Usage `json:"usage"`
+		}
+		if json.Unmarshal(data, &ev) == nil {
+			if ev.Message != nil && ev.Message.Usage != nil {
+				c.setAnthropicUsage(*ev.Message.Usage)
+			}
+			if ev.Usage != nil {
+				c.setAnthropicUsage(*ev.Usage)
+			}
+		}
+	case "content_block_delta":
+		if c.ttft == 0 {
+			c.ttft = time.Since(c.start)
+		}
+		c.outChars += approxGeneratedChars(data)
+	case "message_stop":
+		c.sawStop = true
+	case "error":
+		c.status, c.errType = http.StatusBadGateway, "upstream_stream_error"
+	}
+}
+
+// setAnthropicUsage merges Anthropic usage (input excludes cache reads and
+// writes; message_delta carries cumulative output) into the call.
+func (c *call) setAnthropicUsage(u anthropic.Usage) {
+	if u.InputTokens > 0 || u.CacheReadInputTokens > 0 || u.CacheCreationInputTokens > 0 {
+		c.usage.PromptTokens = u.InputTokens + u.CacheReadInputTokens + u.CacheCreationInputTokens
+		if u.CacheReadInputTokens > 0 {
+			c.usage.PromptTokensDetails = &openai.PromptTokensDetails{CachedTokens: u.CacheReadInputTokens}
+		}
+	}
+	if u.OutputTokens > 0 {
+		c.usage.CompletionTokens = u.OutputTokens
+	}
+	c.usage.TotalTokens = c.usage.PromptTokens + c.usage.CompletionTokens
+	c.haveUsage = true
+}
+
+// anthropicPassthroughBody rewrites the model of a Messages body for an
+// Anthropic backend. History produced by a chat backend carries thinking
+// blocks with empty signatures, which Anthropic rejects; those are dropped.
+func anthropicPassthroughBody(body []byte, model string) []byte {
+	if !strings.Contains(string(body), `"signature":""`) {
+		return setModel(body, model)
+	}
+	var req anthropic.MessagesRequest
+	if json.Unmarshal(body, &req) != nil || !translate.DropUnsignedThinking(&req) {
+		return setModel(body, model)
+	}
+	req.Model = model
+	out, err := json.Marshal(&req)
+	if err != nil {
+		return setModel(body, model)
+	}
+	return out
+}
