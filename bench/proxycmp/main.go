@@ -338,8 +338,10 @@ func orchestrate(dur time.Duration, conns, rate int, skipTP bool) error {
 	}
 	rss := vmHWM(gw.Process.Pid)
 	fmt.Printf("\nRatios (targets from issue 2)\n")
-	fmt.Printf("  llmgate / reverseproxy throughput at %d conns: %.2fx   (target >= 1.0x)\n", conns, tp["llmgate"].rps/tp["reverseproxy"].rps)
-	fmt.Printf("  llmgate / direct throughput:                  %.2fx\n", tp["llmgate"].rps/tp["direct"].rps)
+	if !skipTP {
+		fmt.Printf("  llmgate / reverseproxy throughput at %d conns: %.2fx   (target >= 1.0x)\n", conns, tp["llmgate"].rps/tp["reverseproxy"].rps)
+		fmt.Printf("  llmgate / direct throughput:                  %.2fx\n", tp["llmgate"].rps/tp["direct"].rps)
+	}
 	fmt.Printf("  added p50 at %d req/s: %.3f ms   (target <= 0.2 ms)\n", rate, ms(lat["llmgate"].p50-lat["direct"].p50))
 	fmt.Printf("  added p99 at %d req/s: %.3f ms   (target <= 1 ms)\n", rate, ms(lat["llmgate"].p99-lat["direct"].p99))
 	fmt.Printf("  for scale, the bare reverse proxy adds p50 %.3f ms, p99 %.3f ms\n", ms(lat["reverseproxy"].p50-lat["direct"].p50), ms(lat["reverseproxy"].p99-lat["direct"].p99))
