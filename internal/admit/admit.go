@@ -136,6 +136,81 @@ type ticket struct {
 	a      *Admission
 	policy *ModelPolicy
 	lease  limit.Lease
+	rates  rates // the x-ratelimit figures as of admission
+}
+
+var _ server.RateLimitTicket = (*ticket)(nil)
+
+// RateLimitHeaders implements server.RateLimitTicket: the answer to an
+// admitted request carries the same x-ratelimit-* headers as a refusal,
+// with the figures as of its admission (this request already counted).
+func (t *ticket) RateLimitHeaders(h http.Header) { t.rates.set(h) }
+
+// rates are the figures of OpenAI's x-ratelimit-* headers.
+type rates struct {
+	limitReq, remainingReq, limitTok, remainingTok int64
+	resetReq, resetTok                             time.Duration
+}
+
+func ratesOf(d *limit.Decision) rates {
+	return rates{limitReq: d.LimitRequests, remainingReq: d.RemainingRequests, resetReq: d.ResetRequests,
+		limitTok: d.LimitTokens, remainingTok: d.RemainingTokens, resetTok: d.ResetTokens}
+}
+
+// Canonical header names, so setting them needs no canonicalisation.
+const (
+	hLimitReq     = "X-Ratelimit-Limit-Requests"
+	hRemainingReq = "X-Ratelimit-Remaining-Requests"
+	hResetReq     = "X-Ratelimit-Reset-Requests"
+	hLimitTok     = "X-Ratelimit-Limit-Tokens"
+	hRemainingTok = "X-Ratelimit-Remaining-Tokens"
+	hResetTok     = "X-Ratelimit-Reset-Tokens"
+)
+
+// set adds the headers of the rate limits that apply: the requests trio
+// when an RPM limit applies, the tokens trio when a TPM limit does, none
+// without rate limits. Reset values are Go durations as OpenAI sends them
+// ("1s", "6m0s", "17ms").
+func (r *rates) set(h http.Header) {
+	if r.limitReq <= 0 && r.limitTok <= 0 {
+		return
+	}
+	// All values share one string and the value slices one array: two
+	// allocations per answer.
+	var buf [128]byte
+	var ends [6]int
+	b, n := buf[:0], 0
+	if r.limitReq > 0 {
+		b = strconv.AppendInt(b, r.limitReq, 10)
+		ends[0] = len(b)
+		b = strconv.AppendInt(b, r.remainingReq, 10)
+		ends[1] = len(b)
+		b = appendReset(b, r.resetReq)
+		ends[2] = len(b)
+		n = 3
+	}
+	if r.limitTok > 0 {
+		b = strconv.AppendInt(b, r.limitTok, 10)
+		ends[n] = len(b)
+		b = strconv.AppendInt(b, r.remainingTok, 10)
+		ends[n+1] = len(b)
+		b = appendReset(b, r.resetTok)
+		ends[n+2] = len(b)
+		n += 3
+	}
+	all := string(b)
+	v := make([]string, n)
+	names := [6]string{hLimitReq, hRemainingReq, hResetReq, hLimitTok, hRemainingTok, hResetTok}
+	first := 0
+	if r.limitReq <= 0 {
+		first = 3
+	}
+	from := 0
+	for i := 0; i < n; i++ {
+		v[i] = all[from:ends[i]]
+		from = ends[i]
+		h[names[first+i]] = v[i : i+1 : i+1]
+	}
 }
 
 func (t *ticket) Done(rec *usage.Record) {
@@ -207,7 +282,7 @@ func (a *Admission) Admit(ctx context.Context, req server.AdmitRequest) (server.
 		return nil, a.refusal(req, m, &d, lr.Tokens)
 	}
 	t := ticketPool.Get().(*ticket)
-	t.a, t.policy, t.lease = a, policy, lease
+	t.a, t.policy, t.lease, t.rates = a, policy, lease, ratesOf(&d)
 	return t, nil
 }
 
@@ -271,16 +346,8 @@ func (a *Admission) refusal(req server.AdmitRequest, m *model, d *limit.Decision
 	if retry > 0 {
 		h.Set("Retry-After", strconv.FormatInt(int64(math.Ceil(retry.Seconds())), 10))
 	}
-	if d.LimitRequests > 0 {
-		h.Set("x-ratelimit-limit-requests", strconv.FormatInt(d.LimitRequests, 10))
-		h.Set("x-ratelimit-remaining-requests", strconv.FormatInt(d.RemainingRequests, 10))
-		h.Set("x-ratelimit-reset-requests", fmtReset(d.ResetRequests))
-	}
-	if d.LimitTokens > 0 {
-		h.Set("x-ratelimit-limit-tokens", strconv.FormatInt(d.LimitTokens, 10))
-		h.Set("x-ratelimit-remaining-tokens", strconv.FormatInt(d.RemainingTokens, 10))
-		h.Set("x-ratelimit-reset-tokens", fmtReset(d.ResetTokens))
-	}
+	r := ratesOf(d)
+	r.set(h)
 	e.Header = h
 	return e
 }
@@ -296,15 +363,31 @@ func ceilSec(d time.Duration) string {
 	return strconv.FormatInt(max(1, int64(math.Ceil(d.Seconds()))), 10) + "s"
 }
 
-// fmtReset formats a reset time as OpenAI does ("1s", "6m0s", "17ms").
-func fmtReset(d time.Duration) string {
+// appendReset appends a reset time as OpenAI formats it: a Go duration
+// to the millisecond ("17ms", "1s", "1.5s", "6m0s", "1h0m0s").
+func appendReset(b []byte, d time.Duration) []byte {
 	if d <= 0 {
-		return "0s"
+		return append(b, "0s"...)
 	}
 	if d < time.Second {
-		return strconv.FormatInt(max(1, d.Milliseconds()), 10) + "ms"
+		return append(strconv.AppendInt(b, max(1, d.Milliseconds()), 10), "ms"...)
 	}
-	return d.Round(time.Millisecond).String()
+	ms := int64(d.Round(time.Millisecond) / time.Millisecond)
+	h, m, sec, frac := ms/3_600_000, ms/60_000%60, ms/1000%60, ms%1000
+	if h > 0 {
+		b = append(strconv.AppendInt(b, h, 10), 'h')
+	}
+	if h > 0 || m > 0 {
+		b = append(strconv.AppendInt(b, m, 10), 'm')
+	}
+	b = strconv.AppendInt(b, sec, 10)
+	if frac > 0 {
+		b = append(b, '.', byte('0'+frac/100), byte('0'+frac/10%10), byte('0'+frac%10))
+		for b[len(b)-1] == '0' {
+			b = b[:len(b)-1]
+		}
+	}
+	return append(b, 's')
 }
 
 // windowCache names the current budget window of each period without

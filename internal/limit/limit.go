@@ -65,7 +65,10 @@ const (
 )
 
 // Decision is the outcome of Acquire and the figures for OpenAI's
-// x-ratelimit-* headers (of the first scope that has rate limits).
+// x-ratelimit-* headers, on refusals and admissions alike: for requests
+// and for tokens, those of the scope with the least left, as of this
+// decision (after taking this request when it was admitted). Zero limits
+// mean no scope has that rate limit.
 type Decision struct {
 	Allowed bool
 	// Scope and Limit name what refused the request.

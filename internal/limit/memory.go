@@ -89,7 +89,7 @@ func (m *Memory) Acquire(_ context.Context, req Request) (Lease, Decision, error
 		}
 		if !d.Allowed {
 			d.Scope = s.ID
-			fillHeaders(&d, &req, &rl, &tl)
+			fillHeaders(&d, &req, i+1, &rl, &tl)
 			return Lease{}, d, nil
 		}
 	}
@@ -110,26 +110,36 @@ func (m *Memory) Acquire(_ context.Context, req Request) (Lease, Decision, error
 			x.spent += req.CostMicros
 		}
 	}
-	fillHeaders(&d, &req, &rl, &tl)
+	fillHeaders(&d, &req, req.N, &rl, &tl)
 	return Lease{Scopes: req.Scopes, N: req.N, Tokens: req.Tokens, CostMicros: req.CostMicros}, d, nil
 }
 
-// fillHeaders sets the x-ratelimit figures from the first scope with rates.
-func fillHeaders(d *Decision, req *Request, rl, tl *[MaxScopes]float64) {
-	for i := 0; i < req.N; i++ {
+// fillHeaders sets the x-ratelimit figures: for requests and for tokens
+// separately, those of the scope with the least left (the one that binds
+// first: the key's or the model's), so a client pacing itself by them
+// slows down before either limit refuses it. A refused request's own
+// scope has the least left of the limit that refused it. Only the first n
+// scopes were read.
+func fillHeaders(d *Decision, req *Request, n int, rl, tl *[MaxScopes]float64) {
+	ri, ti := -1, -1
+	for i := 0; i < n; i++ {
 		s := &req.Scopes[i]
-		if s.RPM == 0 && s.TPM == 0 {
-			continue
+		if s.RPM > 0 && (ri < 0 || rl[i] < rl[ri]) {
+			ri = i
 		}
-		if s.RPM > 0 {
-			d.LimitRequests, d.RemainingRequests = s.RPM, max(0, int64(rl[i]))
-			d.ResetRequests = wait(rl[i], float64(s.RPM), s.RPM)
+		if s.TPM > 0 && (ti < 0 || tl[i] < tl[ti]) {
+			ti = i
 		}
-		if s.TPM > 0 {
-			d.LimitTokens, d.RemainingTokens = s.TPM, max(0, int64(tl[i]))
-			d.ResetTokens = wait(tl[i], float64(s.TPM), s.TPM)
-		}
-		return
+	}
+	if ri >= 0 {
+		rpm := req.Scopes[ri].RPM
+		d.LimitRequests, d.RemainingRequests = rpm, max(0, int64(rl[ri]))
+		d.ResetRequests = wait(rl[ri], float64(rpm), rpm)
+	}
+	if ti >= 0 {
+		tpm := req.Scopes[ti].TPM
+		d.LimitTokens, d.RemainingTokens = tpm, max(0, int64(tl[ti]))
+		d.ResetTokens = wait(tl[ti], float64(tpm), tpm)
 	}
 }
 

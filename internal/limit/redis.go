@@ -248,13 +248,10 @@ func (r *Redis) Acquire(ctx context.Context, req Request) (Lease, Decision, erro
 			d.Limit, d.BudgetMicros, d.SpentMicros = LimitBudget, s.BudgetMicros, toInt(vals[3])
 		}
 		// Levels of scopes after the refusing one were not read.
-		for j := i + 1; j < req.N; j++ {
-			rl[j], tl[j] = float64(req.Scopes[j].RPM), float64(req.Scopes[j].TPM)
-		}
-		fillHeaders(&d, &req, &rl, &tl)
+		fillHeaders(&d, &req, i+1, &rl, &tl)
 		return Lease{}, d, nil
 	}
-	fillHeaders(&d, &req, &rl, &tl)
+	fillHeaders(&d, &req, req.N, &rl, &tl)
 	return Lease{Scopes: req.Scopes, N: req.N, Tokens: req.Tokens, CostMicros: req.CostMicros, member: member}, d, nil
 }
 

@@ -116,6 +116,33 @@ func runSuite(t *testing.T, newLimiter func(t *testing.T) limit.Limiter) {
 			t.Fatalf("key after refusal: %+v", d)
 		}
 	})
+	t.Run("Headers_FiguresOfTheScopeWithLeastLeft", func(t *testing.T) {
+		l := newLimiter(t)
+		key := limit.Scope{ID: "key:hdr", RPM: 10, MaxConc: 5}
+		model := limit.Scope{ID: "model:hdr", RPM: 3, TPM: 1000}
+		_, d, err := l.Acquire(ctx, req(key, model))
+		if err != nil || !d.Allowed {
+			t.Fatalf("refused: %+v %v", d, err)
+		}
+		// Requests: the model's 3 (2 left) bind before the key's 10 (9 left).
+		if d.LimitRequests != 3 || d.RemainingRequests != 2 || d.ResetRequests <= 0 || d.ResetRequests > 20*time.Second {
+			t.Fatalf("requests figures %+v, want the model's 3 with 2 left, full again within 20s", d)
+		}
+		// Tokens: only the model has a TPM limit; 10 of 1000 reserved.
+		if d.LimitTokens != 1000 || d.RemainingTokens < 989 || d.RemainingTokens > 991 || d.ResetTokens <= 0 || d.ResetTokens > time.Second {
+			t.Fatalf("tokens figures %+v, want 1000 with 990 left", d)
+		}
+		// A key-only request shows the key's own figures: 10, 8 left.
+		_, d, _ = l.Acquire(ctx, req(key))
+		if !d.Allowed || d.LimitRequests != 10 || d.RemainingRequests != 8 || d.LimitTokens != 0 {
+			t.Fatalf("key-only figures %+v", d)
+		}
+		// A scope without rates gives no figures.
+		_, d, _ = l.Acquire(ctx, req(limit.Scope{ID: "key:hdr-conc", MaxConc: 1}))
+		if !d.Allowed || d.LimitRequests != 0 || d.LimitTokens != 0 {
+			t.Fatalf("concurrency-only scope reported rates: %+v", d)
+		}
+	})
 	t.Run("Budget_RefusesReservationsBeyondBudget", func(t *testing.T) {
 		l := newLimiter(t)
 		s := limit.Scope{ID: "key:budget", BudgetMicros: 1000, BudgetWindow: "d2026-01-01", BudgetTTL: time.Hour}

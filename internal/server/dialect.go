@@ -126,6 +126,7 @@ func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request, p keys.P
 	err := s.decodeInto(w, r, c, &req)
 	if err == nil {
 		err = s.admitModel(r.Context(), c, req.Model)
+		rateLimitHeaders(w, c.ticket)
 	}
 	var h *hub
 	if err == nil {
@@ -176,6 +177,7 @@ func (s *Server) handleResponses(w http.ResponseWriter, r *http.Request, p keys.
 	err := s.decodeInto(w, r, c, &req)
 	if err == nil {
 		err = s.admitModel(r.Context(), c, req.Model)
+		rateLimitHeaders(w, c.ticket)
 	}
 	var chat *openai.ChatCompletionRequest
 	if err == nil {

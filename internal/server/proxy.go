@@ -118,6 +118,7 @@ func (s *Server) proxy(ep endpoint) func(http.ResponseWriter, *http.Request, key
 		upstreamBody, err := s.prepare(c, buf.Bytes())
 		if err == nil && s.admit != nil {
 			c.ticket, err = s.admit.Admit(r.Context(), AdmitRequest{Principal: p, Model: c.model, Endpoint: ep.name, Body: c.body})
+			rateLimitHeaders(w, c.ticket)
 		}
 		if err != nil {
 			openai.WriteError(w, err)
@@ -138,6 +139,14 @@ func (s *Server) proxy(ep endpoint) func(http.ResponseWriter, *http.Request, key
 			s.writeFail(w, c, err)
 		}
 		s.record(c)
+	}
+}
+
+// rateLimitHeaders puts an admitted request's x-ratelimit-* headers on its
+// answer; call it right after Admit, before anything is written.
+func rateLimitHeaders(w http.ResponseWriter, t Ticket) {
+	if rt, ok := t.(RateLimitTicket); ok {
+		rt.RateLimitHeaders(w.Header())
 	}
 }
 

@@ -48,6 +48,17 @@ type Ticket interface {
 	Done(rec *usage.Record)
 }
 
+// RateLimitTicket is a Ticket of a request under rate limits (a key's, a
+// model's). The server calls RateLimitHeaders once, right after admission
+// and before anything is written, so every answer to the request - a
+// success, a stream, an error after admission - carries OpenAI's
+// x-ratelimit-* headers with the figures as of admission, as the 429 of a
+// refusal does. It adds nothing when no rate limit applies.
+type RateLimitTicket interface {
+	Ticket
+	RateLimitHeaders(h http.Header)
+}
+
 // Options configures a Server.
 type Options struct {
 	Table        *router.Table
