@@ -270,21 +270,19 @@ func (s *Server) forwardDialect(w http.ResponseWriter, r *http.Request, c *call,
 			s.logAttempt(c, dep, t0, committed, err)
 			endSpan(err)
 		}()
-		if b := dep.Backend; b.Acquire != nil && !leased(ctx) {
-			// A local engine: start it or wait until ready, as for chat.
-			// No SSE keep-alive here: an error after early headers would
-			// need each dialect's own error event.
-			release, aerr := b.Acquire(ctx, c.model)
-			if aerr != nil {
-				return false, c.fail(aerr)
+		run := func(ctx context.Context, w http.ResponseWriter) (bool, error) {
+			if c.ep.name == "messages" && dep.Backend.Dialect == config.DialectAnthropic {
+				return s.attemptPassthroughAnthropic(ctx, w, c, dep)
 			}
-			ctx = context.WithValue(ctx, leaseKey{}, true)
-			defer func() { err = release(err) }()
+			return s.attemptHub(ctx, w, c, dep)
 		}
-		if c.ep.name == "messages" && dep.Backend.Dialect == config.DialectAnthropic {
-			return s.attemptPassthroughAnthropic(ctx, w, c, dep)
+		if dep.Backend.Acquire != nil && !leased(ctx) {
+			// A local engine: start it or wait until ready, as for chat; a
+			// streaming client gets SSE keep-alive comments meanwhile, and
+			// a failure after them the error event of its protocol.
+			return s.withEngine(ctx, w, c, dep, c.stream, run)
 		}
-		return s.attemptHub(ctx, w, c, dep)
+		return run(ctx, w)
 	})
 	if err != nil {
 		s.writeFail(w, c, err)

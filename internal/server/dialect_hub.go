@@ -3,7 +3,7 @@ package server
 import (
 	"context"
 	"encoding/json"
-	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -45,12 +45,16 @@ func (s *Server) attemptHub(ctx context.Context, w http.ResponseWriter, c *call,
 	c.dep = dep
 	h := c.hub
 	b := dep.Backend
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	// timeout bounds the whole attempt, stream included; the idle gap
+	// (armed once headers arrive) cancels with errIdleGap as the cause.
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
 	if t := b.Timeout(); t > 0 {
-		ctx, cancel = context.WithTimeout(ctx, t)
-		defer cancel()
+		var cancelT context.CancelFunc
+		ctx, cancelT = context.WithTimeout(ctx, t)
+		defer cancelT()
 	}
+	t0 := time.Now()
 	anthropicBackend := b.Dialect == config.DialectAnthropic
 	var body []byte
 	var err error
@@ -91,8 +95,9 @@ func (s *Server) attemptHub(ctx context.Context, w http.ResponseWriter, c *call,
 		return false, c.fail(s.upstreamError(c, resp))
 	}
 	if c.stream && strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
-		s.relayHubStream(w, ctx, c, resp, anthropicBackend)
-		return true, nil
+		idle := startIdleGap(b.IdleTimeout(), firstEventBudget(b, t0), cancel)
+		defer idle.stop()
+		return s.relayHubStream(w, ctx, c, resp, anthropicBackend, idle)
 	}
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, 256<<20))
 	c.ttft = time.Since(c.start)
@@ -139,10 +144,25 @@ func (s *Server) attemptHub(ctx context.Context, w http.ResponseWriter, c *call,
 // relayHubStream reads the backend's stream, turns it into hub chat chunks
 // (translating Anthropic events when needed), taps them for usage and
 // timing, and writes the client's dialect.
-func (s *Server) relayHubStream(w http.ResponseWriter, ctx context.Context, c *call, resp *http.Response, anthropicBackend bool) {
+//
+// As for a chat stream (relayStream), the first event is read before
+// anything is written: a backend that stalls past first_byte_timeout or
+// dies before its first event fails the attempt uncommitted, so the router
+// may try another deployment and the client gets an ordinary error answer
+// in its protocol. Afterwards a failure (a cut, an idle gap longer than
+// idle_timeout, the backend's timeout) ends the client's stream with the
+// error event of its protocol, and is returned, committed, for the breaker.
+func (s *Server) relayHubStream(w http.ResponseWriter, ctx context.Context, c *call, resp *http.Response, anthropicBackend bool, idle *idleGap) (bool, error) {
+	rd := sse.NewReader(resp.Body, 0)
+	ev, err := rd.Next()
+	if err != nil {
+		return false, c.fail(s.hubStreamError(ctx, c, err, idle))
+	}
+	idle.rearm()
 	sse.SetHeaders(w.Header())
 	w.WriteHeader(http.StatusOK)
 	c.status = http.StatusOK
+	c.committed = true
 	sw := sse.NewWriter(w)
 	out := c.hub.stream()
 	var up *translate.AnthropicToChatStream
@@ -160,16 +180,13 @@ func (s *Server) relayHubStream(w http.ResponseWriter, ctx context.Context, c *c
 	}
 	// hubChunk handles one chat chunk (or the hub's [DONE]); it returns
 	// false when the stream is over.
-	finished := false
 	hubChunk := func(data []byte) bool {
 		if string(data) == "[DONE]" {
-			finished = true
 			write(out.Finish(nil))
 			return false
 		}
 		if errData, isErr := streamErrorChunk(data); isErr {
 			c.status, c.errType = http.StatusBadGateway, "upstream_stream_error"
-			finished = true
 			write(out.Finish(apierror.Newf(http.StatusBadGateway, apierror.KindUpstream, "upstream_stream_error",
 				"backend %q reported an error mid-stream: %s", c.dep.Backend.Name, errorMessage(errData))))
 			return false
@@ -182,30 +199,47 @@ func (s *Server) relayHubStream(w http.ResponseWriter, ctx context.Context, c *c
 			return false
 		}
 		if err != nil {
-			finished = true
 			write(out.Finish(err))
 			c.status, c.errType = apierror.From(err).Status, apierror.From(err).Code
 			return false
 		}
 		return true
 	}
-	rd := sse.NewReader(resp.Body, 0)
-	for {
-		ev, err := rd.Next()
-		if err != nil {
-			if ctx.Err() != nil && errors.Is(ctx.Err(), context.Canceled) {
+	// upstreamEvent handles one backend event; false when the stream is over.
+	upstreamEvent := func(ev *sse.Event) bool {
+		if !anthropicBackend {
+			return hubChunk(ev.Data)
+		}
+		if ev.Name == "message_start" || ev.Name == "message_delta" {
+			// The hub's usage chunk comes only at message_stop; a stream
+			// cut before keeps the counts the backend gave so far.
+			c.tapAnthropicUsage(ev.Data)
+		}
+		hevs, ferr := up.Feed(ev.Name, ev.Data)
+		for _, hev := range hevs {
+			if !hubChunk(hev.Data) {
+				return false
+			}
+		}
+		if ferr != nil || ev.Name == "message_stop" {
+			for _, hev := range up.Finish(ferr) {
+				if !hubChunk(hev.Data) {
+					return false
+				}
+			}
+			return false
+		}
+		return true
+	}
+	for upstreamEvent(ev) {
+		if ev, err = rd.Next(); err != nil {
+			e := s.hubStreamError(ctx, c, err, idle)
+			if e.Code == "client_closed" {
 				c.status, c.errType = 499, "client_closed"
-				return
+				return true, nil
 			}
-			if finished {
-				return
-			}
-			var e *apierror.Error
-			if err == io.EOF || errors.Is(err, io.ErrUnexpectedEOF) {
-				e = apierror.Newf(http.StatusBadGateway, apierror.KindUpstream, "stream_cut",
-					"backend %q ended the stream before it was complete; the answer is truncated", c.dep.Backend.Name)
-			} else {
-				e = c.dep.Backend.Classify(ctx, err)
+			if e.Code != "stream_cut" {
+				e.Message = "stream interrupted: " + e.Message
 			}
 			// The client's translator gets e directly: routing it through
 			// up.Finish would turn it into an in-band error chunk that
@@ -213,37 +247,21 @@ func (s *Server) relayHubStream(w http.ResponseWriter, ctx context.Context, c *c
 			// the message twice for a stream the backend merely cut.
 			c.status, c.errType = e.Status, e.Code
 			write(out.Finish(e))
-			return
+			return true, e
 		}
-		if !anthropicBackend {
-			if !hubChunk(ev.Data) {
-				return
-			}
-			continue
-		}
-		hevs, ferr := up.Feed(ev.Name, ev.Data)
-		for _, hev := range hevs {
-			if !hubChunk(hev.Data) {
-				return
-			}
-		}
-		if ferr != nil {
-			for _, hev := range up.Finish(ferr) {
-				if !hubChunk(hev.Data) {
-					return
-				}
-			}
-			return
-		}
-		if ev.Name == "message_stop" {
-			for _, hev := range up.Finish(nil) {
-				if !hubChunk(hev.Data) {
-					return
-				}
-			}
-			return
-		}
+		idle.rearm()
 	}
+	return true, nil
+}
+
+// hubStreamError is streamError for a translated stream, whose end marker
+// depends on the backend's dialect.
+func (s *Server) hubStreamError(ctx context.Context, c *call, err error, idle *idleGap) *apierror.Error {
+	e := s.streamError(ctx, c, err, idle)
+	if e.Code == "stream_cut" {
+		e.Message = fmt.Sprintf("backend %q ended the stream before it was complete; the answer is truncated", c.dep.Backend.Name)
+	}
+	return e
 }
 
 // streamErrorChunk reports whether a hub chunk is an in-band error object.

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -19,15 +20,23 @@ import (
 
 // attemptPassthroughAnthropic relays a Messages request to an Anthropic
 // backend untouched (model name rewritten), tapping usage.
+//
+// A stream is guarded like a chat stream: its first event is awaited
+// before anything is written (within what is left of first_byte_timeout),
+// so a backend that stalls or dies before it fails the attempt uncommitted;
+// afterwards a gap longer than idle_timeout, a cut or the backend's timeout
+// ends the client's stream with an Anthropic "error" event.
 func (s *Server) attemptPassthroughAnthropic(ctx context.Context, w http.ResponseWriter, c *call, dep router.Deployment) (bool, error) {
 	c.dep = dep
 	b := dep.Backend
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
 	if t := b.Timeout(); t > 0 {
-		ctx, cancel = context.WithTimeout(ctx, t)
-		defer cancel()
+		var cancelT context.CancelFunc
+		ctx, cancelT = context.WithTimeout(ctx, t)
+		defer cancelT()
 	}
+	t0 := time.Now()
 	hr, err := b.NewRequest(ctx, "/v1/messages", anthropicPassthroughBody(c.body, dep.UpstreamModel), c.reqID)
 	if err != nil {
 		return false, c.fail(err)
@@ -62,53 +71,61 @@ func (s *Server) attemptPassthroughAnthropic(ctx context.Context, w http.Respons
 		_, _ = w.Write(raw)
 		return true, nil
 	}
+	idle := startIdleGap(b.IdleTimeout(), firstEventBudget(b, t0), cancel)
+	defer idle.stop()
+	rd := sse.NewReader(resp.Body, 0)
+	ev, err := rd.Next()
+	if err != nil {
+		return false, c.fail(s.passthroughStreamError(ctx, c, err, idle))
+	}
+	idle.rearm()
 	sse.SetHeaders(w.Header())
 	w.WriteHeader(http.StatusOK)
 	c.status = http.StatusOK
+	c.committed = true
 	sw := sse.NewWriter(w)
-	rd := sse.NewReader(resp.Body, 0)
 	for {
-		ev, err := rd.Next()
-		if err != nil {
-			if ctx.Err() != nil {
-				c.status, c.errType = 499, "client_closed"
-				return true, nil
-			}
-			if c.status == http.StatusOK && c.errType == "" && c.sawStop {
-				return true, nil
-			}
-			e := apierror.Newf(http.StatusBadGateway, apierror.KindUpstream, "stream_cut",
-				"backend %q ended the stream before message_stop; the answer is truncated", b.Name)
-			c.status, c.errType = e.Status, e.Code
-			_ = sw.WriteEvent("error", anthropic.MarshalError(e))
-			return true, nil
-		}
 		c.tapAnthropicEvent(ev.Name, ev.Data)
 		if err := sw.WriteEvent(ev.Name, ev.Data); err != nil {
 			c.status, c.errType = 499, "client_closed"
 			return true, nil
 		}
+		if ev.Name == "message_stop" || ev.Name == "error" {
+			// Both end an Anthropic stream; the status of an upstream
+			// error event is already on the call.
+			return true, nil
+		}
+		if ev, err = rd.Next(); err != nil {
+			e := s.passthroughStreamError(ctx, c, err, idle)
+			if e.Code == "client_closed" {
+				c.status, c.errType = 499, "client_closed"
+				return true, nil
+			}
+			if e.Code != "stream_cut" {
+				e.Message = "stream interrupted: " + e.Message
+			}
+			c.status, c.errType = e.Status, e.Code
+			_ = sw.WriteEvent("error", anthropic.MarshalError(e))
+			return true, e
+		}
+		idle.rearm()
 	}
+}
+
+// passthroughStreamError is streamError for an Anthropic stream.
+func (s *Server) passthroughStreamError(ctx context.Context, c *call, err error, idle *idleGap) *apierror.Error {
+	e := s.streamError(ctx, c, err, idle)
+	if e.Code == "stream_cut" {
+		e.Message = fmt.Sprintf("backend %q ended the stream before message_stop; the answer is truncated", c.dep.Backend.Name)
+	}
+	return e
 }
 
 // tapAnthropicEvent takes usage and timing from a passed-through event.
 func (c *call) tapAnthropicEvent(name string, data []byte) {
 	switch name {
 	case "message_start", "message_delta":
-		var ev struct {
-			Message *struct {
-				Usage *anthropic.Usage `json:"usage"`
-			} `json:"message"`
-			Usage *anthropic.Usage `json:"usage"`
-		}
-		if json.Unmarshal(data, &ev) == nil {
-			if ev.Message != nil && ev.Message.Usage != nil {
-				c.setAnthropicUsage(*ev.Message.Usage)
-			}
-			if ev.Usage != nil {
-				c.setAnthropicUsage(*ev.Usage)
-			}
-		}
+		c.tapAnthropicUsage(data)
 	case "content_block_delta":
 		if c.ttft == 0 {
 			c.ttft = time.Since(c.start)
@@ -118,6 +135,25 @@ func (c *call) tapAnthropicEvent(name string, data []byte) {
 		c.sawStop = true
 	case "error":
 		c.status, c.errType = http.StatusBadGateway, "upstream_stream_error"
+	}
+}
+
+// tapAnthropicUsage takes the usage of a message_start or message_delta
+// event: a stream that breaks off later still has the backend's counts.
+func (c *call) tapAnthropicUsage(data []byte) {
+	var ev struct {
+		Message *struct {
+			Usage *anthropic.Usage `json:"usage"`
+		} `json:"message"`
+		Usage *anthropic.Usage `json:"usage"`
+	}
+	if json.Unmarshal(data, &ev) == nil {
+		if ev.Message != nil && ev.Message.Usage != nil {
+			c.setAnthropicUsage(*ev.Message.Usage)
+		}
+		if ev.Usage != nil {
+			c.setAnthropicUsage(*ev.Usage)
+		}
 	}
 }
 

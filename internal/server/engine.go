@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"llmgate/internal/api/openai"
+	"llmgate/internal/apierror"
 	"llmgate/internal/router"
 	"llmgate/internal/sse"
 )
@@ -27,8 +28,21 @@ type leaseKey struct{}
 // its process exiting. A streaming chat or completions client gets SSE
 // comments while it waits, so that it does not time out.
 func (s *Server) attemptEngine(ctx context.Context, w http.ResponseWriter, c *call, dep router.Deployment, body []byte) (bool, error) {
-	b := dep.Backend
 	keepAlive := c.stream && (c.ep.name == endpointChat.name || c.ep.name == endpointCompletions.name)
+	return s.withEngine(ctx, w, c, dep, keepAlive, func(ctx context.Context, w http.ResponseWriter) (bool, error) {
+		return s.attempt(ctx, w, c, dep, body)
+	})
+}
+
+// withEngine takes a lease on the local engine of dep and runs the attempt
+// with it. With keepAlive (a streaming client of any dialect), a noticeable
+// wait sends the SSE headers and comments; the attempt then writes on
+// after them, and a failure before its first event becomes an error event
+// in the client's protocol (see streamFailed).
+func (s *Server) withEngine(ctx context.Context, w http.ResponseWriter, c *call, dep router.Deployment, keepAlive bool,
+	run func(context.Context, http.ResponseWriter) (bool, error)) (bool, error) {
+	b := dep.Backend
+	c.dep = dep
 	release, sw, err := s.acquireEngine(ctx, w, c, b.Name, func(ctx context.Context) (func(error) error, error) {
 		return b.Acquire(ctx, c.model)
 	}, keepAlive)
@@ -37,12 +51,12 @@ func (s *Server) attemptEngine(ctx context.Context, w http.ResponseWriter, c *ca
 	}
 	ctx = context.WithValue(ctx, leaseKey{}, true)
 	if sw == nil {
-		committed, err := s.attempt(ctx, w, c, dep, body)
+		committed, err := run(ctx, w)
 		return committed, release(err)
 	}
 	// The keep-alive already sent the SSE headers: the relay writes on,
 	// and a failure becomes an error event in the stream.
-	committed, err := s.attempt(ctx, headersSent{w}, c, dep, body)
+	committed, err := run(ctx, headersSent{w})
 	err = release(err)
 	if err != nil && !committed {
 		return s.engineFailed(sw, c, err)
@@ -100,10 +114,26 @@ func (s *Server) engineFailed(sw *sse.Writer, c *call, err error) (bool, error) 
 	if sw == nil {
 		return false, e
 	}
+	c.committed = true
 	if e.Status != 499 {
-		_ = sw.WriteData(openai.MarshalError(e))
+		streamFailed(sw, c, e)
 	}
 	return true, nil
+}
+
+// streamFailed writes e on a stream whose headers are sent but which has
+// no event yet, as the client's protocol ends a failed stream: an OpenAI
+// error object for chat and completions; for a translated client what its
+// hub translator sends for a failure (Anthropic: message_start then an
+// "error" event; Responses: response.created, "error", response.failed).
+func streamFailed(sw *sse.Writer, c *call, e *apierror.Error) {
+	if c.hub == nil {
+		_ = sw.WriteData(openai.MarshalError(e))
+		return
+	}
+	for _, ev := range c.hub.stream().Finish(e) {
+		_ = sw.WriteEvent(ev.Name, ev.Data)
+	}
 }
 
 // headersSent is a ResponseWriter whose headers are already on the wire:

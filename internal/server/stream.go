@@ -12,6 +12,7 @@ import (
 	"llmgate/internal/api/openai"
 	"llmgate/internal/apierror"
 	"llmgate/internal/jsonscan"
+	"llmgate/internal/provider"
 	"llmgate/internal/sse"
 )
 
@@ -88,6 +89,17 @@ func startIdleGap(idle, first time.Duration, cancel context.CancelCauseFunc) *id
 		return nil
 	}
 	return &idleGap{d: idle, first: first, timer: time.AfterFunc(wait, func() { cancel(errIdleGap) })}
+}
+
+// firstEventBudget is what is left of a backend's first_byte_timeout for
+// the first stream event once the response headers took their part since
+// t0; zero when the backend has no first_byte_timeout.
+func firstEventBudget(b *provider.Backend, t0 time.Time) time.Duration {
+	first := b.FirstByteTimeout()
+	if first <= 0 {
+		return 0
+	}
+	return max(first-time.Since(t0), time.Millisecond)
 }
 
 // rearm is called after each event.
