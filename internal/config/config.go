@@ -272,7 +272,7 @@ func wholeScalar(src string, start, end int) bool {
 }
 
 var knownKeys = map[string][]string{
-	"": {"listen", "database", "max_body_bytes", "log_format", "backends", "models", "redis", "redis_prefix", "retention", "spool_dir", "routing"},
+	"":                {"listen", "database", "max_body_bytes", "log_format", "backends", "models", "redis", "redis_prefix", "retention", "spool_dir", "routing"},
 	"routing":         {"retry_backoff", "circuit_breaker"},
 	"circuit_breaker": {"enabled", "consecutive_failures", "failure_rate", "min_requests", "half_life", "open_for", "open_max", "timeout_weight", "rate_limit_wait", "rate_limit_max"},
 	"backend": {"url", "api_key", "dialect", "headers", "connect_timeout", "first_byte_timeout", "timeout",
