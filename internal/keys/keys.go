@@ -55,11 +55,23 @@ func (k *Key) Allows(model string) bool {
 		if p == model || p == "*" {
 			return true
 		}
-		if ok, err := path.Match(p, model); err == nil && ok {
+		if globMatch(p, model) {
 			return true
 		}
 	}
 	return false
+}
+
+// globMatch is path.Match where '*' and '?' also match '/': model names
+// such as "Qwen/Qwen2.5-7B-Instruct" are names, not paths, and a user who
+// allows 'Qwen*' means those too. A malformed pattern matches nothing.
+func globMatch(pattern, name string) bool {
+	if strings.Contains(pattern, "/") || strings.Contains(name, "/") {
+		pattern = strings.ReplaceAll(pattern, "/", "\x00")
+		name = strings.ReplaceAll(name, "/", "\x00")
+	}
+	ok, err := path.Match(pattern, name)
+	return err == nil && ok
 }
 
 // Usable returns nil when the key is neither revoked nor expired at now.

@@ -285,6 +285,10 @@ func TestAllows_ModelAllowList(t *testing.T) {
 		{[]string{"gpt-4?"}, []string{"gpt-4o"}, []string{"gpt-4", "gpt-4o-mini"}},
 		{[]string{"llama-[23]*"}, []string{"llama-2-7b", "llama-3"}, []string{"llama-4"}},
 		{[]string{"meta-llama/*"}, []string{"meta-llama/Llama-3.1-8B"}, []string{"mistralai/Mistral-7B"}},
+		// Model names are not paths: '*' and '?' match '/' too.
+		{[]string{"Qwen*"}, []string{"Qwen/Qwen2.5-7B-Instruct", "Qwen3-32B"}, []string{"qwen/x", "Meta/Qwen"}},
+		{[]string{"*/Llama-3*"}, []string{"meta-llama/Llama-3.1-8B", "unsloth/Llama-3-8B"}, []string{"meta-llama/Llama-2-7b"}},
+		{[]string{"org?model"}, []string{"org/model", "org-model"}, []string{"org//model"}},
 		// A malformed pattern matches nothing (the admin API refuses it).
 		{[]string{"qwen["}, nil, []string{"qwen", "qwen-7b"}},
 	} {
