@@ -131,8 +131,6 @@ func (c *call) tapAnthropicEvent(name string, data []byte) {
 			c.ttft = time.Since(c.start)
 		}
 		c.outChars += approxGeneratedChars(data)
-	case "message_stop":
-		c.sawStop = true
 	case "error":
 		c.status, c.errType = http.StatusBadGateway, "upstream_stream_error"
 	}

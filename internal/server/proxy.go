@@ -51,7 +51,6 @@ type call struct {
 	writeErr  func(http.ResponseWriter, error)
 
 	anthropicBeta string
-	sawStop       bool // Anthropic message_stop seen
 
 	stream           bool
 	clientWantsUsage bool
