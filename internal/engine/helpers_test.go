@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -26,11 +27,36 @@ import (
 
 const master = "sk-lg-engine-test-master"
 
+// helperEnv makes the test binary play a part in another process:
+// "sleep" (an engine), "sleep-stubborn" (an engine that ignores SIGTERM)
+// or "gateway" (a Manager running one engine, killed by the test, orphan_linux_test.go).
+const (
+	helperEnv = "LLMGATE_ENGINE_TEST_HELPER"
+	stateEnv  = "LLMGATE_ENGINE_TEST_STATE"
+)
+
+// runSleeper is an engine that only waits to be stopped; a stubborn one
+// ignores SIGTERM. It prints "ready" once its signal disposition is set.
+func runSleeper(stubborn bool) {
+	if stubborn {
+		signal.Ignore(syscall.SIGTERM)
+	}
+	fmt.Println("ready")
+	time.Sleep(time.Minute)
+	os.Exit(0)
+}
+
 // llmgateBin is the llmgate binary built once for the test run; every
 // engine in these tests is a real `llmgate sim` child process.
 var llmgateBin string
 
 func TestMain(m *testing.M) {
+	switch os.Getenv(helperEnv) {
+	case "sleep", "sleep-stubborn": // an engine-like child that only waits to be stopped
+		runSleeper(os.Getenv(helperEnv) == "sleep-stubborn")
+	case "gateway": // a gateway process that a test kills
+		os.Exit(runGatewayHelper())
+	}
 	dir, err := os.MkdirTemp("", "llmgate-engine-test")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

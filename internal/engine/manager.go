@@ -47,6 +47,11 @@ type Options struct {
 	Logger *slog.Logger
 	// LogLines is the size of each engine's log ring buffer (default 1000).
 	LogLines int
+	// StateFile records the running engine processes, so that the next
+	// gateway stops those a crashed one left behind (see orphans.go).
+	// Default: llmgate-engines.json next to a SQLite database (the user's
+	// cache directory with PostgreSQL); "-" disables it.
+	StateFile string
 }
 
 // Manager owns the engine processes of one gateway.
@@ -59,6 +64,7 @@ type Manager struct {
 	watching bool // the idle watcher runs
 	quit     chan struct{}
 	ttlDone  chan struct{}
+	state    *stateFile // nil when disabled
 }
 
 // group is a set of engines of which at most one runs.
@@ -102,13 +108,19 @@ type Engine struct {
 // New prepares the engines of cfg: it assigns free ports to engines
 // without one and points each engine's backend at its port
 // (config.BindEngine). Call it before building the routing table, then
-// Attach the table and Start.
+// Attach the table and Start. It first stops the engines a previous
+// gateway that crashed left running (Options.StateFile), which can take up
+// to their stop grace.
 func New(cfg *config.Config, opt Options) (*Manager, error) {
 	log := opt.Logger
 	if log == nil {
 		log = slog.Default()
 	}
 	m := &Manager{log: log, engines: map[string]*Engine{}, quit: make(chan struct{}), ttlDone: make(chan struct{})}
+	// Before any port is chosen or engine started: a leftover engine holds
+	// its port and its GPU memory.
+	m.state = openState(statePath(cfg, opt), log)
+	m.state.reapOrphans()
 	groups := map[string]*group{}
 	var holds []net.Listener // kept open until every port is chosen, so ports differ
 	defer func() {

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -55,8 +56,11 @@ func (m *Manager) spawnLocked(e *Engine) {
 		cmd.Env = append(cmd.Env, k+"="+strings.ReplaceAll(c.Env[k], config.PortPlaceholder, port))
 	}
 	// Its own process group, so that stopping it reaches the workers an
-	// engine forks (vLLM's engine core, tensor-parallel ranks).
+	// engine forks (vLLM's engine core, tensor-parallel ranks). On Linux the
+	// kernel also sends it the stop signal if the gateway dies (crash, OOM
+	// kill, SIGKILL), so it does not keep the GPU and the port.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	parentDeathSignal(cmd.SysProcAttr, c.Signal())
 	pr, pw, err := os.Pipe()
 	if err != nil {
 		m.startFailed(e, apierror.Newf(http.StatusServiceUnavailable, apierror.KindOverloaded, "engine_start_failed",
@@ -66,7 +70,31 @@ func (m *Manager) spawnLocked(e *Engine) {
 	// A file, not a Go writer: exec then copies nothing itself, and Wait
 	// does not hang on grandchildren that keep the pipe open.
 	cmd.Stdout, cmd.Stderr = pw, pw
-	err = cmd.Start()
+	r := &run{cmd: cmd, exited: make(chan struct{})}
+	startErr := make(chan error, 1)
+	go func() {
+		// The parent-death signal fires when the thread that forked the
+		// child exits, not the process (golang/go#27505). A locked thread
+		// runs nothing else and ends only if this goroutine returns still
+		// locked, so hold it from the fork until the child has exited.
+		runtime.LockOSThread()
+		err := cmd.Start()
+		startErr <- err
+		if err != nil {
+			runtime.UnlockOSThread()
+			return
+		}
+		rec := m.state.add(c, cmd.Process.Pid, args)
+		werr := cmd.Wait()
+		runtime.UnlockOSThread()
+		m.state.remove(rec)
+		m.mu.Lock()
+		r.exitErr = werr
+		close(r.exited)
+		m.onExit(e, r)
+		m.mu.Unlock()
+	}()
+	err = <-startErr
 	pw.Close()
 	if err != nil {
 		pr.Close()
@@ -74,7 +102,8 @@ func (m *Manager) spawnLocked(e *Engine) {
 			"cannot start engine %q: %v (check engines.%s.cmd and workdir)", c.Name, err, c.Name).Wrap(err))
 		return
 	}
-	r := &run{cmd: cmd, pid: cmd.Process.Pid, started: time.Now(), exited: make(chan struct{})}
+	// The goroutine reads r only with m.mu held, which this holds.
+	r.pid, r.started = cmd.Process.Pid, time.Now()
 	e.run = r
 	e.starts++
 	e.logs.add(fmt.Sprintf("[llmgate] started pid %d: %s", r.pid, strings.Join(args, " ")))
@@ -82,14 +111,6 @@ func (m *Manager) spawnLocked(e *Engine) {
 	go func() {
 		e.logs.pump(pr, "")
 		pr.Close()
-	}()
-	go func() {
-		werr := cmd.Wait()
-		m.mu.Lock()
-		r.exitErr = werr
-		close(r.exited)
-		m.onExit(e, r)
-		m.mu.Unlock()
 	}()
 	hctx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
