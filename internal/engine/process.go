@@ -25,6 +25,9 @@ type run struct {
 	started time.Time
 	readyAt time.Time
 	exited  chan struct{} // closed (with m.mu held) once the process exited
+	// pumped is closed when the output pipe reached EOF: every line the
+	// process wrote is in the log ring.
+	pumped  chan struct{}
 	exitErr error
 	// stopReason is set when llmgate asked the process to stop; an exit
 	// without it is a crash.
@@ -70,7 +73,7 @@ func (m *Manager) spawnLocked(e *Engine) {
 	// A file, not a Go writer: exec then copies nothing itself, and Wait
 	// does not hang on grandchildren that keep the pipe open.
 	cmd.Stdout, cmd.Stderr = pw, pw
-	r := &run{cmd: cmd, exited: make(chan struct{})}
+	r := &run{cmd: cmd, exited: make(chan struct{}), pumped: make(chan struct{})}
 	startErr := make(chan error, 1)
 	go func() {
 		// The parent-death signal fires when the thread that forked the
@@ -88,6 +91,13 @@ func (m *Manager) spawnLocked(e *Engine) {
 		werr := cmd.Wait()
 		runtime.UnlockOSThread()
 		m.state.remove(rec)
+		// Let the engine's last lines ("shutting down") reach the log before
+		// llmgate's own line about the exit; a grandchild that keeps the
+		// pipe open must not hold this up for long.
+		select {
+		case <-r.pumped:
+		case <-time.After(500 * time.Millisecond):
+		}
 		m.mu.Lock()
 		r.exitErr = werr
 		close(r.exited)
@@ -111,6 +121,7 @@ func (m *Manager) spawnLocked(e *Engine) {
 	go func() {
 		e.logs.pump(pr, "")
 		pr.Close()
+		close(r.pumped)
 	}()
 	hctx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel

@@ -85,6 +85,14 @@ func (e *engine) run() {
 		start := now
 		if !idle && now.Sub(prevEnd) < b.dur {
 			start = prevEnd
+			// A step cannot have begun before a request it prefills
+			// arrived: one that came in while the loop was late would
+			// otherwise get its first token early.
+			for _, pc := range b.prefill {
+				if pc.s.arrival.After(start) {
+					start = pc.s.arrival
+				}
+			}
 		}
 		idle = false
 		end := start.Add(b.dur)
