@@ -113,14 +113,16 @@ func HashBytes(secret string) [32]byte { return sha256.Sum256([]byte(secret)) }
 
 // Hint returns a recognisable but useless fragment of a secret.
 func Hint(secret string) string {
-	if len(secret) <= 10 {
-		return "…"
+	if strings.HasPrefix(secret, Prefix) && len(secret) >= len(Prefix)+16 {
+		return Prefix + "…" + secret[len(secret)-4:]
 	}
-	p := Prefix
-	if !strings.HasPrefix(secret, Prefix) {
-		p = secret[:3]
+	// Someone else's key (or a password typed by mistake): at most its
+	// last 4 characters, and only when that is a small share of it, since
+	// hints are logged.
+	if len(secret) >= 32 {
+		return "…" + secret[len(secret)-4:]
 	}
-	return p + "…" + secret[len(secret)-4:]
+	return "…"
 }
 
 // Equal compares two hashes in constant time.

@@ -145,7 +145,10 @@ func TestHash_IsHexSHA256(t *testing.T) {
 func TestHint_RecognisableButUseless(t *testing.T) {
 	for secret, want := range map[string]string{
 		"sk-lg-abcdefghijklmnopqrstuvwxyz012345": "sk-lg-…2345",
-		"sk-proj-abcdefghijklmnop":               "sk-…mnop", // someone else's key
+		"sk-proj-abcdefghijklmnopqrstuvwxyz":     "…wxyz", // someone else's key
+		"sk-proj-abcdefghijklmnop":               "…",     // too short to show any of it
+		"hunter2-but-longer":                     "…",
+		"sk-lg-short":                            "…",
 		"short":                                  "…",
 		"0123456789":                             "…",
 	} {

@@ -186,7 +186,7 @@ func TestAuth_KeyStateErrors(t *testing.T) {
 		{expired, "key_expired", []string{"sk-lg-…cdef", "has expired"}},
 		{"sk-lg-unknown-0123456789abcdef", "invalid_api_key", []string{"invalid API key sk-lg-…cdef", "llmgate keys create"}},
 		// A backend's own key gets a hint about llmgate keys.
-		{"sk-proj-abcdefghijklmnop", "invalid_api_key", []string{"sk-…mnop", "llmgate keys start with sk-lg-", "a backend's own key does not work here"}},
+		{"sk-proj-abcdefghijklmnopqrstuvwxyz", "invalid_api_key", []string{"…wxyz", "llmgate keys start with sk-lg-", "a backend's own key does not work here"}},
 	} {
 		_, e := authenticate(s, "Authorization", "Bearer "+c.secret)
 		if e == nil || e.Status != 401 || e.Code != c.code {
