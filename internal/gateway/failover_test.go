@@ -549,3 +549,34 @@ func waitFor(t *testing.T, cond func() bool) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// lowest_latency balancing learns from /v1/messages (translated to a chat
+// backend) and /v1/responses as it does from chat: after a few requests
+// nearly all go to the fast deployment.
+func TestLowestLatency_LearnsFromMessagesAndResponses(t *testing.T) {
+	for _, tc := range []struct{ path, body string }{
+		{"/v1/messages", `{"model":"m","max_tokens":16,"messages":[{"role":"user","content":"hi"}]}`},
+		{"/v1/responses", `{"model":"m","input":"hi"}`},
+	} {
+		t.Run(tc.path, func(t *testing.T) {
+			fast := newUpstream(t, "fast", answer)
+			slowU := newUpstream(t, "slow", slow(40*time.Millisecond))
+			f := startFaultGW(t, fmt.Sprintf("backends:\n  fast: {url: %s}\n  slow: {url: %s}\nmodels:\n  m:\n    balancing: lowest_latency\n    deployments:\n      - {backend: slow}\n      - {backend: fast}\n", fast.URL, slowU.URL))
+			for i := 0; i < 4; i++ { // both get measured
+				if st, _, b := f.request("POST", tc.path, tc.body); st != 200 {
+					t.Fatalf("warm-up: %d %s", st, b)
+				}
+			}
+			before := slowU.hits.Load()
+			for i := 0; i < 20; i++ {
+				if st, _, b := f.request("POST", tc.path, tc.body); st != 200 {
+					t.Fatalf("%d %s", st, b)
+				}
+			}
+			// One in twenty may explore the slower one; allow a few more.
+			if n := slowU.hits.Load() - before; n > 4 {
+				t.Fatalf("%d of 20 requests went to the 40 ms slower deployment after warm-up; lowest_latency is not learning from %s", n, tc.path)
+			}
+		})
+	}
+}

@@ -94,6 +94,7 @@ func (s *Server) attemptHub(ctx context.Context, w http.ResponseWriter, c *call,
 	if resp.StatusCode/100 != 2 {
 		return false, c.fail(s.upstreamError(c, resp))
 	}
+	dep.ObserveLatency(time.Since(t0)) // for lowest_latency balancing, as chat does
 	if c.stream && strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
 		idle := startIdleGap(b.IdleTimeout(), firstEventBudget(b, t0), cancel)
 		defer idle.stop()

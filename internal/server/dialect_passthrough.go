@@ -53,6 +53,7 @@ func (s *Server) attemptPassthroughAnthropic(ctx context.Context, w http.Respons
 	if resp.StatusCode/100 != 2 {
 		return false, c.fail(s.upstreamError(c, resp))
 	}
+	dep.ObserveLatency(time.Since(t0)) // for lowest_latency balancing, as chat does
 	if !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
 		raw, err := io.ReadAll(io.LimitReader(resp.Body, 256<<20))
 		c.ttft = time.Since(c.start)
