@@ -580,3 +580,30 @@ func TestLowestLatency_LearnsFromMessagesAndResponses(t *testing.T) {
 		})
 	}
 }
+
+// An Anthropic backend whose stream breaks off after message_start (which
+// counts 1 output token) and some text: the record counts the text seen,
+// marked estimated, not the 1.
+func TestMessagesPassthrough_CutStreamRecordsTheTextSeen(t *testing.T) {
+	text := strings.Repeat("twelve chars", 20) // 240 characters ≈ 60 tokens
+	up := newUpstream(t, "claude", func(u *faultUpstream, w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		fl := w.(http.Flusher)
+		fmt.Fprint(w, "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",\"type\":\"message\",\"role\":\"assistant\",\"model\":\"c\",\"content\":[],\"stop_reason\":null,\"usage\":{\"input_tokens\":12,\"output_tokens\":1}}}\n\n")
+		fmt.Fprint(w, "event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n")
+		for i := 0; i < 20; i++ {
+			fmt.Fprintf(w, "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":%q}}\n\n", text[i*12:(i+1)*12])
+		}
+		fl.Flush()
+		panic(http.ErrAbortHandler)
+	})
+	f := startFaultGW(t, fmt.Sprintf("backends:\n  claude: {url: %s, dialect: anthropic}\nmodels:\n  c: {backend: claude}\n", up.URL))
+	st, _, body := f.request("POST", "/v1/messages", `{"model":"c","max_tokens":100,"stream":true,"messages":[{"role":"user","content":"hi"}]}`)
+	if st != 200 || !strings.Contains(body, "event: error") {
+		t.Fatalf("want a stream ending in an error event, got %d %s", st, body)
+	}
+	rec := f.ledger(1)[0]
+	if rec.PromptTokens != 12 || rec.CompletionTokens < 50 || !rec.Estimated || rec.Status == 200 {
+		t.Fatalf("record %+v: want the backend's 12 prompt tokens, ~60 estimated completion tokens, estimated, an error status", rec)
+	}
+}

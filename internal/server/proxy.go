@@ -473,6 +473,11 @@ func (s *Server) record(c *call) {
 		if d := c.usage.PromptTokensDetails; d != nil {
 			rec.CachedTokens = d.CachedTokens
 		}
+		// A stream cut before its final count (an Anthropic backend sends 1
+		// output token in message_start) carries more text than counted.
+		if est := usage.EstimateTokensFromChars(c.outChars); c.status != http.StatusOK && est > rec.CompletionTokens {
+			rec.CompletionTokens, rec.Estimated = est, true
+		}
 	} else if c.status == http.StatusOK || c.status == 499 || c.outChars > 0 {
 		// The backend did not say; count locally and say so.
 		rec.PromptTokens = usage.EstimatePromptTokens(c.body)
