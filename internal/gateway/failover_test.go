@@ -607,3 +607,63 @@ func TestMessagesPassthrough_CutStreamRecordsTheTextSeen(t *testing.T) {
 		t.Fatalf("record %+v: want the backend's 12 prompt tokens, ~60 estimated completion tokens, estimated, an error status", rec)
 	}
 }
+
+// A backend that ignores "stream": true and answers one JSON completion:
+// the streaming client still gets SSE (chunk, usage chunk if asked, [DONE])
+// and the ledger has the backend's usage.
+func TestStreamRequest_JSONAnswerBecomesAStream(t *testing.T) {
+	up := newUpstream(t, "batchonly", func(u *faultUpstream, w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		if strings.HasSuffix(r.URL.Path, "/chat/completions") {
+			fmt.Fprint(w, `{"id":"c1","object":"chat.completion","created":7,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"hello there","tool_calls":[{"id":"call_1","type":"function","function":{"name":"f","arguments":"{}"}}]},"finish_reason":"tool_calls"}],"usage":{"prompt_tokens":9,"completion_tokens":3,"total_tokens":12}}`)
+			return
+		}
+		fmt.Fprint(w, `{"id":"t1","object":"text_completion","created":7,"model":"m","choices":[{"index":0,"text":"once upon","finish_reason":"length"}],"usage":{"prompt_tokens":4,"completion_tokens":2,"total_tokens":6}}`)
+	})
+	f := startFaultGW(t, fmt.Sprintf("backends:\n  b: {url: %s}\nmodels:\n  m: {backend: b}\n", up.URL))
+	st, h, body := f.request("POST", "/v1/chat/completions", `{"model":"m","stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"hi"}]}`)
+	if st != 200 || !strings.HasPrefix(h.Get("Content-Type"), "text/event-stream") {
+		t.Fatalf("chat: %d %s %s", st, h.Get("Content-Type"), body)
+	}
+	events := strings.Split(strings.TrimSpace(body), "\n\n")
+	if len(events) != 3 || events[2] != "data: [DONE]" {
+		t.Fatalf("chat stream %q: want chunk, usage chunk, [DONE]", body)
+	}
+	var chunk struct {
+		Object  string `json:"object"`
+		Choices []struct {
+			Delta struct {
+				Role      string `json:"role"`
+				Content   string `json:"content"`
+				ToolCalls []struct {
+					Index *int   `json:"index"`
+					ID    string `json:"id"`
+				} `json:"tool_calls"`
+			} `json:"delta"`
+			FinishReason string `json:"finish_reason"`
+		} `json:"choices"`
+	}
+	if err := json.Unmarshal([]byte(strings.TrimPrefix(events[0], "data: ")), &chunk); err != nil {
+		t.Fatal(err)
+	}
+	c0 := chunk.Choices[0]
+	if chunk.Object != "chat.completion.chunk" || c0.Delta.Role != "assistant" || c0.Delta.Content != "hello there" || c0.FinishReason != "tool_calls" ||
+		len(c0.Delta.ToolCalls) != 1 || c0.Delta.ToolCalls[0].Index == nil || *c0.Delta.ToolCalls[0].Index != 0 || c0.Delta.ToolCalls[0].ID != "call_1" {
+		t.Fatalf("chunk %s", events[0])
+	}
+	if !strings.Contains(events[1], `"choices":[]`) || !strings.Contains(events[1], `"completion_tokens":3`) {
+		t.Fatalf("usage chunk %s", events[1])
+	}
+	// Completions, without include_usage: no usage chunk reaches the client.
+	st, _, body = f.request("POST", "/v1/completions", `{"model":"m","stream":true,"prompt":"tell"}`)
+	events = strings.Split(strings.TrimSpace(body), "\n\n")
+	if st != 200 || len(events) != 2 || !strings.Contains(events[0], `"object":"text_completion"`) || !strings.Contains(events[0], `"text":"once upon"`) || events[1] != "data: [DONE]" {
+		t.Fatalf("completions stream %d %q", st, body)
+	}
+	recs := f.ledger(2)
+	for _, r := range recs {
+		if r.Estimated || r.CompletionTokens == 0 || r.Status != 200 {
+			t.Fatalf("record %+v: want the backend's usage", r)
+		}
+	}
+}

@@ -126,6 +126,9 @@ func (s *Server) attemptHub(ctx context.Context, w http.ResponseWriter, c *call,
 	if completion.Usage != nil {
 		c.usage, c.haveUsage = *completion.Usage, true
 	}
+	if c.stream {
+		return s.hubCompletionAsStream(w, c, completion)
+	}
 	var out []byte
 	if h.completeRaw != nil && !anthropicBackend {
 		out, err = h.completeRaw(raw)
@@ -275,4 +278,52 @@ func streamErrorChunk(data []byte) ([]byte, bool) {
 		return nil, false
 	}
 	return data, true
+}
+
+// hubCompletionAsStream answers a streaming client whose backend ignored
+// "stream" and sent one completion: the completion becomes the chat chunks
+// a streaming backend would have sent (see relayJSONAsStream), and those go
+// through the client's stream translator like any backend stream.
+func (s *Server) hubCompletionAsStream(w http.ResponseWriter, c *call, completion *openai.ChatCompletion) (bool, error) {
+	raw, err := json.Marshal(completion)
+	if err != nil {
+		return false, c.fail(err)
+	}
+	chunk, usageChunk, err := completionAsChunks(raw, true)
+	if err != nil {
+		return false, c.fail(apierror.Newf(http.StatusBadGateway, apierror.KindUpstream, "bad_upstream_response",
+			"backend %q answered a stream request with a completion the gateway cannot stream: %v", c.dep.Backend.Name, err))
+	}
+	sse.SetHeaders(w.Header())
+	w.WriteHeader(http.StatusOK)
+	c.status = http.StatusOK
+	c.committed = true
+	sw := sse.NewWriter(w)
+	out := c.hub.stream()
+	write := func(evs []translate.Event) bool {
+		for _, ev := range evs {
+			if err := sw.WriteEvent(ev.Name, ev.Data); err != nil {
+				c.status, c.errType = 499, "client_closed"
+				return false
+			}
+		}
+		return true
+	}
+	for _, data := range [][]byte{chunk, usageChunk} {
+		if data == nil || !c.tapChunk(data) {
+			continue
+		}
+		evs, err := out.Feed(data)
+		if !write(evs) {
+			return true, nil
+		}
+		if err != nil {
+			e := apierror.From(err)
+			c.status, c.errType = e.Status, e.Code
+			write(out.Finish(err))
+			return true, nil
+		}
+	}
+	write(out.Finish(nil))
+	return true, nil
 }

@@ -269,6 +269,9 @@ func (s *Server) attempt(ctx context.Context, w http.ResponseWriter, c *call, de
 		defer idle.stop()
 		return s.relayStream(w, ctx, c, resp, idle)
 	}
+	if c.stream && (c.ep == endpointChat || c.ep == endpointCompletions) {
+		return s.relayJSONAsStream(w, c, resp)
+	}
 	return s.relayJSON(w, c, resp)
 }
 

@@ -1,0 +1,145 @@
+package server
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"strconv"
+	"time"
+
+	"llmgate/internal/sse"
+)
+
+// relayJSONAsStream answers a streaming chat or completions request whose
+// backend ignored "stream": true and sent one JSON completion (some
+// llama.cpp builds, proxies, batch-only backends). The client asked for
+// SSE and its SDK only parses SSE, so the completion becomes what a
+// streaming backend would have sent: one chunk with every choice's whole
+// message (tool calls numbered as stream deltas are), the usage chunk when
+// the client asked for it, and [DONE]. Usage comes from the body as for
+// any answer.
+func (s *Server) relayJSONAsStream(w http.ResponseWriter, c *call, resp *http.Response) (committed bool, err error) {
+	buf := getBuf()
+	defer putBuf(buf)
+	_, err = buf.ReadFrom(io.LimitReader(resp.Body, 256<<20))
+	c.ttft = time.Since(c.start)
+	if err != nil {
+		return false, c.fail(c.dep.Backend.Classify(resp.Request.Context(), err))
+	}
+	body := buf.Bytes()
+	if err := s.checkResult(c, body); err != nil {
+		return false, c.fail(err)
+	}
+	chunk, usageChunk, err := completionAsChunks(body, c.ep == endpointChat)
+	if err != nil {
+		// checkResult accepted it, so this is a shape we cannot split:
+		// say so rather than send a half-converted stream.
+		return false, c.fail(err)
+	}
+	sse.SetHeaders(w.Header())
+	w.WriteHeader(http.StatusOK)
+	c.status = http.StatusOK
+	c.committed = true
+	sw := sse.NewWriter(w)
+	_ = sw.WriteData(chunk)
+	if c.clientWantsUsage && usageChunk != nil {
+		_ = sw.WriteData(usageChunk)
+	}
+	if err := sw.WriteDone(); err != nil {
+		c.status, c.errType = 499, "client_closed"
+	}
+	return true, nil
+}
+
+// completionAsChunks turns a chat.completion (chat) or text_completion
+// body into the equivalent stream chunk, and a usage-only chunk when the
+// body has usage.
+func completionAsChunks(body []byte, chat bool) (chunk, usageChunk []byte, err error) {
+	var in struct {
+		ID                string            `json:"id"`
+		Created           int64             `json:"created"`
+		Model             string            `json:"model"`
+		SystemFingerprint *string           `json:"system_fingerprint,omitempty"`
+		Choices           []json.RawMessage `json:"choices"`
+		Usage             json.RawMessage   `json:"usage"`
+	}
+	if err := json.Unmarshal(body, &in); err != nil {
+		return nil, nil, err
+	}
+	object := "text_completion"
+	if chat {
+		object = "chat.completion.chunk"
+	}
+	type envelope struct {
+		ID                string            `json:"id"`
+		Object            string            `json:"object"`
+		Created           int64             `json:"created"`
+		Model             string            `json:"model"`
+		SystemFingerprint *string           `json:"system_fingerprint,omitempty"`
+		Choices           []json.RawMessage `json:"choices"`
+		Usage             json.RawMessage   `json:"usage,omitempty"`
+	}
+	out := envelope{ID: in.ID, Object: object, Created: in.Created, Model: in.Model, SystemFingerprint: in.SystemFingerprint,
+		Choices: make([]json.RawMessage, 0, len(in.Choices))}
+	for _, raw := range in.Choices {
+		var ch map[string]json.RawMessage
+		if err := json.Unmarshal(raw, &ch); err != nil {
+			return nil, nil, err
+		}
+		if chat {
+			delta, err := messageAsDelta(ch["message"])
+			if err != nil {
+				return nil, nil, err
+			}
+			delete(ch, "message")
+			ch["delta"] = delta
+		}
+		for _, k := range []string{"finish_reason", "logprobs"} {
+			if _, ok := ch[k]; !ok {
+				ch[k] = json.RawMessage("null")
+			}
+		}
+		b, err := json.Marshal(ch)
+		if err != nil {
+			return nil, nil, err
+		}
+		out.Choices = append(out.Choices, b)
+	}
+	if chunk, err = json.Marshal(out); err != nil {
+		return nil, nil, err
+	}
+	if len(in.Usage) > 0 && string(in.Usage) != "null" {
+		out.Choices, out.Usage = []json.RawMessage{}, in.Usage
+		if usageChunk, err = json.Marshal(out); err != nil {
+			return nil, nil, err
+		}
+	}
+	return chunk, usageChunk, nil
+}
+
+// messageAsDelta turns a chat message into a stream delta: the same fields,
+// with each tool call given the "index" stream deltas carry.
+func messageAsDelta(msg json.RawMessage) (json.RawMessage, error) {
+	if len(msg) == 0 || string(msg) == "null" {
+		return json.RawMessage(`{}`), nil
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(msg, &m); err != nil {
+		return nil, err
+	}
+	if tc, ok := m["tool_calls"]; ok && string(tc) != "null" {
+		var calls []map[string]json.RawMessage
+		if err := json.Unmarshal(tc, &calls); err != nil {
+			return nil, err
+		}
+		for i := range calls {
+			calls[i]["index"] = json.RawMessage(strconv.Itoa(i))
+		}
+		b, err := json.Marshal(calls)
+		if err != nil {
+			return nil, err
+		}
+		m["tool_calls"] = b
+	}
+	return json.Marshal(m)
+}
