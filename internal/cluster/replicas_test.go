@@ -58,7 +58,9 @@ func buildBinary(t *testing.T) string {
 	return bin
 }
 
-func startReplica(t *testing.T, bin, name, config string) *replica {
+// startReplica starts llmgate serve; env entries (KEY=value) override the
+// defaults, which turn the console off.
+func startReplica(t *testing.T, bin, name, config string, env ...string) *replica {
 	dir := t.TempDir()
 	cfgPath := filepath.Join(dir, "llmgate.yaml")
 	config += fmt.Sprintf("spool_dir: %q\n", filepath.Join(dir, "spool"))
@@ -68,7 +70,7 @@ func startReplica(t *testing.T, bin, name, config string) *replica {
 	addr := freePort(t)
 	r := &replica{name: name, base: "http://" + addr, out: &syncBuffer{}}
 	r.cmd = exec.Command(bin, "serve", "--config", cfgPath, "--listen", addr)
-	r.cmd.Env = append(os.Environ(), "LLMGATE_MASTER_KEY="+master, "LLMGATE_CONSOLE=off")
+	r.cmd.Env = append(append(os.Environ(), "LLMGATE_MASTER_KEY="+master, "LLMGATE_CONSOLE=off"), env...)
 	r.cmd.Stdout, r.cmd.Stderr = r.out, r.out
 	if err := r.cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -295,6 +295,7 @@ func (c *Console) handleRevokeKey(w http.ResponseWriter, r *http.Request, s *ses
 		return
 	}
 	c.keysChanged(r)
+	c.endKeySessions(r, id)
 	c.log.Info("console: key revoked", "key_id", id)
 	writeJSON(w, http.StatusOK, map[string]any{"ok": true})
 }
@@ -316,8 +317,18 @@ func (c *Console) handleRotateKey(w http.ResponseWriter, r *http.Request, s *ses
 		return
 	}
 	c.keysChanged(r)
+	c.endKeySessions(r, id)
 	c.log.Info("console: key rotated", "key_id", id)
 	writeJSON(w, http.StatusOK, map[string]any{"id": id, "secret": secret, "hint": keys.Hint(secret)})
+}
+
+// endKeySessions signs a revoked or rotated key out of the console on every
+// replica (each request re-reads the key too, so a failure here only leaves
+// rows that are refused and purged later).
+func (c *Console) endKeySessions(r *http.Request, id string) {
+	if _, err := c.opt.Store.DeleteKeySessions(r.Context(), id); err != nil {
+		c.log.Warn("console: end the key's sessions", "key_id", id, "err", err)
+	}
 }
 
 func (c *Console) keysChanged(r *http.Request) {

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"llmgate/internal/keys"
+	"llmgate/internal/store"
 	"llmgate/internal/usage"
 )
 
@@ -26,10 +27,12 @@ var staticFS embed.FS
 // Prefix is where the console is mounted.
 const Prefix = "/ui"
 
-// Store is what the console reads and changes: keys and usage.
+// Store is what the console reads and changes: keys, usage and the
+// sign-in sessions every replica shares.
 type Store interface {
 	keys.Store
 	usage.Querier
+	store.Sessions
 }
 
 // Options connect the console to a running gateway. Store, Verify and API
@@ -62,12 +65,11 @@ type Options struct {
 
 // Console is the /ui handler.
 type Console struct {
-	opt      Options
-	log      *slog.Logger
-	sessions *sessions
-	static   http.Handler
-	index    []byte
-	mux      *http.ServeMux
+	opt    Options
+	log    *slog.Logger
+	static http.Handler
+	index  []byte
+	mux    *http.ServeMux
 }
 
 // CSP allows scripts, styles, images and fetches from the console's own
@@ -88,7 +90,7 @@ func New(opt Options) *Console {
 	}
 	sub, _ := fs.Sub(staticFS, "static")
 	index, _ := fs.ReadFile(sub, "index.html")
-	c := &Console{opt: opt, log: opt.Logger, sessions: newSessions(opt.SessionTTL, opt.Now), index: index,
+	c := &Console{opt: opt, log: opt.Logger, index: index,
 		static: http.StripPrefix(Prefix+"/static/", http.FileServerFS(sub))}
 	c.routes()
 	return c

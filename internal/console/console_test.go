@@ -23,7 +23,9 @@ const master = "sk-lg-console-test-master"
 type fixture struct {
 	t      *testing.T
 	st     *sqlite.Store
+	dbPath string
 	ver    *keys.Verifier
+	log    *slog.Logger
 	srv    *httptest.Server
 	now    time.Time
 	mu     sync.Mutex
@@ -33,7 +35,8 @@ type fixture struct {
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
 	ctx := context.Background()
-	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "c.db"))
+	dbPath := filepath.Join(t.TempDir(), "c.db")
+	st, err := sqlite.Open(ctx, dbPath)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,7 +46,14 @@ func newFixture(t *testing.T) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &fixture{t: t, st: st, ver: ver, now: time.Now()}
+	f := &fixture{t: t, st: st, dbPath: dbPath, ver: ver, log: log, now: time.Now()}
+	f.srv = f.replica()
+	return f
+}
+
+// replica starts another console on the fixture's store, as a second
+// gateway replica sharing the database would.
+func (f *fixture) replica() *httptest.Server {
 	api := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		f.mu.Lock()
 		f.apiHit = append(f.apiHit, r.Method+" "+r.URL.Path+" "+r.Header.Get("Authorization"))
@@ -51,7 +61,7 @@ func newFixture(t *testing.T) *fixture {
 		w.Header().Set("Content-Type", "text/event-stream")
 		io.WriteString(w, "data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}]}\n\ndata: [DONE]\n\n")
 	})
-	c := New(Options{Store: st, Verify: ver.Verify, API: api, KeysChanged: ver.Reload, Logger: log,
+	c := New(Options{Store: f.st, Verify: f.ver.Verify, API: api, KeysChanged: f.ver.Reload, Logger: f.log,
 		Models: func() []string { return []string{"alpha", "beta"} },
 		Health: func() any {
 			return []map[string]any{{"model": "alpha", "healthy": true}, {"model": "beta", "healthy": false}}
@@ -65,16 +75,34 @@ func newFixture(t *testing.T) *fixture {
 	mux := http.NewServeMux()
 	mux.Handle("/ui", c)
 	mux.Handle("/ui/", c)
-	f.srv = httptest.NewServer(mux)
-	t.Cleanup(f.srv.Close)
-	return f
+	srv := httptest.NewServer(mux)
+	f.t.Cleanup(srv.Close)
+	return srv
 }
 
 // client is one browser: a cookie jar and the CSRF token from sign-in.
 type client struct {
 	f    *fixture
+	base string // the replica it talks to; "" is the fixture's first one
 	jar  map[string]string
 	csrf string
+}
+
+func (cl *client) url() string {
+	if cl.base != "" {
+		return cl.base
+	}
+	return cl.f.srv.URL
+}
+
+// at returns a client with the same cookie and CSRF token talking to
+// another replica.
+func (cl *client) at(srv *httptest.Server) *client {
+	jar := map[string]string{}
+	for k, v := range cl.jar {
+		jar[k] = v
+	}
+	return &client{f: cl.f, base: srv.URL, jar: jar, csrf: cl.csrf}
 }
 
 type resp struct {
@@ -85,7 +113,7 @@ type resp struct {
 
 func (cl *client) do(method, path, body string, hdr ...string) resp {
 	cl.f.t.Helper()
-	req, _ := http.NewRequest(method, cl.f.srv.URL+path, strings.NewReader(body))
+	req, _ := http.NewRequest(method, cl.url()+path, strings.NewReader(body))
 	if body != "" {
 		req.Header.Set("Content-Type", "application/json")
 	}
@@ -123,7 +151,7 @@ func (f *fixture) signIn(key string) (*client, resp) {
 }
 
 func (cl *client) post(path, body string) resp {
-	return cl.do(http.MethodPost, path, body, "X-CSRF-Token", cl.csrf, "Origin", cl.f.srv.URL, "Sec-Fetch-Site", "same-origin")
+	return cl.do(http.MethodPost, path, body, "X-CSRF-Token", cl.csrf, "Origin", cl.url(), "Sec-Fetch-Site", "same-origin")
 }
 
 func (f *fixture) createKey(admin *client, body string) (id, secret string) {
@@ -348,8 +376,10 @@ func TestConsole_PlaygroundCallsTheAPIInProcessAsTheSessionKey(t *testing.T) {
 	f.mu.Lock()
 	hits := append([]string(nil), f.apiHit...)
 	f.mu.Unlock()
-	if len(hits) != 1 || hits[0] != "POST /v1/chat/completions Bearer "+secret {
-		t.Fatalf("API saw %v, want one chat request as the session's key", hits)
+	// No credential travels: the session's principal rides in the request
+	// context (server.WithPrincipal), so the server holds no secret.
+	if len(hits) != 1 || hits[0] != "POST /v1/chat/completions " {
+		t.Fatalf("API saw %v, want one chat request without an Authorization header", hits)
 	}
 	if r := user.do(http.MethodPost, "/ui/api/chat", `{}`); r.status != http.StatusForbidden {
 		t.Errorf("playground without CSRF token: %d, want 403", r.status)

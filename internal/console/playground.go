@@ -4,12 +4,15 @@ import (
 	"bytes"
 	"io"
 	"net/http"
+
+	"llmgate/internal/server"
 )
 
 // handleChat relays a playground prompt to the gateway's own
-// /v1/chat/completions, in-process, as the signed-in key: limits, budgets,
-// model allow-lists, metrics, traces and the usage ledger all apply as for
-// any client. The browser never holds the key; it streams the answer with
+// /v1/chat/completions, in-process, as the signed-in key (attached with
+// server.WithPrincipal: no secret is kept anywhere): limits, budgets, model
+// allow-lists, metrics, traces and the usage ledger all apply as for any
+// client. The browser never holds the key; it streams the answer with
 // fetch and a ReadableStream.
 func (c *Console) handleChat(w http.ResponseWriter, r *http.Request, s *session) {
 	if c.opt.API == nil {
@@ -21,7 +24,9 @@ func (c *Console) handleChat(w http.ResponseWriter, r *http.Request, s *session)
 		writeError(w, http.StatusRequestEntityTooLarge, "playground prompts are limited to 1 MiB")
 		return
 	}
-	req, err := http.NewRequestWithContext(r.Context(), http.MethodPost, "/v1/chat/completions", bytes.NewReader(body))
+	// The request carries the session's principal in its context, not a
+	// credential: the server holds no key secret.
+	req, err := http.NewRequestWithContext(server.WithPrincipal(r.Context(), s.principal), http.MethodPost, "/v1/chat/completions", bytes.NewReader(body))
 	if err != nil {
 		writeError(w, http.StatusInternalServerError, err.Error())
 		return
@@ -30,7 +35,6 @@ func (c *Console) handleChat(w http.ResponseWriter, r *http.Request, s *session)
 	req.RemoteAddr = r.RemoteAddr
 	req.ContentLength = int64(len(body))
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Authorization", "Bearer "+s.secret)
 	if id := r.Header.Get("X-Request-Id"); id != "" {
 		req.Header.Set("X-Request-Id", id)
 	}

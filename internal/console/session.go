@@ -1,6 +1,7 @@
 package console
 
 import (
+	"context"
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -10,10 +11,10 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
-	"sync"
 	"time"
 
 	"llmgate/internal/keys"
+	"llmgate/internal/store"
 )
 
 // cookieName holds the session id. The __Host- prefix is used over TLS,
@@ -23,15 +24,19 @@ const (
 	cookieName       = "llmgate_session"
 	secureCookieName = "__Host-llmgate_session"
 	csrfHeader       = "X-CSRF-Token"
-	maxSessions      = 10000
+	// maxSessionsPerKey caps the sign-ins of one key (or of the master
+	// key); a new one ends the oldest beyond it.
+	maxSessionsPerKey = 100
 )
 
-// session is one signed-in browser. The key's secret stays server-side,
-// in memory only: the playground needs it to call the API as that key.
+// session is one signed-in browser. Sessions live in the database, shared
+// by every replica behind a load balancer: a row holds the SHA-256 of the
+// cookie value, the CSRF token and the key's ID (or the master flag), never
+// a secret. Each request re-reads the key, so revocation, expiry and
+// allow-list changes apply at once on every replica.
 type session struct {
-	idHash    [32]byte
+	idHash    string // hex SHA-256 of the cookie value
 	csrf      string
-	secret    string
 	principal keys.Principal
 	expires   time.Time
 }
@@ -39,72 +44,75 @@ type session struct {
 // admin reports whether the session signed in with the master key.
 func (s *session) admin() bool { return s.principal.Master }
 
-type sessions struct {
-	mu  sync.Mutex
-	m   map[[32]byte]*session // by SHA-256 of the cookie value: a memory dump does not yield live cookies
-	ttl time.Duration
-	now func() time.Time
-}
-
-func newSessions(ttl time.Duration, now func() time.Time) *sessions {
-	return &sessions{m: map[[32]byte]*session{}, ttl: ttl, now: now}
-}
-
 func randomToken() string {
 	var b [32]byte
 	_, _ = rand.Read(b[:])
 	return hex.EncodeToString(b[:])
 }
 
-func (ss *sessions) create(p keys.Principal, secret string) (id string, s *session) {
-	id = randomToken()
-	s = &session{idHash: sha256.Sum256([]byte(id)), csrf: randomToken(), secret: secret, principal: p, expires: ss.now().Add(ss.ttl)}
-	ss.mu.Lock()
-	defer ss.mu.Unlock()
-	now := ss.now()
-	if len(ss.m) >= maxSessions {
-		for k, v := range ss.m {
-			if now.After(v.expires) {
-				delete(ss.m, k)
-			}
-		}
-		if len(ss.m) >= maxSessions { // still full: drop the one closest to expiry
-			var oldest [32]byte
-			var at time.Time
-			for k, v := range ss.m {
-				if at.IsZero() || v.expires.Before(at) {
-					oldest, at = k, v.expires
-				}
-			}
-			delete(ss.m, oldest)
-		}
-	}
-	ss.m[s.idHash] = s
-	return id, s
-}
-
-func (ss *sessions) get(id string) *session {
-	if id == "" {
-		return nil
-	}
+func hashID(id string) string {
 	h := sha256.Sum256([]byte(id))
-	ss.mu.Lock()
-	defer ss.mu.Unlock()
-	s := ss.m[h]
-	if s == nil {
-		return nil
-	}
-	if ss.now().After(s.expires) {
-		delete(ss.m, h)
-		return nil
-	}
-	return s
+	return hex.EncodeToString(h[:])
 }
 
-func (ss *sessions) delete(s *session) {
-	ss.mu.Lock()
-	delete(ss.m, s.idHash)
-	ss.mu.Unlock()
+// createSession stores a new session for p and returns the cookie value.
+// Expired sessions are purged and the key's oldest sign-ins beyond the cap
+// ended on the way.
+func (c *Console) createSession(ctx context.Context, p keys.Principal) (string, *session, error) {
+	now := c.opt.Now()
+	id := randomToken()
+	row := store.Session{IDHash: hashID(id), CSRF: randomToken(), Master: p.Master, CreatedAt: now, ExpiresAt: now.Add(c.opt.SessionTTL)}
+	if !p.Master {
+		row.KeyID, row.KeyHash = p.Key.ID, p.Key.Hash
+	}
+	if _, err := c.opt.Store.PurgeSessions(ctx, now); err != nil {
+		c.log.Warn("console: purge expired sessions", "err", err)
+	}
+	if err := c.opt.Store.CreateSession(ctx, row); err != nil {
+		return "", nil, err
+	}
+	if _, err := c.opt.Store.TrimSessions(ctx, row.KeyID, row.Master, maxSessionsPerKey); err != nil {
+		c.log.Warn("console: cap sessions", "key_id", p.KeyID(), "err", err)
+	}
+	return id, &session{idHash: row.IDHash, csrf: row.CSRF, principal: p, expires: row.ExpiresAt}, nil
+}
+
+// errSessionEnded is a session whose key can no longer sign in; its row is
+// deleted and the message says why.
+type errSessionEnded struct{ msg string }
+
+func (e errSessionEnded) Error() string { return e.msg }
+
+// resolve turns a stored session into the request's principal, reading the
+// key again: a revoked, expired, rotated or deleted key ends the session.
+func (c *Console) resolve(ctx context.Context, row *store.Session) (*session, error) {
+	s := &session{idHash: row.IDHash, csrf: row.CSRF, expires: row.ExpiresAt}
+	if row.Master {
+		s.principal = keys.Principal{Master: true}
+		return s, nil
+	}
+	k, err := c.opt.Store.GetKey(ctx, row.KeyID)
+	var ended string
+	switch {
+	case errors.Is(err, keys.ErrNotFound):
+		ended = "your key no longer exists"
+	case err != nil:
+		return nil, err
+	case k.Hash != row.KeyHash:
+		ended = "your key was rotated"
+	default:
+		if uerr := k.Usable(c.opt.Now()); uerr != nil {
+			ended = "your key is no longer valid (" + uerr.Error() + ")"
+		}
+	}
+	if ended != "" {
+		if derr := c.opt.Store.DeleteSession(ctx, row.IDHash); derr != nil {
+			c.log.Warn("console: end session", "err", derr)
+		}
+		return nil, errSessionEnded{ended + ": sign in again"}
+	}
+	s.principal = keys.Principal{Key: k}
+	return s, nil
 }
 
 func isTLS(r *http.Request) bool {
@@ -119,15 +127,23 @@ func (c *Console) cookie(r *http.Request, value string, maxAge int) *http.Cookie
 	return ck
 }
 
-func (c *Console) sessionOf(r *http.Request) *session {
+// sessionOf returns the request's session (nil when it has none, or it
+// expired or was signed out on any replica).
+func (c *Console) sessionOf(r *http.Request) (*session, error) {
 	for _, name := range []string{secureCookieName, cookieName} {
-		if ck, err := r.Cookie(name); err == nil {
-			if s := c.sessions.get(ck.Value); s != nil {
-				return s
-			}
+		ck, err := r.Cookie(name)
+		if err != nil || ck.Value == "" {
+			continue
+		}
+		row, err := c.opt.Store.GetSession(r.Context(), hashID(ck.Value), c.opt.Now())
+		if err != nil {
+			return nil, err
+		}
+		if row != nil {
+			return c.resolve(r.Context(), row)
 		}
 	}
-	return nil
+	return nil, nil
 }
 
 // sameOrigin rejects cross-site requests: browsers send Sec-Fetch-Site and
@@ -152,15 +168,18 @@ func sameOrigin(r *http.Request) error {
 // token; adminOnly handlers refuse user-key sessions.
 func (c *Console) session(adminOnly bool, h func(http.ResponseWriter, *http.Request, *session)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		s := c.sessionOf(r)
-		if s == nil {
-			writeError(w, http.StatusUnauthorized, "not signed in (or the session expired): sign in with the master key or your API key")
+		s, err := c.sessionOf(r)
+		var ended errSessionEnded
+		switch {
+		case errors.As(err, &ended):
+			writeError(w, http.StatusUnauthorized, ended.msg)
 			return
-		}
-		// A revoked or expired key ends its sessions at once.
-		if _, err := c.opt.Verify(s.secret); err != nil {
-			c.sessions.delete(s)
-			writeError(w, http.StatusUnauthorized, "your key is no longer valid ("+err.Error()+"): sign in again")
+		case err != nil:
+			c.log.Warn("console: read session", "err", err)
+			writeError(w, http.StatusServiceUnavailable, "cannot read the session from the database: try again shortly")
+			return
+		case s == nil:
+			writeError(w, http.StatusUnauthorized, "not signed in (or the session expired): sign in with the master key or your API key")
 			return
 		}
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
@@ -214,14 +233,23 @@ func (c *Console) handleLogin(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusUnauthorized, msg+": use the master key (LLMGATE_MASTER_KEY) or an API key from 'llmgate keys create'")
 		return
 	}
-	id, s := c.sessions.create(p, secret)
+	id, s, err := c.createSession(r.Context(), p)
+	if err != nil {
+		c.log.Warn("console: store session", "err", err)
+		writeError(w, http.StatusServiceUnavailable, "cannot store the session in the database: try again shortly")
+		return
+	}
 	http.SetCookie(w, c.cookie(r, id, int(c.opt.SessionTTL.Seconds())))
 	c.log.Info("console sign-in", "admin", p.Master, "key_id", p.KeyID(), "remote", r.RemoteAddr)
 	writeJSON(w, http.StatusOK, meOf(s))
 }
 
 func (c *Console) handleLogout(w http.ResponseWriter, r *http.Request, s *session) {
-	c.sessions.delete(s)
+	if err := c.opt.Store.DeleteSession(r.Context(), s.idHash); err != nil {
+		c.log.Warn("console: sign out", "err", err)
+		writeError(w, http.StatusServiceUnavailable, "cannot end the session in the database: try again shortly")
+		return
+	}
 	http.SetCookie(w, c.cookie(r, "", -1))
 	writeJSON(w, http.StatusOK, map[string]any{"ok": true})
 }

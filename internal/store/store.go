@@ -1,5 +1,5 @@
 // Package store defines what llmgate persists (keys, settings, the usage
-// ledger) and opens the right implementation for a database setting.
+// ledger, console sessions) and opens the right implementation for a database setting.
 package store
 
 import (
@@ -13,5 +13,6 @@ type Store interface {
 	keys.Store
 	usage.Writer
 	usage.Querier
+	Sessions
 	Close() error
 }

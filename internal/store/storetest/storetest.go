@@ -41,6 +41,8 @@ func Run(t *testing.T, open func(t *testing.T) Store) {
 		{"Usage_SummaryGroupsByDay", testSummaryByDay},
 		{"Usage_RetentionKeepsRollups", testRetention},
 		{"Usage_RecentNewestFirst", testRecent},
+		{"Sessions_CreateGetDelete", testSessionsCreateGetDelete},
+		{"Sessions_KeyPurgeTrim", testSessionsKeyPurgeTrim},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) { c.fn(t, open(t)) })
