@@ -41,6 +41,9 @@ type Options struct {
 	Store Store
 	// Verify checks a key typed at sign-in (the gateway's verifier).
 	Verify func(secret string) (keys.Principal, error)
+	// MasterHash returns the current master key's hex SHA-256; admin
+	// sessions are bound to it, so changing the master key ends them.
+	MasterHash func() string
 	// API serves the gateway's OpenAI-compatible endpoints; the playground
 	// sends its requests through it in-process, as the signed-in key.
 	API http.Handler

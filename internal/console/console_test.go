@@ -61,7 +61,7 @@ func (f *fixture) replica() *httptest.Server {
 		w.Header().Set("Content-Type", "text/event-stream")
 		io.WriteString(w, "data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}]}\n\ndata: [DONE]\n\n")
 	})
-	c := New(Options{Store: f.st, Verify: f.ver.Verify, API: api, KeysChanged: f.ver.Reload, Logger: f.log,
+	c := New(Options{Store: f.st, Verify: f.ver.Verify, MasterHash: f.ver.MasterHash, API: api, KeysChanged: f.ver.Reload, Logger: f.log,
 		Models: func() []string { return []string{"alpha", "beta"} },
 		Health: func() any {
 			return []map[string]any{{"model": "alpha", "healthy": true}, {"model": "beta", "healthy": false}}

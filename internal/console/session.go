@@ -62,6 +62,9 @@ func (c *Console) createSession(ctx context.Context, p keys.Principal) (string, 
 	now := c.opt.Now()
 	id := randomToken()
 	row := store.Session{IDHash: hashID(id), CSRF: randomToken(), Master: p.Master, CreatedAt: now, ExpiresAt: now.Add(c.opt.SessionTTL)}
+	if p.Master && c.opt.MasterHash != nil {
+		row.KeyHash = c.opt.MasterHash()
+	}
 	if !p.Master {
 		row.KeyID, row.KeyHash = p.Key.ID, p.Key.Hash
 	}
@@ -87,13 +90,19 @@ func (e errSessionEnded) Error() string { return e.msg }
 // key again: a revoked, expired, rotated or deleted key ends the session.
 func (c *Console) resolve(ctx context.Context, row *store.Session) (*session, error) {
 	s := &session{idHash: row.IDHash, csrf: row.CSRF, expires: row.ExpiresAt}
-	if row.Master {
-		s.principal = keys.Principal{Master: true}
-		return s, nil
+	var k *keys.Key
+	var err error
+	if !row.Master {
+		k, err = c.opt.Store.GetKey(ctx, row.KeyID)
 	}
-	k, err := c.opt.Store.GetKey(ctx, row.KeyID)
 	var ended string
 	switch {
+	case row.Master:
+		// Bound to the master key it signed in with: a changed (say,
+		// leaked and replaced) master key ends every admin session.
+		if c.opt.MasterHash != nil && (row.KeyHash == "" || row.KeyHash != c.opt.MasterHash()) {
+			ended = "the master key was changed"
+		}
 	case errors.Is(err, keys.ErrNotFound):
 		ended = "your key no longer exists"
 	case err != nil:
@@ -111,7 +120,11 @@ func (c *Console) resolve(ctx context.Context, row *store.Session) (*session, er
 		}
 		return nil, errSessionEnded{ended + ": sign in again"}
 	}
-	s.principal = keys.Principal{Key: k}
+	if row.Master {
+		s.principal = keys.Principal{Master: true}
+	} else {
+		s.principal = keys.Principal{Key: k}
+	}
 	return s, nil
 }
 

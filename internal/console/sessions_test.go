@@ -168,3 +168,27 @@ func TestConsole_SessionsPerKeyAreCapped(t *testing.T) {
 		t.Fatalf("the newest sign-in: %d", r.status)
 	}
 }
+
+// Admin sessions are bound to the master key they signed in with: a replica
+// (or a restart) with another master key refuses them, so replacing a
+// leaked master key ends every admin session at once.
+func TestConsole_ChangedMasterKeyEndsAdminSessions(t *testing.T) {
+	f := newFixture(t)
+	admin, r := f.signIn(master)
+	if r.status != 200 {
+		t.Fatalf("sign-in: %d %s", r.status, r.body)
+	}
+	if r := admin.do(http.MethodGet, "/ui/api/me", ""); r.status != 200 {
+		t.Fatalf("admin session: %d", r.status)
+	}
+	// The same database, served with a new master key.
+	ver, err := keys.NewVerifier(context.Background(), f.st, keys.HashBytes("sk-lg-the-new-master-key"), f.log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.ver = ver
+	restarted := f.replica()
+	if r := admin.at(restarted).do(http.MethodGet, "/ui/api/me", ""); r.status != http.StatusUnauthorized || !strings.Contains(r.body, "master key was changed") {
+		t.Fatalf("old admin session with a new master key: %d %s, want 401", r.status, r.body)
+	}
+}

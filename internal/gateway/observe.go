@@ -89,6 +89,7 @@ func (g *Gateway) mountObservability() {
 	g.Console = console.New(console.Options{
 		Store:       g.Store,
 		Verify:      g.Verifier.Verify,
+		MasterHash:  g.Verifier.MasterHash,
 		API:         g.Server,
 		KeysChanged: g.Verifier.Reload,
 		Models:      func() []string { return g.Server.Table().Models() },

@@ -1,6 +1,7 @@
 package keys
 
 import (
+	"encoding/hex"
 	"context"
 	"errors"
 	"fmt"
@@ -103,6 +104,17 @@ func (v *Verifier) Watch(ctx context.Context, interval time.Duration) {
 }
 
 // Verify returns the principal for a presented secret.
+// MasterHash returns the hex SHA-256 of the master key this verifier
+// accepts, "" when master access is off. The console binds master sessions
+// to it, so a changed master key ends them.
+func (v *Verifier) MasterHash() string {
+	m := v.master.Load()
+	if m == nil || *m == ([32]byte{}) {
+		return ""
+	}
+	return hex.EncodeToString(m[:])
+}
+
 func (v *Verifier) Verify(secret string) (Principal, error) {
 	h := HashBytes(secret)
 	if m := v.master.Load(); m != nil && *m != ([32]byte{}) && Equal(h, *m) {
