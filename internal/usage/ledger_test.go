@@ -1,0 +1,134 @@
+package usage
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+)
+
+type recordingWriter struct {
+	mu      sync.Mutex
+	batches [][]Record
+	gate    chan struct{} // when set, each write waits for a token
+	entered chan struct{} // when set, told when a write starts
+}
+
+func (w *recordingWriter) InsertUsage(ctx context.Context, recs []Record) error {
+	if w.entered != nil {
+		select {
+		case w.entered <- struct{}{}:
+		default:
+		}
+	}
+	if w.gate != nil {
+		<-w.gate
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.batches = append(w.batches, append([]Record(nil), recs...))
+	return nil
+}
+
+func (w *recordingWriter) ids() map[string]int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	m := map[string]int{}
+	for _, b := range w.batches {
+		for _, r := range b {
+			m[r.ID]++
+		}
+	}
+	return m
+}
+
+var ledgerLog = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+func TestLedger_EveryRecordWrittenOnceInBoundedBatches(t *testing.T) {
+	w := &recordingWriter{}
+	l := NewLedger(w, Options{MaxBatch: 32, Interval: 5 * time.Millisecond}, ledgerLog)
+	var wg sync.WaitGroup
+	for g := 0; g < 8; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 1000; i++ {
+				if err := l.Add(Record{ID: fmt.Sprintf("%d-%d", g, i)}); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if err := l.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	ids := w.ids()
+	if len(ids) != 8000 {
+		t.Fatalf("%d distinct records written, want 8000", len(ids))
+	}
+	for id, n := range ids {
+		if n != 1 {
+			t.Fatalf("record %s written %d times", id, n)
+		}
+	}
+	for _, b := range w.batches {
+		if len(b) == 0 || len(b) > 32 {
+			t.Fatalf("batch of %d records, want 1..32", len(b))
+		}
+	}
+	if l.Depth() != 0 {
+		t.Fatalf("depth %d after close", l.Depth())
+	}
+	if err := l.Add(Record{ID: "late"}); err != ErrClosed {
+		t.Fatalf("Add after Close: %v, want ErrClosed", err)
+	}
+}
+
+// A full queue makes Add wait (back-pressure, never a dropped record) until
+// the writer catches up.
+func TestLedger_FullQueueBlocksAddUntilTheWriterCatchesUp(t *testing.T) {
+	w := &recordingWriter{gate: make(chan struct{}), entered: make(chan struct{}, 1)}
+	l := NewLedger(w, Options{Queue: 10, MaxBatch: 10, Interval: time.Millisecond}, ledgerLog)
+	for i := 0; i < 10; i++ { // the writer takes these and waits at the gate
+		if err := l.Add(Record{ID: fmt.Sprint("a", i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	select { // a full batch is written at once
+	case <-w.entered:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the writer did not start on a full batch")
+	}
+	for i := 0; i < 10; i++ { // fills the queue again
+		if err := l.Add(Record{ID: fmt.Sprint("b", i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if d := l.Depth(); d != 10 {
+		t.Fatalf("depth %d, want 10 queued (10 more being written)", d)
+	}
+	added := make(chan struct{})
+	go func() { _ = l.Add(Record{ID: "c"}); close(added) }()
+	select {
+	case <-added:
+		t.Fatal("Add returned with a full queue")
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(w.gate) // the writer catches up
+	select {
+	case <-added:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Add still blocked after the writer caught up")
+	}
+	if err := l.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(w.ids()); n != 21 {
+		t.Fatalf("%d records written, want 21", n)
+	}
+}
