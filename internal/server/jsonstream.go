@@ -2,10 +2,8 @@ package server
 
 import (
 	"encoding/json"
-	"io"
 	"net/http"
 	"strconv"
-	"time"
 
 	"llmgate/internal/sse"
 )
@@ -21,14 +19,9 @@ import (
 func (s *Server) relayJSONAsStream(w http.ResponseWriter, c *call, resp *http.Response) (committed bool, err error) {
 	buf := getBuf()
 	defer putBuf(buf)
-	_, err = buf.ReadFrom(io.LimitReader(resp.Body, 256<<20))
-	c.ttft = time.Since(c.start)
+	body, err := s.readResult(c, resp, buf)
 	if err != nil {
-		return false, c.fail(c.dep.Backend.Classify(resp.Request.Context(), err))
-	}
-	body := buf.Bytes()
-	if err := s.checkResult(c, body); err != nil {
-		return false, c.fail(err)
+		return false, err
 	}
 	chunk, usageChunk, err := completionAsChunks(body, c.ep == endpointChat)
 	if err != nil {

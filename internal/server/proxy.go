@@ -308,19 +308,29 @@ func (c *call) fail(err error) *apierror.Error {
 	return e
 }
 
+// readResult reads a backend's JSON answer into buf and checks that it is a
+// real result (taking its usage); the error is the call's failure.
+func (s *Server) readResult(c *call, resp *http.Response, buf *bytes.Buffer) ([]byte, error) {
+	_, err := buf.ReadFrom(io.LimitReader(resp.Body, 256<<20))
+	c.ttft = time.Since(c.start)
+	if err != nil {
+		return nil, c.fail(c.dep.Backend.Classify(resp.Request.Context(), err))
+	}
+	body := buf.Bytes()
+	if err := s.checkResult(c, body); err != nil {
+		return nil, c.fail(err)
+	}
+	return body, nil
+}
+
 // relayJSON relays a non-streaming response after checking that it is a
 // real result, and takes its usage.
 func (s *Server) relayJSON(w http.ResponseWriter, c *call, resp *http.Response) (committed bool, err error) {
 	buf := getBuf()
 	defer putBuf(buf)
-	_, err = buf.ReadFrom(io.LimitReader(resp.Body, 256<<20))
-	c.ttft = time.Since(c.start)
+	body, err := s.readResult(c, resp, buf)
 	if err != nil {
-		return false, c.fail(c.dep.Backend.Classify(resp.Request.Context(), err))
-	}
-	body := buf.Bytes()
-	if err := s.checkResult(c, body); err != nil {
-		return false, c.fail(err)
+		return false, err
 	}
 	c.status = http.StatusOK
 	h := w.Header()
