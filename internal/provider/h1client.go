@@ -40,6 +40,10 @@ type h1Client struct {
 	// may move to another port when the engine restarts); LIFO, so the
 	// most recently used connection, the warmest, goes first.
 	idle map[string][]*h1Conn
+	// reaper closes connections idle for longer than idleTimeout, as
+	// net/http's Transport does, so a retired backend's pool (after a
+	// config reload) does not hold sockets forever.
+	reaper *time.Timer
 }
 
 type h1Conn struct {
@@ -118,11 +122,48 @@ func (cl *h1Client) put(pc *h1Conn) {
 	cl.mu.Lock()
 	if pool := cl.idle[pc.addr]; len(pool) < cl.maxIdle {
 		cl.idle[pc.addr] = append(pool, pc)
+		if cl.idleTimeout > 0 && cl.reaper == nil {
+			cl.reaper = time.AfterFunc(cl.idleTimeout, cl.reap)
+		}
 		cl.mu.Unlock()
 		return
 	}
 	cl.mu.Unlock()
 	pc.conn.Close()
+}
+
+// reap closes the connections idle for longer than idleTimeout and re-arms
+// itself while any remain pooled.
+func (cl *h1Client) reap() {
+	now := time.Now()
+	var stale []*h1Conn
+	cl.mu.Lock()
+	left := 0
+	for addr, pool := range cl.idle {
+		kept := pool[:0]
+		for _, pc := range pool { // oldest first
+			if now.Sub(pc.lastUsed) >= cl.idleTimeout {
+				stale = append(stale, pc)
+			} else {
+				kept = append(kept, pc)
+			}
+		}
+		clear(pool[len(kept):])
+		if len(kept) == 0 {
+			delete(cl.idle, addr)
+		} else {
+			cl.idle[addr] = kept
+			left += len(kept)
+		}
+	}
+	cl.reaper = nil
+	if left > 0 {
+		cl.reaper = time.AfterFunc(cl.idleTimeout/2+time.Millisecond, cl.reap)
+	}
+	cl.mu.Unlock()
+	for _, pc := range stale {
+		pc.conn.Close()
+	}
 }
 
 // CloseIdleConnections closes every pooled connection.

@@ -378,3 +378,35 @@ func TestDirectHTTP_OnlyPlainHTTPWithoutCredentialsInTheURL(t *testing.T) {
 		}
 	}
 }
+
+func TestH1_IdleConnectionsAreClosedAfterTheIdleTimeout(t *testing.T) {
+	closed := make(chan struct{}, 4)
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateClosed {
+			closed <- struct{}{}
+		}
+	}
+	srv.Start()
+	defer srv.Close()
+	b := testBackend(t, srv.URL, 0)
+	b.h1.idleTimeout = 50 * time.Millisecond
+	resp, err := post(t, b, context.Background(), "/v1/x", `{}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := readAll(t, resp); got != "ok" {
+		t.Fatal(got)
+	}
+	select { // nobody uses the backend again: the reaper must close it
+	case <-closed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the idle pooled connection was never closed")
+	}
+	b.h1.mu.Lock()
+	n := len(b.h1.idle)
+	b.h1.mu.Unlock()
+	if n != 0 {
+		t.Fatalf("%d hosts still pooled after the reap", n)
+	}
+}
