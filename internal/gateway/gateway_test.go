@@ -336,6 +336,14 @@ func TestGateway_XAPIKeyAndVirtualKeys(t *testing.T) {
 	if r.status != 403 || !strings.Contains(r.body, "may not use model") {
 		t.Fatalf("allow-list: status %d %s", r.status, r.body)
 	}
+	// count_tokens obeys the allow-list too, in the Anthropic envelope.
+	r = e.do("POST", "/v1/messages/count_tokens", secret, `{"model":"err-500","messages":[{"role":"user","content":"hi"}]}`)
+	if r.status != 403 || !strings.Contains(r.body, `"type":"error"`) || !strings.Contains(r.body, "may not use model") {
+		t.Fatalf("count_tokens outside the allow-list: status %d %s", r.status, r.body)
+	}
+	if r = e.do("POST", "/v1/messages/count_tokens", secret, `{"model":"qwen","messages":[{"role":"user","content":"hi"}]}`); r.status != 200 || !strings.Contains(r.body, "input_tokens") {
+		t.Fatalf("count_tokens on an allowed model: status %d %s", r.status, r.body)
+	}
 	r = e.do("GET", "/v1/models", secret, "")
 	if strings.Contains(r.body, "err-500") || !strings.Contains(r.body, `"qwen"`) {
 		t.Fatalf("models for a restricted key: %s", r.body)

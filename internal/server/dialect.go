@@ -212,6 +212,12 @@ func (s *Server) handleCountTokens(w http.ResponseWriter, r *http.Request, p key
 		anthropic.WriteError(w, err)
 		return
 	}
+	if !p.Master && !p.Key.Allows(req.Model) {
+		// Counting uses the backend's credentials too: the allow-list holds.
+		anthropic.WriteError(w, apierror.Newf(http.StatusForbidden, apierror.KindPermission, "model_not_allowed",
+			"API key %q may not use model %q; it may use: %s", p.Key.Name, req.Model, strings.Join(p.Key.Models, ", ")))
+		return
+	}
 	dep := route.Deployments[0]
 	if dep.Backend.Dialect == config.DialectAnthropic {
 		body := setModel(c.body, dep.UpstreamModel)
