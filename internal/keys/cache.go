@@ -1,8 +1,8 @@
 package keys
 
 import (
-	"encoding/hex"
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"

@@ -269,24 +269,41 @@ func (t *Table) log() *slog.Logger {
 	return slog.Default()
 }
 
-func (t *Table) notFound(model string) error {
+func (t *Table) notFound(model string) error { return t.NotFoundFor(model, nil) }
+
+// NotFoundFor is the unknown-model error as a caller limited to the models
+// allowed reports true for would see it: the suggestions and the list name
+// only those, so a restricted key does not learn other teams' model names.
+// A nil allowed means every model.
+func (t *Table) NotFoundFor(model string, allowed func(string) bool) error {
+	names := t.names
+	if allowed != nil {
+		names = make([]string, 0, len(t.names))
+		for _, n := range t.names {
+			if allowed(n) {
+				names = append(names, n)
+			}
+		}
+	}
 	var msg strings.Builder
 	if model == "" {
 		msg.WriteString(`the request has no "model" field; `)
 	} else {
 		fmt.Fprintf(&msg, "model %q is not served by this gateway", model)
-		if near := config.Nearest(model, t.names); near != "" {
+		if near := config.Nearest(model, names); near != "" {
 			fmt.Fprintf(&msg, "; did you mean %q?", near)
 		}
 		msg.WriteString(" ")
 	}
 	switch {
-	case len(t.names) == 0:
+	case len(names) == 0 && allowed != nil:
+		msg.WriteString("this API key may use none of the models served here: ask the gateway admin to widen its model list")
+	case len(names) == 0:
 		msg.WriteString("no models are configured: add a backend and models to the config file (see llmgate serve --help)")
-	case len(t.names) <= 20:
-		fmt.Fprintf(&msg, "available models: %s", strings.Join(t.names, ", "))
+	case len(names) <= 20:
+		fmt.Fprintf(&msg, "available models: %s", strings.Join(names, ", "))
 	default:
-		fmt.Fprintf(&msg, "available models include: %s, … (GET /v1/models lists all %d)", strings.Join(t.names[:20], ", "), len(t.names))
+		fmt.Fprintf(&msg, "available models include: %s, … (GET /v1/models lists all %d)", strings.Join(names[:20], ", "), len(names))
 	}
 	status, code := http.StatusNotFound, "model_not_found"
 	if model == "" {

@@ -97,7 +97,7 @@ func (s *Server) readJSON(w http.ResponseWriter, r *http.Request, c *call) ([]by
 
 // admitModel resolves the route, checks the key's allow-list and admission.
 func (s *Server) admitModel(ctx context.Context, c *call, model string) error {
-	route, err := s.Table().Route(model)
+	route, err := s.route(c.principal, model)
 	if err != nil {
 		return err
 	}
@@ -207,7 +207,7 @@ func (s *Server) handleCountTokens(w http.ResponseWriter, r *http.Request, p key
 		anthropic.WriteError(w, err)
 		return
 	}
-	route, err := s.Table().Route(req.Model)
+	route, err := s.route(p, req.Model)
 	if err != nil {
 		anthropic.WriteError(w, err)
 		return

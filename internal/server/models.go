@@ -36,6 +36,30 @@ func (s *Server) handleModels(w http.ResponseWriter, r *http.Request, p keys.Pri
 	_ = json.NewEncoder(w).Encode(list)
 }
 
+// handleModel answers GET /v1/models/{model} (the OpenAI SDKs'
+// models.retrieve). Model names may contain "/" (Qwen/Qwen2.5-7B-Instruct):
+// the whole rest of the path is the name. A model the key may not use is
+// not found, as on OpenAI.
+func (s *Server) handleModel(w http.ResponseWriter, r *http.Request, p keys.Principal) {
+	name := strings.TrimPrefix(r.URL.Path, "/v1/models/")
+	route, err := s.route(p, name)
+	if err == nil && !p.Master && !p.Key.Allows(name) {
+		// As on OpenAI: a model the key may not use is not found.
+		err = apierror.Newf(http.StatusNotFound, apierror.KindNotFound, "model_not_found",
+			"model %q is not available to this API key; GET /v1/models lists the models it may use", name)
+	}
+	if err != nil {
+		openai.WriteError(w, err)
+		return
+	}
+	owner := "llmgate"
+	if len(route.Deployments) > 0 && route.Deployments[0].Backend != nil {
+		owner = route.Deployments[0].Backend.Name
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(openai.Model{ID: name, Object: "model", Created: s.started.Unix(), OwnedBy: owner})
+}
+
 // handleNotFound explains the path mistakes that cost people hours: a base
 // URL that already ends in /v1 (giving /v1/v1/...), or one without /v1.
 func (s *Server) handleNotFound(w http.ResponseWriter, r *http.Request) {

@@ -167,7 +167,7 @@ func (s *Server) prepare(c *call, body []byte) ([]byte, error) {
 	if sp[0].Valid() && !ok {
 		return nil, apierror.InvalidRequest("invalid_model", `"model" must be a string naming one of the gateway's models (GET /v1/models lists them)`)
 	}
-	route, err := s.Table().Route(model)
+	route, err := s.route(c.principal, model)
 	if err != nil {
 		return nil, err
 	}

@@ -147,6 +147,7 @@ func (s *Server) routes() {
 	m.Handle("/v1/completions", s.api(http.MethodPost, s.proxy(endpointCompletions)))
 	m.Handle("/v1/embeddings", s.api(http.MethodPost, s.proxy(endpointEmbeddings)))
 	m.Handle("/v1/models", s.api(http.MethodGet, s.handleModels))
+	m.Handle("/v1/models/", s.api(http.MethodGet, s.handleModel))
 	m.Handle("/v1/messages", s.anthropicAPI(s.handleMessages))
 	m.Handle("/v1/messages/count_tokens", s.anthropicAPI(s.handleCountTokens))
 	m.Handle("/v1/responses", s.api(http.MethodPost, s.handleResponses))
@@ -215,4 +216,15 @@ func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "application/json")
 	_, _ = w.Write([]byte(`{"status":"ready"}`))
+}
+
+// route resolves model for p. For a key with a model list, an unknown
+// model's error suggests and lists only the models that key may use.
+func (s *Server) route(p keys.Principal, model string) (*router.Route, error) {
+	t := s.Table()
+	r, err := t.Route(model)
+	if err != nil && !p.Master && p.Key != nil && len(p.Key.Models) > 0 {
+		return nil, t.NotFoundFor(model, p.Key.Allows)
+	}
+	return r, err
 }
