@@ -80,6 +80,10 @@ func hostPort(u *url.URL) string {
 	return net.JoinHostPort(u.Hostname(), "80")
 }
 
+// earlyAnswerWait bounds the wait for an answer the backend may have sent
+// before it stopped reading the request body.
+const earlyAnswerWait = time.Second
+
 // aLongTimeAgo is a deadline in the past: setting it makes blocked reads
 // and writes on a connection return at once.
 var aLongTimeAgo = time.Unix(1, 0)
@@ -238,11 +242,24 @@ func (cl *h1Client) roundTrip(ctx context.Context, pc *h1Conn, req *http.Request
 		}
 		return nil, err
 	}
-	if err := req.Write(pc.bw); err != nil {
-		return fail(err)
+	werr := req.Write(pc.bw)
+	if werr == nil {
+		werr = pc.bw.Flush()
 	}
-	if err := pc.bw.Flush(); err != nil {
-		return fail(err)
+	if werr != nil {
+		// A backend may answer before it read the whole body (413, 400,
+		// 401) and close: that answer, if it came, beats "broken pipe".
+		if ctx.Err() != nil {
+			return fail(werr)
+		}
+		_ = pc.conn.SetReadDeadline(time.Now().Add(earlyAnswerWait))
+		resp, err := http.ReadResponse(pc.br, req)
+		if err != nil || resp.StatusCode < 200 {
+			return fail(werr)
+		}
+		_ = pc.conn.SetReadDeadline(time.Time{})
+		resp.Body = &h1Body{rc: resp.Body, pc: pc, cl: cl, stop: stop, keep: false, ctx: ctx}
+		return resp, nil
 	}
 	var resp *http.Response
 	for {

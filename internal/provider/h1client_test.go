@@ -410,3 +410,38 @@ func TestH1_IdleConnectionsAreClosedAfterTheIdleTimeout(t *testing.T) {
 		t.Fatalf("%d hosts still pooled after the reap", n)
 	}
 }
+
+// A backend that refuses a large body before reading it (413) and closes:
+// the client gets the backend's answer, not "broken pipe".
+func TestH1_EarlyAnswerToALargeBodyIsReturned(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		br := bufio.NewReader(c)
+		for { // the headers only
+			line, err := br.ReadString('\n')
+			if err != nil || line == "\r\n" {
+				break
+			}
+		}
+		io.WriteString(c, "HTTP/1.1 413 Request Entity Too Large\r\nContent-Type: application/json\r\nContent-Length: 26\r\nConnection: close\r\n\r\n{\"error\":\"body too large\"}")
+		time.Sleep(50 * time.Millisecond) // let the answer leave before the close
+		c.Close()
+	}()
+	b := testBackend(t, "http://"+ln.Addr().String(), 0)
+	big := strings.Repeat("x", 16<<20)
+	resp, err := post(t, b, context.Background(), "/v1/chat/completions", big)
+	if err != nil {
+		t.Fatalf("got %v, want the backend's 413", err)
+	}
+	if got := readAll(t, resp); resp.StatusCode != http.StatusRequestEntityTooLarge || got != `{"error":"body too large"}` {
+		t.Fatalf("got %d %q", resp.StatusCode, got)
+	}
+}
