@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -443,5 +444,13 @@ func TestH1_EarlyAnswerToALargeBodyIsReturned(t *testing.T) {
 	}
 	if got := readAll(t, resp); resp.StatusCode != http.StatusRequestEntityTooLarge || got != `{"error":"body too large"}` {
 		t.Fatalf("got %d %q", resp.StatusCode, got)
+	}
+}
+
+func TestShortErr_KeepsTheInnermostNetworkError(t *testing.T) {
+	inner := &net.OpError{Op: "write", Net: "tcp", Err: syscall.ECONNRESET}
+	outer := &net.OpError{Op: "readfrom", Net: "tcp", Err: inner}
+	if got := shortErr(fmt.Errorf("wrapped: %w", outer)); got != "write: connection reset by peer" {
+		t.Fatalf("shortErr = %q", got)
 	}
 }

@@ -202,6 +202,15 @@ func (b *Backend) Classify(ctx context.Context, err error) *apierror.Error {
 func shortErr(err error) string {
 	var oe *net.OpError
 	if errors.As(err, &oe) && oe.Err != nil {
+		// The innermost operation is the informative one ("write:
+		// connection reset by peer", not "readfrom tcp …: write tcp …").
+		for {
+			var inner *net.OpError
+			if !errors.As(oe.Err, &inner) || inner.Err == nil {
+				break
+			}
+			oe = inner
+		}
 		return fmt.Sprintf("%s: %v", oe.Op, oe.Err)
 	}
 	return err.Error()
