@@ -16,7 +16,6 @@ import (
 	"llmgate/internal/jsonscan"
 	"llmgate/internal/router"
 	"llmgate/internal/sse"
-	"llmgate/internal/tracing"
 	"llmgate/internal/translate"
 )
 
@@ -47,14 +46,8 @@ func (s *Server) attemptHub(ctx context.Context, w http.ResponseWriter, c *call,
 	b := dep.Backend
 	// timeout bounds the whole attempt, stream included; the idle gap
 	// (armed once headers arrive) cancels with errIdleGap as the cause.
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	if t := b.Timeout(); t > 0 {
-		var cancelT context.CancelFunc
-		ctx, cancelT = context.WithTimeout(ctx, t)
-		defer cancelT()
-	}
-	t0 := time.Now()
+	ctx, cancel, release := attemptContext(ctx, b)
+	defer release()
 	anthropicBackend := b.Dialect == config.DialectAnthropic
 	var body []byte
 	var err error
@@ -78,24 +71,12 @@ func (s *Server) attemptHub(ctx context.Context, w http.ResponseWriter, c *call,
 	if err != nil {
 		return false, c.fail(err)
 	}
-	hr, err := b.NewRequest(ctx, path, body, c.reqID)
+	resp, t0, err := s.send(ctx, c, dep, path, body, nil)
 	if err != nil {
-		return false, c.fail(err)
-	}
-	tracing.Inject(ctx, hr.Header)
-	if c.stream {
-		hr.Header["Accept"] = []string{"text/event-stream"}
-	}
-	resp, err := b.Do(hr)
-	if err != nil {
-		return false, c.fail(err)
+		return false, err
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode/100 != 2 {
-		return false, c.fail(s.upstreamError(c, resp))
-	}
-	dep.ObserveLatency(time.Since(t0)) // for lowest_latency balancing, as chat does
-	if c.stream && strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+	if c.stream && isEventStream(resp) {
 		idle := startIdleGap(b.IdleTimeout(), firstEventBudget(b, t0), cancel)
 		defer idle.stop()
 		return s.relayHubStream(w, ctx, c, resp, anthropicBackend, idle)
@@ -237,19 +218,14 @@ func (s *Server) relayHubStream(w http.ResponseWriter, ctx context.Context, c *c
 	}
 	for upstreamEvent(ev) {
 		if ev, err = rd.Next(); err != nil {
-			e := s.hubStreamError(ctx, c, err, idle)
-			if e.Code == "client_closed" {
-				c.status, c.errType = 499, "client_closed"
+			e := c.streamBroke(s.hubStreamError(ctx, c, err, idle))
+			if e == nil {
 				return true, nil
-			}
-			if e.Code != "stream_cut" {
-				e.Message = "stream interrupted: " + e.Message
 			}
 			// The client's translator gets e directly: routing it through
 			// up.Finish would turn it into an in-band error chunk that
 			// hubChunk reports as "the backend reported an error", wrapping
 			// the message twice for a stream the backend merely cut.
-			c.status, c.errType = e.Status, e.Code
 			write(out.Finish(e))
 			return true, e
 		}

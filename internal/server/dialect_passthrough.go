@@ -14,7 +14,6 @@ import (
 	"llmgate/internal/apierror"
 	"llmgate/internal/router"
 	"llmgate/internal/sse"
-	"llmgate/internal/tracing"
 	"llmgate/internal/translate"
 )
 
@@ -29,32 +28,18 @@ import (
 func (s *Server) attemptPassthroughAnthropic(ctx context.Context, w http.ResponseWriter, c *call, dep router.Deployment) (bool, error) {
 	c.dep = dep
 	b := dep.Backend
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	if t := b.Timeout(); t > 0 {
-		var cancelT context.CancelFunc
-		ctx, cancelT = context.WithTimeout(ctx, t)
-		defer cancelT()
-	}
-	t0 := time.Now()
-	hr, err := b.NewRequest(ctx, "/v1/messages", anthropicPassthroughBody(c.body, dep.UpstreamModel), c.reqID)
+	ctx, cancel, release := attemptContext(ctx, b)
+	defer release()
+	resp, t0, err := s.send(ctx, c, dep, "/v1/messages", anthropicPassthroughBody(c.body, dep.UpstreamModel), func(h http.Header) {
+		if beta := c.anthropicBeta; beta != "" {
+			h.Set("Anthropic-Beta", beta)
+		}
+	})
 	if err != nil {
-		return false, c.fail(err)
-	}
-	tracing.Inject(ctx, hr.Header)
-	if beta := c.anthropicBeta; beta != "" {
-		hr.Header.Set("Anthropic-Beta", beta)
-	}
-	resp, err := b.Do(hr)
-	if err != nil {
-		return false, c.fail(err)
+		return false, err
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode/100 != 2 {
-		return false, c.fail(s.upstreamError(c, resp))
-	}
-	dep.ObserveLatency(time.Since(t0)) // for lowest_latency balancing, as chat does
-	if !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+	if !isEventStream(resp) {
 		raw, err := io.ReadAll(io.LimitReader(resp.Body, 256<<20))
 		c.ttft = time.Since(c.start)
 		if err != nil {
@@ -97,15 +82,10 @@ func (s *Server) attemptPassthroughAnthropic(ctx context.Context, w http.Respons
 			return true, nil
 		}
 		if ev, err = rd.Next(); err != nil {
-			e := s.passthroughStreamError(ctx, c, err, idle)
-			if e.Code == "client_closed" {
-				c.status, c.errType = 499, "client_closed"
+			e := c.streamBroke(s.passthroughStreamError(ctx, c, err, idle))
+			if e == nil {
 				return true, nil
 			}
-			if e.Code != "stream_cut" {
-				e.Message = "stream interrupted: " + e.Message
-			}
-			c.status, c.errType = e.Status, e.Code
 			_ = sw.WriteEvent("error", anthropic.MarshalError(e))
 			return true, e
 		}

@@ -19,7 +19,6 @@ import (
 	"llmgate/internal/jsonscan"
 	"llmgate/internal/keys"
 	"llmgate/internal/router"
-	"llmgate/internal/tracing"
 	"llmgate/internal/usage"
 )
 
@@ -231,41 +230,18 @@ func (s *Server) attempt(ctx context.Context, w http.ResponseWriter, c *call, de
 	}
 	ctx, endSpan := s.traceAttempt(ctx, c, dep)
 	defer func() { endSpan(err) }()
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	if t := b.Timeout(); t > 0 {
-		var cancelT context.CancelFunc
-		ctx, cancelT = context.WithTimeout(ctx, t)
-		defer cancelT()
-	}
-	t0 := time.Now()
+	ctx, cancel, release := attemptContext(ctx, b)
+	defer release()
 	if dep.UpstreamModel != c.model {
 		body = setModel(body, dep.UpstreamModel)
 	}
-	req, err := b.NewRequest(ctx, c.ep.path, body, c.reqID)
+	resp, t0, err := s.send(ctx, c, dep, c.ep.path, body, nil)
 	if err != nil {
-		return false, c.fail(err)
-	}
-	tracing.Inject(ctx, req.Header)
-	if c.stream {
-		req.Header["Accept"] = []string{"text/event-stream"}
-	}
-	resp, err := b.Do(req)
-	if err != nil {
-		return false, c.fail(err)
+		return false, err
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode/100 != 2 {
-		return false, c.fail(s.upstreamError(c, resp))
-	}
-	dep.ObserveLatency(time.Since(t0))
-	if c.stream && strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
-		first := b.FirstByteTimeout()
-		if first > 0 {
-			first -= time.Since(t0) // the headers used part of the budget
-			first = max(first, time.Millisecond)
-		}
-		idle := startIdleGap(b.IdleTimeout(), first, cancel)
+	if c.stream && isEventStream(resp) {
+		idle := startIdleGap(b.IdleTimeout(), firstEventBudget(b, t0), cancel)
 		defer idle.stop()
 		return s.relayStream(w, ctx, c, resp, idle)
 	}

@@ -7,13 +7,16 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"strings"
 	"time"
 
 	"llmgate/internal/api/openai"
 	"llmgate/internal/apierror"
 	"llmgate/internal/jsonscan"
 	"llmgate/internal/provider"
+	"llmgate/internal/router"
 	"llmgate/internal/sse"
+	"llmgate/internal/tracing"
 )
 
 var (
@@ -178,7 +181,19 @@ func (c *call) tapChunk(data []byte) bool {
 // got events: the client gets an error event, and the failure is returned
 // for the breaker (nil when the client itself went away).
 func (s *Server) endStream(sw *sse.Writer, ctx context.Context, c *call, err error, idle *idleGap) error {
-	e := s.streamError(ctx, c, err, idle)
+	e := c.streamBroke(s.streamError(ctx, c, err, idle))
+	if e == nil {
+		return nil
+	}
+	_ = sw.WriteData(openai.MarshalError(e))
+	return e
+}
+
+// streamBroke records a stream that failed after the client got events, in
+// every protocol: nil when the client itself went away (a 499), otherwise
+// the error to send as the stream's last event and to return for the
+// breaker.
+func (c *call) streamBroke(e *apierror.Error) *apierror.Error {
 	if e.Code == "client_closed" {
 		c.status, c.errType = 499, "client_closed"
 		return nil
@@ -187,8 +202,53 @@ func (s *Server) endStream(sw *sse.Writer, ctx context.Context, c *call, err err
 		e.Message = "stream interrupted: " + e.Message
 	}
 	c.status, c.errType = e.Status, e.Code
-	_ = sw.WriteData(openai.MarshalError(e))
 	return e
+}
+
+// attemptContext bounds one attempt by the backend's whole-request
+// timeout. cancel, with a cause, is also how the idle gap ends a stream;
+// release must be deferred.
+func attemptContext(ctx context.Context, b *provider.Backend) (_ context.Context, cancel context.CancelCauseFunc, release func()) {
+	ctx, cancel = context.WithCancelCause(ctx)
+	if t := b.Timeout(); t > 0 {
+		tctx, cancelT := context.WithTimeout(ctx, t)
+		return tctx, cancel, func() { cancelT(); cancel(nil) }
+	}
+	return ctx, cancel, func() { cancel(nil) }
+}
+
+// send posts body to path on one deployment and returns its 2xx answer
+// (the caller closes the body) and when the request left. The time to
+// headers feeds lowest_latency balancing; a failure comes back recorded on
+// the call, a non-2xx answer mapped by upstreamError.
+func (s *Server) send(ctx context.Context, c *call, dep router.Deployment, path string, body []byte, header func(http.Header)) (*http.Response, time.Time, error) {
+	t0 := time.Now()
+	req, err := dep.Backend.NewRequest(ctx, path, body, c.reqID)
+	if err != nil {
+		return nil, t0, c.fail(err)
+	}
+	tracing.Inject(ctx, req.Header)
+	if c.stream {
+		req.Header["Accept"] = []string{"text/event-stream"}
+	}
+	if header != nil {
+		header(req.Header)
+	}
+	resp, err := dep.Backend.Do(req)
+	if err != nil {
+		return nil, t0, c.fail(err)
+	}
+	if resp.StatusCode/100 != 2 {
+		defer resp.Body.Close()
+		return nil, t0, c.fail(s.upstreamError(c, resp))
+	}
+	dep.ObserveLatency(time.Since(t0))
+	return resp, t0, nil
+}
+
+// isEventStream reports whether an answer is SSE.
+func isEventStream(resp *http.Response) bool {
+	return strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream")
 }
 
 var genKeys = [][]byte{[]byte(`"content":"`), []byte(`"reasoning_content":"`), []byte(`"arguments":"`), []byte(`"text":"`)}
