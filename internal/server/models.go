@@ -43,7 +43,7 @@ func (s *Server) handleModels(w http.ResponseWriter, r *http.Request, p keys.Pri
 func (s *Server) handleModel(w http.ResponseWriter, r *http.Request, p keys.Principal) {
 	name := strings.TrimPrefix(r.URL.Path, "/v1/models/")
 	route, err := s.route(p, name)
-	if err == nil && !p.Master && !p.Key.Allows(name) {
+	if err != nil && apierror.From(err).Code == "model_not_allowed" {
 		// As on OpenAI: a model the key may not use is not found.
 		err = apierror.Newf(http.StatusNotFound, apierror.KindNotFound, "model_not_found",
 			"model %q is not available to this API key; GET /v1/models lists the models it may use", name)

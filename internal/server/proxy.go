@@ -9,7 +9,6 @@ import (
 	"io"
 	"net/http"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -172,10 +171,6 @@ func (s *Server) prepare(c *call, body []byte) ([]byte, error) {
 	}
 	c.model = model
 	c.body = body
-	if !c.principal.Master && !c.principal.Key.Allows(model) {
-		return nil, apierror.Newf(http.StatusForbidden, apierror.KindPermission, "model_not_allowed",
-			"API key %q may not use model %q; it may use: %s", c.principal.Key.Name, model, strings.Join(c.principal.Key.Models, ", "))
-	}
 	c.route = route
 	c.stream = jsonscan.Bool(body, sp[1])
 

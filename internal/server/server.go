@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -218,13 +219,21 @@ func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
 	_, _ = w.Write([]byte(`{"status":"ready"}`))
 }
 
-// route resolves model for p. For a key with a model list, an unknown
-// model's error suggests and lists only the models that key may use.
+// route resolves model for p and applies the key's model allow-list: a
+// model outside it is a 403 naming the models the key may use, and for a
+// key with a list an unknown model's 404 suggests and lists only those.
 func (s *Server) route(p keys.Principal, model string) (*router.Route, error) {
 	t := s.Table()
 	r, err := t.Route(model)
-	if err != nil && !p.Master && p.Key != nil && len(p.Key.Models) > 0 {
-		return nil, t.NotFoundFor(model, p.Key.Allows)
+	if err != nil {
+		if !p.Master && p.Key != nil && len(p.Key.Models) > 0 {
+			return nil, t.NotFoundFor(model, p.Key.Allows)
+		}
+		return nil, err
 	}
-	return r, err
+	if !p.Master && !p.Key.Allows(model) {
+		return nil, apierror.Newf(http.StatusForbidden, apierror.KindPermission, "model_not_allowed",
+			"API key %q may not use model %q; it may use: %s", p.Key.Name, model, strings.Join(p.Key.Models, ", "))
+	}
+	return r, nil
 }
