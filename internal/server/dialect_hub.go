@@ -108,7 +108,13 @@ func (s *Server) attemptHub(ctx context.Context, w http.ResponseWriter, c *call,
 		c.usage, c.haveUsage = *completion.Usage, true
 	}
 	if c.stream {
-		return s.hubCompletionAsStream(w, c, completion)
+		chat := raw // already a chat completion, unless an Anthropic backend sent it
+		if anthropicBackend {
+			if chat, err = json.Marshal(completion); err != nil {
+				return false, c.fail(err)
+			}
+		}
+		return s.hubCompletionAsStream(w, c, chat)
 	}
 	var out []byte
 	if h.completeRaw != nil && !anthropicBackend {
@@ -260,12 +266,8 @@ func streamErrorChunk(data []byte) ([]byte, bool) {
 // "stream" and sent one completion: the completion becomes the chat chunks
 // a streaming backend would have sent (see relayJSONAsStream), and those go
 // through the client's stream translator like any backend stream.
-func (s *Server) hubCompletionAsStream(w http.ResponseWriter, c *call, completion *openai.ChatCompletion) (bool, error) {
-	raw, err := json.Marshal(completion)
-	if err != nil {
-		return false, c.fail(err)
-	}
-	chunk, usageChunk, err := completionAsChunks(raw, true)
+func (s *Server) hubCompletionAsStream(w http.ResponseWriter, c *call, completion []byte) (bool, error) {
+	chunk, usageChunk, err := completionAsChunks(completion, true)
 	if err != nil {
 		return false, c.fail(apierror.Newf(http.StatusBadGateway, apierror.KindUpstream, "bad_upstream_response",
 			"backend %q answered a stream request with a completion the gateway cannot stream: %v", c.dep.Backend.Name, err))
