@@ -11,6 +11,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"llmgate/internal/rawio"
 )
 
 // h1Client is a lean HTTP/1.1 client for plain-http backends (local
@@ -113,6 +115,7 @@ func (cl *h1Client) get(ctx context.Context, addr string, fresh bool) (*h1Conn, 
 	if err != nil {
 		return nil, false, err
 	}
+	c = rawio.Wrap(c) // reads and writes without waking the runtime's monitor thread
 	pc := &h1Conn{addr: addr, conn: c}
 	pc.cr.r = c
 	pc.br = bufio.NewReaderSize(&pc.cr, 32<<10)
