@@ -31,16 +31,25 @@ const (
 	DialectAnthropic = "anthropic"
 )
 
+// Values of http_server.
+const (
+	HTTPServerBuiltin = "builtin"
+	HTTPServerStdlib  = "stdlib"
+)
+
 // Config is the whole gateway configuration. Models, backends and engines
 // live here; keys and usage live in the database.
 type Config struct {
 	Listen   string `yaml:"listen"`
 	Database string `yaml:"database"`
 	// MaxBodyBytes limits request bodies (default 32 MiB).
-	MaxBodyBytes int64               `yaml:"max_body_bytes"`
-	LogFormat    string              `yaml:"log_format"` // text (default) or json
-	Backends     map[string]*Backend `yaml:"backends"`
-	Models       map[string]*Model   `yaml:"models"`
+	MaxBodyBytes int64  `yaml:"max_body_bytes"`
+	LogFormat    string `yaml:"log_format"` // text (default) or json
+	// HTTPServer picks the server on the listener: builtin (default,
+	// llmgate's HTTP/1.1 server) or stdlib (Go's net/http server).
+	HTTPServer string              `yaml:"http_server"`
+	Backends   map[string]*Backend `yaml:"backends"`
+	Models     map[string]*Model   `yaml:"models"`
 	// Engines are local model servers started on demand (see engines.go).
 	Engines map[string]*Engine `yaml:"engines"`
 	// Redis (redis://host:port/db) shares rate-limit counters, concurrency
@@ -272,7 +281,7 @@ func wholeScalar(src string, start, end int) bool {
 }
 
 var knownKeys = map[string][]string{
-	"":                {"listen", "database", "max_body_bytes", "log_format", "backends", "models", "redis", "redis_prefix", "retention", "spool_dir", "routing"},
+	"":                {"listen", "database", "max_body_bytes", "log_format", "http_server", "backends", "models", "redis", "redis_prefix", "retention", "spool_dir", "routing"},
 	"routing":         {"retry_backoff", "circuit_breaker"},
 	"circuit_breaker": {"enabled", "consecutive_failures", "failure_rate", "min_requests", "half_life", "open_for", "open_max", "timeout_weight", "rate_limit_wait", "rate_limit_max"},
 	"backend": {"url", "api_key", "dialect", "headers", "connect_timeout", "first_byte_timeout", "timeout",
@@ -426,7 +435,10 @@ func (c *Config) Validate() error {
 		return le(0, "max_body_bytes", "must be positive")
 	}
 	if c.LogFormat != "" && c.LogFormat != "text" && c.LogFormat != "json" {
-		return le(0, "log_format", "must be text or json, not %q", c.LogFormat)
+		return le(c.Line("log_format"), "log_format", "must be text or json, not %q", c.LogFormat)
+	}
+	if c.HTTPServer != "" && c.HTTPServer != HTTPServerBuiltin && c.HTTPServer != HTTPServerStdlib {
+		return le(c.Line("http_server"), "http_server", "must be %s or %s, not %q", HTTPServerBuiltin, HTTPServerStdlib, c.HTTPServer)
 	}
 	for _, name := range sortedKeys(c.Backends) {
 		b := c.Backends[name]

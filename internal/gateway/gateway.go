@@ -16,9 +16,12 @@ import (
 	"strings"
 	"time"
 
+	"llmgate/internal/api/openai"
+	"llmgate/internal/apierror"
 	"llmgate/internal/config"
 	"llmgate/internal/console"
 	"llmgate/internal/engine"
+	"llmgate/internal/h1server"
 	"llmgate/internal/keys"
 	"llmgate/internal/metrics"
 	"llmgate/internal/router"
@@ -63,13 +66,15 @@ type Gateway struct {
 	// Engines runs the configured local engines (none when the config has
 	// no engines: section).
 	Engines *engine.Manager
-	HTTP    *http.Server
-	Addr    string // actual listen address
-	log     *slog.Logger
-	ln      net.Listener
-	cancel  context.CancelFunc
-	served  chan error
-	acct    *accounting
+	// HTTP serves the listener: h1server by default, net/http's Server
+	// with http_server: stdlib.
+	HTTP   httpServer
+	Addr   string // actual listen address
+	log    *slog.Logger
+	ln     net.Listener
+	cancel context.CancelFunc
+	served chan error
+	acct   *accounting
 }
 
 // OpenStore opens the store named by a database setting.
@@ -141,14 +146,38 @@ func Start(ctx context.Context, opt Options) (*Gateway, error) {
 	g.ln = ln
 	g.Addr = ln.Addr().String()
 	g.mountObservability()
-	g.HTTP = &http.Server{Handler: g.Server, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second,
-		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	g.HTTP = newHTTPServer(cfg.HTTPServer, g.Server, log)
 	wctx, cancel := context.WithCancel(context.Background())
 	g.cancel = cancel
 	go g.Verifier.Watch(wctx, 500*time.Millisecond)
 	go func() { g.served <- g.HTTP.Serve(ln) }()
 	g.Engines.Start()
 	return g, nil
+}
+
+// httpServer is what the gateway needs of an HTTP server.
+type httpServer interface {
+	Serve(net.Listener) error
+	Shutdown(context.Context) error
+	Close() error
+}
+
+// newHTTPServer returns the server for the listener. Both answer the
+// errors they raise themselves before a handler runs (malformed request,
+// headers too large) with the default limits of net/http.
+func newHTTPServer(kind string, h http.Handler, log *slog.Logger) httpServer {
+	if kind == config.HTTPServerStdlib {
+		return &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second,
+			ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	}
+	return &h1server.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second, Logger: log,
+		ErrorBody: func(status int, msg string) (string, []byte) {
+			kind := apierror.KindInvalidRequest
+			if status >= 500 {
+				kind = apierror.KindInternal
+			}
+			return "application/json", openai.MarshalError(apierror.New(status, kind, "bad_request", msg+" (llmgate speaks HTTP/1.1; check the client or proxy in front of it)"))
+		}}
 }
 
 // URL is the base URL clients use, with /v1.

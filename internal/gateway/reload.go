@@ -148,6 +148,7 @@ func (r *Reloader) warnRestartOnly(cfg *config.Config) {
 		{"database", prev.Database, cfg.Database},
 		{"max_body_bytes", prev.MaxBodyBytes, cfg.MaxBodyBytes},
 		{"log_format", prev.LogFormat, cfg.LogFormat},
+		{"http_server", prev.HTTPServer, cfg.HTTPServer},
 		{"engines", prev.Engines, cfg.Engines},
 	} {
 		if !reflect.DeepEqual(s.old, s.new) {

@@ -1,0 +1,60 @@
+package gateway
+
+import (
+	"bufio"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"llmgate/internal/config"
+	"llmgate/internal/h1server"
+)
+
+// Both servers of http_server serve the API, streams included.
+func TestHTTPServerSetting_BothServeTheAPI(t *testing.T) {
+	for _, kind := range []string{"", config.HTTPServerBuiltin, config.HTTPServerStdlib} {
+		t.Run("kind="+kind, func(t *testing.T) {
+			e := startEnv(t, func(c *config.Config) { c.HTTPServer = kind })
+			_, builtin := e.g.HTTP.(*h1server.Server)
+			if _, std := e.g.HTTP.(*http.Server); builtin == (kind == config.HTTPServerStdlib) || std != (kind == config.HTTPServerStdlib) {
+				t.Fatalf("http_server %q runs %T", kind, e.g.HTTP)
+			}
+			r := e.do("POST", "/v1/chat/completions", testMaster, chatBody("qwen", false, ""))
+			if r.status != 200 || !strings.Contains(r.body, `"choices"`) {
+				t.Fatalf("chat: %d %s", r.status, r.body)
+			}
+			r = e.do("POST", "/v1/chat/completions", testMaster, chatBody("qwen", true, ""))
+			if r.status != 200 || !strings.Contains(r.body, "data: [DONE]") {
+				t.Fatalf("stream: %d %s", r.status, r.body)
+			}
+		})
+	}
+}
+
+// A request the builtin server cannot parse gets the OpenAI error envelope,
+// like every other error of the API.
+func TestHTTPServerBuiltin_MalformedRequestGetsTheErrorEnvelope(t *testing.T) {
+	e := startEnv(t)
+	c, err := net.Dial("tcp", e.g.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	io.WriteString(c, "POST /v1/chat/completions HTTP/1.1\r\nContent-Length: 2\r\n\r\n{}")
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var env struct {
+		Error struct{ Message, Type string }
+	}
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 400 || json.Unmarshal(b, &env) != nil || !strings.Contains(env.Error.Message, "Host header") || env.Error.Type != "invalid_request_error" {
+		t.Fatalf("%d %s", resp.StatusCode, b)
+	}
+}
