@@ -38,9 +38,19 @@ type Writer interface {
 }
 
 // Ledger batches records and writes them asynchronously.
+//
+// Add appends to a queue under a mutex and wakes nobody: the writer looks
+// at the queue every Interval, or at once when a full batch is waiting. A
+// channel send per record would wake the writer's thread for every request,
+// which on a lightly loaded gateway costs a thread wake-up per request on
+// the CPU the requests need.
 type Ledger struct {
 	w        Writer
-	ch       chan Record
+	queue    []Record // guarded by mu
+	queueMax int
+	notFull  *sync.Cond // signalled when the writer takes records
+	kick     chan struct{}
+	stop     chan struct{}
 	done     chan struct{}
 	log      *slog.Logger
 	maxBatch int
@@ -89,8 +99,9 @@ func NewLedger(w Writer, opt Options, log *slog.Logger) *Ledger {
 	if opt.SpoolAfter <= 0 {
 		opt.SpoolAfter = 3
 	}
-	l := &Ledger{w: w, ch: make(chan Record, opt.Queue), done: make(chan struct{}), log: log,
+	l := &Ledger{w: w, queueMax: opt.Queue, kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}), log: log,
 		maxBatch: opt.MaxBatch, interval: opt.Interval, spool: opt.Spool, spoolAfter: opt.SpoolAfter}
+	l.notFull = sync.NewCond(&l.mu)
 	go l.run()
 	if l.spool != nil {
 		l.stopDrain, l.drainDone = make(chan struct{}), make(chan struct{})
@@ -109,26 +120,32 @@ var ErrClosed = errors.New("ledger closed")
 // record: back-pressure on requests is better than lost accounting.
 func (l *Ledger) Add(r Record) error {
 	l.mu.Lock()
+	for len(l.queue) >= l.queueMax && !l.closed {
+		l.notFull.Wait()
+	}
 	if l.closed {
 		l.mu.Unlock()
 		l.log.Error("usage record after ledger close", "id", r.ID, "model", r.Model)
 		return ErrClosed
 	}
-	// Holding mu while sending would block Close; a read lock pattern is not
-	// needed because sends are fast unless the queue is full.
+	l.queue = append(l.queue, r)
+	full := len(l.queue) >= l.maxBatch
 	l.mu.Unlock()
-	defer func() {
-		// Close may have closed the channel between the check and the send.
-		if recover() != nil {
-			l.log.Error("usage record lost at shutdown", "id", r.ID)
+	if full {
+		select {
+		case l.kick <- struct{}{}:
+		default:
 		}
-	}()
-	l.ch <- r
+	}
 	return nil
 }
 
 // Depth returns the number of queued records.
-func (l *Ledger) Depth() int { return len(l.ch) }
+func (l *Ledger) Depth() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.queue)
+}
 
 // Close stops accepting records and writes everything queued. It waits
 // until the queue is written or ctx ends.
@@ -136,8 +153,9 @@ func (l *Ledger) Close(ctx context.Context) error {
 	l.closeOnce.Do(func() {
 		l.mu.Lock()
 		l.closed = true
+		l.notFull.Broadcast()
 		l.mu.Unlock()
-		close(l.ch)
+		close(l.stop)
 	})
 	select {
 	case <-l.done:
@@ -161,29 +179,33 @@ func (l *Ledger) Close(ctx context.Context) error {
 
 func (l *Ledger) run() {
 	defer close(l.done)
-	batch := make([]Record, 0, l.maxBatch)
+	var spare []Record
 	t := time.NewTicker(l.interval)
 	defer t.Stop()
-	flush := func() {
-		if len(batch) == 0 {
-			return
-		}
-		l.write(batch)
-		batch = batch[:0]
-	}
 	for {
+		stopping := false
 		select {
-		case r, ok := <-l.ch:
-			if !ok {
-				flush()
-				return
-			}
-			batch = append(batch, r)
-			if len(batch) >= l.maxBatch {
-				flush()
-			}
 		case <-t.C:
-			flush()
+		case <-l.kick:
+		case <-l.stop:
+			stopping = true
+		}
+		// Take the queue (Adds blocked on a full queue go on at once) and
+		// write it a batch at a time.
+		l.mu.Lock()
+		taken := l.queue
+		l.queue = spare[:0]
+		if len(taken) > 0 {
+			l.notFull.Broadcast()
+		}
+		l.mu.Unlock()
+		for i := 0; i < len(taken); i += l.maxBatch {
+			l.write(taken[i:min(i+l.maxBatch, len(taken))])
+		}
+		clear(taken)
+		spare = taken[:0]
+		if stopping {
+			return
 		}
 	}
 }
