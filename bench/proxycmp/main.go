@@ -4,8 +4,11 @@
 //	go run ./bench/proxycmp            (or bench/gateway.sh)
 //
 // It starts, as separate processes: a fixed-answer upstream, a plain TCP
-// forwarder (the floor of any hop), a bare standard-library reverse proxy,
-// and `llmgate serve` (auth and ledger on). Throughput at 16 connections is
+// forwarder (the floor of any hop), a minimal HTTP/1.1 forwarder (one
+// goroutine per connection, http.ReadRequest, no auth or accounting: the
+// floor of an HTTP hop written with the standard library), a bare
+// standard-library reverse proxy, and `llmgate serve` (auth and ledger on);
+// with -b, a second llmgate binary beside it for an A/B of a change. Throughput at 16 connections is
 // measured with wrk when installed (a closed-loop Go generator otherwise);
 // latency at a fixed request rate with a wrk2-style open-loop generator that
 // measures from the scheduled send time, the targets taking turns in short
@@ -49,8 +52,10 @@ func (e *envList) Set(v string) error { *e = append(*e, v); return nil }
 
 var gwEnv envList
 
+var compareBin string
+
 func main() {
-	role := flag.String("role", "", "internal: upstream | revproxy")
+	role := flag.String("role", "", "upstream | revproxy | tcpfwd | leanfwd (internal), or load: -target URL at -rate for -duration")
 	addr := flag.String("addr", "127.0.0.1:0", "listen address for a role")
 	target := flag.String("target", "", "revproxy target URL")
 	duration := flag.Duration("duration", 10*time.Second, "length of each measurement")
@@ -58,6 +63,7 @@ func main() {
 	rate := flag.Int("rate", 1000, "requests per second for the latency test")
 	skipTP := flag.Bool("skip-throughput", false, "only run the latency test")
 	flag.Var(&gwEnv, "gw-env", "extra NAME=VALUE for the gateway process only (repeatable), e.g. GOMAXPROCS=1")
+	flag.StringVar(&compareBin, "b", "", "a second llmgate binary to measure beside this checkout's, interleaved (A/B of a change)")
 	flag.Parse()
 	var err error
 	switch *role {
@@ -67,6 +73,13 @@ func main() {
 		err = serveRevProxy(*addr, *target)
 	case "tcpfwd":
 		err = serveTCPForward(*addr, *target)
+	case "leanfwd":
+		err = serveLeanForward(*addr, *target)
+	case "load":
+		// Open-loop load on one target, for profiling a hop by hand.
+		lats, errs, lag := openLoop(*target, *rate, *duration)
+		r := summarize(lats, *duration, errs, lag)
+		fmt.Printf("%.0f req/s   p50 %.3f ms   p99 %.3f ms   errors %d   max dispatch lag %.3f ms\n", r.rps, ms(r.p50), ms(r.p99), r.errors, ms(r.lag))
 	case "":
 		err = orchestrate(*duration, *conns, *rate, *skipTP)
 	default:
@@ -142,6 +155,56 @@ func serveTCPForward(addr, target string) error {
 			defer up.Close()
 			go io.Copy(up, c)
 			io.Copy(c, up)
+		}()
+	}
+}
+
+// serveLeanForward is the floor of an HTTP hop: each client connection gets
+// one upstream connection and one goroutine that parses a request with
+// http.ReadRequest, forwards it and copies the answer back.
+func serveLeanForward(addr, target string) error {
+	u, err := url.Parse(target)
+	if err != nil {
+		return err
+	}
+	ln, err := listen(addr)
+	if err != nil {
+		return err
+	}
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return err
+		}
+		go func() {
+			defer c.Close()
+			br := bufio.NewReader(c)
+			bw := bufio.NewWriter(c)
+			up, err := net.Dial("tcp", u.Host)
+			if err != nil {
+				return
+			}
+			defer up.Close()
+			ubr := bufio.NewReader(up)
+			ubw := bufio.NewWriter(up)
+			for {
+				req, err := http.ReadRequest(br)
+				if err != nil {
+					return
+				}
+				body, _ := io.ReadAll(req.Body)
+				fmt.Fprintf(ubw, "POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", req.URL.Path, u.Host, len(body))
+				ubw.Write(body)
+				ubw.Flush()
+				resp, err := http.ReadResponse(ubr, nil)
+				if err != nil {
+					return
+				}
+				rb, _ := io.ReadAll(resp.Body)
+				fmt.Fprintf(bw, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", len(rb))
+				bw.Write(rb)
+				bw.Flush()
+			}
 		}()
 	}
 }
@@ -240,28 +303,35 @@ func orchestrate(dur time.Duration, conns, rate int, skipTP bool) error {
 		return err
 	}
 	defer fw.stop()
-	gwAddr := freePort()
-	cfgPath := filepath.Join(dir, "llmgate.yaml")
-	cfg := fmt.Sprintf("listen: %s\ndatabase: %s\nbackends:\n  up: {url: http://%s/v1}\nmodels:\n  m: {backend: up}\n", gwAddr, filepath.Join(dir, "llmgate.db"), up.addr)
-	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
+	lf, err := start(self, []string{"-role", "leanfwd", "-target", "http://" + up.addr}, nil)
+	if err != nil {
 		return err
 	}
-	gw := exec.Command(bin, "serve", "-c", cfgPath)
-	gw.Env = append(append(os.Environ(), "LLMGATE_MASTER_KEY="+masterKey), gwEnv...)
-	gwLog, _ := os.Create(filepath.Join(dir, "gateway.log"))
-	gw.Stdout, gw.Stderr = gwLog, gwLog
-	if err := gw.Start(); err != nil {
+	defer lf.stop()
+	gwAddr, gwPid, stopGw, err := startGateway(bin, dir, "a", up.addr)
+	if err != nil {
 		return err
 	}
-	defer func() { gw.Process.Signal(os.Interrupt); gw.Wait() }()
-	if err := waitUp("http://" + gwAddr + "/healthz"); err != nil {
-		return err
+	defer stopGw()
+	var bAddr string
+	var bPid int
+	if compareBin != "" {
+		var stopB func()
+		bAddr, bPid, stopB, err = startGateway(compareBin, dir, "b", up.addr)
+		if err != nil {
+			return fmt.Errorf("-b %s: %w", compareBin, err)
+		}
+		defer stopB()
 	}
 	targets := []struct{ name, url string }{
 		{"direct", "http://" + up.addr + "/v1/chat/completions"},
 		{"reverseproxy", "http://" + rp.addr + "/v1/chat/completions"},
 		{"tcpforward", "http://" + fw.addr + "/v1/chat/completions"},
+		{"leanfwd", "http://" + lf.addr + "/v1/chat/completions"},
 		{"llmgate", "http://" + gwAddr + "/v1/chat/completions"},
+	}
+	if bAddr != "" {
+		targets = append(targets, struct{ name, url string }{"llmgate-b", "http://" + bAddr + "/v1/chat/completions"})
 	}
 	for _, t := range targets { // sanity and warm-up
 		if err := check(t.url); err != nil {
@@ -294,8 +364,12 @@ func orchestrate(dur time.Duration, conns, rate int, skipTP bool) error {
 	const slice = 500 * time.Millisecond
 	rounds := max(1, int(dur/slice))
 	fmt.Printf("\nLatency, open loop, %d req/s, %s each (targets interleaved in %s slices), from scheduled send time\n", rate, time.Duration(rounds)*slice, slice)
-	order := []string{"direct", "tcpforward", "reverseproxy", "llmgate"}
-	pids := map[string]int{"tcpforward": fw.cmd.Process.Pid, "reverseproxy": rp.cmd.Process.Pid, "llmgate": gw.Process.Pid, "direct": up.cmd.Process.Pid}
+	order := []string{"direct", "tcpforward", "leanfwd", "reverseproxy", "llmgate"}
+	pids := map[string]int{"tcpforward": fw.cmd.Process.Pid, "reverseproxy": rp.cmd.Process.Pid, "llmgate": gwPid, "leanfwd": lf.cmd.Process.Pid, "direct": up.cmd.Process.Pid}
+	if bAddr != "" {
+		order = append(order, "llmgate-b")
+		pids["llmgate-b"] = bPid
+	}
 	urls := map[string]string{}
 	for _, x := range targets {
 		urls[x.name] = x.url
@@ -336,7 +410,7 @@ func orchestrate(dur time.Duration, conns, rate int, skipTP bool) error {
 		fmt.Printf("  %-13s %9.0f req/s   p50 %7.3f ms   p99 %7.3f ms   errors %d   max dispatch lag %.3f ms   %s CPU %.0f µs/request, %.1f context switches/request\n",
 			t, r.rps, ms(r.p50), ms(r.p99), r.errors, ms(r.lag), who, float64(a.cpu.Microseconds())/n, float64(a.switches)/n)
 	}
-	rss := vmHWM(gw.Process.Pid)
+	rss := vmHWM(gwPid)
 	fmt.Printf("\nRatios (targets from issue 2)\n")
 	if !skipTP {
 		fmt.Printf("  llmgate / reverseproxy throughput at %d conns: %.2fx   (target >= 1.0x)\n", conns, tp["llmgate"].rps/tp["reverseproxy"].rps)
@@ -347,7 +421,34 @@ func orchestrate(dur time.Duration, conns, rate int, skipTP bool) error {
 	fmt.Printf("  for scale, the bare reverse proxy adds p50 %.3f ms, p99 %.3f ms\n", ms(lat["reverseproxy"].p50-lat["direct"].p50), ms(lat["reverseproxy"].p99-lat["direct"].p99))
 	fmt.Printf("  and a plain TCP forwarder (no HTTP at all) adds p50 %.3f ms, p99 %.3f ms\n", ms(lat["tcpforward"].p50-lat["direct"].p50), ms(lat["tcpforward"].p99-lat["direct"].p99))
 	fmt.Printf("  gateway peak RSS: %.1f MB   (target <= 100 MB)\n", float64(rss)/1024)
+	if bAddr != "" {
+		fmt.Printf("  llmgate-b (%s) adds p50 %.3f ms, p99 %.3f ms\n", compareBin, ms(lat["llmgate-b"].p50-lat["direct"].p50), ms(lat["llmgate-b"].p99-lat["direct"].p99))
+	}
 	return nil
+}
+
+// startGateway starts `llmgate serve` from bin in front of upstream, with
+// auth and ledger on, and returns its address, pid and a stop function.
+func startGateway(bin, dir, name, upstream string) (string, int, func(), error) {
+	addr := freePort()
+	cfgPath := filepath.Join(dir, "llmgate-"+name+".yaml")
+	cfg := fmt.Sprintf("listen: %s\ndatabase: %s\nbackends:\n  up: {url: http://%s/v1}\nmodels:\n  m: {backend: up}\n", addr, filepath.Join(dir, "llmgate-"+name+".db"), upstream)
+	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
+		return "", 0, nil, err
+	}
+	gw := exec.Command(bin, "serve", "-c", cfgPath)
+	gw.Env = append(append(os.Environ(), "LLMGATE_MASTER_KEY="+masterKey), gwEnv...)
+	gwLog, _ := os.Create(filepath.Join(dir, "gateway-"+name+".log"))
+	gw.Stdout, gw.Stderr = gwLog, gwLog
+	if err := gw.Start(); err != nil {
+		return "", 0, nil, err
+	}
+	stop := func() { gw.Process.Signal(os.Interrupt); gw.Wait() }
+	if err := waitUp("http://" + addr + "/healthz"); err != nil {
+		stop()
+		return "", 0, nil, err
+	}
+	return addr, gw.Process.Pid, stop, nil
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
