@@ -385,6 +385,7 @@ func orchestrate(dur time.Duration, conns, rate int, skipTP bool) error {
 	for _, t := range order {
 		accs[t] = &acc{}
 	}
+	steal0, total0 := stealTime()
 	for r := 0; r < rounds; r++ {
 		for _, t := range order {
 			a := accs[t]
@@ -409,6 +410,9 @@ func orchestrate(dur time.Duration, conns, rate int, skipTP bool) error {
 		n := float64(len(a.lats) + a.errs)
 		fmt.Printf("  %-13s %9.0f req/s   p50 %7.3f ms   p99 %7.3f ms   errors %d   max dispatch lag %.3f ms   %s CPU %.0f µs/request, %.1f context switches/request\n",
 			t, r.rps, ms(r.p50), ms(r.p99), r.errors, ms(r.lag), who, float64(a.cpu.Microseconds())/n, float64(a.switches)/n)
+	}
+	if steal1, total1 := stealTime(); total1 > total0 {
+		fmt.Printf("  host steal during the latency test: %.1f%% of CPU time (a busy host; above ~1%% the tails are the host's)\n", 100*float64(steal1-steal0)/float64(total1-total0))
 	}
 	rss := vmHWM(gwPid)
 	fmt.Printf("\nRatios (targets from issue 2)\n")
@@ -673,6 +677,27 @@ func cpuTime(pid int) time.Duration {
 	ut, _ := strconv.ParseInt(f[11], 10, 64)
 	st, _ := strconv.ParseInt(f[12], 10, 64)
 	return time.Duration(ut+st) * 10 * time.Millisecond // USER_HZ is 100 on Linux
+}
+
+// stealTime returns the machine's steal and total CPU time (jiffies) from
+// /proc/stat: time the hypervisor gave this VM's CPUs to someone else.
+func stealTime() (steal, total int64) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, 0
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	for i, x := range f[1:] {
+		v, _ := strconv.ParseInt(x, 10, 64)
+		if i < 8 { // user … steal; guest time is already in user
+			total += v
+		}
+		if i == 7 {
+			steal = v
+		}
+	}
+	return steal, total
 }
 
 // ctxSwitches sums the voluntary and involuntary context switches of every
