@@ -12,6 +12,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/valyala/fastjson"
+
 	"llmgate/internal/api/openai"
 	"llmgate/internal/apierror"
 	"llmgate/internal/config"
@@ -328,30 +330,68 @@ func (s *Server) checkResult(c *call, body []byte) error {
 		return apierror.Newf(http.StatusBadGateway, apierror.KindUpstream, "bad_upstream_response",
 			"backend %q answered 200 but %s; the body starts: %s", c.dep.Backend.Name, why, quoteStart(body, 200))
 	}
-	if !json.Valid(body) {
+	// One parse validates the body and finds the result, usage and error
+	// (this runs on every answer, before the client gets it).
+	p := answerParsers.Get()
+	defer answerParsers.Put(p)
+	v, err := p.ParseBytes(body)
+	if err != nil {
 		return bad("the body is not valid JSON")
 	}
-	sp, err := jsonscan.Find(body, c.ep.required, "usage", "error")
+	obj, err := v.Object()
 	if err != nil {
 		return bad("the body is not a JSON object")
 	}
-	if !jsonscan.IsNull(body, sp[2]) && !sp[0].Valid() {
+	result, usage, errv := obj.Get(c.ep.required), obj.Get("usage"), obj.Get("error")
+	hasResult := result != nil && result.Type() != fastjson.TypeNull
+	if errv != nil && errv.Type() != fastjson.TypeNull && result == nil {
 		return apierror.Newf(http.StatusBadGateway, apierror.KindUpstream, "upstream_error_in_body",
 			"backend %q answered 200 with an error: %s", c.dep.Backend.Name, errorMessage(body))
 	}
-	if !sp[0].Valid() || jsonscan.IsNull(body, sp[0]) {
+	if !hasResult {
 		return bad(fmt.Sprintf("its body has no %q", c.ep.required))
 	}
-	if !jsonscan.IsNull(body, sp[1]) {
-		var u openai.Usage
-		if json.Unmarshal(body[sp[1].Start:sp[1].End], &u) == nil {
-			c.usage, c.haveUsage = u, true
-		}
+	if u, ok := usageOf(usage); ok {
+		c.usage, c.haveUsage = u, true
 	}
 	if !c.haveUsage {
 		c.outChars = approxGeneratedChars(body)
 	}
 	return nil
+}
+
+var answerParsers fastjson.ParserPool
+
+// usageOf reads an OpenAI usage object; ok is false when v is not one
+// (absent, null, or not an object with integer counts).
+func usageOf(v *fastjson.Value) (u openai.Usage, ok bool) {
+	if v == nil || v.Type() != fastjson.TypeObject {
+		return u, false
+	}
+	count := func(v *fastjson.Value, key string) (int, bool) {
+		x := v.Get(key)
+		if x == nil || x.Type() == fastjson.TypeNull {
+			return 0, true
+		}
+		n, err := x.Int()
+		return n, err == nil
+	}
+	var oks [3]bool
+	u.PromptTokens, oks[0] = count(v, "prompt_tokens")
+	u.CompletionTokens, oks[1] = count(v, "completion_tokens")
+	u.TotalTokens, oks[2] = count(v, "total_tokens")
+	if !oks[0] || !oks[1] || !oks[2] {
+		return openai.Usage{}, false
+	}
+	if d := v.Get("prompt_tokens_details"); d != nil && d.Type() == fastjson.TypeObject {
+		n, _ := count(d, "cached_tokens")
+		u.PromptTokensDetails = &openai.PromptTokensDetails{CachedTokens: n}
+	}
+	if d := v.Get("completion_tokens_details"); d != nil && d.Type() == fastjson.TypeObject {
+		n, _ := count(d, "reasoning_tokens")
+		u.CompletionTokensDetails = &openai.CompletionTokensDetails{ReasoningTokens: n}
+	}
+	return u, true
 }
 
 // upstreamError maps a non-2xx backend answer to what the client should see:
