@@ -35,6 +35,7 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"net/textproto"
 	"runtime"
 	"strconv"
 	"strings"
@@ -769,7 +770,7 @@ func (w *response) commit(final bool, next []byte) {
 		}
 	}
 	if _, ok := h["Date"]; !ok {
-		h["Date"] = []string{time.Now().UTC().Format(http.TimeFormat)}
+		h["Date"] = []string{httpDate()}
 	}
 	if !w.c.r.bodyDoneNow() && !req.Close {
 		// The handler answers before reading the whole body: if the client
@@ -797,12 +798,54 @@ func (w *response) commit(final bool, next []byte) {
 	bw.WriteByte(' ')
 	bw.WriteString(statusText(w.status))
 	bw.WriteString("\r\n")
-	h.Write(bw)
+	writeHeaderFields(bw, h)
 	bw.WriteString("\r\n")
 	if len(w.buf) > 0 {
 		w.writeBody(w.buf)
 		w.buf = nil
 	}
+}
+
+// writeHeaderFields writes h as http.Header.Write does (fields with invalid
+// names dropped, CR and LF in values turned to spaces) but unsorted: the
+// order of header fields carries no meaning, and sorting costs a pool
+// round trip per answer.
+func writeHeaderFields(bw *bufio.Writer, h http.Header) {
+	for k, vv := range h {
+		if !httpguts.ValidHeaderFieldName(k) {
+			continue
+		}
+		for _, v := range vv {
+			if strings.ContainsAny(v, "\r\n") {
+				v = headerNewlineToSpace.Replace(v)
+			}
+			bw.WriteString(k)
+			bw.WriteString(": ")
+			bw.WriteString(textproto.TrimString(v))
+			bw.WriteString("\r\n")
+		}
+	}
+}
+
+var headerNewlineToSpace = strings.NewReplacer("\n", " ", "\r", " ")
+
+type cachedDate struct {
+	sec int64
+	s   string
+}
+
+var dateCache atomic.Pointer[cachedDate]
+
+// httpDate is the Date header value, formatted once a second.
+func httpDate() string {
+	now := time.Now()
+	sec := now.Unix()
+	if d := dateCache.Load(); d != nil && d.sec == sec {
+		return d.s
+	}
+	d := &cachedDate{sec: sec, s: now.UTC().Format(http.TimeFormat)}
+	dateCache.Store(d)
+	return d.s
 }
 
 func (w *response) writeBody(p []byte) {

@@ -539,3 +539,21 @@ func TestRequestFields(t *testing.T) {
 		t.Fatal("request context still live after the handler returned")
 	}
 }
+
+// A header value with CR/LF cannot inject a header field, and a field
+// with an invalid name is dropped, as with net/http.
+func TestHeaderValuesCannotInjectFields(t *testing.T) {
+	both(t, func(t *testing.T, start startFunc) {
+		addr, _ := start(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header()["X-Note"] = []string{"a\r\nX-Injected: 1"}
+			w.Header()["Bad Name"] = []string{"x"}
+			io.WriteString(w, "ok")
+		}))
+		c := dial(t, addr)
+		c.send("GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+		resp, body := c.read("GET")
+		if body != "ok" || resp.Header.Get("X-Injected") != "" || resp.Header.Get("Bad Name") != "" || resp.Header.Get("X-Note") != "a  X-Injected: 1" {
+			t.Fatalf("headers %v, body %q", resp.Header, body)
+		}
+	})
+}
