@@ -63,6 +63,7 @@ func main() {
 	rate := flag.Int("rate", 1000, "requests per second for the latency test")
 	skipTP := flag.Bool("skip-throughput", false, "only run the latency test")
 	flag.Var(&gwEnv, "gw-env", "extra NAME=VALUE for the gateway process only (repeatable), e.g. GOMAXPROCS=1")
+	dump := flag.String("dump", "", "with -role load: write each request's scheduled time and latency (ms), one per line, to this file")
 	flag.StringVar(&compareBin, "b", "", "a second llmgate binary to measure beside this checkout's, interleaved (A/B of a change)")
 	flag.Parse()
 	var err error
@@ -78,6 +79,15 @@ func main() {
 	case "load":
 		// Open-loop load on one target, for profiling a hop by hand.
 		lats, errs, lag := openLoop(*target, *rate, *duration)
+		if *dump != "" {
+			var b strings.Builder
+			for i, l := range lastLoop {
+				fmt.Fprintf(&b, "%.3f %.3f\n", float64(i)*1000/float64(*rate), ms(l))
+			}
+			if err := os.WriteFile(*dump, []byte(b.String()), 0o644); err != nil {
+				log.Fatal(err)
+			}
+		}
 		r := summarize(lats, *duration, errs, lag)
 		fmt.Printf("%.0f req/s   p50 %.3f ms   p99 %.3f ms   errors %d   max dispatch lag %.3f ms\n", r.rps, ms(r.p50), ms(r.p99), r.errors, ms(r.lag))
 	case "":
@@ -585,6 +595,10 @@ func closedLoop(u string, conns int, dur time.Duration) (result, error) {
 // answer, with no per-request goroutine or client hand-off. Request i goes
 // to connection i mod conns; with 64 connections at 1,000 req/s each sees
 // a request every 64 ms, far longer than an answer takes.
+// lastLoop is the latest openLoop's latencies in schedule order (0 for a
+// failed request), for -dump.
+var lastLoop []time.Duration
+
 func openLoop(u string, rate int, dur time.Duration) (good []time.Duration, errs int, maxLag time.Duration) {
 	const conns = 64
 	pu, err := url.Parse(u)
@@ -639,6 +653,7 @@ func openLoop(u string, rate int, dur time.Duration) (good []time.Duration, errs
 		}(k)
 	}
 	wg.Wait()
+	lastLoop = lats
 	for i := range lats {
 		if ok[i] {
 			good = append(good, lats[i])
