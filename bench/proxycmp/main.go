@@ -349,7 +349,9 @@ func orchestrate(dur time.Duration, conns, rate int, skipTP bool) error {
 		}
 	}
 	wrk, _ := exec.LookPath("wrk")
-	fmt.Printf("\nThroughput, closed loop, %d connections, %s each (%s)\n", conns, dur, map[bool]string{true: "wrk -t1", false: "Go generator; install wrk for a lighter client"}[wrk != ""])
+	if !skipTP {
+		fmt.Printf("\nThroughput, closed loop, %d connections, %s each (%s)\n", conns, dur, map[bool]string{true: "wrk -t1", false: "Go generator; install wrk for a lighter client"}[wrk != ""])
+	}
 	tp := map[string]result{}
 	for _, t := range targets {
 		if skipTP {
@@ -396,7 +398,22 @@ func orchestrate(dur time.Duration, conns, rate int, skipTP bool) error {
 		accs[t] = &acc{}
 	}
 	steal0, total0 := stealTime()
+	// Blocks of rounds (about 6s each) are summarised apart too, with the
+	// host's steal time in each, so a run disturbed by the host in part can
+	// be told from one that is slow throughout.
+	const blockRounds = 12
+	type block struct {
+		lats         map[string][]time.Duration
+		steal, total int64
+	}
+	var blocks []*block
 	for r := 0; r < rounds; r++ {
+		if r%blockRounds == 0 {
+			b := &block{lats: map[string][]time.Duration{}}
+			b.steal, b.total = stealTime()
+			blocks = append(blocks, b)
+		}
+		b := blocks[len(blocks)-1]
 		for _, t := range order {
 			a := accs[t]
 			cpu0, cs0 := cpuTime(pids[t]), ctxSwitches(pids[t])
@@ -404,8 +421,13 @@ func orchestrate(dur time.Duration, conns, rate int, skipTP bool) error {
 			a.cpu += cpuTime(pids[t]) - cpu0
 			a.switches += ctxSwitches(pids[t]) - cs0
 			a.lats = append(a.lats, lats...)
+			b.lats[t] = append(b.lats[t], lats...)
 			a.errs += errs
 			a.lag = max(a.lag, lag)
+		}
+		if r%blockRounds == blockRounds-1 || r == rounds-1 {
+			s1, t1 := stealTime()
+			b.steal, b.total = s1-b.steal, t1-b.total
 		}
 	}
 	lat := map[string]result{}
@@ -423,6 +445,20 @@ func orchestrate(dur time.Duration, conns, rate int, skipTP bool) error {
 	}
 	if steal1, total1 := stealTime(); total1 > total0 {
 		fmt.Printf("  host steal during the latency test: %.1f%% of CPU time (a busy host; above ~1%% the tails are the host's)\n", 100*float64(steal1-steal0)/float64(total1-total0))
+	}
+	if len(blocks) > 1 {
+		fmt.Printf("  by block of %s per target (the same runs, in time order):\n", time.Duration(blockRounds)*slice)
+		var p50s, p99s []float64
+		for i, b := range blocks {
+			d, g := summarize(b.lats["direct"], 0, 0, 0), summarize(b.lats["llmgate"], 0, 0, 0)
+			steal := 0.0
+			if b.total > 0 {
+				steal = 100 * float64(b.steal) / float64(b.total)
+			}
+			p50s, p99s = append(p50s, ms(g.p50-d.p50)), append(p99s, ms(g.p99-d.p99))
+			fmt.Printf("    block %d: host steal %4.1f%%   llmgate adds p50 %.3f ms, p99 %.3f ms\n", i+1, steal, ms(g.p50-d.p50), ms(g.p99-d.p99))
+		}
+		fmt.Printf("    median over blocks: adds p50 %.3f ms, p99 %.3f ms\n", median(p50s), median(p99s))
 	}
 	rss := vmHWM(gwPid)
 	fmt.Printf("\nRatios (targets from issue 2)\n")
@@ -692,6 +728,18 @@ func cpuTime(pid int) time.Duration {
 	ut, _ := strconv.ParseInt(f[11], 10, 64)
 	st, _ := strconv.ParseInt(f[12], 10, 64)
 	return time.Duration(ut+st) * 10 * time.Millisecond // USER_HZ is 100 on Linux
+}
+
+func median(xs []float64) float64 {
+	s := append([]float64(nil), xs...)
+	sort.Float64s(s)
+	if len(s) == 0 {
+		return 0
+	}
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
 // stealTime returns the machine's steal and total CPU time (jiffies) from
