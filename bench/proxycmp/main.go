@@ -143,36 +143,43 @@ func serveRevProxy(addr, target string) error {
 // serveTCPForward is the floor of any hop: bytes copied between two TCP
 // connections, no HTTP parsing at all.
 func serveTCPForward(addr, target string) error {
-	u, err := url.Parse(target)
-	if err != nil {
-		return err
-	}
-	ln, err := listen(addr)
-	if err != nil {
-		return err
-	}
-	for {
-		c, err := ln.Accept()
-		if err != nil {
-			return err
-		}
-		go func() {
-			defer c.Close()
-			up, err := net.Dial("tcp", u.Host)
-			if err != nil {
-				return
-			}
-			defer up.Close()
-			go io.Copy(up, c)
-			io.Copy(c, up)
-		}()
-	}
+	return forwardEach(addr, target, func(c, up net.Conn) {
+		go io.Copy(up, c)
+		io.Copy(c, up)
+	})
 }
 
 // serveLeanForward is the floor of an HTTP hop: each client connection gets
 // one upstream connection and one goroutine that parses a request with
 // http.ReadRequest, forwards it and copies the answer back.
 func serveLeanForward(addr, target string) error {
+	return forwardEach(addr, target, func(c, up net.Conn) {
+		br, bw := bufio.NewReader(c), bufio.NewWriter(c)
+		ubr, ubw := bufio.NewReader(up), bufio.NewWriter(up)
+		for {
+			req, err := http.ReadRequest(br)
+			if err != nil {
+				return
+			}
+			body, _ := io.ReadAll(req.Body)
+			fmt.Fprintf(ubw, "POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", req.URL.Path, up.RemoteAddr(), len(body))
+			ubw.Write(body)
+			ubw.Flush()
+			resp, err := http.ReadResponse(ubr, nil)
+			if err != nil {
+				return
+			}
+			rb, _ := io.ReadAll(resp.Body)
+			fmt.Fprintf(bw, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", len(rb))
+			bw.Write(rb)
+			bw.Flush()
+		}
+	})
+}
+
+// forwardEach accepts connections on addr and runs serve for each with a
+// connection of its own to target; both are closed when serve returns.
+func forwardEach(addr, target string, serve func(c, up net.Conn)) error {
 	u, err := url.Parse(target)
 	if err != nil {
 		return err
@@ -188,33 +195,12 @@ func serveLeanForward(addr, target string) error {
 		}
 		go func() {
 			defer c.Close()
-			br := bufio.NewReader(c)
-			bw := bufio.NewWriter(c)
 			up, err := net.Dial("tcp", u.Host)
 			if err != nil {
 				return
 			}
 			defer up.Close()
-			ubr := bufio.NewReader(up)
-			ubw := bufio.NewWriter(up)
-			for {
-				req, err := http.ReadRequest(br)
-				if err != nil {
-					return
-				}
-				body, _ := io.ReadAll(req.Body)
-				fmt.Fprintf(ubw, "POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", req.URL.Path, u.Host, len(body))
-				ubw.Write(body)
-				ubw.Flush()
-				resp, err := http.ReadResponse(ubr, nil)
-				if err != nil {
-					return
-				}
-				rb, _ := io.ReadAll(resp.Body)
-				fmt.Fprintf(bw, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", len(rb))
-				bw.Write(rb)
-				bw.Flush()
-			}
+			serve(c, up)
 		}()
 	}
 }
