@@ -614,3 +614,20 @@ models:
 		t.Fatalf("headers written twice:\n%s", gw.log.String())
 	}
 }
+
+// Translated streams treat a backend's comment keep-alives as a sign of
+// life too: the Anthropic SDK gets the whole answer across a gap longer
+// than idle_timeout.
+func TestDialectTimeout_MessagesStreamSurvivesKeepAliveGap(t *testing.T) {
+	up := newUpstream(t, "pings", keepAliveThen(500*time.Millisecond, true))
+	gw := startDialectGW(t, fmt.Sprintf(`
+backends:
+  pings: {url: %s, idle_timeout: 200ms}
+models:
+  m: {backend: pings}
+`, up.URL))
+	text, err := readAnthropicStream(t, gw.anthropicClient(), dialectCtx(t), "m")
+	if err != nil || text != "part0 from pings" {
+		t.Fatalf("text %q, err %v; want the whole answer", text, err)
+	}
+}

@@ -667,3 +667,64 @@ func TestStreamRequest_JSONAnswerBecomesAStream(t *testing.T) {
 		}
 	}
 }
+
+// keepAliveThen sends one event, then only comment keep-alives for gap,
+// then the rest of an answer.
+func keepAliveThen(gap time.Duration, first bool) func(*faultUpstream, http.ResponseWriter, *http.Request) {
+	return func(u *faultUpstream, w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.WriteHeader(200)
+		fl := w.(http.Flusher)
+		fl.Flush()
+		if first {
+			fmt.Fprint(w, "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"part0 \"}}]}\n\n")
+			fl.Flush()
+		}
+		for end := time.Now().Add(gap); time.Now().Before(end); {
+			select {
+			case <-r.Context().Done():
+				return
+			case <-time.After(40 * time.Millisecond):
+			}
+			fmt.Fprint(w, ": keep-alive\n\n")
+			fl.Flush()
+		}
+		fmt.Fprintf(w, "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"from %s\"}}]}\n\n", u.name)
+		fmt.Fprint(w, "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":2,\"total_tokens\":7}}\n\ndata: [DONE]\n\n")
+	}
+}
+
+// A backend that keeps the stream open with comments (a queueing provider,
+// another llmgate waiting for its engine) is alive: idle_timeout does not
+// cut it.
+func TestFailover_CommentKeepAlivesResetTheIdleGap(t *testing.T) {
+	up := newUpstream(t, "pings", keepAliveThen(500*time.Millisecond, true))
+	gw := startFaultGW(t, fmt.Sprintf(`
+backends:
+  pings: {url: %s, idle_timeout: 200ms}
+models:
+  m: {backend: pings}
+`, up.URL))
+	code, _, body := gw.chat("m", true)
+	if code != 200 || !strings.Contains(body, "part0") || !strings.Contains(body, "from pings") || strings.Contains(body, "idle") {
+		t.Fatalf("status %d body %q; want the whole answer across a 500ms gap of keep-alives", code, body)
+	}
+}
+
+// Before the first event, keep-alives do not satisfy first_byte_timeout:
+// the request fails over to a deployment that answers.
+func TestFailover_CommentKeepAlivesDoNotCountAsTheFirstEvent(t *testing.T) {
+	up := newUpstream(t, "pings", keepAliveThen(2*time.Second, false))
+	good := newUpstream(t, "good", answer)
+	gw := startFaultGW(t, fmt.Sprintf(`
+backends:
+  pings: {url: %s, first_byte_timeout: 200ms}
+  good: {url: %s}
+models:
+  m: {deployments: [{backend: pings}, {backend: good, priority: 1}]}
+`, up.URL, good.URL))
+	code, _, body := gw.chat("m", true)
+	if code != 200 || !strings.Contains(body, `"good"`) || strings.Contains(body, "pings") {
+		t.Fatalf("status %d body %q; want the answer of the other deployment", code, body)
+	}
+}

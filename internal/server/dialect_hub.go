@@ -145,6 +145,7 @@ func (s *Server) attemptHub(ctx context.Context, w http.ResponseWriter, c *call,
 // error event of its protocol, and is returned, committed, for the breaker.
 func (s *Server) relayHubStream(w http.ResponseWriter, ctx context.Context, c *call, resp *http.Response, anthropicBackend bool, idle *idleGap) (bool, error) {
 	rd := sse.NewReader(resp.Body, 0)
+	rd.OnComment = idle.alive
 	ev, err := rd.Next()
 	if err != nil {
 		return false, c.fail(s.hubStreamError(ctx, c, err, idle))

@@ -60,6 +60,7 @@ func (s *Server) attemptPassthroughAnthropic(ctx context.Context, w http.Respons
 	idle := startIdleGap(b.IdleTimeout(), firstEventBudget(b, t0), cancel)
 	defer idle.stop()
 	rd := sse.NewReader(resp.Body, 0)
+	rd.OnComment = idle.alive
 	ev, err := rd.Next()
 	if err != nil {
 		return false, c.fail(s.passthroughStreamError(ctx, c, err, idle))

@@ -36,6 +36,7 @@ var (
 // idle, when set, is re-armed after each event.
 func (s *Server) relayStream(w http.ResponseWriter, ctx context.Context, c *call, resp *http.Response, idle *idleGap) (committed bool, err error) {
 	rd := sse.NewReader(resp.Body, 0)
+	rd.OnComment = idle.alive
 	ev, err := rd.Next()
 	if err != nil {
 		return false, c.fail(s.streamError(ctx, c, err, idle))
@@ -113,6 +114,18 @@ func (g *idleGap) rearm() {
 	g.started = true
 	if g.d <= 0 {
 		g.timer.Stop()
+		return
+	}
+	g.timer.Reset(g.d)
+}
+
+// alive is called for a comment line from the backend: a keep-alive, such
+// as a queueing provider or another llmgate waiting for its local engine
+// sends. It counts as a sign of life for idle_timeout, but not as the first
+// event that first_byte_timeout waits for: a backend that only keeps the
+// line open has not started answering, and another deployment may.
+func (g *idleGap) alive() {
+	if g == nil || g.d <= 0 || (!g.started && g.first > 0) {
 		return
 	}
 	g.timer.Reset(g.d)

@@ -30,6 +30,9 @@ var ErrLineTooLong = errors.New("sse: line too long")
 // Reader reads events from a stream. It reuses its buffers: the Event
 // returned by Next is valid only until the next call.
 type Reader struct {
+	// OnComment, when set, is called for each comment line (": ping").
+	OnComment func()
+
 	br      *bufio.Reader
 	maxLine int
 	ev      Event
@@ -47,7 +50,8 @@ func NewReader(r io.Reader, maxLine int) *Reader {
 }
 
 // Next returns the next event that carries data or a name. Comment lines are
-// skipped. At the end of the stream it returns io.EOF, or
+// skipped, after a call to OnComment when it is set (keep-alives are a sign
+// of life even though they carry no event). At the end of the stream it returns io.EOF, or
 // io.ErrUnexpectedEOF if the stream ended in the middle of an event.
 func (r *Reader) Next() (*Event, error) {
 	r.data = r.data[:0]
@@ -75,6 +79,9 @@ func (r *Reader) Next() (*Event, error) {
 		}
 		partial = true
 		if line[0] == ':' {
+			if r.OnComment != nil {
+				r.OnComment()
+			}
 			continue
 		}
 		field, value := line, []byte(nil)

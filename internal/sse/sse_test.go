@@ -73,3 +73,20 @@ func TestWriter_FramesEvents(t *testing.T) {
 		t.Fatalf("round trip = %q", got)
 	}
 }
+
+func TestReader_OnCommentSeesEachKeepAlive(t *testing.T) {
+	r := NewReader(strings.NewReader(": ping\n\n: ping\ndata: a\n\n:\n\ndata: b\n\n"), 0)
+	comments := 0
+	r.OnComment = func() { comments++ }
+	var got []string
+	for {
+		ev, err := r.Next()
+		if err != nil {
+			break
+		}
+		got = append(got, string(ev.Data))
+	}
+	if strings.Join(got, ",") != "a,b" || comments != 3 {
+		t.Fatalf("events %q, %d comments; want a,b and 3", got, comments)
+	}
+}
