@@ -49,7 +49,7 @@ func wantNoRateLimitHeaders(t *testing.T, what string, r result) {
 		t.Fatalf("%s: status %d: %s", what, r.status, r.body)
 	}
 	for name := range r.header {
-		if strings.HasPrefix(strings.ToLower(name), "x-ratelimit-") {
+		if l := strings.ToLower(name); strings.HasPrefix(l, "x-ratelimit-") || strings.HasPrefix(l, "anthropic-ratelimit-") {
 			t.Fatalf("%s: %s set although no limit applies: %v", what, name, r.header)
 		}
 	}
@@ -75,6 +75,7 @@ func runKeyWithRPM5(t *testing.T, e *env) {
 		t.Fatalf("not an Anthropic message: %s", r.body)
 	}
 	wantRequestHeaders(t, "Anthropic /v1/messages answer", r, 200, "5", "2")
+	wantAnthropicRequestHeaders(t, "Anthropic /v1/messages answer", r, "5", "2")
 
 	// An error after admission carries them too: the backend fails.
 	r = e.do("POST", "/v1/chat/completions", secret, chatBody("err-500", false, ""))
@@ -86,6 +87,26 @@ func runKeyWithRPM5(t *testing.T, e *env) {
 	// The refusal has had them all along.
 	r = e.do("POST", "/v1/chat/completions", secret, chatBody("qwen", false, ""))
 	wantRequestHeaders(t, "refusal", r, http.StatusTooManyRequests, "5", "0")
+	r = e.do("POST", "/v1/messages", "", messagesBody, "x-api-key", secret, "anthropic-version", "2023-06-01")
+	if r.status != http.StatusTooManyRequests || !strings.Contains(r.body, `"type":"error"`) {
+		t.Fatalf("Anthropic refusal: %d %s", r.status, r.body)
+	}
+	wantAnthropicRequestHeaders(t, "Anthropic refusal", r, "5", "0")
+}
+
+// wantAnthropicRequestHeaders checks the anthropic-ratelimit request trio
+// of a Messages API answer: Anthropic's names, the reset as an RFC 3339 time.
+func wantAnthropicRequestHeaders(t *testing.T, what string, r result, limit, remaining string) {
+	t.Helper()
+	h := r.header
+	if h.Get("Anthropic-Ratelimit-Requests-Limit") != limit || h.Get("Anthropic-Ratelimit-Requests-Remaining") != remaining {
+		t.Fatalf("%s: anthropic-ratelimit-requests-limit %q remaining %q, want %s and %s (headers %v)", what,
+			h.Get("Anthropic-Ratelimit-Requests-Limit"), h.Get("Anthropic-Ratelimit-Requests-Remaining"), limit, remaining, h)
+	}
+	reset, err := time.Parse(time.RFC3339, h.Get("Anthropic-Ratelimit-Requests-Reset"))
+	if err != nil || reset.Before(time.Now().Add(-2*time.Second)) || reset.After(time.Now().Add(time.Minute+2*time.Second)) {
+		t.Fatalf("%s: anthropic-ratelimit-requests-reset %q is not an RFC 3339 time within the next minute", what, h.Get("Anthropic-Ratelimit-Requests-Reset"))
+	}
 }
 
 func TestRateLimitHeaders_OnEveryAnswerOfALimitedKey(t *testing.T) {

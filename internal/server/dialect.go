@@ -123,6 +123,7 @@ func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request, p keys.P
 	if err == nil {
 		err = s.admitModel(r.Context(), c, req.Model)
 		rateLimitHeaders(w, c.ticket)
+		anthropic.RateLimitHeaders(w.Header(), time.Now())
 	}
 	var h *hub
 	if err == nil {

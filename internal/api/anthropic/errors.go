@@ -3,6 +3,7 @@ package anthropic
 import (
 	"encoding/json"
 	"net/http"
+	"time"
 
 	"llmgate/internal/apierror"
 )
@@ -91,6 +92,7 @@ func WriteError(w http.ResponseWriter, err error) {
 	for k, vs := range e.Header {
 		h[k] = vs
 	}
+	RateLimitHeaders(h, time.Now())
 	h.Set("Content-Type", "application/json")
 	w.WriteHeader(e.Status)
 	_, _ = w.Write(MarshalError(e))
