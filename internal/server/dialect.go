@@ -87,7 +87,7 @@ func (s *Server) readJSON(w http.ResponseWriter, r *http.Request, c *call) ([]by
 	if len(strings.TrimSpace(string(body))) == 0 {
 		return nil, apierror.InvalidRequest("empty_body", "request body is empty: send a JSON object with model and the request")
 	}
-	if !json.Valid(body) {
+	if !jsonscan.Valid(body) {
 		off, desc := jsonscan.SyntaxOffset(body)
 		return nil, apierror.InvalidRequest("invalid_json", "request body is not valid JSON: %s (at byte offset %d)", desc, off)
 	}

@@ -155,7 +155,7 @@ func (s *Server) prepare(c *call, body []byte) ([]byte, error) {
 	if len(bytes.TrimSpace(body)) == 0 {
 		return nil, apierror.InvalidRequest("empty_body", `request body is empty: send a JSON object such as {"model": "...", "messages": [...]}`)
 	}
-	if !json.Valid(body) {
+	if !jsonscan.Valid(body) {
 		off, desc := jsonscan.SyntaxOffset(body)
 		return nil, apierror.InvalidRequest("invalid_json", "request body is not valid JSON: %s (at byte offset %d)", desc, off)
 	}
