@@ -442,7 +442,12 @@ func orchestrate(dur time.Duration, conns, rate int, skipTP bool) error {
 				steal = 100 * float64(b.steal) / float64(b.total)
 			}
 			p50s, p99s = append(p50s, ms(g.p50-d.p50)), append(p99s, ms(g.p99-d.p99))
-			fmt.Printf("    block %d: host steal %4.1f%%   llmgate adds p50 %.3f ms, p99 %.3f ms\n", i+1, steal, ms(g.p50-d.p50), ms(g.p99-d.p99))
+			line := fmt.Sprintf("    block %d: host steal %4.1f%%   llmgate adds p50 %.3f ms, p99 %.3f ms", i+1, steal, ms(g.p50-d.p50), ms(g.p99-d.p99))
+			if bl := b.lats["llmgate-b"]; len(bl) > 0 {
+				gb := summarize(bl, 0, 0, 0)
+				line += fmt.Sprintf("   llmgate-b adds p50 %.3f ms, p99 %.3f ms", ms(gb.p50-d.p50), ms(gb.p99-d.p99))
+			}
+			fmt.Println(line)
 		}
 		fmt.Printf("    median over blocks: adds p50 %.3f ms, p99 %.3f ms\n", median(p50s), median(p99s))
 	}

@@ -37,6 +37,12 @@ const (
 	HTTPServerStdlib  = "stdlib"
 )
 
+// Values of socket_io.
+const (
+	SocketIORaw      = "raw"
+	SocketIOStandard = "standard"
+)
+
 // Config is the whole gateway configuration. Models, backends and engines
 // live here; keys and usage live in the database.
 type Config struct {
@@ -47,9 +53,12 @@ type Config struct {
 	LogFormat    string `yaml:"log_format"` // text (default) or json
 	// HTTPServer picks the server on the listener: builtin (default,
 	// llmgate's HTTP/1.1 server) or stdlib (Go's net/http server).
-	HTTPServer string              `yaml:"http_server"`
-	Backends   map[string]*Backend `yaml:"backends"`
-	Models     map[string]*Model   `yaml:"models"`
+	HTTPServer string `yaml:"http_server"`
+	// SocketIO picks how the HTTP server and the lean upstream client do
+	// socket reads and writes: raw (default) or standard (net.Conn's own).
+	SocketIO string              `yaml:"socket_io"`
+	Backends map[string]*Backend `yaml:"backends"`
+	Models   map[string]*Model   `yaml:"models"`
 	// Engines are local model servers started on demand (see engines.go).
 	Engines map[string]*Engine `yaml:"engines"`
 	// Redis (redis://host:port/db) shares rate-limit counters, concurrency
@@ -281,7 +290,7 @@ func wholeScalar(src string, start, end int) bool {
 }
 
 var knownKeys = map[string][]string{
-	"":                {"listen", "database", "max_body_bytes", "log_format", "http_server", "backends", "models", "redis", "redis_prefix", "retention", "spool_dir", "routing"},
+	"":                {"listen", "database", "max_body_bytes", "log_format", "http_server", "socket_io", "backends", "models", "redis", "redis_prefix", "retention", "spool_dir", "routing"},
 	"routing":         {"retry_backoff", "circuit_breaker"},
 	"circuit_breaker": {"enabled", "consecutive_failures", "failure_rate", "min_requests", "half_life", "open_for", "open_max", "timeout_weight", "rate_limit_wait", "rate_limit_max"},
 	"backend": {"url", "api_key", "dialect", "headers", "connect_timeout", "first_byte_timeout", "timeout",
@@ -436,6 +445,9 @@ func (c *Config) Validate() error {
 	}
 	if c.LogFormat != "" && c.LogFormat != "text" && c.LogFormat != "json" {
 		return le(c.Line("log_format"), "log_format", "must be text or json, not %q", c.LogFormat)
+	}
+	if c.SocketIO != "" && c.SocketIO != SocketIORaw && c.SocketIO != SocketIOStandard {
+		return le(c.Line("socket_io"), "socket_io", "must be %s or %s, not %q", SocketIORaw, SocketIOStandard, c.SocketIO)
 	}
 	if c.HTTPServer != "" && c.HTTPServer != HTTPServerBuiltin && c.HTTPServer != HTTPServerStdlib {
 		return le(c.Line("http_server"), "http_server", "must be %s or %s, not %q", HTTPServerBuiltin, HTTPServerStdlib, c.HTTPServer)

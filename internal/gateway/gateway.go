@@ -24,6 +24,7 @@ import (
 	"llmgate/internal/h1server"
 	"llmgate/internal/keys"
 	"llmgate/internal/metrics"
+	"llmgate/internal/rawio"
 	"llmgate/internal/router"
 	"llmgate/internal/server"
 	"llmgate/internal/store"
@@ -146,6 +147,7 @@ func Start(ctx context.Context, opt Options) (*Gateway, error) {
 	g.ln = ln
 	g.Addr = ln.Addr().String()
 	g.mountObservability()
+	rawio.SetEnabled(cfg.SocketIO != config.SocketIOStandard)
 	g.HTTP = newHTTPServer(cfg.HTTPServer, g.Server, log)
 	wctx, cancel := context.WithCancel(context.Background())
 	g.cancel = cancel

@@ -12,6 +12,7 @@ import (
 
 	"llmgate/internal/config"
 	"llmgate/internal/h1server"
+	"llmgate/internal/rawio"
 )
 
 // Both servers of http_server serve the API, streams included.
@@ -32,6 +33,25 @@ func TestHTTPServerSetting_BothServeTheAPI(t *testing.T) {
 				t.Fatalf("stream: %d %s", r.status, r.body)
 			}
 		})
+	}
+}
+
+// socket_io: standard serves the API through net.Conn's own reads and
+// writes (the fallback for hosts where the raw path does worse).
+func TestSocketIOStandard_ServesTheAPI(t *testing.T) {
+	e := startEnv(t, func(c *config.Config) { c.SocketIO = config.SocketIOStandard })
+	t.Cleanup(func() { rawio.SetEnabled(true) })
+	r := e.do("POST", "/v1/chat/completions", testMaster, chatBody("qwen", true, ""))
+	if r.status != 200 || !strings.Contains(r.body, "data: [DONE]") {
+		t.Fatalf("stream: %d %s", r.status, r.body)
+	}
+	c, err := net.Dial("tcp", e.g.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, raw := rawio.Wrap(c).(*rawio.Conn); raw {
+		t.Fatal("socket_io: standard left the raw path on")
 	}
 }
 

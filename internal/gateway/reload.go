@@ -149,6 +149,7 @@ func (r *Reloader) warnRestartOnly(cfg *config.Config) {
 		{"max_body_bytes", prev.MaxBodyBytes, cfg.MaxBodyBytes},
 		{"log_format", prev.LogFormat, cfg.LogFormat},
 		{"http_server", prev.HTTPServer, cfg.HTTPServer},
+		{"socket_io", prev.SocketIO, cfg.SocketIO},
 		{"engines", prev.Engines, cfg.Engines},
 	} {
 		if !reflect.DeepEqual(s.old, s.new) {

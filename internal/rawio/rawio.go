@@ -22,8 +22,19 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 )
+
+// disabled turns Wrap into a no-op (socket_io: standard).
+var disabled atomic.Bool
+
+// SetEnabled switches the raw path on or off for connections wrapped from
+// now on (default on). Under heavy host contention (a VM whose CPUs the
+// hypervisor often gives away) the runtime's hand-off of a processor during
+// system calls can matter more than the thread wake-ups saved: see the
+// README's Performance section.
+func SetEnabled(on bool) { disabled.Store(!on) }
 
 // Conn is a net.Conn whose Read and Write are raw system calls.
 type Conn struct {
@@ -46,7 +57,7 @@ type Conn struct {
 // Wrap returns c with raw reads and writes when it is a TCP connection on
 // Linux, and c itself otherwise.
 func Wrap(c net.Conn) net.Conn {
-	if !supported {
+	if !supported || disabled.Load() {
 		return c
 	}
 	tc, ok := c.(*net.TCPConn)

@@ -153,3 +153,21 @@ func TestConn_ResetIsAnOpError(t *testing.T) {
 		t.Fatalf("error %v (%T) is not a *net.OpError naming read or write", err, err)
 	}
 }
+
+func TestSetEnabled_OffLeavesConnsAlone(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	SetEnabled(false)
+	defer SetEnabled(true)
+	if got := Wrap(c); got != c {
+		t.Fatalf("Wrap with the raw path off = %T, want the conn itself", got)
+	}
+}
