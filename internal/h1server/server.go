@@ -12,7 +12,8 @@
 // still running after WatchAfter (10 ms) gets the same background read as in
 // net/http, so a client that disconnects from a long generation still
 // cancels the request's context — within WatchAfter plus one sweep instead
-// of at once, which no LLM request notices.
+// of at once (up to a quarter second after an idle spell), which no LLM
+// request notices.
 //
 // Parsing is the standard library's (http.ReadRequest: request line,
 // headers, Content-Length and chunked bodies, smuggling checks), plus the
@@ -212,10 +213,12 @@ func (s *Server) untrack(c *conn) {
 }
 
 // sweep starts the client-gone watch of requests that have run longer than
-// WatchAfter. It runs while the server has connections.
+// WatchAfter. It runs while the server has connections, every WatchAfter
+// while a request is in flight and every idleSweep otherwise, so that idle
+// keep-alive connections do not wake the process 100 times a second.
 func (s *Server) sweep(done chan struct{}) {
 	wa := s.watchAfter()
-	t := time.NewTicker(wa)
+	t := time.NewTimer(wa)
 	defer t.Stop()
 	for {
 		select {
@@ -224,6 +227,7 @@ func (s *Server) sweep(done chan struct{}) {
 			return
 		}
 		now := time.Now().UnixNano()
+		busy := false
 		s.mu.Lock()
 		if len(s.conns) == 0 {
 			s.sweeping = false
@@ -231,6 +235,9 @@ func (s *Server) sweep(done chan struct{}) {
 			return
 		}
 		for c := range s.conns {
+			if c.state.Load() == stateActive {
+				busy = true
+			}
 			if st := c.reqStart.Load(); st != 0 && now-st >= int64(wa) {
 				if c.r.startWatch() {
 					c.reqStart.CompareAndSwap(st, 0)
@@ -238,8 +245,17 @@ func (s *Server) sweep(done chan struct{}) {
 			}
 		}
 		s.mu.Unlock()
+		if busy {
+			t.Reset(wa)
+		} else {
+			t.Reset(max(wa, idleSweep))
+		}
 	}
 }
+
+// idleSweep is the sweep interval while no request is in flight: a request
+// that starts meanwhile is watched at most this much later.
+const idleSweep = 250 * time.Millisecond
 
 // Shutdown stops accepting connections, closes idle ones, and waits for
 // requests in flight to finish (their connections are closed after the
