@@ -449,6 +449,7 @@ func (c *conn) serveRequest(base context.Context, req *http.Request) (keep bool)
 	}
 	noBody := req.Body == nil || req.Body == http.NoBody
 	c.r.begin(cancel, noBody)
+	body.eof = noBody
 	if !noBody {
 		req.Body = body
 	}
@@ -461,7 +462,7 @@ func (c *conn) serveRequest(base context.Context, req *http.Request) (keep bool)
 	}
 	w.finish()
 	keep = w.err == nil && !w.closeAfter && !req.Close && !c.r.isGone()
-	if keep && !c.r.bodyDoneNow() {
+	if keep {
 		keep = body.drain()
 	}
 	return keep && !c.s.shutdown.Load()
@@ -600,8 +601,7 @@ type reqBody struct {
 	rc             io.ReadCloser
 	c              *conn
 	w              *response
-	expectContinue bool
-	sentContinue   bool
+	expectContinue bool // true until the first read sends 100 Continue
 	closed         bool
 	eof            bool
 }
@@ -620,7 +620,6 @@ func (b *reqBody) Read(p []byte) (int, error) {
 			if err := b.c.bw.Flush(); err != nil {
 				return 0, err
 			}
-			b.sentContinue = true
 		}
 	}
 	n, err := b.rc.Read(p)
@@ -788,12 +787,10 @@ func (w *response) commit(final bool, next []byte) {
 	if _, ok := h["Date"]; !ok {
 		h["Date"] = []string{httpDate()}
 	}
-	if !w.c.r.bodyDoneNow() && !req.Close {
-		// The handler answers before reading the whole body: if the client
-		// waits for 100 Continue, it will never send it.
-		if w.body.expectContinue {
-			w.closeAfter = true
-		}
+	if w.body.expectContinue {
+		// The handler answers without reading the body the client holds
+		// back until 100 Continue: it will never come.
+		w.closeAfter = true
 	}
 	if strings.EqualFold(h.Get("Connection"), "close") {
 		w.closeAfter = true
@@ -924,12 +921,6 @@ func (w *response) finish() {
 	if w.cl >= 0 && w.written != w.cl && !w.discard {
 		w.closeAfter = true // the client waits for bytes that will not come
 	}
-}
-
-func (cr *connReader) bodyDoneNow() bool {
-	cr.mu.Lock()
-	defer cr.mu.Unlock()
-	return cr.bodyDone
 }
 
 func (cr *connReader) isGone() bool {

@@ -144,18 +144,10 @@ func (s *Server) attemptHub(ctx context.Context, w http.ResponseWriter, c *call,
 // idle_timeout, the backend's timeout) ends the client's stream with the
 // error event of its protocol, and is returned, committed, for the breaker.
 func (s *Server) relayHubStream(w http.ResponseWriter, ctx context.Context, c *call, resp *http.Response, anthropicBackend bool, idle *idleGap) (bool, error) {
-	rd := sse.NewReader(resp.Body, 0)
-	rd.OnComment = idle.alive
-	ev, err := rd.Next()
+	rd, ev, sw, err := c.beginStream(w, resp, idle)
 	if err != nil {
 		return false, c.fail(s.hubStreamError(ctx, c, err, idle))
 	}
-	idle.rearm()
-	sse.SetHeaders(w.Header())
-	w.WriteHeader(http.StatusOK)
-	c.status = http.StatusOK
-	c.committed = true
-	sw := sse.NewWriter(w)
 	out := c.hub.stream()
 	var up *translate.AnthropicToChatStream
 	if anthropicBackend {

@@ -13,7 +13,6 @@ import (
 	"llmgate/internal/api/openai"
 	"llmgate/internal/apierror"
 	"llmgate/internal/router"
-	"llmgate/internal/sse"
 	"llmgate/internal/translate"
 )
 
@@ -59,18 +58,10 @@ func (s *Server) attemptPassthroughAnthropic(ctx context.Context, w http.Respons
 	}
 	idle := startIdleGap(b.IdleTimeout(), firstEventBudget(b, t0), cancel)
 	defer idle.stop()
-	rd := sse.NewReader(resp.Body, 0)
-	rd.OnComment = idle.alive
-	ev, err := rd.Next()
+	rd, ev, sw, err := c.beginStream(w, resp, idle)
 	if err != nil {
 		return false, c.fail(s.passthroughStreamError(ctx, c, err, idle))
 	}
-	idle.rearm()
-	sse.SetHeaders(w.Header())
-	w.WriteHeader(http.StatusOK)
-	c.status = http.StatusOK
-	c.committed = true
-	sw := sse.NewWriter(w)
 	for {
 		c.tapAnthropicEvent(ev.Name, ev.Data)
 		if err := sw.WriteEvent(ev.Name, ev.Data); err != nil {

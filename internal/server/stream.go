@@ -35,19 +35,10 @@ var (
 // failure (for the breaker) that the client already saw as an error event.
 // idle, when set, is re-armed after each event.
 func (s *Server) relayStream(w http.ResponseWriter, ctx context.Context, c *call, resp *http.Response, idle *idleGap) (committed bool, err error) {
-	rd := sse.NewReader(resp.Body, 0)
-	rd.OnComment = idle.alive
-	ev, err := rd.Next()
+	rd, ev, sw, err := c.beginStream(w, resp, idle)
 	if err != nil {
 		return false, c.fail(s.streamError(ctx, c, err, idle))
 	}
-	idle.rearm()
-	h := w.Header()
-	sse.SetHeaders(h)
-	w.WriteHeader(http.StatusOK)
-	c.status = http.StatusOK
-	c.committed = true
-	sw := sse.NewWriter(w)
 	for {
 		if ev.Done() {
 			_ = sw.WriteDone()
@@ -67,6 +58,25 @@ func (s *Server) relayStream(w http.ResponseWriter, ctx context.Context, c *call
 		}
 		idle.rearm()
 	}
+}
+
+// beginStream reads a backend stream's first event before anything is
+// written — a failure then is returned uncommitted, so the attempt may fail
+// over — and then commits the client's SSE answer. The backend's comment
+// keep-alives count as signs of life for idle.
+func (c *call) beginStream(w http.ResponseWriter, resp *http.Response, idle *idleGap) (*sse.Reader, *sse.Event, *sse.Writer, error) {
+	rd := sse.NewReader(resp.Body, 0)
+	rd.OnComment = idle.alive
+	ev, err := rd.Next()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	idle.rearm()
+	sse.SetHeaders(w.Header())
+	w.WriteHeader(http.StatusOK)
+	c.status = http.StatusOK
+	c.committed = true
+	return rd, ev, sse.NewWriter(w), nil
 }
 
 // errIdleGap is the cancellation cause when a stream went quiet too long.
