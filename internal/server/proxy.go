@@ -311,7 +311,7 @@ func (s *Server) relayJSON(w http.ResponseWriter, c *call, resp *http.Response) 
 	h["Content-Length"] = []string{strconv.Itoa(len(body))}
 	w.WriteHeader(http.StatusOK)
 	_, _ = w.Write(body)
-	// Send it now: net/http would hold a small answer in its buffer until
+	// Send it now: the HTTP server would hold a small answer in its buffer until
 	// the handler returns, which would put the usage record, metrics and
 	// access log on the client's clock.
 	_ = http.NewResponseController(w).Flush()
