@@ -3,6 +3,7 @@ package usage
 import (
 	"encoding/binary"
 	"math"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -234,7 +235,48 @@ func histRank(h *[maxBucket + 1]int64, p float64) float64 {
 
 // AppendHist encodes a latency histogram compactly (uvarint pairs of
 // bucket and count, buckets ascending), merging add into the encoded old.
+// It walks both in bucket order; an old encoding out of order (never
+// written by this code) is merged through a map instead.
 func AppendHist(old []byte, add map[int]int64) []byte {
+	keys := make([]int, 0, len(add))
+	for b := range add {
+		keys = append(keys, b)
+	}
+	slices.Sort(keys)
+	out := make([]byte, 0, len(old)+len(keys)*4)
+	put := func(b int, n int64) {
+		out = binary.AppendUvarint(out, uint64(b))
+		out = binary.AppendUvarint(out, uint64(n))
+	}
+	i, prev, sorted := 0, -1, true
+	DecodeHist(old, func(b int, n int64) {
+		if b <= prev {
+			sorted = false
+		}
+		prev = b
+		if !sorted {
+			return
+		}
+		for i < len(keys) && keys[i] < b {
+			put(keys[i], add[keys[i]])
+			i++
+		}
+		if i < len(keys) && keys[i] == b {
+			n += add[b]
+			i++
+		}
+		put(b, n)
+	})
+	if !sorted {
+		return appendHistMap(old, add)
+	}
+	for ; i < len(keys); i++ {
+		put(keys[i], add[keys[i]])
+	}
+	return out
+}
+
+func appendHistMap(old []byte, add map[int]int64) []byte {
 	m := make(map[int]int64, len(add)+16)
 	DecodeHist(old, func(b int, n int64) { m[b] += n })
 	for b, n := range add {

@@ -168,7 +168,7 @@ func (s *Store) KeysVersion(ctx context.Context) (int64, error) {
 // InsertUsage writes a batch atomically, skipping IDs already stored
 // (INSERT ... ON CONFLICT (id) DO NOTHING), and updates hourly rollups.
 func (s *Store) InsertUsage(ctx context.Context, recs []usage.Record) error {
-	return sqlstore.InsertUsage(ctx, s.db, d, recs)
+	return sqlstore.InsertUsage(ctx, s.db, d, nil, recs)
 }
 
 // Summary aggregates usage per group.

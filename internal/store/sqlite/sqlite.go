@@ -26,6 +26,7 @@ var migrations embed.FS
 // Store is a SQLite-backed store.
 type Store struct {
 	db *sql.DB
+	us *sqlstore.UsageStmts // the ledger writer's statements, prepared once
 }
 
 var _ store.Store = (*Store)(nil)
@@ -49,11 +50,18 @@ func Open(ctx context.Context, path string) (*Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("migrate sqlite %s: %w", path, err)
 	}
+	if s.us, err = sqlstore.PrepareUsage(ctx, db); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("sqlite %s: %w", path, err)
+	}
 	return s, nil
 }
 
 // Close closes the database.
-func (s *Store) Close() error { return s.db.Close() }
+func (s *Store) Close() error {
+	s.us.Close()
+	return s.db.Close()
+}
 
 func (s *Store) migrate(ctx context.Context) error {
 	if _, err := s.db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (version TEXT PRIMARY KEY, applied_at INTEGER NOT NULL)`); err != nil {
@@ -134,7 +142,7 @@ func (s *Store) KeysVersion(ctx context.Context) (int64, error) {
 // stored are skipped, so a retried batch never duplicates. Hourly rollups
 // are updated in the same transaction from the new records only.
 func (s *Store) InsertUsage(ctx context.Context, recs []usage.Record) error {
-	return sqlstore.InsertUsage(ctx, s.db, sqlstore.SQLite, recs)
+	return sqlstore.InsertUsage(ctx, s.db, sqlstore.SQLite, s.us, recs)
 }
 
 // Summary aggregates usage per group from hourly rollups plus the raw

@@ -15,14 +15,61 @@ const usageCols = `id, ts, key_id, model, backend, upstream_model, endpoint, sta
 
 const usageNCols = 17
 
+const insertUsageRow = `INSERT INTO usage(` + usageCols + `) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT (id) DO NOTHING`
+
+const rollupCols = `hour, key_id, model, backend, requests, errors, prompt_tokens, completion_tokens, cached_tokens, estimated, cost_usd`
+
+const rollupConflict = ` ON CONFLICT (hour, key_id, model, backend) DO UPDATE SET
+			requests = usage_hourly.requests + excluded.requests, errors = usage_hourly.errors + excluded.errors,
+			prompt_tokens = usage_hourly.prompt_tokens + excluded.prompt_tokens,
+			completion_tokens = usage_hourly.completion_tokens + excluded.completion_tokens,
+			cached_tokens = usage_hourly.cached_tokens + excluded.cached_tokens,
+			estimated = usage_hourly.estimated + excluded.estimated, cost_usd = usage_hourly.cost_usd + excluded.cost_usd
+			RETURNING hour, key_id, model, backend, latency`
+
+const setRollupHist = `UPDATE usage_hourly SET latency = ? WHERE hour = ? AND key_id = ? AND model = ? AND backend = ?`
+
+// UsageStmts holds the ledger writer's statements, prepared once per
+// connection (database/sql keeps one per connection and Tx.StmtContext reuses
+// it). On an embedded database there is no round trip to save, and parsing
+// the statements of every batch again cost about as much as running them.
+type UsageStmts struct {
+	insert, upsert, setHist *sql.Stmt
+}
+
+// PrepareUsage prepares the ledger writer's row-at-a-time statements
+// (SQLite dialect).
+func PrepareUsage(ctx context.Context, db *sql.DB) (*UsageStmts, error) {
+	u := &UsageStmts{}
+	var err error
+	if u.insert, err = db.PrepareContext(ctx, insertUsageRow); err != nil {
+		return nil, fmt.Errorf("prepare usage insert: %w", err)
+	}
+	if u.upsert, err = db.PrepareContext(ctx, `INSERT INTO usage_hourly(`+rollupCols+`) VALUES (?,?,?,?,?,?,?,?,?,?,?)`+rollupConflict); err != nil {
+		u.Close()
+		return nil, fmt.Errorf("prepare usage rollup: %w", err)
+	}
+	if u.setHist, err = db.PrepareContext(ctx, setRollupHist); err != nil {
+		u.Close()
+		return nil, fmt.Errorf("prepare usage rollup: %w", err)
+	}
+	return u, nil
+}
+
+// Close releases the statements.
+func (u *UsageStmts) Close() {
+	for _, st := range []*sql.Stmt{u.insert, u.upsert, u.setHist} {
+		if st != nil {
+			st.Close()
+		}
+	}
+}
+
 // insertPrepared inserts row by row with one prepared statement: on an
 // embedded database there is no round trip to save, and parsing a giant
 // multi-row statement costs more than executing a prepared one.
-func insertPrepared(ctx context.Context, tx *sql.Tx, recs []usage.Record, inserted map[string]bool) error {
-	stmt, err := tx.PrepareContext(ctx, `INSERT INTO usage(`+usageCols+`) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT (id) DO NOTHING`)
-	if err != nil {
-		return err
-	}
+func insertPrepared(ctx context.Context, tx *sql.Tx, u *UsageStmts, recs []usage.Record, inserted map[string]bool) error {
+	stmt := tx.StmtContext(ctx, u.insert)
 	defer stmt.Close()
 	for i := range recs {
 		r := &recs[i]
@@ -34,6 +81,29 @@ func insertPrepared(ctx context.Context, tx *sql.Tx, recs []usage.Record, insert
 		}
 		if n, _ := res.RowsAffected(); n == 1 {
 			inserted[r.ID] = true
+		}
+	}
+	return nil
+}
+
+// upsertPrepared is upsertRollups one row at a time with the prepared
+// statements (SQLite: one writer at a time, so the read-merge-write of a
+// histogram cannot race).
+func upsertPrepared(ctx context.Context, tx *sql.Tx, u *UsageStmts, rus []usage.Rollup) error {
+	upsert := tx.StmtContext(ctx, u.upsert)
+	defer upsert.Close()
+	setHist := tx.StmtContext(ctx, u.setHist)
+	defer setHist.Close()
+	for i := range rus {
+		r := &rus[i]
+		var k usage.RollupKey
+		var h []byte
+		if err := upsert.QueryRowContext(ctx, r.Hour, r.KeyID, r.Model, r.Backend, r.Requests, r.Errors, r.PromptTokens,
+			r.CompletionTokens, r.CachedTokens, r.Estimated, r.CostUSD).Scan(&k.Hour, &k.KeyID, &k.Model, &k.Backend, &h); err != nil {
+			return err
+		}
+		if _, err := setHist.ExecContext(ctx, usage.AppendHist(h, r.Latency), r.Hour, r.KeyID, r.Model, r.Backend); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -82,8 +152,10 @@ func insertMultiRow(ctx context.Context, tx *sql.Tx, d Dialect, recs []usage.Rec
 
 // InsertUsage writes a batch in one transaction: the records, skipping IDs
 // already stored, and the hourly rollups of exactly the records that were
-// new, so a replayed batch changes neither table.
-func InsertUsage(ctx context.Context, db *sql.DB, d Dialect, recs []usage.Record) error {
+// new, so a replayed batch changes neither table. With u (SQLite) rows go
+// one at a time through its prepared statements; without (PostgreSQL) in
+// multi-row statements, one round trip per few hundred rows.
+func InsertUsage(ctx context.Context, db *sql.DB, d Dialect, u *UsageStmts, recs []usage.Record) error {
 	if len(recs) == 0 {
 		return nil
 	}
@@ -94,10 +166,10 @@ func InsertUsage(ctx context.Context, db *sql.DB, d Dialect, recs []usage.Record
 	defer tx.Rollback()
 	inserted := make(map[string]bool, len(recs))
 	var err2 error
-	if d.Dollar {
+	if u == nil {
 		err2 = insertMultiRow(ctx, tx, d, recs, inserted)
 	} else {
-		err2 = insertPrepared(ctx, tx, recs, inserted)
+		err2 = insertPrepared(ctx, tx, u, recs, inserted)
 	}
 	if err2 != nil {
 		return err2
@@ -112,7 +184,13 @@ func InsertUsage(ctx context.Context, db *sql.DB, d Dialect, recs []usage.Record
 			}
 		}
 	}
-	if err := upsertRollups(ctx, tx, d, usage.RollupRecords(fresh)); err != nil {
+	rus := usage.RollupRecords(fresh)
+	if u != nil {
+		err2 = upsertPrepared(ctx, tx, u, rus)
+	} else {
+		err2 = upsertRollups(ctx, tx, d, rus)
+	}
+	if err := err2; err != nil {
 		return fmt.Errorf("update usage rollups: %w", err)
 	}
 	return tx.Commit()
@@ -133,8 +211,7 @@ func upsertRollups(ctx context.Context, tx *sql.Tx, d Dialect, rus []usage.Rollu
 		chunk := rus[start:min(start+per, len(rus))]
 		var b strings.Builder
 		args := make([]any, 0, len(chunk)*11)
-		b.WriteString(`INSERT INTO usage_hourly(hour, key_id, model, backend, requests, errors, prompt_tokens, completion_tokens,
-			cached_tokens, estimated, cost_usd) VALUES `)
+		b.WriteString(`INSERT INTO usage_hourly(` + rollupCols + `) VALUES `)
 		for i, r := range chunk {
 			if i > 0 {
 				b.WriteByte(',')
@@ -143,13 +220,7 @@ func upsertRollups(ctx context.Context, tx *sql.Tx, d Dialect, rus []usage.Rollu
 			args = append(args, r.Hour, r.KeyID, r.Model, r.Backend, r.Requests, r.Errors, r.PromptTokens, r.CompletionTokens,
 				r.CachedTokens, r.Estimated, r.CostUSD)
 		}
-		b.WriteString(` ON CONFLICT (hour, key_id, model, backend) DO UPDATE SET
-			requests = usage_hourly.requests + excluded.requests, errors = usage_hourly.errors + excluded.errors,
-			prompt_tokens = usage_hourly.prompt_tokens + excluded.prompt_tokens,
-			completion_tokens = usage_hourly.completion_tokens + excluded.completion_tokens,
-			cached_tokens = usage_hourly.cached_tokens + excluded.cached_tokens,
-			estimated = usage_hourly.estimated + excluded.estimated, cost_usd = usage_hourly.cost_usd + excluded.cost_usd
-			RETURNING hour, key_id, model, backend, latency`)
+		b.WriteString(rollupConflict)
 		rows, err := tx.QueryContext(ctx, d.Q(b.String()), args...)
 		if err != nil {
 			return err
@@ -170,7 +241,7 @@ func upsertRollups(ctx context.Context, tx *sql.Tx, d Dialect, rus []usage.Rollu
 			return err
 		}
 	}
-	stmt, err := tx.PrepareContext(ctx, d.Q(`UPDATE usage_hourly SET latency = ? WHERE hour = ? AND key_id = ? AND model = ? AND backend = ?`))
+	stmt, err := tx.PrepareContext(ctx, d.Q(setRollupHist))
 	if err != nil {
 		return err
 	}

@@ -34,18 +34,21 @@ func synthetic(n int, end time.Time, prefix string, rng *rand.Rand) []usage.Reco
 }
 
 // BenchmarkLedgerInsert_SQLite measures batched ledger writes (1000 records
-// per transaction, as the ledger batches them), rollups included. "recent"
+// per transaction, as a busy ledger batches them), rollups included. "recent"
 // batches hold consecutive records, as the ledger writes them; "scattered"
 // spreads each batch over a week, the worst case for rollups.
 func BenchmarkLedgerInsert_SQLite(b *testing.B) {
-	b.Run("recent", func(b *testing.B) { benchInsert(b, false) })
-	b.Run("scattered", func(b *testing.B) { benchInsert(b, true) })
+	b.Run("recent", func(b *testing.B) { benchInsert(b, false, 1000) })
+	b.Run("scattered", func(b *testing.B) { benchInsert(b, true, 1000) })
+	// What the ledger writes at 1,000 requests/s: a batch every 50 ms, here
+	// of 2 keys on 2 models (4 rollup rows per batch).
+	b.Run("steady-50", func(b *testing.B) { benchInsert(b, false, 50) })
 }
 
 // BenchmarkLedgerInsert_Postgres is the same on PostgreSQL (multi-row
 // INSERT ... ON CONFLICT DO NOTHING RETURNING id).
 func BenchmarkLedgerInsert_Postgres(b *testing.B) {
-	b.Run("recent", func(b *testing.B) { benchInsertOn(b, openPG(b), false) })
+	b.Run("recent", func(b *testing.B) { benchInsertOn(b, openPG(b), false, 1000) })
 }
 
 func openPG(b *testing.B) storetest.Store {
@@ -57,24 +60,26 @@ func openPG(b *testing.B) storetest.Store {
 	return st
 }
 
-func benchInsert(b *testing.B, scattered bool) {
+func benchInsert(b *testing.B, scattered bool, batch int) {
 	st, err := sqlite.Open(context.Background(), filepath.Join(b.TempDir(), "bench.db"))
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer st.Close()
-	benchInsertOn(b, st, scattered)
+	benchInsertOn(b, st, scattered, batch)
 }
 
-func benchInsertOn(b *testing.B, st storetest.Store, scattered bool) {
+func benchInsertOn(b *testing.B, st storetest.Store, scattered bool, batch int) {
 	ctx := context.Background()
 	rng := rand.New(rand.NewPCG(1, 2))
-	const batch = 1000
 	recs := synthetic(batch*b.N, time.Now(), "b", rng)
 	if !scattered { // 1000 requests per second of traffic
 		t0 := time.Now().Add(-time.Duration(b.N) * time.Second)
 		for i := range recs {
 			recs[i].Time = t0.Add(time.Duration(i) * time.Millisecond)
+			if batch < 1000 {
+				recs[i].KeyID, recs[i].Model, recs[i].Backend = fmt.Sprintf("key_%d", i%2), []string{"qwen", "llama"}[i/2%2], "vllm"
+			}
 		}
 	}
 	b.ResetTimer()
