@@ -52,7 +52,9 @@ func (e *envList) Set(v string) error { *e = append(*e, v); return nil }
 
 var gwEnv envList
 
-var compareBin string
+var compareBin, mainBin string
+
+var gwOnly bool
 
 func main() {
 	role := flag.String("role", "", "upstream | revproxy | tcpfwd | leanfwd (internal), or load: -target URL at -rate for -duration")
@@ -65,7 +67,12 @@ func main() {
 	flag.Var(&gwEnv, "gw-env", "extra NAME=VALUE for the gateway process only (repeatable), e.g. GOMAXPROCS=1")
 	dump := flag.String("dump", "", "with -role load: write each request's scheduled time and latency (ms), one per line, to this file")
 	flag.StringVar(&compareBin, "b", "", "a second llmgate binary to measure beside this checkout's, interleaved (A/B of a change)")
+	flag.StringVar(&mainBin, "a", "", "measure this llmgate binary instead of building the checkout")
+	flag.BoolVar(&gwOnly, "gw-only", false, "only the latency test, of the direct call and the llmgate build(s) (quicker A/B runs)")
 	flag.Parse()
+	if gwOnly {
+		*skipTP = true
+	}
 	var err error
 	switch *role {
 	case "upstream":
@@ -277,12 +284,15 @@ func orchestrate(dur time.Duration, conns, rate int, skipTP bool) error {
 	if err != nil {
 		return err
 	}
-	bin := filepath.Join(dir, "llmgate")
-	fmt.Println("building llmgate ...")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/llmgate")
-	build.Stderr = os.Stderr
-	if err := build.Run(); err != nil {
-		return fmt.Errorf("build llmgate (run from the repository root): %w", err)
+	bin := mainBin
+	if bin == "" {
+		bin = filepath.Join(dir, "llmgate")
+		fmt.Println("building llmgate ...")
+		build := exec.Command("go", "build", "-o", bin, "./cmd/llmgate")
+		build.Stderr = os.Stderr
+		if err := build.Run(); err != nil {
+			return fmt.Errorf("build llmgate (run from the repository root): %w", err)
+		}
 	}
 	up, err := start(self, []string{"-role", "upstream"}, nil)
 	if err != nil {
@@ -363,6 +373,9 @@ func orchestrate(dur time.Duration, conns, rate int, skipTP bool) error {
 	rounds := max(1, int(dur/slice))
 	fmt.Printf("\nLatency, open loop, %d req/s, %s each (targets interleaved in %s slices), from scheduled send time\n", rate, time.Duration(rounds)*slice, slice)
 	order := []string{"direct", "tcpforward", "leanfwd", "reverseproxy", "llmgate"}
+	if gwOnly {
+		order = []string{"direct", "llmgate"}
+	}
 	pids := map[string]int{"tcpforward": fw.cmd.Process.Pid, "reverseproxy": rp.cmd.Process.Pid, "llmgate": gwPid, "leanfwd": lf.cmd.Process.Pid, "direct": up.cmd.Process.Pid}
 	if bAddr != "" {
 		order = append(order, "llmgate-b")
@@ -459,8 +472,10 @@ func orchestrate(dur time.Duration, conns, rate int, skipTP bool) error {
 	}
 	fmt.Printf("  added p50 at %d req/s: %.3f ms   (target <= 0.2 ms)\n", rate, ms(lat["llmgate"].p50-lat["direct"].p50))
 	fmt.Printf("  added p99 at %d req/s: %.3f ms   (target <= 1 ms)\n", rate, ms(lat["llmgate"].p99-lat["direct"].p99))
-	fmt.Printf("  for scale, the bare reverse proxy adds p50 %.3f ms, p99 %.3f ms\n", ms(lat["reverseproxy"].p50-lat["direct"].p50), ms(lat["reverseproxy"].p99-lat["direct"].p99))
-	fmt.Printf("  and a plain TCP forwarder (no HTTP at all) adds p50 %.3f ms, p99 %.3f ms\n", ms(lat["tcpforward"].p50-lat["direct"].p50), ms(lat["tcpforward"].p99-lat["direct"].p99))
+	if !gwOnly {
+		fmt.Printf("  for scale, the bare reverse proxy adds p50 %.3f ms, p99 %.3f ms\n", ms(lat["reverseproxy"].p50-lat["direct"].p50), ms(lat["reverseproxy"].p99-lat["direct"].p99))
+		fmt.Printf("  and a plain TCP forwarder (no HTTP at all) adds p50 %.3f ms, p99 %.3f ms\n", ms(lat["tcpforward"].p50-lat["direct"].p50), ms(lat["tcpforward"].p99-lat["direct"].p99))
+	}
 	fmt.Printf("  gateway peak RSS: %.1f MB   (target <= 100 MB)\n", float64(rss)/1024)
 	if bAddr != "" {
 		fmt.Printf("  llmgate-b (%s) adds p50 %.3f ms, p99 %.3f ms\n", compareBin, ms(lat["llmgate-b"].p50-lat["direct"].p50), ms(lat["llmgate-b"].p99-lat["direct"].p99))
