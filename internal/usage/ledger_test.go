@@ -132,3 +132,63 @@ func TestLedger_FullQueueBlocksAddUntilTheWriterCatchesUp(t *testing.T) {
 		t.Fatalf("%d records written, want 21", n)
 	}
 }
+
+// An Add waiting on a full queue when Close begins is not refused: its
+// record is written with the rest before Close returns.
+func TestLedger_CloseWritesTheAddsWaitingOnAFullQueue(t *testing.T) {
+	w := &recordingWriter{gate: make(chan struct{}), entered: make(chan struct{}, 1)}
+	l := NewLedger(w, Options{Queue: 4, MaxBatch: 4, Interval: time.Millisecond}, ledgerLog)
+	for i := 0; i < 4; i++ { // taken by the writer, which waits at the gate
+		if err := l.Add(Record{ID: fmt.Sprint("a", i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case <-w.entered:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the writer did not start on a full batch")
+	}
+	for i := 0; i < 4; i++ { // fills the queue again
+		if err := l.Add(Record{ID: fmt.Sprint("b", i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	errs := make(chan error, 3)
+	for i := 0; i < 3; i++ {
+		go func() { errs <- l.Add(Record{ID: fmt.Sprint("c", i)}) }()
+	}
+	for deadline := time.Now().Add(5 * time.Second); ; { // all three wait on the full queue
+		l.mu.Lock()
+		n := l.waiting
+		l.mu.Unlock()
+		if n == 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d Adds waiting, want 3", n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- l.Close(context.Background()) }()
+	for i := 0; i < 3; i++ {
+		select {
+		case err := <-errs:
+			if err != nil {
+				t.Fatalf("a waiting Add got %v at close, want its record accepted", err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("a waiting Add still blocked after Close began")
+		}
+	}
+	close(w.gate)
+	if err := <-closed; err != nil {
+		t.Fatal(err)
+	}
+	if ids := w.ids(); len(ids) != 11 || ids["c0"] != 1 || ids["c2"] != 1 {
+		t.Fatalf("written %v, want 11 records each once, c0..c2 among them", ids)
+	}
+	if err := l.Add(Record{ID: "late"}); err != ErrClosed {
+		t.Fatalf("Add after Close: %v, want ErrClosed", err)
+	}
+}

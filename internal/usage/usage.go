@@ -49,6 +49,8 @@ type Ledger struct {
 	queue    []Record // guarded by mu
 	queueMax int
 	notFull  *sync.Cond // signalled when the writer takes records
+	waiting  int        // Adds waiting on a full queue (guarded by mu)
+	noWaiter *sync.Cond // signalled when the last waiting Add is done
 	kick     chan struct{}
 	stop     chan struct{}
 	done     chan struct{}
@@ -102,6 +104,7 @@ func NewLedger(w Writer, opt Options, log *slog.Logger) *Ledger {
 	l := &Ledger{w: w, queueMax: opt.Queue, kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}), log: log,
 		maxBatch: opt.MaxBatch, interval: opt.Interval, spool: opt.Spool, spoolAfter: opt.SpoolAfter}
 	l.notFull = sync.NewCond(&l.mu)
+	l.noWaiter = sync.NewCond(&l.mu)
 	go l.run()
 	if l.spool != nil {
 		l.stopDrain, l.drainDone = make(chan struct{}), make(chan struct{})
@@ -117,16 +120,27 @@ func NewLedger(w Writer, opt Options, log *slog.Logger) *Ledger {
 var ErrClosed = errors.New("ledger closed")
 
 // Add queues a record. It blocks when the queue is full rather than drop a
-// record: back-pressure on requests is better than lost accounting.
+// record: back-pressure on requests is better than lost accounting. A record
+// whose Add was waiting when Close began is still written; only an Add that
+// starts after Close gets ErrClosed.
 func (l *Ledger) Add(r Record) error {
 	l.mu.Lock()
-	for len(l.queue) >= l.queueMax && !l.closed {
-		l.notFull.Wait()
-	}
 	if l.closed {
 		l.mu.Unlock()
 		l.log.Error("usage record after ledger close", "id", r.ID, "model", r.Model)
 		return ErrClosed
+	}
+	if len(l.queue) >= l.queueMax {
+		l.waiting++
+		for len(l.queue) >= l.queueMax && !l.closed {
+			l.notFull.Wait()
+		}
+		// Past a full queue on close: Close waits for this append before
+		// the writer's last round, so the record is not lost.
+		l.waiting--
+		if l.waiting == 0 {
+			l.noWaiter.Broadcast()
+		}
 	}
 	l.queue = append(l.queue, r)
 	full := len(l.queue) >= l.maxBatch
@@ -154,6 +168,9 @@ func (l *Ledger) Close(ctx context.Context) error {
 		l.mu.Lock()
 		l.closed = true
 		l.notFull.Broadcast()
+		for l.waiting > 0 { // Adds that were waiting append first
+			l.noWaiter.Wait()
+		}
 		l.mu.Unlock()
 		close(l.stop)
 	})
