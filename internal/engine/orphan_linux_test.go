@@ -408,3 +408,54 @@ func (s *syncBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+// TestNew_StopsWorkersOfAnEngineWhoseMainProcessDied: an engine's main
+// process exited but a worker of its process group still runs (vLLM's
+// tensor-parallel workers holding the GPU). The next gateway stops the
+// group, not only engines whose main process runs.
+func TestNew_StopsWorkersOfAnEngineWhoseMainProcessDied(t *testing.T) {
+	sh, err := exec.LookPath("sh")
+	if err != nil {
+		t.Skip("no sh")
+	}
+	// The leader starts a worker, says its pid, and exits when told to.
+	cmd := exec.Command(sh, "-c", "sleep 300 & echo $!; read x")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	in, _ := cmd.StdinPipe()
+	out, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	leader := cmd.Process.Pid
+	t.Cleanup(func() { _ = syscall.Kill(-leader, syscall.SIGKILL); in.Close(); _ = cmd.Wait() })
+	line, err := bufio.NewReader(out).ReadString('\n')
+	worker, err2 := strconv.Atoi(strings.TrimSpace(line))
+	if err != nil || err2 != nil {
+		t.Fatalf("leader said %q (%v)", line, err)
+	}
+	leaderStart := startTime(t, leader)
+	in.Write([]byte("go\n"))
+	if err := cmd.Wait(); err != nil { // the main process is gone and reaped
+		t.Fatal(err)
+	}
+	if gone(worker) {
+		t.Fatal("the worker exited with its leader; the test needs it running")
+	}
+	self := startTime(t, os.Getpid())
+	state := filepath.Join(t.TempDir(), engine.StateFileName)
+	writeState(t, state, []stateRecord{{Engine: "tp-engine", PID: leader, PGID: leader, StartTime: leaderStart, Cmd: []string{"sh"},
+		Port: 1, StopSignal: "TERM", StopGrace: "2s", Owner: procID{PID: os.Getpid(), StartTime: self + 1}}})
+	var logs syncBuffer
+	if _, err := engine.New(&config.Config{}, engine.Options{StateFile: state, Logger: slog.New(slog.NewTextHandler(&logs, nil))}); err != nil {
+		t.Fatal(err)
+	}
+	if !gone(worker) {
+		t.Fatalf("worker %d of the dead engine still runs after New:\n%s", worker, logs.String())
+	}
+	if want := fmt.Sprintf("stopped engine tp-engine left running by a previous llmgate (pid %d)", leader); !strings.Contains(logs.String(), want) {
+		t.Errorf("log lacks %q:\n%s", want, logs.String())
+	}
+	if recs := readState(t, state); len(recs) != 0 {
+		t.Fatalf("state file after New: %+v, want empty", recs)
+	}
+}

@@ -246,15 +246,45 @@ func (s *stateFile) reapOrphans() {
 		switch {
 		case s.alive(r.Owner):
 			keep = append(keep, r)
-		case s.alive(procID{PID: r.PID, StartTime: r.StartTime}):
+		case s.alive(procID{PID: r.PID, StartTime: r.StartTime}) || s.groupLeftover(r):
 			stop = append(stop, r)
 		}
-		// Otherwise the engine exited with (or after) its gateway.
+		// Otherwise the engine, workers and all, exited with (or after) its
+		// gateway.
 	}
 	if len(stop) > 0 {
 		s.stopAll(stop)
 	}
 	s.write(keep)
+}
+
+// groupLeftover reports whether an engine's process group outlived its
+// main process: worker processes (vLLM's tensor-parallel workers, a
+// shell's children) that still hold the GPU. It is only trusted when no
+// process has the leader's pid, so the pid was not reused: Linux keeps a
+// group's id reserved while any member lives. A member must also have
+// started no earlier than the engine.
+func (s *stateFile) groupLeftover(r procRecord) bool {
+	if r.PGID <= 0 || r.PGID != r.PID {
+		return false
+	}
+	if _, err := readProcStat(r.PGID); err == nil {
+		return false // the leader runs (handled by alive) or its pid was reused
+	}
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return false
+	}
+	for _, d := range ents {
+		pid, err := strconv.Atoi(d.Name())
+		if err != nil {
+			continue
+		}
+		if st, err := readProcStat(pid); err == nil && st.pgid == r.PGID && st.state != 'Z' && st.start >= r.StartTime {
+			return true
+		}
+	}
+	return false
 }
 
 // alive reports whether process p still runs (a zombie does not count):
@@ -318,15 +348,15 @@ func (s *stateFile) stopAll(recs []procRecord) {
 }
 
 // signal sends sig to a recorded engine's process group, and to the
-// process itself in case it left the group; the process is checked again
-// right before, so a pid reused since is left alone.
+// process itself in case it left the group; the process (or, once it is
+// gone, its group) is checked again right before, so a pid reused since is
+// left alone.
 func (s *stateFile) signal(r procRecord, sig syscall.Signal) {
-	if s.alive(procID{PID: r.PID, StartTime: r.StartTime}) || sig == syscall.SIGKILL {
-		if r.PGID > 0 {
-			_ = syscall.Kill(-r.PGID, sig)
-		}
+	main := s.alive(procID{PID: r.PID, StartTime: r.StartTime})
+	if r.PGID > 0 && (main || s.groupLeftover(r)) {
+		_ = syscall.Kill(-r.PGID, sig)
 	}
-	if s.alive(procID{PID: r.PID, StartTime: r.StartTime}) {
+	if main {
 		_ = syscall.Kill(r.PID, sig)
 	}
 }
