@@ -192,3 +192,76 @@ func TestLedger_CloseWritesTheAddsWaitingOnAFullQueue(t *testing.T) {
 		t.Fatalf("Add after Close: %v, want ErrClosed", err)
 	}
 }
+
+type paceWriter struct {
+	mu    sync.Mutex
+	paced []bool // per write: was an easy pace asked for
+	gate  chan struct{}
+}
+
+func (w *paceWriter) InsertUsage(ctx context.Context, recs []Record) error {
+	if w.gate != nil {
+		<-w.gate
+	}
+	_, ok := ctx.Value(paceKey{}).(time.Duration)
+	w.mu.Lock()
+	w.paced = append(w.paced, ok)
+	w.mu.Unlock()
+	return nil
+}
+
+// A small backlog is written at an easy pace; a large one flat out.
+func TestLedger_PacesOnlyASmallBacklog(t *testing.T) {
+	w := &paceWriter{gate: make(chan struct{}, 1)}
+	l := NewLedger(w, Options{Interval: 5 * time.Millisecond, MaxBatch: 256}, ledgerLog)
+	defer l.Close(context.Background())
+	w.gate <- struct{}{}
+	for i := 0; i < 10; i++ {
+		l.Add(Record{ID: fmt.Sprint("a", i)})
+	}
+	waitWrites := func(n int) []bool {
+		t.Helper()
+		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+			w.mu.Lock()
+			p := append([]bool(nil), w.paced...)
+			w.mu.Unlock()
+			if len(p) >= n {
+				return p
+			}
+		}
+		t.Fatalf("fewer than %d writes", n)
+		return nil
+	}
+	if p := waitWrites(1); !p[0] {
+		t.Fatal("a batch of 10 records was not paced")
+	}
+	// The writer is held at the gate while a backlog builds up.
+	l.Add(Record{ID: "b"})
+	for deadline := time.Now().Add(5 * time.Second); l.Depth() != 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the writer did not take the record")
+		}
+	}
+	for i := 0; i < PaceBacklog+1; i++ {
+		l.Add(Record{ID: fmt.Sprint("c", i)})
+	}
+	close(w.gate)
+	p := waitWrites(3)
+	if !p[1] || p[2] {
+		t.Fatalf("paced writes %v: want the single record paced and the backlog of %d not", p, PaceBacklog+1)
+	}
+}
+
+func TestPace_RestsEveryPaceRowsOnlyWhenAsked(t *testing.T) {
+	var rests []time.Duration
+	paceSleep = func(d time.Duration) { rests = append(rests, d) }
+	defer func() { paceSleep = time.Sleep }()
+	ctx := context.WithValue(context.Background(), paceKey{}, 300*time.Microsecond)
+	for i := 0; i < 3*PaceRows; i++ {
+		Pace(ctx, i)
+		Pace(context.Background(), i) // not asked: never rests
+	}
+	if len(rests) != 3 || rests[0] != 300*time.Microsecond {
+		t.Fatalf("rests %v over %d rows, want 3 of 300µs", rests, 3*PaceRows)
+	}
+}

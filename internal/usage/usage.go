@@ -57,6 +57,7 @@ type Ledger struct {
 	log      *slog.Logger
 	maxBatch int
 	interval time.Duration
+	pause    time.Duration
 
 	closeOnce sync.Once
 	mu        sync.Mutex
@@ -75,6 +76,11 @@ type Options struct {
 	Queue    int           // records buffered before Add blocks (default 65536)
 	MaxBatch int           // records per write (default 256)
 	Interval time.Duration // flush at least this often (default 50ms)
+	// Pause is the rest a store takes after every PaceRows rows of a
+	// batch while the ledger keeps up (at most PaceBacklog records waiting),
+	// so that an embedded database's work does not take a CPU away from
+	// requests for a millisecond at a time (default 300µs; negative: never).
+	Pause time.Duration
 	// Spool, when set, receives batches the store keeps refusing, so an
 	// outage neither loses records nor grows memory; a background drainer
 	// writes them back when the store returns.
@@ -101,8 +107,11 @@ func NewLedger(w Writer, opt Options, log *slog.Logger) *Ledger {
 	if opt.SpoolAfter <= 0 {
 		opt.SpoolAfter = 3
 	}
+	if opt.Pause == 0 {
+		opt.Pause = 300 * time.Microsecond
+	}
 	l := &Ledger{w: w, queueMax: opt.Queue, kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}), log: log,
-		maxBatch: opt.MaxBatch, interval: opt.Interval, spool: opt.Spool, spoolAfter: opt.SpoolAfter}
+		maxBatch: opt.MaxBatch, interval: opt.Interval, spool: opt.Spool, spoolAfter: opt.SpoolAfter, pause: opt.Pause}
 	l.notFull = sync.NewCond(&l.mu)
 	l.noWaiter = sync.NewCond(&l.mu)
 	go l.run()
@@ -216,8 +225,11 @@ func (l *Ledger) run() {
 			l.notFull.Broadcast()
 		}
 		l.mu.Unlock()
+		// A small backlog is written at an easy pace; a large one (a
+		// burst of traffic, a store that was down) as fast as possible.
+		paced := l.pause > 0 && len(taken) <= PaceBacklog && !stopping
 		for i := 0; i < len(taken); i += l.maxBatch {
-			l.write(taken[i:min(i+l.maxBatch, len(taken))])
+			l.write(taken[i:min(i+l.maxBatch, len(taken))], paced)
 		}
 		clear(taken)
 		spare = taken[:0]
@@ -229,10 +241,13 @@ func (l *Ledger) run() {
 
 // write stores a batch, retrying with backoff while the store fails, so a
 // brief outage loses nothing. Writes are idempotent by record ID.
-func (l *Ledger) write(batch []Record) {
+func (l *Ledger) write(batch []Record, paced bool) {
 	backoff := 50 * time.Millisecond
 	for attempt := 1; ; attempt++ {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		if paced && attempt == 1 {
+			ctx = context.WithValue(ctx, paceKey{}, l.pause)
+		}
 		err := l.w.InsertUsage(ctx, batch)
 		cancel()
 		if err == nil {
@@ -257,3 +272,34 @@ func (l *Ledger) write(batch []Record) {
 		backoff = min(backoff*2, 5*time.Second)
 	}
 }
+
+// Pacing. At 1,000 requests/s the writer stores ~50 records every 50 ms; on
+// SQLite that is about a millisecond of CPU in one go, and on a small
+// machine (gateway, engine and clients sharing two cores) the requests
+// that arrive meanwhile wait for it. With a 300µs rest every 8 rows, six
+// interleaved A/B runs of bench/gateway.sh (24 s each) had a lower added p99
+// in five (e.g. 2.97 -> 1.93, 1.62 -> 1.27, 1.97 -> 1.41 ms). The rests hold
+// the write transaction open a few milliseconds longer, which only other
+// writers notice.
+const (
+	// PaceRows is how many rows a store writes between rests.
+	PaceRows = 8
+	// PaceBacklog is the most records waiting for which the ledger still
+	// asks for rests; above it, it writes flat out to catch up.
+	PaceBacklog = 128
+)
+
+type paceKey struct{}
+
+// Pace is called by a store after writing row i (from 0) of a batch; when
+// the ledger asked for an easy pace, it rests after every PaceRows rows.
+func Pace(ctx context.Context, i int) {
+	if (i+1)%PaceRows != 0 {
+		return
+	}
+	if d, ok := ctx.Value(paceKey{}).(time.Duration); ok {
+		paceSleep(d)
+	}
+}
+
+var paceSleep = time.Sleep // replaced in tests

@@ -82,6 +82,9 @@ func insertPrepared(ctx context.Context, tx *sql.Tx, u *UsageStmts, recs []usage
 		if n, _ := res.RowsAffected(); n == 1 {
 			inserted[r.ID] = true
 		}
+		if i < len(recs)-1 {
+			usage.Pace(ctx, i)
+		}
 	}
 	return nil
 }
