@@ -271,20 +271,28 @@ func (s *stateFile) groupLeftover(r procRecord) bool {
 	if _, err := readProcStat(r.PGID); err == nil {
 		return false // the leader runs (handled by alive) or its pid was reused
 	}
+	found, _ := groupMemberSince(r.PGID, r.StartTime)
+	return found
+}
+
+// groupMemberSince reports whether a live (not zombie) process of group
+// pgid started at or after since (clock ticks after boot); ok is false when
+// /proc cannot be read.
+func groupMemberSince(pgid int, since uint64) (found, ok bool) {
 	ents, err := os.ReadDir("/proc")
 	if err != nil {
-		return false
+		return false, false
 	}
 	for _, d := range ents {
 		pid, err := strconv.Atoi(d.Name())
 		if err != nil {
 			continue
 		}
-		if st, err := readProcStat(pid); err == nil && st.pgid == r.PGID && st.state != 'Z' && st.start >= r.StartTime {
-			return true
+		if st, err := readProcStat(pid); err == nil && st.pgid == pgid && st.state != 'Z' && st.start >= since {
+			return true, true
 		}
 	}
-	return false
+	return false, true
 }
 
 // alive reports whether process p still runs (a zombie does not count):

@@ -358,28 +358,6 @@ func groupAlive(pgid int) bool {
 	if syscall.Kill(-pgid, 0) != nil {
 		return false
 	}
-	ents, err := os.ReadDir("/proc")
-	if err != nil {
-		return true // not Linux: trust kill(2)
-	}
-	for _, d := range ents {
-		if _, err := strconv.Atoi(d.Name()); err != nil {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + d.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		// pid (comm) state ppid pgrp ...; comm may contain spaces.
-		s := string(b)
-		i := strings.LastIndexByte(s, ')')
-		if i < 0 {
-			continue
-		}
-		f := strings.Fields(s[i+1:])
-		if len(f) >= 3 && f[0] != "Z" && f[2] == strconv.Itoa(pgid) {
-			return true
-		}
-	}
-	return false
+	found, ok := groupMemberSince(pgid, 0)
+	return found || !ok // no /proc (not Linux): trust kill(2)
 }
