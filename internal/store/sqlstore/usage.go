@@ -24,8 +24,7 @@ const rollupConflict = ` ON CONFLICT (hour, key_id, model, backend) DO UPDATE SE
 			prompt_tokens = usage_hourly.prompt_tokens + excluded.prompt_tokens,
 			completion_tokens = usage_hourly.completion_tokens + excluded.completion_tokens,
 			cached_tokens = usage_hourly.cached_tokens + excluded.cached_tokens,
-			estimated = usage_hourly.estimated + excluded.estimated, cost_usd = usage_hourly.cost_usd + excluded.cost_usd
-			RETURNING hour, key_id, model, backend, latency`
+			estimated = usage_hourly.estimated + excluded.estimated, cost_usd = usage_hourly.cost_usd + excluded.cost_usd`
 
 const setRollupHist = `UPDATE usage_hourly SET latency = ? WHERE hour = ? AND key_id = ? AND model = ? AND backend = ?`
 
@@ -45,13 +44,13 @@ func PrepareUsage(ctx context.Context, db *sql.DB) (*UsageStmts, error) {
 	if u.insert, err = db.PrepareContext(ctx, insertUsageRow); err != nil {
 		return nil, fmt.Errorf("prepare usage insert: %w", err)
 	}
-	if u.upsert, err = db.PrepareContext(ctx, `INSERT INTO usage_hourly(`+rollupCols+`) VALUES (?,?,?,?,?,?,?,?,?,?,?)`+rollupConflict); err != nil {
+	if u.upsert, err = db.PrepareContext(ctx, `INSERT INTO usage_hourly(`+rollupCols+`) VALUES (?,?,?,?,?,?,?,?,?,?,?)`+rollupConflict+` RETURNING latency`); err != nil {
 		u.Close()
-		return nil, fmt.Errorf("prepare usage rollup: %w", err)
+		return nil, fmt.Errorf("prepare usage rollup upsert: %w", err)
 	}
 	if u.setHist, err = db.PrepareContext(ctx, setRollupHist); err != nil {
 		u.Close()
-		return nil, fmt.Errorf("prepare usage rollup: %w", err)
+		return nil, fmt.Errorf("prepare usage rollup histogram update: %w", err)
 	}
 	return u, nil
 }
@@ -99,10 +98,9 @@ func upsertPrepared(ctx context.Context, tx *sql.Tx, u *UsageStmts, rus []usage.
 	defer setHist.Close()
 	for i := range rus {
 		r := &rus[i]
-		var k usage.RollupKey
 		var h []byte
 		if err := upsert.QueryRowContext(ctx, r.Hour, r.KeyID, r.Model, r.Backend, r.Requests, r.Errors, r.PromptTokens,
-			r.CompletionTokens, r.CachedTokens, r.Estimated, r.CostUSD).Scan(&k.Hour, &k.KeyID, &k.Model, &k.Backend, &h); err != nil {
+			r.CompletionTokens, r.CachedTokens, r.Estimated, r.CostUSD).Scan(&h); err != nil {
 			return err
 		}
 		if _, err := setHist.ExecContext(ctx, usage.AppendHist(h, r.Latency), r.Hour, r.KeyID, r.Model, r.Backend); err != nil {
@@ -223,7 +221,7 @@ func upsertRollups(ctx context.Context, tx *sql.Tx, d Dialect, rus []usage.Rollu
 			args = append(args, r.Hour, r.KeyID, r.Model, r.Backend, r.Requests, r.Errors, r.PromptTokens, r.CompletionTokens,
 				r.CachedTokens, r.Estimated, r.CostUSD)
 		}
-		b.WriteString(rollupConflict)
+		b.WriteString(rollupConflict + ` RETURNING hour, key_id, model, backend, latency`)
 		rows, err := tx.QueryContext(ctx, d.Q(b.String()), args...)
 		if err != nil {
 			return err
