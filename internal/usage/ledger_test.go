@@ -93,7 +93,10 @@ func TestLedger_EveryRecordWrittenOnceInBoundedBatches(t *testing.T) {
 // the writer catches up.
 func TestLedger_FullQueueBlocksAddUntilTheWriterCatchesUp(t *testing.T) {
 	w := &recordingWriter{gate: make(chan struct{}), entered: make(chan struct{}, 1)}
-	l := NewLedger(w, Options{Queue: 10, MaxBatch: 10, Interval: time.Millisecond}, ledgerLog)
+	// No timed flush: a tick between two Adds would hand the writer part of
+	// a batch and leave the test's own Adds blocked on a full queue. The
+	// writer runs only on a full batch here.
+	l := NewLedger(w, Options{Queue: 10, MaxBatch: 10, Interval: time.Hour}, ledgerLog)
 	for i := 0; i < 10; i++ { // the writer takes these and waits at the gate
 		if err := l.Add(Record{ID: fmt.Sprint("a", i)}); err != nil {
 			t.Fatal(err)
@@ -137,7 +140,7 @@ func TestLedger_FullQueueBlocksAddUntilTheWriterCatchesUp(t *testing.T) {
 // record is written with the rest before Close returns.
 func TestLedger_CloseWritesTheAddsWaitingOnAFullQueue(t *testing.T) {
 	w := &recordingWriter{gate: make(chan struct{}), entered: make(chan struct{}, 1)}
-	l := NewLedger(w, Options{Queue: 4, MaxBatch: 4, Interval: time.Millisecond}, ledgerLog)
+	l := NewLedger(w, Options{Queue: 4, MaxBatch: 4, Interval: time.Hour}, ledgerLog) // full batches only
 	for i := 0; i < 4; i++ { // taken by the writer, which waits at the gate
 		if err := l.Add(Record{ID: fmt.Sprint("a", i)}); err != nil {
 			t.Fatal(err)
@@ -213,12 +216,15 @@ func (w *paceWriter) InsertUsage(ctx context.Context, recs []Record) error {
 // A small backlog is written at an easy pace; a large one flat out.
 func TestLedger_PacesOnlyASmallBacklog(t *testing.T) {
 	w := &paceWriter{gate: make(chan struct{}, 1)}
-	l := NewLedger(w, Options{Interval: 5 * time.Millisecond, MaxBatch: 256}, ledgerLog)
+	// No timed flush: the test wakes the writer itself (l.kick), so what
+	// each write takes does not depend on when a ticker fires.
+	l := NewLedger(w, Options{Interval: time.Hour, MaxBatch: 256}, ledgerLog)
 	defer l.Close(context.Background())
 	w.gate <- struct{}{}
 	for i := 0; i < 10; i++ {
 		l.Add(Record{ID: fmt.Sprint("a", i)})
 	}
+	l.kick <- struct{}{}
 	waitWrites := func(n int) []bool {
 		t.Helper()
 		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
@@ -235,8 +241,10 @@ func TestLedger_PacesOnlyASmallBacklog(t *testing.T) {
 	if p := waitWrites(1); !p[0] {
 		t.Fatal("a batch of 10 records was not paced")
 	}
-	// The writer is held at the gate while a backlog builds up.
+	// The writer takes one record and is held at the gate while a backlog
+	// builds up.
 	l.Add(Record{ID: "b"})
+	l.kick <- struct{}{}
 	for deadline := time.Now().Add(5 * time.Second); l.Depth() != 0; time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("the writer did not take the record")
@@ -246,8 +254,9 @@ func TestLedger_PacesOnlyASmallBacklog(t *testing.T) {
 		l.Add(Record{ID: fmt.Sprint("c", i)})
 	}
 	close(w.gate)
+	l.kick <- struct{}{}
 	p := waitWrites(3)
-	if !p[1] || p[2] {
+	if len(p) != 3 || !p[1] || p[2] {
 		t.Fatalf("paced writes %v: want the single record paced and the backlog of %d not", p, PaceBacklog+1)
 	}
 }
