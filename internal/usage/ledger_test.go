@@ -140,7 +140,8 @@ func TestLedger_FullQueueBlocksAddUntilTheWriterCatchesUp(t *testing.T) {
 // record is written with the rest before Close returns.
 func TestLedger_CloseWritesTheAddsWaitingOnAFullQueue(t *testing.T) {
 	w := &recordingWriter{gate: make(chan struct{}), entered: make(chan struct{}, 1)}
-	l := NewLedger(w, Options{Queue: 4, MaxBatch: 4, Interval: time.Hour}, ledgerLog) // full batches only
+	// The writer runs on full batches only (no timed flush).
+	l := NewLedger(w, Options{Queue: 4, MaxBatch: 4, Interval: time.Hour}, ledgerLog)
 	for i := 0; i < 4; i++ { // taken by the writer, which waits at the gate
 		if err := l.Add(Record{ID: fmt.Sprint("a", i)}); err != nil {
 			t.Fatal(err)
