@@ -158,9 +158,21 @@ func (e *Engine) Signal() syscall.Signal {
 	return s
 }
 
+// signals are the stop signals an engine may name (signals_unix.go adds
+// the ones only Unix has).
 var signals = map[string]syscall.Signal{
 	"TERM": syscall.SIGTERM, "INT": syscall.SIGINT, "QUIT": syscall.SIGQUIT,
-	"HUP": syscall.SIGHUP, "KILL": syscall.SIGKILL, "USR1": syscall.SIGUSR1, "USR2": syscall.SIGUSR2,
+	"HUP": syscall.SIGHUP, "KILL": syscall.SIGKILL,
+}
+
+// signalNames lists the signals a stop_signal may name, for error messages.
+func signalNames() string {
+	names := make([]string, 0, len(signals))
+	for n := range signals {
+		names = append(names, "SIG"+n)
+	}
+	sort.Strings(names)
+	return strings.Join(names, ", ")
 }
 
 func parseSignal(s string) (syscall.Signal, bool) {
@@ -266,7 +278,7 @@ func (c *Config) validateEngines() error {
 			return le(e, "", "durations must not be negative")
 		}
 		if _, ok := parseSignal(e.StopSignal); !ok {
-			return le(e, ".stop_signal", "unknown signal %q: use SIGTERM, SIGINT, SIGQUIT, SIGHUP, SIGUSR1, SIGUSR2 or SIGKILL", e.StopSignal)
+			return le(e, ".stop_signal", "unknown signal %q: use one of %s", e.StopSignal, signalNames())
 		}
 		if e.MaxQueue < 0 {
 			return le(e, ".max_queue", "must be positive")

@@ -209,14 +209,14 @@ func (m *Manager) Close(ctx context.Context) error {
 		select {
 		case <-r.exited:
 		case <-ctx.Done():
-			_ = syscall.Kill(-r.pid, syscall.SIGKILL)
+			_ = killGroup(r.pid, syscall.SIGKILL)
 			<-r.exited
 		}
 		// The leader is gone; give the rest of the group what is left of
 		// the grace period (or nothing once ctx ended), then kill it.
 		for groupAlive(r.pid) {
 			if ctx.Err() != nil || time.Now().After(deadline) {
-				_ = syscall.Kill(-r.pid, syscall.SIGKILL)
+				_ = killGroup(r.pid, syscall.SIGKILL)
 				break
 			}
 			time.Sleep(20 * time.Millisecond)

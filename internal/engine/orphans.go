@@ -362,10 +362,10 @@ func (s *stateFile) stopAll(recs []procRecord) {
 func (s *stateFile) signal(r procRecord, sig syscall.Signal) {
 	main := s.alive(procID{PID: r.PID, StartTime: r.StartTime})
 	if r.PGID > 0 && (main || s.groupLeftover(r)) {
-		_ = syscall.Kill(-r.PGID, sig)
+		_ = killGroup(r.PGID, sig)
 	}
 	if main {
-		_ = syscall.Kill(r.PID, sig)
+		_ = killProcess(r.PID, sig)
 	}
 }
 

@@ -62,7 +62,7 @@ func (m *Manager) spawnLocked(e *Engine) {
 	// engine forks (vLLM's engine core, tensor-parallel ranks). On Linux the
 	// kernel also sends it the stop signal if the gateway dies (crash, OOM
 	// kill, SIGKILL), so it does not keep the GPU and the port.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.SysProcAttr = procAttr()
 	parentDeathSignal(cmd.SysProcAttr, c.Signal())
 	pr, pw, err := os.Pipe()
 	if err != nil {
@@ -249,9 +249,9 @@ func (m *Manager) stopLocked(e *Engine, reason string) {
 	}
 	e.logs.add(fmt.Sprintf("[llmgate] stopping pid %d (%s) with %s", r.pid, reason, strings.ToUpper(e.cfg.StopSignal)))
 	m.log.Info("engine stopping", "engine", e.cfg.Name, "pid", r.pid, "reason", reason)
-	_ = syscall.Kill(-r.pid, e.cfg.Signal())
+	_ = killGroup(r.pid, e.cfg.Signal())
 	r.kill = time.AfterFunc(time.Duration(e.cfg.StopGrace), func() {
-		_ = syscall.Kill(-r.pid, syscall.SIGKILL)
+		_ = killGroup(r.pid, syscall.SIGKILL)
 	})
 }
 
@@ -287,7 +287,7 @@ func (m *Manager) onExit(e *Engine, r *run) {
 		return
 	}
 	// A crash: workers left behind would hold the GPU and the port.
-	_ = syscall.Kill(-r.pid, syscall.SIGKILL)
+	_ = killGroup(r.pid, syscall.SIGKILL)
 	if !r.readyAt.IsZero() && time.Since(r.readyAt) > time.Minute {
 		e.crashes = 1
 	} else {
@@ -345,7 +345,7 @@ func reapGroup(pgid int, grace time.Duration) {
 	deadline := time.Now().Add(grace)
 	for groupAlive(pgid) {
 		if time.Now().After(deadline) {
-			_ = syscall.Kill(-pgid, syscall.SIGKILL)
+			_ = killGroup(pgid, syscall.SIGKILL)
 			return
 		}
 		time.Sleep(20 * time.Millisecond)
@@ -355,7 +355,7 @@ func reapGroup(pgid int, grace time.Duration) {
 // groupAlive reports whether a process group still has live members.
 // Zombies waiting for a parent that never reaps them do not count.
 func groupAlive(pgid int) bool {
-	if syscall.Kill(-pgid, 0) != nil {
+	if killGroup(pgid, 0) != nil {
 		return false
 	}
 	found, ok := groupMemberSince(pgid, 0)
