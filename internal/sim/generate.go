@@ -49,24 +49,12 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 		writeAPIError(w, badRequest("messages", "messages must contain at least one message"))
 		return
 	}
-	var prompt strings.Builder
-	tokens := chatGenerationPrompt
-	for i, m := range req.Messages {
-		text, err := messageText(m.Content)
-		if err != nil {
-			writeAPIError(w, badRequest("messages", "messages[%d].content: %v", i, err))
-			return
-		}
-		prompt.WriteString(m.Role)
-		prompt.WriteByte('\n')
-		prompt.WriteString(text)
-		prompt.WriteByte('\n')
-		tokens += chatTokensPerMessage + countTextTokens(text) + countTextTokens(m.Name)
+	prompt, tokens, e := chatPrompt(req.Messages, req.Tools, true)
+	if e != nil {
+		writeAPIError(w, e)
+		return
 	}
-	for _, t := range req.Tools {
-		tokens += countTextTokens(string(t))
-	}
-	g := genRequest{chat: true, e: eng, model: eng.mc.Name, prompt: prompt.String(), promptTokens: tokens,
+	g := genRequest{chat: true, e: eng, model: eng.mc.Name, prompt: prompt, promptTokens: tokens,
 		maxTokens: req.MaxCompletionTokens, seed: req.Seed, stops: req.Stop, ignoreEOS: req.IgnoreEOS, stream: req.Stream}
 	if g.maxTokens == nil {
 		g.maxTokens = req.MaxTokens
@@ -76,6 +64,31 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.serveGeneration(w, r, g)
+}
+
+// chatPrompt renders chat messages the way the simulator's chat template
+// does and counts their tokens, with the generation prompt when asked.
+func chatPrompt(msgs []chatRequestMsg, tools []json.RawMessage, generationPrompt bool) (string, int, *apiError) {
+	var prompt strings.Builder
+	tokens := 0
+	if generationPrompt {
+		tokens = chatGenerationPrompt
+	}
+	for i, m := range msgs {
+		text, err := messageText(m.Content)
+		if err != nil {
+			return "", 0, badRequest("messages", "messages[%d].content: %v", i, err)
+		}
+		prompt.WriteString(m.Role)
+		prompt.WriteByte('\n')
+		prompt.WriteString(text)
+		prompt.WriteByte('\n')
+		tokens += chatTokensPerMessage + countTextTokens(text) + countTextTokens(m.Name)
+	}
+	for _, t := range tools {
+		tokens += countTextTokens(string(t))
+	}
+	return prompt.String(), tokens, nil
 }
 
 func (s *Server) handleCompletion(w http.ResponseWriter, r *http.Request) {

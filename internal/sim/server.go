@@ -62,10 +62,13 @@ func New(cfg Config) (*Server, error) {
 	mux.HandleFunc("POST /v1/chat/completions", s.auth(s.handleChat))
 	mux.HandleFunc("POST /v1/completions", s.auth(s.handleCompletion))
 	mux.HandleFunc("POST /v1/embeddings", s.auth(s.handleEmbeddings))
+	// vLLM serves its tokenizer at the root, outside /v1 (and outside
+	// --api-key's protection).
+	mux.HandleFunc("POST /tokenize", s.handleTokenize)
 	mux.HandleFunc("/", s.auth(func(w http.ResponseWriter, r *http.Request) {
 		// FastAPI's answers for unknown routes and wrong methods.
 		switch r.URL.Path {
-		case "/health", "/ping", "/version", "/metrics", "/v1/models",
+		case "/health", "/ping", "/version", "/metrics", "/v1/models", "/tokenize",
 			"/v1/chat/completions", "/v1/completions", "/v1/embeddings":
 			writeJSON(w, http.StatusMethodNotAllowed, map[string]string{"detail": "Method Not Allowed"})
 		default:
