@@ -196,7 +196,8 @@ func (s *Server) handleResponses(w http.ResponseWriter, r *http.Request, p keys.
 }
 
 // handleCountTokens answers /v1/messages/count_tokens: passed through to an
-// Anthropic backend, estimated locally otherwise.
+// Anthropic backend; for others counted by the backend's tokenizer (vLLM's
+// POST /tokenize) when it has one, estimated locally otherwise.
 func (s *Server) handleCountTokens(w http.ResponseWriter, r *http.Request, p keys.Principal) {
 	c := &call{ep: endpoint{name: "count_tokens"}, start: time.Now(), principal: p, reqID: s.requestID(r), writeErr: anthropic.WriteError}
 	var req anthropic.MessagesRequest
@@ -226,9 +227,20 @@ func (s *Server) handleCountTokens(w http.ResponseWriter, r *http.Request, p key
 		anthropic.WriteError(w, err)
 		return
 	}
+	n, exact := s.tokenizeCount(r.Context(), dep, &req, c.reqID)
+	source := "tokenizer"
+	if !exact {
+		n, source = translate.EstimateAnthropicInputTokens(&req), "estimate"
+	}
 	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(map[string]int{"input_tokens": translate.EstimateAnthropicInputTokens(&req)})
+	w.Header().Set(tokenCountHeader, source)
+	_ = json.NewEncoder(w).Encode(map[string]int{"input_tokens": n})
 }
+
+// tokenCountHeader tells a count_tokens client where its count came from:
+// "tokenizer" (the backend's own, exact) or "estimate" (llmgate's rule of
+// thumb, see translate.EstimateAnthropicInputTokens).
+const tokenCountHeader = "Llmgate-Token-Count"
 
 // decodeInto reads the body and decodes it into v, with client-safe errors.
 func (s *Server) decodeInto(w http.ResponseWriter, r *http.Request, c *call, v any) error {

@@ -91,6 +91,8 @@ type Server struct {
 
 	idPrefix string
 	idSeq    atomic.Uint64
+
+	noTokenize tokenizeMemo // backends without POST /tokenize (count_tokens)
 }
 
 // New returns a Server.
