@@ -1,5 +1,5 @@
 // Package store defines what llmgate persists (keys, settings, the usage
-// ledger, console sessions) and opens the right implementation for a database setting.
+// ledger, console sessions, stored Responses API responses) and opens the right implementation for a database setting.
 package store
 
 import (
@@ -14,5 +14,6 @@ type Store interface {
 	usage.Writer
 	usage.Querier
 	Sessions
+	Responses
 	Close() error
 }

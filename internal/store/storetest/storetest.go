@@ -43,6 +43,8 @@ func Run(t *testing.T, open func(t *testing.T) Store) {
 		{"Usage_RecentNewestFirst", testRecent},
 		{"Sessions_CreateGetDelete", testSessionsCreateGetDelete},
 		{"Sessions_KeyPurgeTrim", testSessionsKeyPurgeTrim},
+		{"Responses_ChainOwnerExpiry", testResponsesChain},
+		{"Responses_BrokenChainDeletePurge", testResponsesBrokenDeletePurge},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) { c.fn(t, open(t)) })
