@@ -70,6 +70,13 @@ type Config struct {
 	// Retention deletes raw usage records older than this (hourly rollups
 	// are kept); zero keeps everything.
 	Retention Duration `yaml:"retention"`
+	// ResponsesTTL is how long Responses API responses are kept for
+	// previous_response_id and GET /v1/responses/{id} (default 30 days;
+	// a conversation in use is kept as long as its newest response).
+	ResponsesTTL Duration `yaml:"responses_ttl"`
+	// StoreResponses turns that storage off when false (then only full
+	// conversations in input work, as with store: false).
+	StoreResponses *bool `yaml:"store_responses"`
 	// SpoolDir holds usage records while the database is unreachable
 	// (default: next to a SQLite database, else ./llmgate-spool).
 	SpoolDir string `yaml:"spool_dir"`
@@ -162,6 +169,22 @@ func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
 		return nil
 	}
 	return fmt.Errorf("invalid duration %q: use a value like 30s, 2m or 90d", s)
+}
+
+// DefaultResponsesTTL is how long stored responses are kept by default
+// (what OpenAI keeps them for).
+const DefaultResponsesTTL = 30 * 24 * time.Hour
+
+// ResponsesStorage reports whether Responses API responses are stored and
+// for how long.
+func (c *Config) ResponsesStorage() (bool, time.Duration) {
+	if c.StoreResponses != nil && !*c.StoreResponses {
+		return false, 0
+	}
+	if c.ResponsesTTL > 0 {
+		return true, time.Duration(c.ResponsesTTL)
+	}
+	return true, DefaultResponsesTTL
 }
 
 // LineError is a configuration error tied to a line of the file.
@@ -290,7 +313,7 @@ func wholeScalar(src string, start, end int) bool {
 }
 
 var knownKeys = map[string][]string{
-	"":                {"listen", "database", "max_body_bytes", "log_format", "http_server", "socket_io", "backends", "models", "redis", "redis_prefix", "retention", "spool_dir", "routing"},
+	"":                {"listen", "database", "max_body_bytes", "log_format", "http_server", "socket_io", "backends", "models", "redis", "redis_prefix", "retention", "responses_ttl", "store_responses", "spool_dir", "routing"},
 	"routing":         {"retry_backoff", "circuit_breaker"},
 	"circuit_breaker": {"enabled", "consecutive_failures", "failure_rate", "min_requests", "half_life", "open_for", "open_max", "timeout_weight", "rate_limit_wait", "rate_limit_max"},
 	"backend": {"url", "api_key", "dialect", "headers", "connect_timeout", "first_byte_timeout", "timeout",
@@ -442,6 +465,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxBodyBytes < 0 {
 		return le(0, "max_body_bytes", "must be positive")
+	}
+	if c.ResponsesTTL < 0 {
+		return le(c.Line("responses_ttl"), "responses_ttl", "must not be negative (to store no responses, set store_responses: false)")
 	}
 	if c.LogFormat != "" && c.LogFormat != "text" && c.LogFormat != "json" {
 		return le(c.Line("log_format"), "log_format", "must be text or json, not %q", c.LogFormat)

@@ -3,6 +3,7 @@ package config
 import (
 	"strings"
 	"testing"
+	"time"
 )
 
 func env(m map[string]string) func(string) (string, bool) {
@@ -62,6 +63,7 @@ func TestLoad_ErrorsNameKeyAndLine(t *testing.T) {
 		{"bad duration", "backends:\n  a: {url: http://x, timeout: soon}\n", `invalid duration "soon"`},
 		{"bad socket_io", "socket_io: fast\n", `x.yaml:1: socket_io: must be raw or standard, not "fast"`},
 		{"bad http_server", "listen: 127.0.0.1:4000\nhttp_server: nginx\n", `x.yaml:2: http_server: must be builtin or stdlib, not "nginx"`},
+		{"negative responses_ttl", "listen: 127.0.0.1:4000\nresponses_ttl: -1h\n", `x.yaml:2: responses_ttl: must not be negative`},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -70,6 +72,27 @@ func TestLoad_ErrorsNameKeyAndLine(t *testing.T) {
 				t.Fatalf("err = %v, want it to contain %q", err, c.want)
 			}
 		})
+	}
+}
+
+func TestResponsesStorage(t *testing.T) {
+	for _, c := range []struct {
+		src  string
+		on   bool
+		keep time.Duration
+	}{
+		{"listen: 127.0.0.1:4000\n", true, DefaultResponsesTTL},
+		{"responses_ttl: 7d\n", true, 7 * 24 * time.Hour},
+		{"store_responses: false\nresponses_ttl: 7d\n", false, 0},
+		{"store_responses: true\n", true, DefaultResponsesTTL},
+	} {
+		cfg, err := LoadWithEnv(strings.NewReader(c.src), "x.yaml", env(nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if on, keep := cfg.ResponsesStorage(); on != c.on || keep != c.keep {
+			t.Errorf("%q: storage %v for %v, want %v for %v", c.src, on, keep, c.on, c.keep)
+		}
 	}
 }
 

@@ -127,8 +127,12 @@ func Start(ctx context.Context, opt Options) (*Gateway, error) {
 	}
 	table := router.NewWithOptions(cfg, router.Options{Logger: log})
 	g.Engines.Attach(table)
-	g.Server = server.New(server.Options{Table: table, Verifier: g.Verifier, Ledger: g.observedLedger(), Logger: log, MaxBodyBytes: cfg.MaxBodyBytes,
-		Admission: g.Metrics.Admission(opt.Admission), Middleware: opt.Middleware})
+	sopt := server.Options{Table: table, Verifier: g.Verifier, Ledger: g.observedLedger(), Logger: log, MaxBodyBytes: cfg.MaxBodyBytes,
+		Admission: g.Metrics.Admission(opt.Admission), Middleware: opt.Middleware}
+	if on, ttl := cfg.ResponsesStorage(); on {
+		sopt.Responses, sopt.ResponsesTTL = g.Store, ttl
+	}
+	g.Server = server.New(sopt)
 	engines := g.Engines.Handler(g.Server.Authenticate)
 	g.Server.Handle(engine.AdminPrefix, engines)
 	g.Server.Handle(engine.AdminPrefix+"/", engines)

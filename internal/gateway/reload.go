@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"reflect"
+	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -150,6 +151,8 @@ func (r *Reloader) warnRestartOnly(cfg *config.Config) {
 		{"log_format", prev.LogFormat, cfg.LogFormat},
 		{"http_server", prev.HTTPServer, cfg.HTTPServer},
 		{"socket_io", prev.SocketIO, cfg.SocketIO},
+		{"responses_ttl", prev.ResponsesTTL, cfg.ResponsesTTL},
+		{"store_responses", optBool(prev.StoreResponses), optBool(cfg.StoreResponses)},
 		{"engines", prev.Engines, cfg.Engines},
 	} {
 		if !reflect.DeepEqual(s.old, s.new) {
@@ -232,4 +235,12 @@ func stat(path string) (fileStamp, error) {
 		return fileStamp{}, err
 	}
 	return fileStamp{mod: fi.ModTime(), size: fi.Size()}, nil
+}
+
+// optBool shows an optional setting: its value, or "default" when unset.
+func optBool(b *bool) string {
+	if b == nil {
+		return "default"
+	}
+	return strconv.FormatBool(*b)
 }

@@ -165,8 +165,10 @@ func (s *Server) messagesHub(c *call, req *anthropic.MessagesRequest) (*hub, err
 	}, nil
 }
 
-// handleResponses serves the OpenAI Responses API (stateless) for every
-// model by translating to chat.
+// handleResponses serves the OpenAI Responses API for every model by
+// translating to chat. With a response store, previous_response_id
+// continues a stored conversation and the response is stored (unless
+// store: false).
 func (s *Server) handleResponses(w http.ResponseWriter, r *http.Request, p keys.Principal) {
 	c := &call{ep: endpointResponses, start: time.Now(), principal: p, reqID: s.requestID(r), writeErr: openai.WriteError}
 	w.Header()["X-Request-Id"] = []string{c.reqID}
@@ -177,20 +179,48 @@ func (s *Server) handleResponses(w http.ResponseWriter, r *http.Request, p keys.
 		rateLimitHeaders(w, c.ticket)
 	}
 	var chat *openai.ChatCompletionRequest
+	turn := turnItems(req.Input)
 	if err == nil {
 		c.stream = req.Stream
-		chat, err = translate.ResponsesToChat(&req)
+		tr := req // what the backend gets: the stored conversation, then this turn
+		if req.PreviousResponseID != "" && s.responses != nil {
+			var items []openai.InputItem
+			if items, err = s.previousItems(r.Context(), p, req.PreviousResponseID); err == nil {
+				tr.Input = openai.ResponsesInput{Items: append(items, turn...)}
+				tr.PreviousResponseID = ""
+			}
+		}
+		if err == nil {
+			chat, err = translate.ResponsesToChat(&tr)
+		}
 	}
 	if err != nil {
 		s.refuse(w, c, err)
 		return
 	}
+	storeID := ""
+	if s.responses != nil && (req.Store == nil || *req.Store) {
+		storeID = newResponseID()
+	}
+	save := func(resp *openai.Response) { s.saveResponse(r.Context(), c, p, resp, turn) }
 	h := &hub{
 		req: chat,
 		complete: func(resp *openai.ChatCompletion) ([]byte, error) {
-			return json.Marshal(translate.ChatToResponses(resp, &req))
+			out := translate.ChatToResponses(resp, &req)
+			if storeID != "" {
+				out.ID, out.Store = storeID, true
+				save(out)
+			}
+			return json.Marshal(out)
 		},
-		stream: func() clientStream { return translate.NewChatToResponsesStream(&req) },
+		stream: func() clientStream {
+			t := translate.NewChatToResponsesStream(&req)
+			if storeID == "" {
+				return t
+			}
+			t.SetStored(storeID)
+			return &storingStream{ChatToResponsesStream: t, save: save}
+		},
 	}
 	s.forwardDialect(w, r, c, h)
 }
@@ -297,11 +327,4 @@ func (s *Server) forwardDialect(w http.ResponseWriter, r *http.Request, c *call,
 		s.writeFail(w, c, err)
 	}
 	s.record(c)
-}
-
-// handleResponseLookup answers GET/DELETE /v1/responses/{id}: the gateway is
-// stateless, so stored responses do not exist.
-func (s *Server) handleResponseLookup(w http.ResponseWriter, r *http.Request) {
-	openai.WriteError(w, apierror.New(http.StatusNotFound, apierror.KindNotFound, "response_not_stored",
-		"llmgate does not store responses (it serves the Responses API statelessly, as with store: false): send the full conversation as input instead of previous_response_id or a response id"))
 }

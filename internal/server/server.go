@@ -18,6 +18,7 @@ import (
 	"llmgate/internal/apierror"
 	"llmgate/internal/keys"
 	"llmgate/internal/router"
+	"llmgate/internal/store"
 	"llmgate/internal/usage"
 )
 
@@ -74,6 +75,11 @@ type Options struct {
 	// Middleware wraps the whole handler, outermost first (request ids,
 	// tracing, metrics).
 	Middleware []func(http.Handler) http.Handler
+	// Responses, when set, stores Responses API responses for
+	// previous_response_id and GET/DELETE /v1/responses/{id}, each kept
+	// for ResponsesTTL (default 30 days).
+	Responses    store.Responses
+	ResponsesTTL time.Duration
 }
 
 // Server serves the gateway API.
@@ -92,7 +98,8 @@ type Server struct {
 	idPrefix string
 	idSeq    atomic.Uint64
 
-	noTokenize tokenizeMemo // backends without POST /tokenize (count_tokens)
+	noTokenize tokenizeMemo   // backends without POST /tokenize (count_tokens)
+	responses  *responseStore // nil: the Responses API is stateless
 }
 
 // New returns a Server.
@@ -108,6 +115,12 @@ func New(opt Options) *Server {
 	s := &Server{verifier: opt.Verifier, ledger: opt.Ledger, log: opt.Logger, maxBody: opt.MaxBodyBytes,
 		ready: opt.Ready, admit: opt.Admission, started: time.Now(), idPrefix: "req_" + hex.EncodeToString(rb[:]) + "_"}
 	s.table.Store(opt.Table)
+	if opt.Responses != nil {
+		if opt.ResponsesTTL <= 0 {
+			opt.ResponsesTTL = 30 * 24 * time.Hour
+		}
+		s.responses = &responseStore{st: opt.Responses, ttl: opt.ResponsesTTL}
+	}
 	s.routes()
 	s.handler = http.Handler(s.mux)
 	for i := len(opt.Middleware) - 1; i >= 0; i-- {

@@ -9,8 +9,9 @@ import (
 )
 
 // ResponsesToChat converts a Responses API request into a chat completions
-// request for a chat-only backend. The gateway stores nothing, so it works
-// statelessly (store:false, as Codex sends): previous_response_id and
+// request for a chat-only backend. It translates one self-contained
+// request: the server resolves previous_response_id into input items
+// first (see server.previousItems); one still set here (storage off) and
 // conversation are rejected with a 400 that says to send the full input.
 //
 // instructions -> leading system message; input string -> one user message;
@@ -28,7 +29,7 @@ import (
 // map to their chat equivalents.
 func ResponsesToChat(req *openai.ResponsesRequest) (*openai.ChatCompletionRequest, error) {
 	if req.PreviousResponseID != "" {
-		return nil, badRequest("previous_response_id", "previous_response_id is not supported: llmgate does not store responses; send the full conversation in input and set store to false")
+		return nil, badRequest("previous_response_id", "previous_response_id is not supported: this gateway does not store responses (store_responses: false in its config); send the full conversation in input and set store to false")
 	}
 	if len(req.Conversation) > 0 && string(req.Conversation) != "null" {
 		return nil, badRequest("conversation", "conversation is not supported: llmgate does not store conversations; send the full conversation in input and set store to false")
@@ -301,6 +302,9 @@ func baseResponse(id string, created int64, model string, req *openai.ResponsesR
 		r.ParallelToolCalls = *req.ParallelToolCalls
 	}
 	r.Store = req.Store != nil && *req.Store
+	if req.PreviousResponseID != "" {
+		r.PreviousResponseID = ptr(req.PreviousResponseID)
+	}
 	r.Temperature, r.TopP = req.Temperature, req.TopP
 	if len(req.ToolChoice) > 0 {
 		r.ToolChoice = req.ToolChoice

@@ -50,6 +50,7 @@ const (
 type ChatToResponsesStream struct {
 	req *openai.ResponsesRequest
 	now func() time.Time
+	id  string // id of a stored response; "" derives it from the upstream's
 
 	resp    *openai.Response
 	base    string // id suffix shared by the item ids
@@ -75,6 +76,15 @@ func NewChatToResponsesStream(req *openai.ResponsesRequest) *ChatToResponsesStre
 	return &ChatToResponsesStream{req: req, now: time.Now, tools: map[int]bool{}}
 }
 
+// SetStored says the response will be stored under id: the events carry
+// that id (unique in the gateway, not derived from the backend's) and
+// "store": true.
+func (t *ChatToResponsesStream) SetStored(id string) { t.id = id }
+
+// Response returns the response object as the last lifecycle event carried
+// it, or nil before the stream began.
+func (t *ChatToResponsesStream) Response() *openai.Response { return t.resp }
+
 func (t *ChatToResponsesStream) emit(evs []Event, name string, v any) []Event {
 	t.seq++
 	return append(evs, Event{Name: name, Data: mustJSON(v)})
@@ -95,7 +105,14 @@ func (t *ChatToResponsesStream) begin(evs []Event, upstreamID string, created in
 	if t.req != nil && t.req.Model != "" {
 		model = t.req.Model
 	}
-	t.resp = baseResponse(responseID(upstreamID), created, model, t.req)
+	id := t.id
+	if id == "" {
+		id = responseID(upstreamID)
+	}
+	t.resp = baseResponse(id, created, model, t.req)
+	if t.id != "" {
+		t.resp.Store = true
+	}
 	t.base = strings.TrimPrefix(t.resp.ID, "resp_")
 	evs = t.lifecycle(evs, evRespCreated)
 	return t.lifecycle(evs, evRespInProgress)

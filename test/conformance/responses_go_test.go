@@ -237,15 +237,51 @@ func TestOpenAIGoSDK_ResponsesMidStreamFailuresEndInResponseFailed(t *testing.T)
 	}
 }
 
-func TestOpenAIGoSDK_ResponsesPreviousResponseIDIsRefusedClearly(t *testing.T) {
+// The official SDK continues a stored conversation with
+// previous_response_id (streaming and not), reads a stored response back,
+// deletes it, and gets OpenAI's error for an unknown id.
+func TestOpenAIGoSDK_ResponsesPreviousResponseIDRetrieveDelete(t *testing.T) {
 	e := newEnv(t)
-	params := responsesParams("oa-text", "Hello")
-	params.PreviousResponseID = openai.String("resp_123")
 	c := e.openaiClient()
-	_, err := c.Responses.New(testCtx(t), params)
+	params := responsesParams("oa-text", "My name is Ada.")
+	params.Store = openai.Bool(true)
+	first, err := c.Responses.New(testCtx(t), params)
+	if err != nil {
+		t.Fatal(apiErrorDetail(err))
+	}
+	next := responsesParams("oa-text", "What is my name?")
+	next.Store = openai.Bool(true)
+	next.PreviousResponseID = openai.String(first.ID)
+	s := c.Responses.NewStreaming(testCtx(t), next)
+	var second responses.Response
+	for s.Next() {
+		if ev := s.Current(); ev.Type == "response.completed" {
+			second = ev.AsResponseCompleted().Response
+		}
+	}
+	if s.Err() != nil {
+		t.Fatal(apiErrorDetail(s.Err()))
+	}
+	if second.ID == "" || second.ID == first.ID || second.PreviousResponseID != first.ID {
+		t.Fatalf("second response id %q previous %q (first %q)", second.ID, second.PreviousResponseID, first.ID)
+	}
+	got, err := c.Responses.Get(testCtx(t), second.ID, responses.ResponseGetParams{})
+	if err != nil || got.ID != second.ID || got.OutputText() != second.OutputText() || got.OutputText() == "" {
+		t.Fatalf("Get: %v %+v", err, got)
+	}
+	if err := c.Responses.Delete(testCtx(t), first.ID); err != nil {
+		t.Fatal(apiErrorDetail(err))
+	}
+	_, err = c.Responses.Get(testCtx(t), first.ID, responses.ResponseGetParams{})
 	var oe *openai.Error
-	if !errors.As(err, &oe) || oe.StatusCode != http.StatusBadRequest || !strings.Contains(oe.Message, "previous_response_id") {
-		t.Fatalf("error %v, want a 400 *openai.Error naming previous_response_id", err)
+	if !errors.As(err, &oe) || oe.StatusCode != http.StatusNotFound {
+		t.Fatalf("Get after Delete: %v, want a 404 *openai.Error", err)
+	}
+	unknown := responsesParams("oa-text", "Hello")
+	unknown.PreviousResponseID = openai.String("resp_123")
+	_, err = c.Responses.New(testCtx(t), unknown)
+	if !errors.As(err, &oe) || oe.StatusCode != http.StatusBadRequest || oe.Code != "previous_response_not_found" || oe.Param != "previous_response_id" {
+		t.Fatalf("unknown previous_response_id: %v, want a 400 *openai.Error with code previous_response_not_found", apiErrorDetail(err))
 	}
 }
 

@@ -409,10 +409,28 @@ for (const c of openaiErrors) {
   }
 }
 
-test('openai sdk responses: previous_response_id is refused with a clear 400', async () => {
+test('openai sdk responses: previous_response_id continues a stored conversation; retrieve, delete, unknown id', async () => {
+  const first = await openai().responses.create({ ...responsesParams('oa-text', 'My name is Ada.'), store: true });
+  let second;
+  const stream = await openai().responses.create({ ...responsesParams('oa-text', 'What is my name?'), store: true, previous_response_id: first.id, stream: true });
+  for await (const ev of stream) {
+    if (ev.type === 'response.completed') second = ev.response;
+  }
+  assert.ok(second && second.id !== first.id, `second response ${JSON.stringify(second)}`);
+  assert.equal(second.previous_response_id, first.id);
+  assert.equal(second.store, true);
+  const got = await openai().responses.retrieve(second.id);
+  assert.equal(got.id, second.id);
+  assert.ok(got.output_text && got.output_text === second.output.map((o) => (o.content || []).map((c) => c.text || '').join('')).join(''), `retrieved ${JSON.stringify(got)}`);
+  await openai().responses.delete(first.id);
+  await assert.rejects(openai().responses.retrieve(first.id), (err) => {
+    assert.ok(err instanceof OpenAI.NotFoundError, `${err}`);
+    return true;
+  });
   await assert.rejects(openai().responses.create({ ...responsesParams('oa-text', 'Hello'), previous_response_id: 'resp_123' }), (err) => {
     assert.ok(err instanceof OpenAI.BadRequestError, `${err}`);
-    assert.match(err.message, /previous_response_id/);
+    assert.equal(err.code, 'previous_response_not_found');
+    assert.equal(err.param, 'previous_response_id');
     return true;
   });
 });
