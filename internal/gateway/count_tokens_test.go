@@ -1,22 +1,15 @@
 package gateway
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"log/slog"
 	"net/http/httptest"
-	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
 	"llmgate/internal/api/anthropic"
-	"llmgate/internal/config"
 	"llmgate/internal/sim"
 	"llmgate/internal/translate"
-	"llmgate/internal/usage"
 )
 
 // count_tokens for an OpenAI-dialect backend comes from the backend's own
@@ -34,30 +27,15 @@ func TestCountTokens_ExactFromTheBackendTokenizerElseEstimated(t *testing.T) {
 	t.Cleanup(func() { simSrv.Close(); s.Close() })
 	plain := newFakeVLLM(t) // answers /tokenize with a chat completion: no tokenizer there
 
-	cfg, err := config.Load(strings.NewReader(fmt.Sprintf(`
+	f := startFaultGW(t, fmt.Sprintf(`
 backends:
   local: {url: %s/v1, api_key: sk-sim}
   plain: {url: %s}
 models:
   local-m: {backend: local, upstream_model: sim-m}
   plain-m: {backend: plain, upstream_model: up-a}
-`, simSrv.URL, plain.URL)), "test.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.Database = filepath.Join(t.TempDir(), "llmgate.db")
-	cfg.Listen = "127.0.0.1:0"
-	g, err := Start(context.Background(), Options{Config: cfg, MasterKey: testMaster,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), LedgerOptions: usage.Options{Interval: 10 * time.Millisecond}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = g.Close(ctx)
-	})
-	e := &env{t: t, g: g, base: g.URL(), db: cfg.Database}
+`, simSrv.URL, plain.URL))
+	e := &env{t: t, g: f.g, base: f.g.URL()}
 
 	body := func(model, extra string) string {
 		return `{"model":"` + model + `"` + extra + `,"system":"You are a careful assistant.",` +

@@ -9,18 +9,9 @@ import (
 // vectors. The request still goes through the engine as a prefill-only
 // sequence, so embedding latency grows with input length and load.
 func (s *Server) handleEmbeddings(w http.ResponseWriter, r *http.Request) {
-	if e := s.precheck(); e != nil {
-		writeAPIError(w, e)
-		return
-	}
 	var req embeddingRequest
-	if e := decodeBody(r, &req); e != nil {
-		writeAPIError(w, e)
-		return
-	}
-	eng, e := s.lookup(req.Model)
-	if e != nil {
-		writeAPIError(w, e)
+	eng := s.begin(w, r, &req)
+	if eng == nil {
 		return
 	}
 	text, tokens, e := parsePrompt(req.Input, "input")

@@ -31,18 +31,9 @@ type genRequest struct {
 }
 
 func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
-	if e := s.precheck(); e != nil {
-		writeAPIError(w, e)
-		return
-	}
 	var req chatRequest
-	if e := decodeBody(r, &req); e != nil {
-		writeAPIError(w, e)
-		return
-	}
-	eng, e := s.lookup(req.Model)
-	if e != nil {
-		writeAPIError(w, e)
+	eng := s.begin(w, r, &req)
+	if eng == nil {
 		return
 	}
 	if len(req.Messages) == 0 {
@@ -92,18 +83,9 @@ func chatPrompt(msgs []chatRequestMsg, tools []json.RawMessage, generationPrompt
 }
 
 func (s *Server) handleCompletion(w http.ResponseWriter, r *http.Request) {
-	if e := s.precheck(); e != nil {
-		writeAPIError(w, e)
-		return
-	}
 	var req completionRequest
-	if e := decodeBody(r, &req); e != nil {
-		writeAPIError(w, e)
-		return
-	}
-	eng, e := s.lookup(req.Model)
-	if e != nil {
-		writeAPIError(w, e)
+	eng := s.begin(w, r, &req)
+	if eng == nil {
 		return
 	}
 	prompt, tokens, e := parsePrompt(req.Prompt, "prompt")

@@ -292,6 +292,34 @@ func (s *Server) precheck() *apiError {
 	return nil
 }
 
+// modelRequest is a request body that names a model.
+type modelRequest interface{ model() string }
+
+func (r *chatRequest) model() string       { return r.Model }
+func (r *completionRequest) model() string { return r.Model }
+func (r *embeddingRequest) model() string  { return r.Model }
+func (r *tokenizeRequest) model() string   { return r.Model }
+
+// begin runs the checks every model endpoint starts with: the engine can
+// take requests, the body decodes into req, and its model is served. On a
+// failure it has answered the client and returns nil.
+func (s *Server) begin(w http.ResponseWriter, r *http.Request, req modelRequest) *engine {
+	if e := s.precheck(); e != nil {
+		writeAPIError(w, e)
+		return nil
+	}
+	if e := decodeBody(r, req); e != nil {
+		writeAPIError(w, e)
+		return nil
+	}
+	eng, e := s.lookup(req.model())
+	if e != nil {
+		writeAPIError(w, e)
+		return nil
+	}
+	return eng
+}
+
 // lookup resolves the requested model; an empty name means the first
 // served model, as in vLLM.
 func (s *Server) lookup(name string) (*engine, *apiError) {

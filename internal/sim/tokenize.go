@@ -21,22 +21,16 @@ type tokenizeRequest struct {
 // the same input reports; the token ids are stand-ins (the simulator has no
 // vocabulary to map text to), stable for the same text.
 func (s *Server) handleTokenize(w http.ResponseWriter, r *http.Request) {
-	if e := s.precheck(); e != nil {
-		writeAPIError(w, e)
-		return
-	}
 	var req tokenizeRequest
-	if e := decodeBody(r, &req); e != nil {
-		writeAPIError(w, e)
+	eng := s.begin(w, r, &req)
+	if eng == nil {
 		return
 	}
-	eng, e := s.lookup(req.Model)
-	if e != nil {
-		writeAPIError(w, e)
-		return
-	}
-	var text string
-	var n int
+	var (
+		text string
+		n    int
+		e    *apiError
+	)
 	switch {
 	case req.Messages != nil:
 		if len(req.Prompt) > 0 {
