@@ -26,15 +26,20 @@ type downResponses struct{ puts int }
 
 var errDown = errors.New("dial tcp 127.0.0.1:5432: connect: connection refused")
 
-func (d *downResponses) PutResponse(context.Context, store.StoredResponse) error { d.puts++; return errDown }
+func (d *downResponses) PutResponse(context.Context, store.StoredResponse) error {
+	d.puts++
+	return errDown
+}
 func (d *downResponses) GetResponse(context.Context, string, string, time.Time) (*store.StoredResponse, error) {
 	return nil, errDown
 }
 func (d *downResponses) ResponseChain(context.Context, string, string, time.Time) ([]store.StoredResponse, error) {
 	return nil, errDown
 }
-func (d *downResponses) DeleteResponse(context.Context, string, string) (bool, error) { return false, errDown }
-func (d *downResponses) PurgeResponses(context.Context, time.Time) (int64, error)     { return 0, errDown }
+func (d *downResponses) DeleteResponse(context.Context, string, string) (bool, error) {
+	return false, errDown
+}
+func (d *downResponses) PurgeResponses(context.Context, time.Time) (int64, error) { return 0, errDown }
 
 type syncBuf struct {
 	mu sync.Mutex
