@@ -4,6 +4,7 @@
 package config
 
 import (
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -54,6 +55,10 @@ type Config struct {
 	// HTTPServer picks the server on the listener: builtin (default,
 	// llmgate's HTTP/1.1 server) or stdlib (Go's net/http server).
 	HTTPServer string `yaml:"http_server"`
+	// TLSCertFile and TLSKeyFile (PEM) make the listener serve HTTPS; the
+	// files are read again when they change (certificate renewal).
+	TLSCertFile string `yaml:"tls_cert_file"`
+	TLSKeyFile  string `yaml:"tls_key_file"`
 	// SocketIO picks how the HTTP server and the lean upstream client do
 	// socket reads and writes: raw (default) or standard (net.Conn's own).
 	SocketIO string              `yaml:"socket_io"`
@@ -313,7 +318,7 @@ func wholeScalar(src string, start, end int) bool {
 }
 
 var knownKeys = map[string][]string{
-	"":                {"listen", "database", "max_body_bytes", "log_format", "http_server", "socket_io", "backends", "models", "redis", "redis_prefix", "retention", "responses_ttl", "store_responses", "spool_dir", "routing"},
+	"":                {"listen", "database", "max_body_bytes", "log_format", "http_server", "socket_io", "tls_cert_file", "tls_key_file", "backends", "models", "redis", "redis_prefix", "retention", "responses_ttl", "store_responses", "spool_dir", "routing"},
 	"routing":         {"retry_backoff", "circuit_breaker"},
 	"circuit_breaker": {"enabled", "consecutive_failures", "failure_rate", "min_requests", "half_life", "open_for", "open_max", "timeout_weight", "rate_limit_wait", "rate_limit_max"},
 	"backend": {"url", "api_key", "dialect", "headers", "connect_timeout", "first_byte_timeout", "timeout",
@@ -465,6 +470,18 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxBodyBytes < 0 {
 		return le(0, "max_body_bytes", "must be positive")
+	}
+	if (c.TLSCertFile == "") != (c.TLSKeyFile == "") {
+		k := "tls_key_file"
+		if c.TLSCertFile == "" {
+			k = "tls_cert_file"
+		}
+		return le(c.Line(k), k, "is required with %s: give both the certificate and its private key (PEM files)", map[string]string{"tls_key_file": "tls_cert_file", "tls_cert_file": "tls_key_file"}[k])
+	}
+	if c.TLSCertFile != "" {
+		if _, err := tls.LoadX509KeyPair(c.TLSCertFile, c.TLSKeyFile); err != nil {
+			return le(c.Line("tls_cert_file"), "tls_cert_file", "cannot load the certificate and key (%s, %s): %v", c.TLSCertFile, c.TLSKeyFile, err)
+		}
 	}
 	if c.ResponsesTTL < 0 {
 		return le(c.Line("responses_ttl"), "responses_ttl", "must not be negative (to store no responses, set store_responses: false)")

@@ -5,6 +5,7 @@ package gateway
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -73,6 +74,7 @@ type Gateway struct {
 	Addr   string // actual listen address
 	log    *slog.Logger
 	ln     net.Listener
+	scheme string // "https" when the listener serves TLS; "" for http
 	cancel context.CancelFunc
 	served chan error
 	acct   *accounting
@@ -152,7 +154,18 @@ func Start(ctx context.Context, opt Options) (*Gateway, error) {
 	g.Addr = ln.Addr().String()
 	g.mountObservability()
 	rawio.SetEnabled(cfg.SocketIO != config.SocketIOStandard)
-	g.HTTP = newHTTPServer(cfg.HTTPServer, g.Server, log)
+	var certs *certReloader
+	if cfg.TLSCertFile != "" {
+		if certs, err = newCertReloader(cfg.TLSCertFile, cfg.TLSKeyFile, log); err != nil {
+			ln.Close()
+			g.stopAccounting()
+			g.Ledger.Close(ctx)
+			st.Close()
+			return nil, err
+		}
+		g.scheme = "https"
+	}
+	g.HTTP = newHTTPServer(cfg.HTTPServer, g.Server, log, certs)
 	wctx, cancel := context.WithCancel(context.Background())
 	g.cancel = cancel
 	go g.Verifier.Watch(wctx, 500*time.Millisecond)
@@ -171,12 +184,21 @@ type httpServer interface {
 // newHTTPServer returns the server for the listener. Both answer the
 // errors they raise themselves before a handler runs (malformed request,
 // headers too large) with the default limits of net/http.
-func newHTTPServer(kind string, h http.Handler, log *slog.Logger) httpServer {
+func newHTTPServer(kind string, h http.Handler, log *slog.Logger, certs *certReloader) httpServer {
 	if kind == config.HTTPServerStdlib {
-		return &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second,
+		s := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second,
 			ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+		if certs == nil {
+			return s
+		}
+		s.TLSConfig = certs.tlsConfig("h2", "http/1.1")
+		return tlsStdServer{s}
 	}
-	return &h1server.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second, Logger: log,
+	var tlsCfg *tls.Config
+	if certs != nil {
+		tlsCfg = certs.tlsConfig("http/1.1") // the builtin server speaks HTTP/1.1 only
+	}
+	return &h1server.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second, Logger: log, TLSConfig: tlsCfg,
 		ErrorBody: func(status int, msg string) (string, []byte) {
 			kind := apierror.KindInvalidRequest
 			if status >= 500 {
@@ -187,7 +209,12 @@ func newHTTPServer(kind string, h http.Handler, log *slog.Logger) httpServer {
 }
 
 // URL is the base URL clients use, with /v1.
-func (g *Gateway) URL() string { return "http://" + g.Addr + "/v1" }
+func (g *Gateway) URL() string {
+	if g.scheme == "" {
+		return "http://" + g.Addr + "/v1"
+	}
+	return g.scheme + "://" + g.Addr + "/v1"
+}
 
 // Close stops accepting requests, waits for requests in flight (up to the
 // context's deadline), flushes the ledger and closes the store.

@@ -28,7 +28,9 @@ package h1server
 
 import (
 	"bufio"
+	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -68,6 +70,10 @@ type Server struct {
 	ErrorBody func(status int, msg string) (contentType string, body []byte)
 	// Logger receives handler panics and accept errors. Default slog.Default().
 	Logger *slog.Logger
+	// TLSConfig, when set, makes every accepted connection TLS (requests
+	// then carry req.TLS). It should offer only "http/1.1" in NextProtos:
+	// this server does not speak HTTP/2.
+	TLSConfig *tls.Config
 
 	mu        sync.Mutex
 	listeners map[*net.Listener]struct{}
@@ -178,6 +184,11 @@ func (s *Server) Serve(ln net.Listener) error {
 		}
 		delay = 0
 		rw = rawio.Wrap(rw) // reads and writes without waking the runtime's monitor thread
+		if s.TLSConfig != nil {
+			// TLS on top of the raw socket; the handshake runs on the
+			// connection's first read, under ReadHeaderTimeout.
+			rw = tls.Server(rw, s.TLSConfig)
+		}
 		c := &conn{s: s, rwc: rw, remote: rw.RemoteAddr().String()}
 		c.r = &connReader{c: c}
 		c.r.cond = sync.NewCond(&c.r.mu)
@@ -343,6 +354,7 @@ func (c *conn) serve(local net.Addr) {
 		if c.br.Buffered() == 0 {
 			c.rwc.SetReadDeadline(deadline)
 			if _, err := c.br.Peek(1); err != nil {
+				c.plainToTLS(err)
 				return
 			}
 		}
@@ -365,6 +377,23 @@ func (c *conn) serve(local net.Addr) {
 		}
 		deadline = time.Now().Add(c.s.idleTimeout())
 	}
+}
+
+// plainToTLS answers a plain-HTTP request sent to a TLS listener (the
+// TLS handshake read it as a record header) in plain HTTP, saying to use
+// https, as net/http does; other errors get no answer.
+func (c *conn) plainToTLS(err error) {
+	var rhe tls.RecordHeaderError
+	if !errors.As(err, &rhe) || rhe.Conn == nil || !bytes.ContainsAny(rhe.RecordHeader[:1], "GPHDOCT") {
+		return
+	}
+	msg := "this port serves HTTPS: the client sent plain HTTP; use https:// in the URL"
+	ct, body := "text/plain; charset=utf-8", []byte("400 Bad Request: "+msg)
+	if c.s.ErrorBody != nil {
+		ct, body = c.s.ErrorBody(http.StatusBadRequest, msg)
+	}
+	rhe.Conn.SetWriteDeadline(time.Now().Add(time.Second))
+	fmt.Fprintf(rhe.Conn, "HTTP/1.0 400 Bad Request\r\nContent-Type: %s\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s", ct, len(body), body)
 }
 
 // requestError answers a request that could not be read, then the
@@ -434,6 +463,10 @@ func (c *conn) serveRequest(base context.Context, req *http.Request) (keep bool)
 	defer cancel()
 	req = req.WithContext(ctx)
 	req.RemoteAddr = c.remote
+	if tc, ok := c.rwc.(*tls.Conn); ok {
+		cs := tc.ConnectionState()
+		req.TLS = &cs
+	}
 	w := &response{c: c, req: req, header: make(http.Header), status: 0, cl: -1, cancel: cancel}
 	body := &reqBody{rc: req.Body, c: c, w: w}
 	w.body = body
