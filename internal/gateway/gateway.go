@@ -204,7 +204,10 @@ func newHTTPServer(kind string, h http.Handler, log *slog.Logger, certs *certRel
 			if status >= 500 {
 				kind = apierror.KindInternal
 			}
-			return "application/json", openai.MarshalError(apierror.New(status, kind, "bad_request", msg+" (llmgate speaks HTTP/1.1; check the client or proxy in front of it)"))
+			if !strings.Contains(msg, "https://") { // not the plain-HTTP-to-TLS answer, which says what to do
+				msg += " (llmgate speaks HTTP/1.1; check the client or proxy in front of it)"
+			}
+			return "application/json", openai.MarshalError(apierror.New(status, kind, "bad_request", msg))
 		}}
 }
 
