@@ -147,7 +147,16 @@ func logBackends(log *slog.Logger, cfg *config.Config) {
 		if strings.TrimRight(b.URL, "/") != b.BaseURL {
 			attrs = append(attrs, "configured_url", b.URL)
 		}
+		if b.CAFile != "" {
+			attrs = append(attrs, "ca_file", b.CAFile)
+		}
+		if b.ClientCertFile != "" {
+			attrs = append(attrs, "client_cert_file", b.ClientCertFile)
+		}
 		log.Info("backend", attrs...)
+		if b.TLSSkipVerify {
+			log.Warn("backend certificates are NOT checked (tls_skip_verify): anyone on the network path can read its API key; use ca_file instead", "backend", n)
+		}
 	}
 }
 

@@ -5,6 +5,7 @@ package config
 
 import (
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -114,9 +115,21 @@ type Backend struct {
 	Provider    string       `yaml:"provider"`
 	Engine      string       `yaml:"engine"`
 	HealthCheck *HealthCheck `yaml:"health_check"`
+	// CAFile (PEM) adds certificate authorities to the system's for an
+	// https:// backend with a private CA; ClientCertFile and ClientKeyFile
+	// (PEM) present a client certificate (mutual TLS); TLSSkipVerify turns
+	// certificate checks off (testing only: anyone on the path can then
+	// read the API key).
+	CAFile         string `yaml:"ca_file"`
+	ClientCertFile string `yaml:"client_cert_file"`
+	ClientKeyFile  string `yaml:"client_key_file"`
+	TLSSkipVerify  bool   `yaml:"tls_skip_verify"`
 	// BaseURL is URL after normalization (set by Validate).
 	BaseURL string `yaml:"-"`
-	line    int
+	// TLS is the client TLS configuration those settings make (set by
+	// Validate; nil for the defaults).
+	TLS  *tls.Config `yaml:"-"`
+	line int
 }
 
 // Model is one public model name and where it is served: either one
@@ -174,6 +187,46 @@ func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
 		return nil
 	}
 	return fmt.Errorf("invalid duration %q: use a value like 30s, 2m or 90d", s)
+}
+
+// tlsSettingError names the backend setting at fault (".ca_file") and why.
+type tlsSettingError struct{ key, msg string }
+
+// clientTLS builds the backend's client TLS configuration, or nil when it
+// uses the defaults.
+func (b *Backend) clientTLS() (*tls.Config, *tlsSettingError) {
+	if b.CAFile == "" && b.ClientCertFile == "" && b.ClientKeyFile == "" && !b.TLSSkipVerify {
+		return nil, nil
+	}
+	if !strings.HasPrefix(b.BaseURL, "https://") {
+		return nil, &tlsSettingError{"", "ca_file, client_cert_file, client_key_file and tls_skip_verify apply to https:// backends only; this one is " + b.BaseURL}
+	}
+	cfg := &tls.Config{InsecureSkipVerify: b.TLSSkipVerify}
+	if b.CAFile != "" {
+		pem, err := os.ReadFile(b.CAFile)
+		if err != nil {
+			return nil, &tlsSettingError{".ca_file", err.Error()}
+		}
+		pool, err := x509.SystemCertPool()
+		if err != nil || pool == nil {
+			pool = x509.NewCertPool()
+		}
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, &tlsSettingError{".ca_file", fmt.Sprintf("%s holds no PEM certificate (-----BEGIN CERTIFICATE-----)", b.CAFile)}
+		}
+		cfg.RootCAs = pool
+	}
+	if (b.ClientCertFile == "") != (b.ClientKeyFile == "") {
+		return nil, &tlsSettingError{".client_cert_file", "client_cert_file and client_key_file go together: give both"}
+	}
+	if b.ClientCertFile != "" {
+		cert, err := tls.LoadX509KeyPair(b.ClientCertFile, b.ClientKeyFile)
+		if err != nil {
+			return nil, &tlsSettingError{".client_cert_file", fmt.Sprintf("cannot load the client certificate and key: %v", err)}
+		}
+		cfg.Certificates = []tls.Certificate{cert}
+	}
+	return cfg, nil
 }
 
 // DefaultResponsesTTL is how long stored responses are kept by default
@@ -321,7 +374,7 @@ var knownKeys = map[string][]string{
 	"":                {"listen", "database", "max_body_bytes", "log_format", "http_server", "socket_io", "tls_cert_file", "tls_key_file", "backends", "models", "redis", "redis_prefix", "retention", "responses_ttl", "store_responses", "spool_dir", "routing"},
 	"routing":         {"retry_backoff", "circuit_breaker"},
 	"circuit_breaker": {"enabled", "consecutive_failures", "failure_rate", "min_requests", "half_life", "open_for", "open_max", "timeout_weight", "rate_limit_wait", "rate_limit_max"},
-	"backend": {"url", "api_key", "dialect", "headers", "connect_timeout", "first_byte_timeout", "timeout",
+	"backend": {"url", "api_key", "dialect", "headers", "connect_timeout", "first_byte_timeout", "timeout", "ca_file", "client_cert_file", "client_key_file", "tls_skip_verify",
 		"idle_timeout", "provider", "engine", "health_check"},
 	"model": {"backend", "upstream_model", "deployments", "fallbacks", "balancing",
 		"input_price", "output_price", "cached_input_price", "rpm", "tpm", "max_concurrency"},
@@ -515,6 +568,11 @@ func (c *Config) Validate() error {
 		if strings.Contains(b.APIKey, "${") {
 			return le(b.line, key+".api_key", "unexpanded reference %q", b.APIKey)
 		}
+		tlsCfg, terr := b.clientTLS()
+		if terr != nil {
+			return le(b.line, key+terr.key, "%s", terr.msg)
+		}
+		b.TLS = tlsCfg
 	}
 	backendNames := sortedKeys(c.Backends)
 	for _, name := range sortedKeys(c.Models) {

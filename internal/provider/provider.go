@@ -7,11 +7,13 @@ package provider
 import (
 	"bytes"
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"net/url"
+	"strings"
 	"syscall"
 	"time"
 
@@ -61,6 +63,9 @@ func NewBackend(b *config.Backend) *Backend {
 		ForceAttemptHTTP2:  true,
 		WriteBufferSize:    32 << 10,
 		ReadBufferSize:     32 << 10,
+	}
+	if b.TLS != nil {
+		tr.TLSClientConfig = b.TLS.Clone()
 	}
 	be := &Backend{
 		Name: b.Name, BaseURL: b.BaseURL, Dialect: b.Dialect, apiKey: b.APIKey,
@@ -187,6 +192,26 @@ func (b *Backend) Classify(ctx context.Context, err error) *apierror.Error {
 	if errors.Is(err, syscall.ECONNREFUSED) {
 		return apierror.Newf(http.StatusBadGateway, apierror.KindUpstream, "backend_unavailable",
 			"backend %q refused the connection at %s: is the server running and listening on that port?", b.Name, b.BaseURL).Wrap(err)
+	}
+	var unknownCA x509.UnknownAuthorityError
+	var badHost x509.HostnameError
+	var invalid x509.CertificateInvalidError
+	switch {
+	case errors.As(err, &unknownCA):
+		return apierror.Newf(http.StatusBadGateway, apierror.KindUpstream, "backend_tls_error",
+			"backend %q (%s) presented a certificate signed by an authority this machine does not trust: set backends.%s.ca_file to that CA's certificate (PEM)",
+			b.Name, b.BaseURL, b.Name).Wrap(err)
+	case errors.As(err, &badHost):
+		return apierror.Newf(http.StatusBadGateway, apierror.KindUpstream, "backend_tls_error",
+			"backend %q: its certificate is not valid for %s (%v); use the host name the certificate names in backends.%s.url",
+			b.Name, badHost.Host, err, b.Name).Wrap(err)
+	case errors.As(err, &invalid):
+		return apierror.Newf(http.StatusBadGateway, apierror.KindUpstream, "backend_tls_error",
+			"backend %q (%s) presented an invalid certificate: %v", b.Name, b.BaseURL, invalid).Wrap(err)
+	case strings.Contains(err.Error(), "remote error: tls:"):
+		return apierror.Newf(http.StatusBadGateway, apierror.KindUpstream, "backend_tls_error",
+			"backend %q (%s) refused the TLS handshake (%s): if it requires a client certificate, set backends.%s.client_cert_file and client_key_file (and check that the certificate is one it accepts)",
+			b.Name, b.BaseURL, shortErr(err), b.Name).Wrap(err)
 	}
 	var dnsErr *net.DNSError
 	if errors.As(err, &dnsErr) {
