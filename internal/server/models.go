@@ -75,12 +75,12 @@ func (s *Server) handleNotFound(w http.ResponseWriter, r *http.Request) {
 	case p == "/" || p == "":
 		msg = fmt.Sprintf("this is llmgate; the OpenAI-compatible API is at %s/v1 (POST /v1/chat/completions, GET /v1/models)", host)
 	default:
-		msg = fmt.Sprintf("no route %s %s: llmgate serves POST /v1/chat/completions, /v1/completions, /v1/embeddings and GET /v1/models under %s/v1", r.Method, p, host)
+		msg = fmt.Sprintf("no route %s %s: llmgate serves POST /v1/chat/completions, /v1/completions, /v1/embeddings, /v1/rerank, /v1/messages, /v1/responses and GET /v1/models under %s/v1", r.Method, p, host)
 	}
 	openai.WriteError(w, apierror.New(http.StatusNotFound, apierror.KindNotFound, "unknown_route", msg))
 }
 
-var endpointSuffixes = []string{"/chat/completions", "/completions", "/embeddings", "/models", "/messages", "/responses"}
+var endpointSuffixes = []string{"/chat/completions", "/completions", "/embeddings", "/rerank", "/models", "/messages", "/responses"}
 
 func knownSuffix(p string) string {
 	for _, s := range endpointSuffixes {

@@ -34,6 +34,9 @@ var (
 	endpointChat        = endpoint{"chat", "/chat/completions", "choices"}
 	endpointCompletions = endpoint{"completions", "/completions", "choices"}
 	endpointEmbeddings  = endpoint{"embeddings", "/embeddings", "data"}
+	// endpointRerank is the rerank API of vLLM, Jina and Cohere ({model,
+	// query, documents, top_n} -> results with relevance_score).
+	endpointRerank = endpoint{"rerank", "/rerank", "results"}
 )
 
 // call is the state of one relayed request, from parsing to the ledger.
@@ -177,7 +180,7 @@ func (s *Server) prepare(c *call, body []byte) ([]byte, error) {
 	c.stream = jsonscan.Bool(body, sp[1])
 
 	out := body
-	if c.stream && c.ep.name != "embeddings" {
+	if c.stream && (c.ep == endpointChat || c.ep == endpointCompletions) {
 		out, c.clientWantsUsage = ensureIncludeUsage(out)
 	}
 	return out, nil
@@ -382,6 +385,10 @@ func usageOf(v *fastjson.Value) (u openai.Usage, ok bool) {
 	u.TotalTokens, oks[2] = count(v, "total_tokens")
 	if !oks[0] || !oks[1] || !oks[2] {
 		return openai.Usage{}, false
+	}
+	if v.Get("prompt_tokens") == nil && v.Get("completion_tokens") == nil {
+		// Pooling endpoints (vLLM's rerank) report only total_tokens: all input.
+		u.PromptTokens = u.TotalTokens
 	}
 	if d := v.Get("prompt_tokens_details"); d != nil && d.Type() == fastjson.TypeObject {
 		n, _ := count(d, "cached_tokens")

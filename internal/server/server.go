@@ -162,6 +162,8 @@ func (s *Server) routes() {
 	m.Handle("/v1/chat/completions", s.api(http.MethodPost, s.proxy(endpointChat)))
 	m.Handle("/v1/completions", s.api(http.MethodPost, s.proxy(endpointCompletions)))
 	m.Handle("/v1/embeddings", s.api(http.MethodPost, s.proxy(endpointEmbeddings)))
+	m.Handle("/v1/rerank", s.api(http.MethodPost, s.proxy(endpointRerank)))
+	m.Handle("/v2/rerank", s.api(http.MethodPost, s.proxy(endpointRerank))) // Cohere's v2 path
 	m.Handle("/v1/models", s.api(http.MethodGet, s.handleModels))
 	m.Handle("/v1/models/", s.api(http.MethodGet, s.handleModel))
 	m.Handle("/v1/messages", s.anthropicAPI(s.handleMessages))

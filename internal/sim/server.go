@@ -65,10 +65,13 @@ func New(cfg Config) (*Server, error) {
 	// vLLM serves its tokenizer at the root, outside /v1 (and outside
 	// --api-key's protection).
 	mux.HandleFunc("POST /tokenize", s.handleTokenize)
+	for _, p := range []string{"/v1/rerank", "/rerank", "/v2/rerank"} {
+		mux.HandleFunc("POST "+p, s.auth(s.handleRerank))
+	}
 	mux.HandleFunc("/", s.auth(func(w http.ResponseWriter, r *http.Request) {
 		// FastAPI's answers for unknown routes and wrong methods.
 		switch r.URL.Path {
-		case "/health", "/ping", "/version", "/metrics", "/v1/models", "/tokenize",
+		case "/health", "/ping", "/version", "/metrics", "/v1/models", "/tokenize", "/v1/rerank", "/rerank", "/v2/rerank",
 			"/v1/chat/completions", "/v1/completions", "/v1/embeddings":
 			writeJSON(w, http.StatusMethodNotAllowed, map[string]string{"detail": "Method Not Allowed"})
 		default:
@@ -197,7 +200,7 @@ func (s *Server) auth(h http.HandlerFunc) http.HandlerFunc {
 	}
 	want := []byte("Bearer " + s.cfg.APIKey)
 	return func(w http.ResponseWriter, r *http.Request) {
-		if r.Method != http.MethodOptions && strings.HasPrefix(r.URL.Path, "/v1") &&
+		if r.Method != http.MethodOptions && (strings.HasPrefix(r.URL.Path, "/v1") || strings.HasPrefix(r.URL.Path, "/v2")) &&
 			subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
 			writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "Unauthorized"})
 			return

@@ -42,9 +42,11 @@ func EstimatePromptTokens(body []byte) int {
 		Messages []struct {
 			Content json.RawMessage `json:"content"`
 		} `json:"messages"`
-		Prompt json.RawMessage `json:"prompt"`
-		Input  json.RawMessage `json:"input"`
-		System json.RawMessage `json:"system"`
+		Prompt    json.RawMessage `json:"prompt"`
+		Input     json.RawMessage `json:"input"`
+		System    json.RawMessage `json:"system"`
+		Query     json.RawMessage `json:"query"`     // rerank
+		Documents json.RawMessage `json:"documents"` // rerank: strings or {"text"}
 	}
 	if json.Unmarshal(body, &req) != nil {
 		return 0
@@ -53,7 +55,7 @@ func EstimatePromptTokens(body []byte) int {
 	for _, m := range req.Messages {
 		n += 4 + textTokens(m.Content)
 	}
-	n += textTokens(req.Prompt) + textTokens(req.Input) + textTokens(req.System)
+	n += textTokens(req.Prompt) + textTokens(req.Input) + textTokens(req.System) + textTokens(req.Query) + textTokens(req.Documents)
 	return n
 }
 
