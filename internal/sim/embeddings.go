@@ -5,6 +5,30 @@ import (
 	"time"
 )
 
+// prefillOnly runs a request of tokens input tokens and no output through
+// the engine (embeddings, rerank): fault injection, admission to the
+// queue, then the wait for its prefill. On a failure it has answered the
+// client and returns false.
+func (s *Server) prefillOnly(w http.ResponseWriter, r *http.Request, eng *engine, tokens int) bool {
+	if e := s.injectFault(); e != nil {
+		writeAPIError(w, e)
+		return false
+	}
+	q := newSeq(tokens, 0)
+	if !eng.submit(q) {
+		writeAPIError(w, s.queueFull(eng))
+		return false
+	}
+	defer q.cancelled.Store(true)
+	if !s.wait(r, q) {
+		if r.Context().Err() == nil {
+			writeAPIError(w, s.precheck())
+		}
+		return false
+	}
+	return true
+}
+
 // handleEmbeddings answers /v1/embeddings with deterministic unit-norm
 // vectors. The request still goes through the engine as a prefill-only
 // sequence, so embedding latency grows with input length and load.
@@ -38,21 +62,8 @@ func (s *Server) handleEmbeddings(w http.ResponseWriter, r *http.Request) {
 			eng.mc.MaxModelLen, tokens))
 		return
 	}
-	if e := s.injectFault(); e != nil {
-		writeAPIError(w, e)
-		return
-	}
-	q := newSeq(tokens, 0)
-	if !eng.submit(q) {
-		writeAPIError(w, s.queueFull(eng))
-		return
-	}
-	defer q.cancelled.Store(true)
 	created := time.Now().Unix()
-	if !s.wait(r, q) {
-		if r.Context().Err() == nil {
-			writeAPIError(w, s.precheck())
-		}
+	if !s.prefillOnly(w, r, eng, tokens) {
 		return
 	}
 	// Truncating the full vector and renormalising is what Matryoshka

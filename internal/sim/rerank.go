@@ -79,20 +79,7 @@ func (s *Server) handleRerank(w http.ResponseWriter, r *http.Request) {
 		}
 		tokens += pair
 	}
-	if e := s.injectFault(); e != nil {
-		writeAPIError(w, e)
-		return
-	}
-	q := newSeq(tokens, 0)
-	if !eng.submit(q) {
-		writeAPIError(w, s.queueFull(eng))
-		return
-	}
-	defer q.cancelled.Store(true)
-	if !s.wait(r, q) {
-		if r.Context().Err() == nil {
-			writeAPIError(w, s.precheck())
-		}
+	if !s.prefillOnly(w, r, eng, tokens) {
 		return
 	}
 	results := make([]rerankResult, len(docs))

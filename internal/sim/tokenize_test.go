@@ -2,6 +2,7 @@ package sim
 
 import (
 	"encoding/json"
+	"slices"
 	"testing"
 )
 
@@ -58,7 +59,7 @@ func TestTokenize_CountIsThePromptTokensOfTheSameRequest(t *testing.T) {
 	if _, got = tokenize(`{"model":"` + mc.Name + `",` + prompt + `}`); got.Count != want {
 		t.Fatalf("completion prompt: count %d, want %d", got.Count, want)
 	}
-	if _, again := tokenize(`{"model":"` + mc.Name + `",` + prompt + `}`); !equalInts(again.Tokens, got.Tokens) {
+	if _, again := tokenize(`{"model":"` + mc.Name + `",` + prompt + `}`); !slices.Equal(again.Tokens, got.Tokens) {
 		t.Fatal("the same text got different token ids")
 	}
 	if st, empty := tokenize(`{"model":"` + mc.Name + `","prompt":""}`); st != 200 || empty.Count != 0 || empty.Tokens == nil {
@@ -70,16 +71,4 @@ func TestTokenize_CountIsThePromptTokensOfTheSameRequest(t *testing.T) {
 	if st, _ := tokenize(`{"model":"` + mc.Name + `","prompt":"x",` + msgs + `}`); st != 400 {
 		t.Fatalf("prompt and messages: status %d, want 400", st)
 	}
-}
-
-func equalInts(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
