@@ -22,6 +22,7 @@ import (
 // while and get the local estimate.
 const (
 	tokenizeTimeout = 3 * time.Second
+	tokenizeMaxBody = 64 << 20
 	// noTokenizeFor is how long a backend without /tokenize is not asked
 	// again (an engine upgrade or a restart with another server shows up
 	// after it).
@@ -100,8 +101,11 @@ func (s *Server) tokenizeCount(ctx context.Context, dep router.Deployment, req *
 		return 0, false // down or slow: not a reason to stop asking
 	}
 	defer resp.Body.Close()
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20)) // ids of a long prompt
-	if err != nil {
+	// The answer lists every token id: ~7 bytes a token, so a 1M-token
+	// prompt is ~7 MB. One larger than the limit is not a reason to stop
+	// asking.
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, tokenizeMaxBody+1))
+	if err != nil || len(raw) > tokenizeMaxBody {
 		return 0, false
 	}
 	switch resp.StatusCode {
