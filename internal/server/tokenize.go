@@ -110,7 +110,8 @@ func (s *Server) tokenizeCount(ctx context.Context, dep router.Deployment, req *
 	}
 	switch resp.StatusCode {
 	case http.StatusOK:
-	case http.StatusNotFound, http.StatusMethodNotAllowed, http.StatusNotImplemented:
+	case http.StatusNotFound, http.StatusMethodNotAllowed, http.StatusNotImplemented,
+		http.StatusUnprocessableEntity: // a /tokenize of another shape (FastAPI's schema error; vLLM answers 400)
 		s.noTokenize.remember(key, time.Now())
 		s.log.Info("backend has no /tokenize; count_tokens estimates for it", "backend", dep.Backend.Name, "status", resp.StatusCode)
 		return 0, false
