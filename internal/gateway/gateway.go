@@ -140,6 +140,16 @@ func Start(ctx context.Context, opt Options) (*Gateway, error) {
 	g.Server.Handle(engine.AdminPrefix+"/", engines)
 	g.mountAdmin()
 
+	var certs *certReloader
+	if cfg.TLSCertFile != "" {
+		if certs, err = newCertReloader(cfg.TLSCertFile, cfg.TLSKeyFile, log); err != nil {
+			g.stopAccounting()
+			g.Ledger.Close(ctx)
+			st.Close()
+			return nil, err
+		}
+		g.scheme = "https"
+	}
 	ln := opt.Listener
 	if ln == nil {
 		ln, err = net.Listen("tcp", cfg.Listen)
@@ -154,17 +164,6 @@ func Start(ctx context.Context, opt Options) (*Gateway, error) {
 	g.Addr = ln.Addr().String()
 	g.mountObservability()
 	rawio.SetEnabled(cfg.SocketIO != config.SocketIOStandard)
-	var certs *certReloader
-	if cfg.TLSCertFile != "" {
-		if certs, err = newCertReloader(cfg.TLSCertFile, cfg.TLSKeyFile, log); err != nil {
-			ln.Close()
-			g.stopAccounting()
-			g.Ledger.Close(ctx)
-			st.Close()
-			return nil, err
-		}
-		g.scheme = "https"
-	}
 	g.HTTP = newHTTPServer(cfg.HTTPServer, g.Server, log, certs)
 	wctx, cancel := context.WithCancel(context.Background())
 	g.cancel = cancel
@@ -204,7 +203,7 @@ func newHTTPServer(kind string, h http.Handler, log *slog.Logger, certs *certRel
 			if status >= 500 {
 				kind = apierror.KindInternal
 			}
-			if !strings.Contains(msg, "https://") { // not the plain-HTTP-to-TLS answer, which says what to do
+			if msg != h1server.PlainHTTPToTLS { // that one already says what to do
 				msg += " (llmgate speaks HTTP/1.1; check the client or proxy in front of it)"
 			}
 			return "application/json", openai.MarshalError(apierror.New(status, kind, "bad_request", msg))

@@ -379,6 +379,10 @@ func (c *conn) serve(local net.Addr) {
 	}
 }
 
+// PlainHTTPToTLS is the message (passed to ErrorBody) of the answer to a
+// plain-HTTP request on a TLS listener.
+const PlainHTTPToTLS = "this port serves HTTPS: the client sent plain HTTP; use https:// in the URL"
+
 // plainToTLS answers a plain-HTTP request sent to a TLS listener (the
 // TLS handshake read it as a record header) in plain HTTP, saying to use
 // https, as net/http does; other errors get no answer.
@@ -387,10 +391,9 @@ func (c *conn) plainToTLS(err error) {
 	if !errors.As(err, &rhe) || rhe.Conn == nil || !bytes.ContainsAny(rhe.RecordHeader[:1], "GPHDOCT") {
 		return
 	}
-	msg := "this port serves HTTPS: the client sent plain HTTP; use https:// in the URL"
-	ct, body := "text/plain; charset=utf-8", []byte("400 Bad Request: "+msg)
+	ct, body := "text/plain; charset=utf-8", []byte("400 Bad Request: "+PlainHTTPToTLS)
 	if c.s.ErrorBody != nil {
-		ct, body = c.s.ErrorBody(http.StatusBadRequest, msg)
+		ct, body = c.s.ErrorBody(http.StatusBadRequest, PlainHTTPToTLS)
 	}
 	rhe.Conn.SetWriteDeadline(time.Now().Add(time.Second))
 	fmt.Fprintf(rhe.Conn, "HTTP/1.0 400 Bad Request\r\nContent-Type: %s\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s", ct, len(body), body)

@@ -13,7 +13,6 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"strings"
 	"syscall"
 	"time"
 
@@ -193,6 +192,7 @@ func (b *Backend) Classify(ctx context.Context, err error) *apierror.Error {
 		return apierror.Newf(http.StatusBadGateway, apierror.KindUpstream, "backend_unavailable",
 			"backend %q refused the connection at %s: is the server running and listening on that port?", b.Name, b.BaseURL).Wrap(err)
 	}
+	var opErr *net.OpError
 	var unknownCA x509.UnknownAuthorityError
 	var badHost x509.HostnameError
 	var invalid x509.CertificateInvalidError
@@ -208,7 +208,7 @@ func (b *Backend) Classify(ctx context.Context, err error) *apierror.Error {
 	case errors.As(err, &invalid):
 		return apierror.Newf(http.StatusBadGateway, apierror.KindUpstream, "backend_tls_error",
 			"backend %q (%s) presented an invalid certificate: %v", b.Name, b.BaseURL, invalid).Wrap(err)
-	case strings.Contains(err.Error(), "remote error: tls:"):
+	case errors.As(err, &opErr) && opErr.Op == "remote error": // a TLS alert from the backend (crypto/tls's wrapping)
 		return apierror.Newf(http.StatusBadGateway, apierror.KindUpstream, "backend_tls_error",
 			"backend %q (%s) refused the TLS handshake (%s): if it requires a client certificate, set backends.%s.client_cert_file and client_key_file (and check that the certificate is one it accepts)",
 			b.Name, b.BaseURL, shortErr(err), b.Name).Wrap(err)

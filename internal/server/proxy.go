@@ -371,9 +371,13 @@ func usageOf(v *fastjson.Value) (u openai.Usage, ok bool) {
 	if v == nil || v.Type() != fastjson.TypeObject {
 		return u, false
 	}
+	absent := 0 // of prompt_tokens and completion_tokens
 	count := func(v *fastjson.Value, key string) (int, bool) {
 		x := v.Get(key)
 		if x == nil || x.Type() == fastjson.TypeNull {
+			if x == nil {
+				absent++
+			}
 			return 0, true
 		}
 		n, err := x.Int()
@@ -382,11 +386,12 @@ func usageOf(v *fastjson.Value) (u openai.Usage, ok bool) {
 	var oks [3]bool
 	u.PromptTokens, oks[0] = count(v, "prompt_tokens")
 	u.CompletionTokens, oks[1] = count(v, "completion_tokens")
+	onlyTotal := absent == 2
 	u.TotalTokens, oks[2] = count(v, "total_tokens")
 	if !oks[0] || !oks[1] || !oks[2] {
 		return openai.Usage{}, false
 	}
-	if v.Get("prompt_tokens") == nil && v.Get("completion_tokens") == nil {
+	if onlyTotal {
 		// Pooling endpoints (vLLM's rerank) report only total_tokens: all input.
 		u.PromptTokens = u.TotalTokens
 	}

@@ -97,7 +97,7 @@ func (s *Server) saveResponse(ctx context.Context, c *call, p keys.Principal, re
 		s.log.Error("stored response: encode", "request_id", c.reqID, "err", err)
 		return
 	}
-	if in == nil || string(in) == "null" {
+	if string(in) == "null" { // no input items
 		in = []byte("[]")
 	}
 	prev := ""

@@ -191,8 +191,8 @@ func InsertUsage(ctx context.Context, db *sql.DB, d Dialect, u *UsageStmts, recs
 	} else {
 		err2 = upsertRollups(ctx, tx, d, rus)
 	}
-	if err := err2; err != nil {
-		return fmt.Errorf("update usage rollups: %w", err)
+	if err2 != nil {
+		return fmt.Errorf("update usage rollups: %w", err2)
 	}
 	return tx.Commit()
 }
