@@ -535,8 +535,12 @@ func TestRequestFields(t *testing.T) {
 	if s := <-got; s != "example.test||true|/p?q=1|"+http.ErrBodyReadAfterClose.Error() {
 		t.Fatalf("request fields: %s", s)
 	}
-	if reqCtx.Err() == nil {
-		t.Fatal("request context still live after the handler returned")
+	// The client can read the answer a moment before the server cancels
+	// the context behind it: wait for that, boundedly.
+	select {
+	case <-reqCtx.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("request context still live 5s after the handler returned")
 	}
 }
 
