@@ -48,6 +48,9 @@ func runDemo(ctx context.Context, f serveFlags, out io.Writer) error {
 		cfg.Backends[backend] = &config.Backend{URL: "http://" + addr + "/v1"}
 		cfg.Models[name] = &config.Model{Backend: backend}
 	}
+	if err := cfg.ApplyEnv(os.LookupEnv); err != nil {
+		return err
+	}
 	cfg.ApplyDefaults()
 	if err := cfg.Validate(); err != nil {
 		return err

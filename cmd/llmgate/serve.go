@@ -97,6 +97,9 @@ func runServe(ctx context.Context, f serveFlags, out io.Writer) error {
 	if zero {
 		local := discover.Probe(ctx, "127.0.0.1", discover.DefaultPorts, 700*time.Millisecond)
 		cfg, found = discover.Build(local, os.LookupEnv, discover.DefaultClouds)
+		if err := cfg.ApplyEnv(os.LookupEnv); err != nil {
+			return err
+		}
 		cfg.ApplyDefaults()
 	}
 	if f.listen != "" {

@@ -1,18 +1,21 @@
 // Package admit decides whether a request may proceed: per-key and
 // per-model rate limits, concurrency and budgets, on a limit.Limiter (in
-// memory, or Redis shared by replicas). It implements server.Admission.
+// memory, or Redis shared by replicas). It implements policy.Admission.
 //
 // Budgets are enforced under concurrency by reservation: before the call,
-// the request's cost is estimated from its size (prompt bytes / 4 tokens
-// plus max_tokens, or DefaultOutputTokens when the request sets none) and
-// reserved against the key's budget; a request is admitted only while
+// the request's cost is estimated from the gateway's decoded reading of it
+// (prompt bytes / 4 tokens, plus the most output the backend may produce:
+// the largest token-limit alias times the choices, what the model's
+// context leaves when none is set, or DefaultOutputTokens when that is
+// unknown too) and reserved against the key's budget; a request is admitted only while
 // settled spend + reservations in flight + its own estimate fit the budget.
 // After the call, the reservation is replaced by the real cost. Spend can
 // therefore exceed a budget only by what admitted requests cost beyond
 // their estimates: overspend <= sum over requests in flight when the budget
 // ran out of max(0, actual cost - reserved estimate). A request that sets
-// max_tokens cannot produce more output than reserved, so only a prompt
-// whose tokens outnumber its bytes/4 can overrun.
+// an output limit cannot produce more output than reserved, so only a
+// prompt whose tokens outnumber its bytes/4 (or an unbounded request on a
+// model of unknown context) can overrun.
 package admit
 
 import (
@@ -27,10 +30,9 @@ import (
 	"time"
 
 	"llmgate/internal/apierror"
-	"llmgate/internal/jsonscan"
 	"llmgate/internal/keys"
 	"llmgate/internal/limit"
-	"llmgate/internal/server"
+	"llmgate/internal/policy"
 	"llmgate/internal/usage"
 )
 
@@ -67,7 +69,7 @@ type Options struct {
 	Now                 func() time.Time
 }
 
-// Admission implements server.Admission.
+// Admission implements policy.Admission.
 type Admission struct {
 	lim      limit.Limiter
 	models   map[string]*model
@@ -87,7 +89,7 @@ type model struct {
 	free   priceTicket
 }
 
-var _ server.Admission = (*Admission)(nil)
+var _ policy.Admission = (*Admission)(nil)
 
 // New returns an Admission.
 func New(opt Options) *Admission {
@@ -139,9 +141,9 @@ type ticket struct {
 	rates  rates // the x-ratelimit figures as of admission
 }
 
-var _ server.RateLimitTicket = (*ticket)(nil)
+var _ policy.RateLimitTicket = (*ticket)(nil)
 
-// RateLimitHeaders implements server.RateLimitTicket: the answer to an
+// RateLimitHeaders implements policy.RateLimitTicket: the answer to an
 // admitted request carries the same x-ratelimit-* headers as a refusal,
 // with the figures as of its admission (this request already counted).
 func (t *ticket) RateLimitHeaders(h http.Header) { t.rates.set(h) }
@@ -236,8 +238,8 @@ var ticketPool = sync.Pool{New: func() any { return new(ticket) }}
 
 func micros(usd float64) int64 { return int64(math.Ceil(usd * 1e6)) }
 
-// Admit implements server.Admission.
-func (a *Admission) Admit(ctx context.Context, req server.AdmitRequest) (server.Ticket, error) {
+// Admit implements policy.Admission.
+func (a *Admission) Admit(ctx context.Context, req policy.AdmitRequest) (policy.Ticket, error) {
 	m := a.models[req.Model]
 	var policy *ModelPolicy
 	free := unpriced
@@ -250,7 +252,7 @@ func (a *Admission) Admit(ctx context.Context, req server.AdmitRequest) (server.
 	if req.Principal.Master || (!keyLimited && !modelLimited) {
 		return free, nil
 	}
-	prompt, out := a.estimate(req.Body, req.Endpoint)
+	prompt, out := a.estimate(req)
 	var lr limit.Request
 	lr.Tokens = prompt + out
 	lr.CostMicros = micros(policy.Cost(int(prompt), 0, int(out)))
@@ -286,27 +288,20 @@ func (a *Admission) Admit(ctx context.Context, req server.AdmitRequest) (server.
 	return t, nil
 }
 
-// estimate returns the prompt and output tokens to reserve.
-func (a *Admission) estimate(body []byte, endpoint string) (prompt, out int64) {
-	prompt = int64(len(body)+3) / 4
-	if endpoint == "embeddings" {
-		return prompt, 0
+// estimate returns the prompt and output tokens to reserve: the gateway's
+// own reading of the request (the same the backend gets), with the default
+// output for requests whose output is unbounded as far as anyone knows.
+func (a *Admission) estimate(req policy.AdmitRequest) (prompt, out int64) {
+	out = req.OutputTokens
+	if out == policy.UnknownOutput {
+		out = a.defOut
 	}
-	out = a.defOut
-	_ = jsonscan.Fields(body, func(key []byte, val jsonscan.Span) bool {
-		if string(key) == "max_tokens" || string(key) == "max_completion_tokens" {
-			if n, err := strconv.ParseInt(string(body[val.Start:val.End]), 10, 64); err == nil && n >= 0 {
-				out = n
-			}
-		}
-		return true
-	})
-	return prompt, out
+	return max(req.PromptTokens, 0), max(out, 0)
 }
 
 // refusal builds the 429 with OpenAI's rate-limit headers and a message
 // naming the limit.
-func (a *Admission) refusal(req server.AdmitRequest, m *model, d *limit.Decision, tokens int64) *apierror.Error {
+func (a *Admission) refusal(req policy.AdmitRequest, m *model, d *limit.Decision, tokens int64) *apierror.Error {
 	who := "model " + strconv.Quote(req.Model)
 	fix := "ask the gateway operator to raise the model's limit"
 	if k := req.Principal.Key; k != nil && d.Scope == a.keyScope(k.ID) {

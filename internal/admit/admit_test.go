@@ -11,9 +11,10 @@ import (
 
 	"llmgate/internal/admit"
 	"llmgate/internal/apierror"
+	"llmgate/internal/codec"
 	"llmgate/internal/keys"
 	"llmgate/internal/limit"
-	"llmgate/internal/server"
+	"llmgate/internal/policy"
 	"llmgate/internal/store/sqlite"
 	"llmgate/internal/usage"
 )
@@ -23,12 +24,23 @@ var prices = map[string]admit.ModelPolicy{
 	"limited": {RPM: 2},
 }
 
+// chatRequest fills in the token figures of a chat body as the gateway
+// decodes it (codec.Decode, no known context window).
+func chatRequest(r policy.AdmitRequest, body string) policy.AdmitRequest {
+	req, err := codec.Decode(codec.Chat, []byte(body))
+	if err != nil {
+		panic(err)
+	}
+	r.PromptTokens, r.OutputTokens = req.PromptEstimate(), req.MaxOutput(0)
+	return r
+}
+
 func newAdmission() *admit.Admission {
 	return admit.New(admit.Options{Limiter: limit.NewMemory(), Models: prices})
 }
 
-func ask(a *admit.Admission, k *keys.Key, model, body string) (server.Ticket, *apierror.Error) {
-	t, err := a.Admit(context.Background(), server.AdmitRequest{Principal: keys.Principal{Key: k}, Model: model, Endpoint: "chat", Body: []byte(body)})
+func ask(a *admit.Admission, k *keys.Key, model, body string) (policy.Ticket, *apierror.Error) {
+	t, err := a.Admit(context.Background(), chatRequest(policy.AdmitRequest{Principal: keys.Principal{Key: k}, Model: model, Endpoint: "chat"}, body))
 	if err != nil {
 		var e *apierror.Error
 		if !errors.As(err, &e) {
@@ -99,7 +111,7 @@ func TestAdmit_TPMReservesPromptAndMaxTokens(t *testing.T) {
 func TestAdmit_DonePricesTheRecord(t *testing.T) {
 	a := newAdmission()
 	for _, p := range []keys.Principal{{Master: true}, {Key: &keys.Key{ID: "key_free"}}, {Key: &keys.Key{ID: "key_lim", RPM: 100}}} {
-		tk, err := a.Admit(context.Background(), server.AdmitRequest{Principal: p, Model: "qwen", Body: []byte(`{}`)})
+		tk, err := a.Admit(context.Background(), chatRequest(policy.AdmitRequest{Principal: p, Model: "qwen"}, `{}`))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -117,7 +129,7 @@ func TestAdmit_BudgetReservesAndSettles(t *testing.T) {
 	// at most $0.00022; the budget fits 4 reservations but not 5.
 	k := &keys.Key{ID: "key_b", Name: "b", BudgetUSD: 0.001, BudgetPeriod: "daily"}
 	body := `{"model":"qwen","max_tokens":100,"pad":""}`
-	var tickets []server.Ticket
+	var tickets []policy.Ticket
 	for {
 		tk, e := ask(a, k, "qwen", body)
 		if e != nil {
@@ -185,8 +197,8 @@ func TestAdmit_ConcurrencySlotReturnsOnDone(t *testing.T) {
 func BenchmarkAdmit_KeyAndModelLimits(b *testing.B) {
 	a := admit.New(admit.Options{Limiter: limit.NewMemory(), Models: map[string]admit.ModelPolicy{"m": {RPM: 1 << 40, InputPrice: 1}}})
 	k := &keys.Key{ID: "key_bench", RPM: 1 << 30, TPM: 1 << 30, MaxConc: 1 << 20, BudgetUSD: 1e9, BudgetPeriod: "daily"}
-	req := server.AdmitRequest{Principal: keys.Principal{Key: k}, Model: "m", Endpoint: "chat",
-		Body: []byte(`{"model":"m","messages":[{"role":"user","content":"hello there"}],"max_tokens":64}`)}
+	req := chatRequest(policy.AdmitRequest{Principal: keys.Principal{Key: k}, Model: "m", Endpoint: "chat"},
+		`{"model":"m","messages":[{"role":"user","content":"hello there"}],"max_tokens":64}`)
 	rec := usage.Record{PromptTokens: 10, CompletionTokens: 20}
 	b.ReportAllocs()
 	for i := 0; i < b.N; i++ {

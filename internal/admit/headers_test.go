@@ -12,7 +12,7 @@ import (
 	"llmgate/internal/apierror"
 	"llmgate/internal/keys"
 	"llmgate/internal/limit"
-	"llmgate/internal/server"
+	"llmgate/internal/policy"
 	"llmgate/internal/testenv"
 	"llmgate/internal/usage"
 )
@@ -23,14 +23,14 @@ var rateHeaderNames = []string{
 }
 
 // answerHeaders admits a request and returns the headers its answer gets.
-func answerHeaders(t *testing.T, a *admit.Admission, p keys.Principal, model, body string) (http.Header, server.Ticket) {
+func answerHeaders(t *testing.T, a *admit.Admission, p keys.Principal, model, body string) (http.Header, policy.Ticket) {
 	t.Helper()
-	tk, err := a.Admit(context.Background(), server.AdmitRequest{Principal: p, Model: model, Endpoint: "chat", Body: []byte(body)})
+	tk, err := a.Admit(context.Background(), chatRequest(policy.AdmitRequest{Principal: p, Model: model, Endpoint: "chat"}, body))
 	if err != nil {
 		t.Fatalf("refused: %v", err)
 	}
 	h := http.Header{}
-	if rt, ok := tk.(server.RateLimitTicket); ok {
+	if rt, ok := tk.(policy.RateLimitTicket); ok {
 		rt.RateLimitHeaders(h)
 	}
 	return h, tk
@@ -85,7 +85,7 @@ func runAdmittedHeaders(t *testing.T, lim limit.Limiter) {
 		tk.Done(&usage.Record{})
 	}
 	// The refusal carries the same headers, with nothing left.
-	_, err := a.Admit(context.Background(), server.AdmitRequest{Principal: keys.Principal{Key: k}, Model: "qwen", Endpoint: "chat", Body: []byte(body)})
+	_, err := a.Admit(context.Background(), chatRequest(policy.AdmitRequest{Principal: keys.Principal{Key: k}, Model: "qwen", Endpoint: "chat"}, body))
 	e := asAPIError(t, err)
 	for _, n := range rateHeaderNames {
 		if e.Header.Get(n) == "" {
@@ -175,11 +175,11 @@ func asAPIError(t *testing.T, err error) *apierror.Error {
 func BenchmarkAdmit_RateLimitHeaders(b *testing.B) {
 	a := admit.New(admit.Options{Limiter: limit.NewMemory()})
 	k := &keys.Key{ID: "key_bench_h", RPM: 1 << 30, TPM: 1 << 30}
-	tk, err := a.Admit(context.Background(), server.AdmitRequest{Principal: keys.Principal{Key: k}, Model: "m", Body: []byte(`{}`)})
+	tk, err := a.Admit(context.Background(), chatRequest(policy.AdmitRequest{Principal: keys.Principal{Key: k}, Model: "m"}, `{}`))
 	if err != nil {
 		b.Fatal(err)
 	}
-	rt := tk.(server.RateLimitTicket)
+	rt := tk.(policy.RateLimitTicket)
 	h := make(http.Header, 8)
 	b.ReportAllocs()
 	for i := 0; i < b.N; i++ {

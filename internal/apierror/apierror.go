@@ -28,6 +28,25 @@ const (
 	KindClientClosed   Kind = "client_closed"
 )
 
+// StatusClientClosed is the status recorded when the client went away before
+// its answer was complete (nginx's 499). It is never sent: nobody is listening.
+const StatusClientClosed = 499
+
+// Codes that decide what the gateway does next; compare errors against the
+// sentinels below with errors.Is, never by their text.
+const (
+	CodeClientClosed = "client_closed"
+	CodeStreamCut    = "stream_cut"
+)
+
+// Sentinels for errors.Is: an *Error matches one when their Codes are equal.
+var (
+	// ErrClientClosed: the client went away (its context was cancelled).
+	ErrClientClosed = &Error{Status: StatusClientClosed, Kind: KindClientClosed, Code: CodeClientClosed, Message: "client closed the request"}
+	// ErrStreamCut: a backend's stream ended without its end marker.
+	ErrStreamCut = &Error{Status: http.StatusBadGateway, Kind: KindUpstream, Code: CodeStreamCut, Message: "the backend ended the stream before it was complete"}
+)
+
 // Error is an error that knows how it should look to an API client.
 type Error struct {
 	Status  int    // HTTP status to send
@@ -48,6 +67,39 @@ func (e *Error) Error() string {
 }
 
 func (e *Error) Unwrap() error { return e.Err }
+
+// Is reports whether target is an *Error with the same non-empty Code, so
+// that errors.Is(err, ErrClientClosed) holds for every client-gone error
+// whatever its message.
+func (e *Error) Is(target error) bool {
+	t, ok := target.(*Error)
+	return ok && t.Code != "" && t.Code == e.Code
+}
+
+// ClientClosed returns a new client-gone error wrapping cause.
+func ClientClosed(cause error) *Error {
+	c := *ErrClientClosed
+	c.Err = cause
+	return &c
+}
+
+// Clone returns a copy of e that can be changed without touching e, which
+// may be shared (a sentinel, an error kept by a breaker or returned to
+// several callers).
+func (e *Error) Clone() *Error {
+	c := *e
+	if e.Header != nil {
+		c.Header = e.Header.Clone()
+	}
+	return &c
+}
+
+// WithMessage returns a copy of e with another message.
+func (e *Error) WithMessage(msg string) *Error {
+	c := e.Clone()
+	c.Message = msg
+	return c
+}
 
 // New returns an Error with the given status, kind, code and message.
 func New(status int, kind Kind, code, msg string) *Error {

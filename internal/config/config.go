@@ -88,6 +88,8 @@ type Config struct {
 	SpoolDir string `yaml:"spool_dir"`
 	// Routing tunes retries and the per-deployment circuit breakers.
 	Routing Routing `yaml:"routing"`
+	// Features switch the access log, console and metrics key.
+	Features `yaml:",inline"`
 
 	// Source names where the configuration came from, for messages.
 	Source string `yaml:"-"`
@@ -158,7 +160,11 @@ type Model struct {
 	RPM            int64 `yaml:"rpm"`
 	TPM            int64 `yaml:"tpm"`
 	MaxConcurrency int64 `yaml:"max_concurrency"`
-	line           int
+	// ContextWindow is the model's context length in tokens (prompt plus
+	// output); zero when unknown. It bounds the budget reservation of a
+	// request that sets no output limit.
+	ContextWindow int `yaml:"context_window"`
+	line          int
 }
 
 // Duration is a time.Duration that reads "30s", "2m" or a number of seconds.
@@ -303,6 +309,9 @@ func LoadWithEnv(r io.Reader, source string, lookup func(string) (string, bool))
 	}
 	cfg := &Config{Source: source, lookup: lookup}
 	if len(root.Content) == 0 { // empty file
+		if err := cfg.ApplyEnv(lookup); err != nil {
+			return nil, err
+		}
 		cfg.ApplyDefaults()
 		return cfg, cfg.Validate()
 	}
@@ -320,6 +329,9 @@ func LoadWithEnv(r io.Reader, source string, lookup func(string) (string, bool))
 	cfg.Source = source
 	cfg.lookup = lookup
 	recordLines(doc, cfg)
+	if err := cfg.ApplyEnv(lookup); err != nil {
+		return nil, err
+	}
 	cfg.ApplyDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err

@@ -3,14 +3,13 @@ package console
 import (
 	"bytes"
 	"io"
+	"llmgate/internal/keys"
 	"net/http"
-
-	"llmgate/internal/server"
 )
 
 // handleChat relays a playground prompt to the gateway's own
 // /v1/chat/completions, in-process, as the signed-in key (attached with
-// server.WithPrincipal: no secret is kept anywhere): limits, budgets, model
+// keys.WithPrincipal: no secret is kept anywhere): limits, budgets, model
 // allow-lists, metrics, traces and the usage ledger all apply as for any
 // client. The browser never holds the key; it streams the answer with
 // fetch and a ReadableStream.
@@ -26,7 +25,7 @@ func (c *Console) handleChat(w http.ResponseWriter, r *http.Request, s *session)
 	}
 	// The request carries the session's principal in its context, not a
 	// credential: the server holds no key secret.
-	req, err := http.NewRequestWithContext(server.WithPrincipal(r.Context(), s.principal), http.MethodPost, "/v1/chat/completions", bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(keys.WithPrincipal(r.Context(), s.principal), http.MethodPost, "/v1/chat/completions", bytes.NewReader(body))
 	if err != nil {
 		writeError(w, http.StatusInternalServerError, err.Error())
 		return

@@ -270,8 +270,7 @@ func clientClosed(ctx context.Context) error {
 		return apierror.New(http.StatusGatewayTimeout, apierror.KindTimeout, "engine_wait_timeout",
 			"the request's time-out passed while it waited for its engine to start")
 	}
-	return &apierror.Error{Status: 499, Kind: apierror.KindClientClosed, Code: "client_closed",
-		Message: "client closed the request while it waited for its engine"}
+	return apierror.ErrClientClosed.WithMessage("client closed the request while it waited for its engine")
 }
 
 // lease returns the release function of one admitted request.

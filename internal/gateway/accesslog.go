@@ -4,19 +4,17 @@ import (
 	"context"
 	"log/slog"
 
-	"llmgate/internal/server"
 	"llmgate/internal/usage"
 )
 
 // accessLog writes one structured log line per served request, from the
-// ledger record the server builds anyway, then forwards the record. Server
-// errors (5xx) log at Warn so they stand out; the rest at Info.
+// ledger record the relay builds anyway, after the answer was flushed.
+// Server errors (5xx) log at Warn so they stand out; the rest at Info.
 type accessLog struct {
-	log  *slog.Logger
-	next server.Ledger
+	log *slog.Logger
 }
 
-func (a accessLog) Add(r usage.Record) error {
+func (a accessLog) Observe(r usage.Record) {
 	level := slog.LevelInfo
 	if r.Status >= 500 || r.Status == 0 {
 		level = slog.LevelWarn
@@ -37,5 +35,4 @@ func (a accessLog) Add(r usage.Record) error {
 		}
 		a.log.LogAttrs(ctx, level, "request", attrs...)
 	}
-	return a.next.Add(r)
 }

@@ -25,6 +25,7 @@ import (
 	"llmgate/internal/h1server"
 	"llmgate/internal/keys"
 	"llmgate/internal/metrics"
+	"llmgate/internal/policy"
 	"llmgate/internal/rawio"
 	"llmgate/internal/router"
 	"llmgate/internal/server"
@@ -49,7 +50,7 @@ type Options struct {
 	// LedgerOptions tunes batching (tests use small intervals).
 	LedgerOptions usage.Options
 	// Admission and Middleware are passed to the server (see server.Options).
-	Admission  server.Admission
+	Admission  policy.Admission
 	Middleware []func(http.Handler) http.Handler
 }
 
@@ -129,7 +130,7 @@ func Start(ctx context.Context, opt Options) (*Gateway, error) {
 	}
 	table := router.NewWithOptions(cfg, router.Options{Logger: log})
 	g.Engines.Attach(table)
-	sopt := server.Options{Table: table, Verifier: g.Verifier, Ledger: g.observedLedger(), Logger: log, MaxBodyBytes: cfg.MaxBodyBytes,
+	sopt := server.Options{Table: table, Verifier: g.Verifier, Ledger: g.Ledger, Observer: g.observer(), Logger: log, ContextWindow: contextWindows(cfg), MaxBodyBytes: cfg.MaxBodyBytes,
 		Admission: g.Metrics.Admission(opt.Admission), Middleware: opt.Middleware}
 	if on, ttl := cfg.ResponsesStorage(); on {
 		sopt.Responses, sopt.ResponsesTTL = g.Store, ttl
@@ -171,6 +172,15 @@ func Start(ctx context.Context, opt Options) (*Gateway, error) {
 	go func() { g.served <- g.HTTP.Serve(ln) }()
 	g.Engines.Start()
 	return g, nil
+}
+
+// contextWindows returns the configured context length of each model.
+func contextWindows(cfg *config.Config) func(string) int {
+	w := make(map[string]int, len(cfg.Models))
+	for name, m := range cfg.Models {
+		w[name] = m.ContextWindow
+	}
+	return func(model string) int { return w[model] }
 }
 
 // httpServer is what the gateway needs of an HTTP server.

@@ -5,14 +5,14 @@ import (
 	"crypto/subtle"
 	"fmt"
 	"net/http"
-	"os"
 	"strings"
 
 	"llmgate/internal/console"
 	"llmgate/internal/keys"
 	"llmgate/internal/metrics"
-	"llmgate/internal/server"
+	"llmgate/internal/policy"
 	"llmgate/internal/tracing"
+	"llmgate/internal/usage"
 )
 
 // startObservability creates the metrics, starts tracing when an OTLP
@@ -38,14 +38,17 @@ func (g *Gateway) startObservability(ctx context.Context, opt *Options) error {
 	return nil
 }
 
-// observedLedger is the ledger the server writes to: metrics first, then
-// the access log (unless LLMGATE_ACCESS_LOG=off), then the real ledger.
-func (g *Gateway) observedLedger() server.Ledger {
-	var l server.Ledger = g.Ledger
-	if !off(os.Getenv("LLMGATE_ACCESS_LOG")) {
-		l = accessLog{log: g.log, next: l}
+// observer is what sees each record after its answer was flushed: the
+// metrics, then the access log (unless access_log: off).
+func (g *Gateway) observer() policy.Observer {
+	if !g.Config.AccessLogOn() {
+		return g.Metrics
 	}
-	return g.Metrics.Ledger(l)
+	al := accessLog{log: g.log}
+	return policy.ObserverFunc(func(r usage.Record) {
+		g.Metrics.Observe(r)
+		al.Observe(r)
+	})
 }
 
 // mountObservability registers the state gauges and mounts /metrics and
@@ -83,7 +86,7 @@ func (g *Gateway) mountObservability() {
 	g.observeEngines()
 	g.Server.Handle("/metrics", g.metricsHandler())
 
-	if off(os.Getenv("LLMGATE_CONSOLE")) {
+	if !g.Config.ConsoleOn() {
 		return
 	}
 	g.Console = console.New(console.Options{
@@ -104,13 +107,13 @@ func (g *Gateway) mountObservability() {
 	g.Server.Handle(console.Prefix+"/", g.Console)
 }
 
-// metricsHandler serves Prometheus. With LLMGATE_METRICS_KEY set, scrapes
-// must send it as a bearer token (Prometheus' authorization.credentials);
-// otherwise /metrics is open like most exporters, which is why the gateway
-// listens on loopback by default.
+// metricsHandler serves Prometheus. With metrics_key (LLMGATE_METRICS_KEY)
+// set, scrapes must send it as a bearer token (Prometheus'
+// authorization.credentials); otherwise /metrics is open like most
+// exporters, which is why the gateway listens on loopback by default.
 func (g *Gateway) metricsHandler() http.Handler {
 	h := g.Metrics.Handler()
-	want := strings.TrimSpace(os.Getenv("LLMGATE_METRICS_KEY"))
+	want := g.Config.MetricsKey
 	if want == "" {
 		return h
 	}
@@ -120,7 +123,7 @@ func (g *Gateway) metricsHandler() http.Handler {
 		gotHash := keys.HashBytes(strings.TrimSpace(got))
 		if !ok || subtle.ConstantTimeCompare(gotHash[:], wantHash[:]) != 1 {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="llmgate metrics"`)
-			http.Error(w, "metrics need 'Authorization: Bearer <LLMGATE_METRICS_KEY>'", http.StatusUnauthorized)
+			http.Error(w, "metrics need 'Authorization: Bearer <metrics_key>' (the metrics_key setting or LLMGATE_METRICS_KEY)", http.StatusUnauthorized)
 			return
 		}
 		h.ServeHTTP(w, r)
@@ -136,14 +139,6 @@ func (g *Gateway) stopObservability(ctx context.Context) error {
 		return fmt.Errorf("flush traces: %w", err)
 	}
 	return nil
-}
-
-func off(v string) bool {
-	switch strings.ToLower(strings.TrimSpace(v)) {
-	case "off", "0", "false", "no", "disabled":
-		return true
-	}
-	return false
 }
 
 func firstNonEmpty(a, b string) string {

@@ -18,7 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"llmgate/internal/apierror"
-	"llmgate/internal/server"
+	"llmgate/internal/policy"
 	"llmgate/internal/usage"
 )
 
@@ -173,21 +173,7 @@ func statusClass(s int) string {
 	return "other"
 }
 
-// ledger forwards records after observing them.
-type ledger struct {
-	m    *Metrics
-	next server.Ledger
-}
-
-func (l ledger) Add(r usage.Record) error {
-	l.m.Observe(r)
-	return l.next.Add(r)
-}
-
-// Ledger decorates the server's ledger: each record updates the metrics,
-// then goes to next unchanged. This is the cheapest seam, since the server
-// builds exactly one record per request anyway.
-func (m *Metrics) Ledger(next server.Ledger) server.Ledger { return ledger{m: m, next: next} }
+var _ policy.Observer = (*Metrics)(nil)
 
 // Middleware counts API requests in flight. Only /v1/ paths count, so
 // scrapes, health checks and the console do not distort the figure.
@@ -218,10 +204,10 @@ func (m *Metrics) Refused(reason string, status int) {
 // admission counts refusals of the wrapped Admission.
 type admission struct {
 	m    *Metrics
-	next server.Admission
+	next policy.Admission
 }
 
-func (a admission) Admit(ctx context.Context, req server.AdmitRequest) (server.Ticket, error) {
+func (a admission) Admit(ctx context.Context, req policy.AdmitRequest) (policy.Ticket, error) {
 	t, err := a.next.Admit(ctx, req)
 	if err != nil {
 		reason, status := "refused", 429
@@ -240,7 +226,7 @@ func (a admission) Admit(ctx context.Context, req server.AdmitRequest) (server.T
 // Admission decorates the server's Admission so that every refusal (rate
 // limit, concurrency, budget) counts in llmgate_limiter_refusals_total
 // under its error code. A nil next returns nil: no limits, no refusals.
-func (m *Metrics) Admission(next server.Admission) server.Admission {
+func (m *Metrics) Admission(next policy.Admission) policy.Admission {
 	if next == nil {
 		return nil
 	}

@@ -12,23 +12,17 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"llmgate/internal/apierror"
-	"llmgate/internal/server"
+	"llmgate/internal/policy"
 	"llmgate/internal/usage"
 )
 
-type countLedger struct{ n int }
-
-func (c *countLedger) Add(usage.Record) error { c.n++; return nil }
-
-func TestLedger_ObservesThenForwardsEveryRecord(t *testing.T) {
+func TestObserve_CountsEveryRecord(t *testing.T) {
 	m := New()
-	next := &countLedger{}
-	l := m.Ledger(next)
-	_ = l.Add(usage.Record{Model: "qwen", Backend: "a", KeyID: "key_1", Endpoint: "chat", Status: 200, PromptTokens: 10, CompletionTokens: 4,
+	m.Observe(usage.Record{Model: "qwen", Backend: "a", KeyID: "key_1", Endpoint: "chat", Status: 200, PromptTokens: 10, CompletionTokens: 4,
 		CachedTokens: 2, CostUSD: 0.5, TTFT: 80 * time.Millisecond, Latency: time.Second})
-	_ = l.Add(usage.Record{Model: "qwen", Backend: "a", KeyID: "key_1", Endpoint: "chat", Status: 502, Latency: 2 * time.Second})
-	if next.n != 2 {
-		t.Fatalf("forwarded %d records, want 2", next.n)
+	m.Observe(usage.Record{Model: "qwen", Backend: "a", KeyID: "key_1", Endpoint: "chat", Status: 502, Latency: 2 * time.Second})
+	if v := testutil.ToFloat64(m.requests.WithLabelValues("qwen", "a", "key_1", "chat", "502")); v != 1 {
+		t.Errorf("requests{502} = %v", v)
 	}
 	if v := testutil.ToFloat64(m.requests.WithLabelValues("qwen", "a", "key_1", "chat", "200")); v != 1 {
 		t.Errorf("requests{200} = %v", v)
@@ -50,7 +44,7 @@ func TestLedger_ObservesThenForwardsEveryRecord(t *testing.T) {
 
 type refuser struct{ err error }
 
-func (r refuser) Admit(context.Context, server.AdmitRequest) (server.Ticket, error) {
+func (r refuser) Admit(context.Context, policy.AdmitRequest) (policy.Ticket, error) {
 	return nil, r.err
 }
 
@@ -60,10 +54,10 @@ func TestAdmission_CountsRefusalsByCode(t *testing.T) {
 		t.Fatal("wrapping no Admission must stay nil, so the server skips admission")
 	}
 	a := m.Admission(refuser{apierror.New(http.StatusTooManyRequests, apierror.KindRateLimit, "rpm_exceeded", "slow down")})
-	_, _ = a.Admit(context.Background(), server.AdmitRequest{})
-	_, _ = a.Admit(context.Background(), server.AdmitRequest{})
+	_, _ = a.Admit(context.Background(), policy.AdmitRequest{})
+	_, _ = a.Admit(context.Background(), policy.AdmitRequest{})
 	b := m.Admission(refuser{errors.New("plain")})
-	_, _ = b.Admit(context.Background(), server.AdmitRequest{})
+	_, _ = b.Admit(context.Background(), policy.AdmitRequest{})
 	if v := testutil.ToFloat64(m.refusals.WithLabelValues("rpm_exceeded", "429")); v != 2 {
 		t.Errorf("rpm_exceeded refusals = %v, want 2", v)
 	}
@@ -112,14 +106,13 @@ func TestGaugeVecFunc_ScrapesCurrentValuesAndRefusesDuplicates(t *testing.T) {
 	}
 }
 
-// BenchmarkLedger_Observe measures what the metrics add per request.
-func BenchmarkLedger_Observe(b *testing.B) {
+// BenchmarkObserve measures what the metrics add per request.
+func BenchmarkObserve(b *testing.B) {
 	m := New()
-	l := m.Ledger(&countLedger{})
 	rec := usage.Record{Model: "qwen", Backend: "a", KeyID: "key_1", Endpoint: "chat", Status: 200, PromptTokens: 100, CompletionTokens: 50,
 		TTFT: 80 * time.Millisecond, Latency: time.Second}
 	b.ReportAllocs()
 	for b.Loop() {
-		_ = l.Add(rec)
+		m.Observe(rec)
 	}
 }

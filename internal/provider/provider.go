@@ -179,8 +179,7 @@ func (b *Backend) Classify(ctx context.Context, err error) *apierror.Error {
 		return ae
 	}
 	if ctx.Err() == context.Canceled {
-		return (&apierror.Error{Status: 499, Kind: apierror.KindClientClosed, Code: "client_closed",
-			Message: "client closed the request"}).Wrap(err)
+		return apierror.ClientClosed(err)
 	}
 	var ne net.Error
 	if errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()) {

@@ -2,6 +2,7 @@ package router
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -123,7 +124,7 @@ func classify(ctx context.Context, err error) (outcome, time.Duration) {
 	}
 	e := apierror.From(err)
 	switch {
-	case e.Status == 499 || e.Kind == apierror.KindClientClosed:
+	case errors.Is(e, apierror.ErrClientClosed) || e.Kind == apierror.KindClientClosed:
 		return outcomeNeutral, 0
 	case e.Kind == apierror.KindRateLimit || e.Status == http.StatusTooManyRequests:
 		return outcomeRateLimited, retryAfter(e.Header)

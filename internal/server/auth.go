@@ -1,7 +1,6 @@
 package server
 
 import (
-	"context"
 	"errors"
 	"net/http"
 	"strings"
@@ -111,24 +110,10 @@ func schemeName(s string) bool {
 	return true
 }
 
-// verifiedKey is the context key of a principal that an in-process caller
-// has already verified. It is unexported and only WithPrincipal sets it, so
-// nothing sent over the network can produce it.
-type verifiedKey struct{}
-
-// WithPrincipal returns a context under which a request is served as p
-// without any credential header: the web console's playground uses it to
-// call the API as the signed-in key without holding its secret. The caller
-// must have verified p (a revoked or expired key must not get here); the
-// model allow-list, limits, budgets and the usage ledger apply as usual.
-func WithPrincipal(ctx context.Context, p keys.Principal) context.Context {
-	return context.WithValue(ctx, verifiedKey{}, p)
-}
-
 // authenticate returns the principal behind the request's credential, or
-// the one an in-process caller attached with WithPrincipal.
+// the one an in-process caller attached with keys.WithPrincipal.
 func (s *Server) authenticate(r *http.Request) (keys.Principal, error) {
-	if p, ok := r.Context().Value(verifiedKey{}).(keys.Principal); ok && (p.Master || p.Key != nil) {
+	if p, ok := keys.PrincipalFrom(r.Context()); ok {
 		return p, nil
 	}
 	secret, err := credential(r)

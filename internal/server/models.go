@@ -9,6 +9,7 @@ import (
 	"llmgate/internal/api/openai"
 	"llmgate/internal/apierror"
 	"llmgate/internal/keys"
+	"llmgate/internal/policy"
 )
 
 // handleModels lists every public model the caller may use; owned_by names
@@ -42,7 +43,7 @@ func (s *Server) handleModels(w http.ResponseWriter, r *http.Request, p keys.Pri
 // not found, as on OpenAI.
 func (s *Server) handleModel(w http.ResponseWriter, r *http.Request, p keys.Principal) {
 	name := strings.TrimPrefix(r.URL.Path, "/v1/models/")
-	route, err := s.route(p, name)
+	route, err := policy.Resolve(s.Table(), p, name)
 	if err != nil && apierror.From(err).Code == "model_not_allowed" {
 		// As on OpenAI: a model the key may not use is not found.
 		err = apierror.Newf(http.StatusNotFound, apierror.KindNotFound, "model_not_found",

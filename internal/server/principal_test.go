@@ -15,6 +15,7 @@ import (
 	"llmgate/internal/apierror"
 	"llmgate/internal/config"
 	"llmgate/internal/keys"
+	"llmgate/internal/policy"
 	"llmgate/internal/router"
 	"llmgate/internal/server"
 	"llmgate/internal/usage"
@@ -59,7 +60,7 @@ type noTicket struct{}
 
 func (noTicket) Done(*usage.Record) {}
 
-func (a *limitOne) Admit(_ context.Context, req server.AdmitRequest) (server.Ticket, error) {
+func (a *limitOne) Admit(_ context.Context, req policy.AdmitRequest) (policy.Ticket, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.seen[req.Principal.KeyID()]++
@@ -97,7 +98,7 @@ func TestWithPrincipal_RequestIsServedAsThatKeyWithoutHeaders(t *testing.T) {
 		s.ServeHTTP(w, r)
 		return w
 	}
-	as := server.WithPrincipal(context.Background(), keys.Principal{Key: key})
+	as := keys.WithPrincipal(context.Background(), keys.Principal{Key: key})
 
 	// No credential header at all: served as the attached key.
 	if w := call(as, "alpha"); w.Code != http.StatusOK {
@@ -122,11 +123,11 @@ func TestWithPrincipal_RequestIsServedAsThatKeyWithoutHeaders(t *testing.T) {
 	if w := call(context.Background(), "alpha"); w.Code != http.StatusUnauthorized {
 		t.Fatalf("no credential: %d, want 401", w.Code)
 	}
-	if w := call(server.WithPrincipal(context.Background(), keys.Principal{}), "alpha"); w.Code != http.StatusUnauthorized {
+	if w := call(keys.WithPrincipal(context.Background(), keys.Principal{}), "alpha"); w.Code != http.StatusUnauthorized {
 		t.Fatalf("empty principal: %d, want 401", w.Code)
 	}
 	// A master principal is the master key (no allow-list).
-	if w := call(server.WithPrincipal(context.Background(), keys.Principal{Master: true}), "beta"); w.Code != http.StatusOK {
+	if w := call(keys.WithPrincipal(context.Background(), keys.Principal{Master: true}), "beta"); w.Code != http.StatusOK {
 		t.Fatalf("as master: %d %s", w.Code, w.Body)
 	}
 	if recs := led.wait(t, 2); recs[len(recs)-1].KeyID != "master" {

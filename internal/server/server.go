@@ -1,77 +1,46 @@
-// Package server is llmgate's HTTP edge: routes, authentication, request
-// parsing just deep enough to route, relaying to backends with usage
-// capture, and error rendering in the client's protocol envelope.
+// Package server is llmgate's HTTP edge: routes, method checks,
+// authentication, reading the body within its limit, decoding it once into
+// the client dialect's request value, and handing it to the relay. Errors
+// raised here are rendered in the endpoint's own envelope.
 package server
 
 import (
-	"context"
+	"bytes"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"log/slog"
 	"net/http"
 	"strconv"
-	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"llmgate/internal/api/openai"
 	"llmgate/internal/apierror"
+	"llmgate/internal/codec"
 	"llmgate/internal/keys"
+	"llmgate/internal/policy"
+	"llmgate/internal/relay"
+	"llmgate/internal/respstore"
 	"llmgate/internal/router"
 	"llmgate/internal/store"
-	"llmgate/internal/usage"
 )
-
-// Ledger receives one record per served request.
-type Ledger interface {
-	Add(usage.Record) error
-}
-
-// Admission decides whether a request may proceed (rate limits,
-// concurrency, budgets) and settles it afterwards.
-type Admission interface {
-	// Admit is called once the route and key are known. A refusal is an
-	// *apierror.Error (429 with rate-limit headers, 402/429 for budgets).
-	Admit(ctx context.Context, req AdmitRequest) (Ticket, error)
-}
-
-// AdmitRequest describes a request about to be forwarded.
-type AdmitRequest struct {
-	Principal keys.Principal
-	Model     string
-	Endpoint  string
-	// Body is the client's JSON body (read-only), for estimating tokens.
-	Body []byte
-}
-
-// Ticket is an admitted request. Done is called exactly once with the final
-// ledger record, before it is written; it may set the record's cost.
-type Ticket interface {
-	Done(rec *usage.Record)
-}
-
-// RateLimitTicket is a Ticket of a request under rate limits (a key's, a
-// model's). The server calls RateLimitHeaders once, right after admission
-// and before anything is written, so every answer to the request - a
-// success, a stream, an error after admission - carries OpenAI's
-// x-ratelimit-* headers with the figures as of admission, as the 429 of a
-// refusal does. It adds nothing when no rate limit applies.
-type RateLimitTicket interface {
-	Ticket
-	RateLimitHeaders(h http.Header)
-}
 
 // Options configures a Server.
 type Options struct {
-	Table        *router.Table
-	Verifier     *keys.Verifier
-	Ledger       Ledger
+	Table    *router.Table
+	Verifier *keys.Verifier
+	// Ledger takes each request's record before its answer's last bytes;
+	// Observer sees it after the answer was flushed (metrics, access log).
+	Ledger       policy.Ledger
+	Observer     policy.Observer
 	Logger       *slog.Logger
 	MaxBodyBytes int64
 	// Ready reports readiness for /readyz; nil means always ready.
 	Ready func() error
 	// Admission, when set, admits every model request (limits, budgets).
-	Admission Admission
+	Admission policy.Admission
 	// Middleware wraps the whole handler, outermost first (request ids,
 	// tracing, metrics).
 	Middleware []func(http.Handler) http.Handler
@@ -80,26 +49,24 @@ type Options struct {
 	// for ResponsesTTL (default 30 days).
 	Responses    store.Responses
 	ResponsesTTL time.Duration
+	// ContextWindow returns a model's context length (0 when unknown).
+	ContextWindow func(model string) int
 }
 
 // Server serves the gateway API.
 type Server struct {
 	table    atomic.Pointer[router.Table]
 	verifier *keys.Verifier
-	ledger   Ledger
 	log      *slog.Logger
 	maxBody  int64
 	ready    func() error
 	mux      *http.ServeMux
 	handler  http.Handler
-	admit    Admission
+	relay    *relay.Relay
 	started  time.Time
 
 	idPrefix string
 	idSeq    atomic.Uint64
-
-	noTokenize tokenizeMemo   // backends without POST /tokenize (count_tokens)
-	responses  *responseStore // nil: the Responses API is stateless
 }
 
 // New returns a Server.
@@ -112,16 +79,16 @@ func New(opt Options) *Server {
 	}
 	var rb [4]byte
 	_, _ = rand.Read(rb[:])
-	s := &Server{verifier: opt.Verifier, ledger: opt.Ledger, log: opt.Logger, maxBody: opt.MaxBodyBytes,
-		ready: opt.Ready, admit: opt.Admission, started: time.Now(), idPrefix: "req_" + hex.EncodeToString(rb[:]) + "_"}
+	s := &Server{verifier: opt.Verifier, log: opt.Logger, maxBody: opt.MaxBodyBytes,
+		ready: opt.Ready, started: time.Now(), idPrefix: "req_" + hex.EncodeToString(rb[:]) + "_"}
 	s.table.Store(opt.Table)
+	var responses *respstore.Store
 	if opt.Responses != nil {
-		if opt.ResponsesTTL <= 0 {
-			opt.ResponsesTTL = 30 * 24 * time.Hour
-		}
-		s.responses = &responseStore{st: opt.Responses, ttl: opt.ResponsesTTL}
+		responses = respstore.New(opt.Responses, opt.ResponsesTTL, opt.Logger)
 	}
-	s.routes()
+	s.relay = relay.New(relay.Options{Ledger: opt.Ledger, Observer: opt.Observer, Admission: opt.Admission,
+		Responses: responses, ContextWindow: opt.ContextWindow, Logger: opt.Logger})
+	s.routes(responses)
 	s.handler = http.Handler(s.mux)
 	for i := len(opt.Middleware) - 1; i >= 0; i-- {
 		s.handler = opt.Middleware[i](s.handler)
@@ -157,23 +124,106 @@ func (s *Server) Handle(pattern string, h http.Handler) { s.mux.Handle(pattern, 
 // Authenticate exposes the gateway's key check to mounted handlers.
 func (s *Server) Authenticate(r *http.Request) (keys.Principal, error) { return s.authenticate(r) }
 
-func (s *Server) routes() {
+func (s *Server) routes(responses *respstore.Store) {
 	m := http.NewServeMux()
-	m.Handle("/v1/chat/completions", s.api(http.MethodPost, s.proxy(endpointChat)))
-	m.Handle("/v1/completions", s.api(http.MethodPost, s.proxy(endpointCompletions)))
-	m.Handle("/v1/embeddings", s.api(http.MethodPost, s.proxy(endpointEmbeddings)))
-	m.Handle("/v1/rerank", s.api(http.MethodPost, s.proxy(endpointRerank)))
-	m.Handle("/v2/rerank", s.api(http.MethodPost, s.proxy(endpointRerank))) // Cohere's v2 path
-	m.Handle("/v1/models", s.api(http.MethodGet, s.handleModels))
-	m.Handle("/v1/models/", s.api(http.MethodGet, s.handleModel))
-	m.Handle("/v1/messages", s.anthropicAPI(s.handleMessages))
-	m.Handle("/v1/messages/count_tokens", s.anthropicAPI(s.handleCountTokens))
-	m.Handle("/v1/responses", s.api(http.MethodPost, s.handleResponses))
-	m.HandleFunc("/v1/responses/", s.handleResponseLookup)
+	for path, d := range map[string]codec.Dialect{
+		"/v1/chat/completions":      codec.Chat,
+		"/v1/completions":           codec.Completions,
+		"/v1/embeddings":            codec.Embeddings,
+		"/v1/rerank":                codec.Rerank,
+		"/v2/rerank":                codec.Rerank, // Cohere's v2 path
+		"/v1/responses":             codec.Responses,
+		"/v1/messages":              codec.Messages,
+		"/v1/messages/count_tokens": codec.CountTokens,
+	} {
+		m.Handle(path, s.endpoint(http.MethodPost, d, s.serveModel(d)))
+	}
+	m.Handle("/v1/models", s.endpoint(http.MethodGet, codec.Chat, s.handleModels))
+	m.Handle("/v1/models/", s.endpoint(http.MethodGet, codec.Chat, s.handleModel))
+	m.Handle("/v1/responses/", respstore.Handler(responses, s.authenticate))
 	m.HandleFunc("/healthz", s.handleHealth)
 	m.HandleFunc("/readyz", s.handleReady)
 	m.HandleFunc("/", s.handleNotFound)
 	s.mux = m
+}
+
+// endpoint wraps a handler with the method check and authentication, each
+// refusal in dialect d's envelope.
+func (s *Server) endpoint(method string, d codec.Dialect, h func(http.ResponseWriter, *http.Request, keys.Principal)) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != method {
+			w.Header().Set("Allow", method)
+			codec.WriteError(d, w, apierror.Newf(http.StatusMethodNotAllowed, apierror.KindInvalidRequest, "method_not_allowed",
+				"%s %s is not supported: use %s", r.Method, r.URL.Path, method))
+			return
+		}
+		p, err := s.authenticate(r)
+		if err != nil {
+			codec.WriteError(d, w, err)
+			return
+		}
+		h(w, r, p)
+	})
+}
+
+// serveModel reads, decodes and relays a request of dialect d.
+func (s *Server) serveModel(d codec.Dialect) func(http.ResponseWriter, *http.Request, keys.Principal) {
+	return func(w http.ResponseWriter, r *http.Request, p keys.Principal) {
+		c := &relay.Call{ID: s.requestID(r), Start: time.Now(), Principal: p, Table: s.Table()}
+		w.Header()["X-Request-Id"] = []string{c.ID}
+		buf := getBuf()
+		defer putBuf(buf) // after the relay: the request value points into it
+		err := s.readBody(w, r, buf)
+		if err == nil {
+			c.Req, err = codec.Decode(d, buf.Bytes())
+		}
+		if err != nil {
+			codec.WriteError(d, w, err)
+			return
+		}
+		if d.Anthropic() {
+			c.Req.AnthropicBeta = r.Header.Get("Anthropic-Beta")
+		}
+		s.relay.Serve(w, r, c)
+	}
+}
+
+var bufPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+func getBuf() *bytes.Buffer {
+	b := bufPool.Get().(*bytes.Buffer)
+	b.Reset()
+	return b
+}
+
+func putBuf(b *bytes.Buffer) {
+	if b.Cap() <= 1<<20 {
+		bufPool.Put(b)
+	}
+}
+
+// readBody reads the request body into a pooled buffer, enforcing the limit.
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request, buf *bytes.Buffer) error {
+	if r.ContentLength > s.maxBody {
+		return tooLarge(s.maxBody)
+	}
+	if r.ContentLength > 0 {
+		buf.Grow(int(r.ContentLength))
+	}
+	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, s.maxBody))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return tooLarge(s.maxBody)
+		}
+		return apierror.InvalidRequest("body_read_error", "could not read the request body: %v", err)
+	}
+	return nil
+}
+
+func tooLarge(limit int64) error {
+	return apierror.Newf(http.StatusRequestEntityTooLarge, apierror.KindInvalidRequest, "body_too_large",
+		"request body is larger than the gateway's limit of %d MiB: send a smaller request, or raise max_body_bytes in the config", limit>>20)
 }
 
 // requestID returns the client's x-request-id when it is sane, else a new one.
@@ -197,29 +247,6 @@ func printable(s string) bool {
 	return true
 }
 
-type ctxKey int
-
-const principalKey ctxKey = 0
-
-// api wraps an OpenAI-dialect handler with method checking and
-// authentication.
-func (s *Server) api(method string, h func(http.ResponseWriter, *http.Request, keys.Principal)) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method != method {
-			w.Header().Set("Allow", method)
-			openai.WriteError(w, apierror.Newf(http.StatusMethodNotAllowed, apierror.KindInvalidRequest, "method_not_allowed",
-				"%s %s is not supported: use %s", r.Method, r.URL.Path, method))
-			return
-		}
-		p, err := s.authenticate(r)
-		if err != nil {
-			openai.WriteError(w, err)
-			return
-		}
-		h(w, r, p)
-	})
-}
-
 func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	_, _ = w.Write([]byte(`{"status":"ok"}`))
@@ -234,23 +261,4 @@ func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "application/json")
 	_, _ = w.Write([]byte(`{"status":"ready"}`))
-}
-
-// route resolves model for p and applies the key's model allow-list: a
-// model outside it is a 403 naming the models the key may use, and for a
-// key with a list an unknown model's 404 suggests and lists only those.
-func (s *Server) route(p keys.Principal, model string) (*router.Route, error) {
-	t := s.Table()
-	r, err := t.Route(model)
-	if err != nil {
-		if !p.Master && p.Key != nil && len(p.Key.Models) > 0 {
-			return nil, t.NotFoundFor(model, p.Key.Allows)
-		}
-		return nil, err
-	}
-	if !p.Master && !p.Key.Allows(model) {
-		return nil, apierror.Newf(http.StatusForbidden, apierror.KindPermission, "model_not_allowed",
-			"API key %q may not use model %q; it may use: %s", p.Key.Name, model, strings.Join(p.Key.Models, ", "))
-	}
-	return r, nil
 }

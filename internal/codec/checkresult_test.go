@@ -1,4 +1,4 @@
-package server
+package codec
 
 import (
 	"errors"
@@ -6,8 +6,6 @@ import (
 	"testing"
 
 	"llmgate/internal/apierror"
-	"llmgate/internal/provider"
-	"llmgate/internal/router"
 )
 
 // checkResult decides, from a backend's 200 body, whether the client gets
@@ -36,8 +34,7 @@ func TestCheckResult(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			c := &call{ep: endpoint{required: tc.ep}, dep: router.Deployment{Backend: &provider.Backend{Name: "vllm"}}}
-			err := (&Server{}).checkResult(c, []byte(tc.body))
+			u, err := checkResult([]byte(tc.body), tc.ep, "vllm")
 			if tc.code == "" {
 				if err != nil {
 					t.Fatalf("rejected: %v", err)
@@ -49,13 +46,13 @@ func TestCheckResult(t *testing.T) {
 				}
 				return
 			}
-			if c.haveUsage != tc.haveUsage || c.usage.PromptTokens != tc.prompt || c.usage.CompletionTokens != tc.compl {
-				t.Fatalf("usage %+v (have %v), want prompt %d completion %d (have %v)", c.usage, c.haveUsage, tc.prompt, tc.compl, tc.haveUsage)
+			if (u != nil) != tc.haveUsage || u != nil && (u.PromptTokens != tc.prompt || u.CompletionTokens != tc.compl) {
+				t.Fatalf("usage %+v, want prompt %d completion %d (have %v)", u, tc.prompt, tc.compl, tc.haveUsage)
 			}
-			if tc.cached > 0 && (c.usage.PromptTokensDetails == nil || c.usage.PromptTokensDetails.CachedTokens != tc.cached) {
-				t.Fatalf("cached tokens %+v, want %d", c.usage.PromptTokensDetails, tc.cached)
+			if tc.cached > 0 && (u.PromptTokensDetails == nil || u.PromptTokensDetails.CachedTokens != tc.cached) {
+				t.Fatalf("cached tokens %+v, want %d", u.PromptTokensDetails, tc.cached)
 			}
-			if !c.haveUsage && c.outChars == 0 && strings.Contains(tc.body, `"text":"x"`) {
+			if u == nil && strings.Contains(tc.body, `"text":"x"`) && approxGeneratedChars([]byte(tc.body)) == 0 {
 				t.Fatal("no usage and no generated-text estimate")
 			}
 		})

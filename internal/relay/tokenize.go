@@ -1,25 +1,26 @@
-package server
+package relay
 
 import (
 	"context"
 	"encoding/json"
 	"io"
 	"net/http"
-	"strings"
+	"strconv"
 	"sync"
 	"time"
 
-	"llmgate/internal/api/anthropic"
-	"llmgate/internal/api/openai"
+	"llmgate/internal/codec"
 	"llmgate/internal/router"
-	"llmgate/internal/translate"
 )
 
 // Exact token counts for count_tokens on OpenAI-dialect backends. vLLM
 // (and engines that copy its API) tokenize at POST /tokenize, at the server
 // root: with chat messages the count is what prompt_tokens will be, chat
 // template included. Other backends answer 404; they are remembered for a
-// while and get the local estimate.
+// while and get the local estimate. A count never fails over or opens a
+// breaker: without a tokenizer the gateway estimates, and a local engine
+// that is not running is not started for a count (its closed port gives
+// the estimate).
 const (
 	tokenizeTimeout = 3 * time.Second
 	tokenizeMaxBody = 64 << 20
@@ -28,6 +29,11 @@ const (
 	// after it).
 	noTokenizeFor = 10 * time.Minute
 )
+
+// TokenCountHeader tells a count_tokens client where its count came from:
+// "tokenizer" (the backend's own, exact) or "estimate" (llmgate's rule of
+// thumb, see translate.EstimateAnthropicInputTokens).
+const TokenCountHeader = "Llmgate-Token-Count"
 
 // tokenizeMemo remembers backends that have no tokenizer endpoint.
 type tokenizeMemo struct {
@@ -55,48 +61,40 @@ func (m *tokenizeMemo) remember(key string, now time.Time) {
 	m.until[key] = now.Add(noTokenizeFor)
 }
 
-type tokenizeChat struct {
-	Model               string               `json:"model"`
-	Messages            []openai.ChatMessage `json:"messages"`
-	Tools               []openai.Tool        `json:"tools,omitempty"`
-	AddGenerationPrompt bool                 `json:"add_generation_prompt"`
+// countTokens answers a count_tokens request for an OpenAI-dialect
+// deployment: the backend tokenizer's count when it has one, else the
+// estimate. The answer is a local source for the relay loop.
+func (rl *Relay) countTokens(ctx context.Context, w http.ResponseWriter, c *Call, dep router.Deployment, out codec.Outbound) source {
+	n, exact := rl.tokenize(ctx, c, dep, out)
+	from := "tokenizer"
+	if !exact {
+		n, from = c.Req.EstimateInputTokens(), "estimate"
+	}
+	w.Header().Set(TokenCountHeader, from)
+	body := []byte(`{"input_tokens":` + strconv.Itoa(n) + "}")
+	return &localSource{evs: []codec.Event{{Data: body, Content: true, End: true}}}
 }
 
-// tokenizeCount asks an OpenAI-dialect backend's tokenizer for the input
-// tokens of a Messages request. ok is false when the backend cannot say
-// (no such endpoint, down, an error): the caller then estimates. A local
-// engine is asked only if it is running: a count does not start one (the
-// request is refused at its closed port).
-func (s *Server) tokenizeCount(ctx context.Context, dep router.Deployment, req *anthropic.MessagesRequest, reqID string) (n int, ok bool) {
-	// vLLM's tokenizer sits beside /v1, not in it; a base URL with another
-	// path (a cloud API's /api/paas/v4) is not a vLLM server.
-	if !strings.HasSuffix(dep.Backend.BaseURL, "/v1") {
-		return 0, false
-	}
-	key := dep.Backend.Name + " " + dep.Backend.BaseURL
-	if s.noTokenize.skip(key, time.Now()) {
-		return 0, false
-	}
-	// count_tokens takes a Messages body without max_tokens, which the
-	// translation requires; the tokenizer does not look at it.
-	r := *req
-	r.MaxTokens, r.Stream = 1, false
-	chat, err := translate.AnthropicToChat(&r)
-	if err != nil {
-		return 0, false
-	}
-	body, err := json.Marshal(tokenizeChat{Model: dep.UpstreamModel, Messages: chat.Messages, Tools: chat.Tools, AddGenerationPrompt: true})
-	if err != nil {
+// tokenize asks the deployment's tokenizer; ok is false when it cannot say
+// (no such endpoint, down, an error).
+func (rl *Relay) tokenize(ctx context.Context, c *Call, dep router.Deployment, out codec.Outbound) (n int, ok bool) {
+	b := dep.Backend
+	key := b.Name + " " + b.BaseURL
+	if rl.noTokenize.skip(key, time.Now()) {
 		return 0, false
 	}
 	ctx, cancel := context.WithTimeout(ctx, tokenizeTimeout)
 	defer cancel()
-	hr, err := dep.Backend.NewRequest(ctx, "", body, reqID) // the backend's headers and key
+	hr, err := b.NewRequest(ctx, "", out.Body, c.ID) // the backend's headers and key
 	if err != nil {
 		return 0, false
 	}
-	hr.URL.Path = strings.TrimSuffix(hr.URL.Path, "/v1") + "/tokenize"
-	resp, err := dep.Backend.Do(hr)
+	path, besideV1 := codec.TokenizerURLPath(hr.URL.Path)
+	if !besideV1 {
+		return 0, false
+	}
+	hr.URL.Path = path
+	resp, err := b.Do(hr)
 	if err != nil {
 		return 0, false // down or slow: not a reason to stop asking
 	}
@@ -112,19 +110,19 @@ func (s *Server) tokenizeCount(ctx context.Context, dep router.Deployment, req *
 	case http.StatusOK:
 	case http.StatusNotFound, http.StatusMethodNotAllowed, http.StatusNotImplemented,
 		http.StatusUnprocessableEntity: // a /tokenize of another shape (FastAPI's schema error; vLLM answers 400)
-		s.noTokenize.remember(key, time.Now())
-		s.log.Info("backend has no /tokenize; count_tokens estimates for it", "backend", dep.Backend.Name, "status", resp.StatusCode)
+		rl.noTokenize.remember(key, time.Now())
+		rl.log.Info("backend has no /tokenize; count_tokens estimates for it", "backend", b.Name, "status", resp.StatusCode)
 		return 0, false
 	default:
 		return 0, false // a prompt the tokenizer refused (too long, bad model): estimate this once
 	}
-	var out struct {
+	var got struct {
 		Count *int `json:"count"`
 	}
-	if json.Unmarshal(raw, &out) != nil || out.Count == nil || *out.Count < 0 {
+	if json.Unmarshal(raw, &got) != nil || got.Count == nil || *got.Count < 0 {
 		// A 200 that is not vLLM's answer (a catch-all page, another API).
-		s.noTokenize.remember(key, time.Now())
+		rl.noTokenize.remember(key, time.Now())
 		return 0, false
 	}
-	return *out.Count, true
+	return *got.Count, true
 }

@@ -1,48 +1,9 @@
-package server
+package codec
 
 import (
 	"encoding/json"
-	"net/http"
 	"strconv"
-
-	"llmgate/internal/sse"
 )
-
-// relayJSONAsStream answers a streaming chat or completions request whose
-// backend ignored "stream": true and sent one JSON completion (some
-// llama.cpp builds, proxies, batch-only backends). The client asked for
-// SSE and its SDK only parses SSE, so the completion becomes what a
-// streaming backend would have sent: one chunk with every choice's whole
-// message (tool calls numbered as stream deltas are), the usage chunk when
-// the client asked for it, and [DONE]. Usage comes from the body as for
-// any answer.
-func (s *Server) relayJSONAsStream(w http.ResponseWriter, c *call, resp *http.Response) (committed bool, err error) {
-	buf := getBuf()
-	defer putBuf(buf)
-	body, err := s.readResult(c, resp, buf)
-	if err != nil {
-		return false, err
-	}
-	chunk, usageChunk, err := completionAsChunks(body, c.ep == endpointChat)
-	if err != nil {
-		// checkResult accepted it, so this is a shape we cannot split:
-		// say so rather than send a half-converted stream.
-		return false, c.fail(err)
-	}
-	sse.SetHeaders(w.Header())
-	w.WriteHeader(http.StatusOK)
-	c.status = http.StatusOK
-	c.committed = true
-	sw := sse.NewWriter(w)
-	_ = sw.WriteData(chunk)
-	if c.clientWantsUsage && usageChunk != nil {
-		_ = sw.WriteData(usageChunk)
-	}
-	if err := sw.WriteDone(); err != nil {
-		c.status, c.errType = 499, "client_closed"
-	}
-	return true, nil
-}
 
 // completionAsChunks turns a chat.completion (chat) or text_completion
 // body into the equivalent stream chunk, and a usage-only chunk when the

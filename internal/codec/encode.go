@@ -1,0 +1,189 @@
+package codec
+
+import (
+	"encoding/json"
+	"net/http"
+
+	"llmgate/internal/api/anthropic"
+	"llmgate/internal/api/openai"
+	"llmgate/internal/apierror"
+	"llmgate/internal/translate"
+)
+
+// Encoder writes decoded events in the client's dialect. One is made per
+// answer; it may keep state (a stream translator).
+type Encoder interface {
+	// Event returns the client events for one decoded event. An error
+	// ends the answer: the relay then writes Fail(err).
+	Event(ev Event) ([]translate.Event, error)
+	// End returns the events that close a complete stream ([DONE],
+	// message_stop, response.completed).
+	End() []translate.Event
+	// Fail returns the events that end a stream which failed after it
+	// began: the dialect's error event.
+	Fail(e *apierror.Error) []translate.Event
+	// Body returns a whole non-streaming answer from its one event.
+	Body(ev Event) ([]byte, error)
+}
+
+// EncodeOptions carries what some encoders need beyond the request.
+type EncodeOptions struct {
+	// InputTokens is the prompt size to announce in a translated Messages
+	// stream's message_start, before the backend's count arrives.
+	InputTokens int
+	// StoredID, when set, is the id under which a Responses answer is
+	// stored; Save stores it, before its last bytes are written.
+	StoredID string
+	Save     func(*openai.Response)
+}
+
+// NewEncoder returns the encoder of r's dialect for events of form f.
+func NewEncoder(r *Request, f Form, opt EncodeOptions) Encoder {
+	switch {
+	case f == FormAnthropic:
+		return anthropicIdentity{}
+	case r.Dialect == Messages:
+		return &toAnthropic{model: r.Model, input: opt.InputTokens}
+	case r.Dialect == Responses:
+		return &toResponses{req: r.ResponsesReq, opt: opt}
+	default:
+		return openaiIdentity{wantsUsage: r.WantsUsage}
+	}
+}
+
+// WriteError renders err in dialect d's error envelope, with its status
+// and headers.
+func WriteError(d Dialect, w http.ResponseWriter, err error) {
+	if d.Anthropic() {
+		anthropic.WriteError(w, err)
+		return
+	}
+	openai.WriteError(w, err)
+}
+
+// openaiIdentity passes OpenAI chunks and bodies through, dropping the
+// usage chunk the gateway asked for when the client did not.
+type openaiIdentity struct{ wantsUsage bool }
+
+func (e openaiIdentity) Event(ev Event) ([]translate.Event, error) {
+	if ev.Data == nil || ev.UsageOnly && !e.wantsUsage {
+		return nil, nil
+	}
+	return []translate.Event{{Data: ev.Data}}, nil
+}
+
+func (openaiIdentity) End() []translate.Event { return []translate.Event{{Data: translate.Done}} }
+
+func (openaiIdentity) Fail(e *apierror.Error) []translate.Event {
+	return []translate.Event{{Data: openai.MarshalError(e)}}
+}
+
+func (openaiIdentity) Body(ev Event) ([]byte, error) { return ev.Data, nil }
+
+// anthropicIdentity passes an Anthropic backend's events and bodies to an
+// Anthropic client.
+type anthropicIdentity struct{}
+
+func (anthropicIdentity) Event(ev Event) ([]translate.Event, error) {
+	if ev.Data == nil {
+		return nil, nil
+	}
+	return []translate.Event{{Name: ev.Name, Data: ev.Data}}, nil
+}
+
+func (anthropicIdentity) End() []translate.Event { return nil } // message_stop was the last event
+
+func (anthropicIdentity) Fail(e *apierror.Error) []translate.Event {
+	return []translate.Event{{Name: "error", Data: anthropic.MarshalError(e)}}
+}
+
+func (anthropicIdentity) Body(ev Event) ([]byte, error) { return ev.Data, nil }
+
+// toAnthropic turns OpenAI chat into Anthropic Messages answers.
+type toAnthropic struct {
+	model string
+	input int
+	t     *translate.ChatToAnthropicStream
+}
+
+func (e *toAnthropic) stream() *translate.ChatToAnthropicStream {
+	if e.t == nil {
+		e.t = translate.NewChatToAnthropicStream(e.model, e.input)
+	}
+	return e.t
+}
+
+func (e *toAnthropic) Event(ev Event) ([]translate.Event, error) {
+	if ev.Data == nil {
+		return nil, nil
+	}
+	return e.stream().Feed(ev.Data)
+}
+
+func (e *toAnthropic) End() []translate.Event { return e.stream().Finish(nil) }
+
+func (e *toAnthropic) Fail(err *apierror.Error) []translate.Event { return e.stream().Finish(err) }
+
+func (e *toAnthropic) Body(ev Event) ([]byte, error) {
+	msg, err := translate.ChatBodyToAnthropic(ev.Data, e.model)
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(msg)
+}
+
+// toResponses turns OpenAI chat into Responses API answers, storing the
+// response (when asked) before its last bytes are written.
+type toResponses struct {
+	req   *openai.ResponsesRequest
+	opt   EncodeOptions
+	t     *translate.ChatToResponsesStream
+	saved bool
+}
+
+func (e *toResponses) stream() *translate.ChatToResponsesStream {
+	if e.t == nil {
+		e.t = translate.NewChatToResponsesStream(e.req)
+		if e.opt.StoredID != "" {
+			e.t.SetStored(e.opt.StoredID)
+		}
+	}
+	return e.t
+}
+
+func (e *toResponses) Event(ev Event) ([]translate.Event, error) {
+	if ev.Data == nil {
+		return nil, nil
+	}
+	return e.stream().Feed(ev.Data)
+}
+
+func (e *toResponses) End() []translate.Event { return e.finish(nil) }
+
+func (e *toResponses) Fail(err *apierror.Error) []translate.Event { return e.finish(err) }
+
+func (e *toResponses) finish(err error) []translate.Event {
+	t := e.stream()
+	evs := t.Finish(err)
+	if evs != nil && !e.saved && e.opt.Save != nil {
+		e.saved = true
+		e.opt.Save(t.Response())
+	}
+	return evs
+}
+
+func (e *toResponses) Body(ev Event) ([]byte, error) {
+	var c openai.ChatCompletion
+	if err := json.Unmarshal(ev.Data, &c); err != nil {
+		return nil, apierror.Newf(http.StatusBadGateway, apierror.KindUpstream, "bad_upstream_response",
+			"the backend answered with a completion the gateway cannot read: %v", err)
+	}
+	out := translate.ChatToResponses(&c, e.req)
+	if e.opt.StoredID != "" {
+		out.ID, out.Store = e.opt.StoredID, true
+		if e.opt.Save != nil {
+			e.opt.Save(out)
+		}
+	}
+	return json.Marshal(out)
+}

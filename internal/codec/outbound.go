@@ -1,0 +1,232 @@
+package codec
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"sort"
+	"strings"
+
+	"llmgate/internal/api/anthropic"
+	"llmgate/internal/api/openai"
+	"llmgate/internal/apierror"
+	"llmgate/internal/config"
+	"llmgate/internal/jsonscan"
+	"llmgate/internal/translate"
+)
+
+// Form is the shape of the events an upstream decoder produces and an
+// encoder takes: OpenAI chat (or completions) chunks and bodies, or
+// Anthropic Messages events and bodies.
+type Form uint8
+
+// The event forms.
+const (
+	FormOpenAI Form = iota
+	FormAnthropic
+)
+
+// Target is the deployment a request is built for.
+type Target struct {
+	Backend       string // name, for error messages
+	Dialect       string // config.DialectOpenAI or config.DialectAnthropic
+	UpstreamModel string
+}
+
+// Outbound is the request one deployment gets.
+type Outbound struct {
+	// Path follows the backend's base URL.
+	Path string
+	// BesideV1: Path replaces the base URL's trailing /v1 (vLLM's
+	// /tokenize sits at the server root).
+	BesideV1 bool
+	Body     []byte
+	// Beta is the anthropic-beta header to send, if any.
+	Beta string
+}
+
+// FormFor is the form a backend of dialect backend answers a client of
+// dialect d in, once decoded: Anthropic clients of Anthropic backends see
+// the backend's own events; every other pair goes through OpenAI chat.
+func FormFor(d Dialect, backend string) Form {
+	if backend == config.DialectAnthropic && (d == Messages || d == CountTokens) {
+		return FormAnthropic
+	}
+	return FormOpenAI
+}
+
+// Outbound builds what the target gets. Passthrough pairs (an OpenAI
+// client on an OpenAI backend, an Anthropic client on an Anthropic one)
+// send the client's bytes with the model renamed and, for streams, the
+// usage chunk asked for; the other pairs send the hub translation built
+// from the decoded request.
+func (r *Request) Outbound(t Target) (Outbound, error) {
+	anthropicBackend := t.Dialect == config.DialectAnthropic
+	switch {
+	case r.Dialect == CountTokens && anthropicBackend:
+		return Outbound{Path: "/v1/messages/count_tokens", Body: r.patch(t.UpstreamModel), Beta: r.AnthropicBeta}, nil
+	case r.Dialect == CountTokens:
+		return r.tokenizeOutbound(t)
+	case r.Dialect == Messages && anthropicBackend:
+		return Outbound{Path: "/v1/messages", Body: r.anthropicPassthrough(t.UpstreamModel), Beta: r.AnthropicBeta}, nil
+	case anthropicBackend && r.Dialect != Chat && r.Dialect != Responses:
+		return Outbound{}, apierror.Newf(http.StatusBadRequest, apierror.KindInvalidRequest, "unsupported_endpoint",
+			"model %q is served by an Anthropic backend, which has no %s endpoint; use /v1/chat/completions, /v1/responses or /v1/messages",
+			r.Model, dialects[r.Dialect].path)
+	case anthropicBackend:
+		hub, err := r.Hub()
+		if err != nil {
+			return Outbound{}, err
+		}
+		ar, err := translate.ChatToAnthropicRequest(hub)
+		if err != nil {
+			return Outbound{}, err
+		}
+		ar.Model, ar.Stream = t.UpstreamModel, r.Stream
+		body, err := json.Marshal(ar)
+		return Outbound{Path: "/v1/messages", Body: body}, err
+	case r.Dialect == Messages || r.Dialect == Responses:
+		hub, err := r.Hub()
+		if err != nil {
+			return Outbound{}, err
+		}
+		req := *hub
+		req.Model, req.Stream, req.StreamOptions = t.UpstreamModel, r.Stream, nil
+		if r.Stream {
+			req.StreamOptions = &openai.StreamOptions{IncludeUsage: true}
+		}
+		body, err := json.Marshal(&req)
+		return Outbound{Path: dialects[r.Dialect].path, Body: body}, err
+	default: // an OpenAI client on an OpenAI backend
+		return Outbound{Path: dialects[r.Dialect].path, Body: r.patch(t.UpstreamModel)}, nil
+	}
+}
+
+// edit replaces span with val (an empty span at s.Start inserts).
+type edit struct {
+	span jsonscan.Span
+	val  []byte
+}
+
+// patch returns the client's body with the model renamed and, for a
+// stream, stream_options asking for the usage chunk. Only the decision
+// fields Decode proved unique are touched; everything else is the
+// client's bytes.
+func (r *Request) patch(model string) []byte {
+	var edits [2]edit
+	n := 0
+	if s := r.fields[fModel]; s.Valid() && model != r.Model {
+		q, _ := json.Marshal(model)
+		edits[n] = edit{s, q}
+		n++
+	}
+	if r.Stream && (r.Dialect == Chat || r.Dialect == Completions) && !r.WantsUsage {
+		s := r.fields[fStreamOptions]
+		if jsonscan.IsNull(r.Body, s) {
+			if !s.Valid() { // absent: insert as the first member
+				i := bytes.IndexByte(r.Body, '{') + 1
+				edits[n] = edit{jsonscan.Span{Start: i, End: i}, []byte(`"stream_options":{"include_usage":true},`)}
+				if j := skipWS(r.Body, i); j < len(r.Body) && r.Body[j] == '}' { // an empty object
+					edits[n].val = edits[n].val[:len(edits[n].val)-1]
+				}
+			} else {
+				edits[n] = edit{s, []byte(`{"include_usage":true}`)}
+			}
+		} else {
+			var opts map[string]json.RawMessage
+			_ = json.Unmarshal(r.Body[s.Start:s.End], &opts) // Decode checked it is an object
+			opts["include_usage"] = json.RawMessage("true")
+			b, _ := json.Marshal(opts)
+			edits[n] = edit{s, b}
+		}
+		n++
+	}
+	return apply(r.Body, edits[:n])
+}
+
+// apply makes non-overlapping edits to doc in one copy; doc is unchanged.
+func apply(doc []byte, edits []edit) []byte {
+	if len(edits) == 0 {
+		return doc
+	}
+	sort.Slice(edits, func(i, j int) bool { return edits[i].span.Start < edits[j].span.Start })
+	size := len(doc)
+	for _, e := range edits {
+		size += len(e.val) - (e.span.End - e.span.Start)
+	}
+	out := make([]byte, 0, size)
+	at := 0
+	for _, e := range edits {
+		out = append(out, doc[at:e.span.Start]...)
+		out = append(out, e.val...)
+		at = e.span.End
+	}
+	return append(out, doc[at:]...)
+}
+
+func skipWS(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// anthropicPassthrough is the body of a Messages request to an Anthropic
+// backend: the client's, with the model renamed. History produced by a chat
+// backend carries thinking blocks with empty signatures, which Anthropic
+// rejects; those are dropped (the body is then re-encoded).
+func (r *Request) anthropicPassthrough(model string) []byte {
+	if !bytes.Contains(r.Body, []byte(`"signature":""`)) {
+		return r.patch(model)
+	}
+	var req anthropic.MessagesRequest // a fresh copy: the drop edits blocks in place
+	if json.Unmarshal(r.Body, &req) != nil || !translate.DropUnsignedThinking(&req) {
+		return r.patch(model)
+	}
+	req.Model = model
+	out, err := json.Marshal(&req)
+	if err != nil {
+		return r.patch(model)
+	}
+	return out
+}
+
+// tokenizeChat is the body of vLLM's POST /tokenize for chat messages.
+type tokenizeChat struct {
+	Model               string               `json:"model"`
+	Messages            []openai.ChatMessage `json:"messages"`
+	Tools               []openai.Tool        `json:"tools,omitempty"`
+	AddGenerationPrompt bool                 `json:"add_generation_prompt"`
+}
+
+// tokenizeOutbound asks an OpenAI-dialect backend's tokenizer (vLLM's POST
+// /tokenize beside /v1) for a count_tokens request: with the chat messages,
+// its count is what prompt_tokens will be, chat template included.
+func (r *Request) tokenizeOutbound(t Target) (Outbound, error) {
+	// count_tokens takes a Messages body without max_tokens, which the
+	// translation requires; the tokenizer does not look at it.
+	m := *r.Messages
+	m.MaxTokens, m.Stream = 1, false
+	chat, err := translate.AnthropicToChat(&m)
+	if err != nil {
+		return Outbound{}, err
+	}
+	body, err := json.Marshal(tokenizeChat{Model: t.UpstreamModel, Messages: chat.Messages, Tools: chat.Tools, AddGenerationPrompt: true})
+	return Outbound{Path: "/tokenize", BesideV1: true, Body: body}, err
+}
+
+// EstimateInputTokens is llmgate's own count of a count_tokens request,
+// for backends without a tokenizer.
+func (r *Request) EstimateInputTokens() int {
+	return translate.EstimateAnthropicInputTokens(r.Messages)
+}
+
+// TokenizerURLPath returns the path of vLLM's tokenizer for a base URL
+// path, and false when the base URL does not end in /v1 (a cloud API's
+// /api/paas/v4 is not a vLLM server).
+func TokenizerURLPath(basePath string) (string, bool) {
+	if !strings.HasSuffix(basePath, "/v1") {
+		return "", false
+	}
+	return strings.TrimSuffix(basePath, "/v1") + "/tokenize", true
+}

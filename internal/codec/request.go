@@ -1,0 +1,424 @@
+// Package codec decodes each client dialect once into a request value,
+// builds what a backend of either dialect gets from that value, decodes
+// the backend's answer into one internal event stream, and encodes those
+// events (and errors) in the client's dialect.
+//
+// The gateway decides on the decoded value (model, every token-limit
+// alias, stream, n, tools): what goes upstream is either built from it
+// (translated dialects) or the client's own bytes, which Decode has proved
+// carry exactly one, canonically spelled member for each of those fields,
+// so no reader — Go's case-insensitive encoding/json, Python's last-wins
+// json — can see another value than the gateway did. Unknown fields pass
+// through untouched.
+package codec
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"math"
+	"strconv"
+	"strings"
+	"sync"
+
+	"llmgate/internal/api/anthropic"
+	"llmgate/internal/api/openai"
+	"llmgate/internal/apierror"
+	"llmgate/internal/jsonscan"
+	"llmgate/internal/translate"
+)
+
+// Dialect is a client API the gateway serves.
+type Dialect uint8
+
+// The client dialects.
+const (
+	Chat Dialect = iota
+	Completions
+	Embeddings
+	Rerank
+	Responses
+	Messages
+	CountTokens
+)
+
+type dialectInfo struct {
+	name      string // ledger endpoint name
+	path      string // path on an OpenAI-dialect backend, after its base URL
+	required  string // top-level key of a real result from such a backend
+	streams   bool   // the dialect can stream
+	anthropic bool   // errors and answers in Anthropic's envelope
+}
+
+var dialects = [...]dialectInfo{
+	Chat:        {"chat", "/chat/completions", "choices", true, false},
+	Completions: {"completions", "/completions", "choices", true, false},
+	Embeddings:  {"embeddings", "/embeddings", "data", false, false},
+	Rerank:      {"rerank", "/rerank", "results", false, false},
+	Responses:   {"responses", "/chat/completions", "choices", true, false},
+	Messages:    {"messages", "/chat/completions", "choices", true, true},
+	CountTokens: {"count_tokens", "", "input_tokens", false, true},
+}
+
+// Name is the dialect's endpoint name in the ledger and metrics.
+func (d Dialect) Name() string { return dialects[d].name }
+
+// Anthropic reports whether the dialect answers in Anthropic's envelope.
+func (d Dialect) Anthropic() bool { return dialects[d].anthropic }
+
+// Generates reports whether the dialect's answers contain generated tokens.
+func (d Dialect) Generates() bool {
+	return d == Chat || d == Completions || d == Responses || d == Messages
+}
+
+// Request is a client request decoded once. It is not changed after
+// Decode; derived forms (the chat translation) are computed on first use.
+type Request struct {
+	Dialect Dialect
+	// Body is the client's body as read; it is never modified.
+	Body  []byte
+	Model string
+	// Stream is the client's "stream": true.
+	Stream bool
+	// WantsUsage: a streaming chat or completions client asked for the
+	// usage chunk itself (stream_options.include_usage). The gateway
+	// always asks the backend for it and drops it when the client did not.
+	WantsUsage bool
+	// OutputLimit is the largest token-limit alias present (max_tokens,
+	// max_completion_tokens, max_output_tokens, max_new_tokens, n_predict):
+	// what a backend honouring any of them may produce per choice. Zero
+	// when none is set.
+	OutputLimit int
+	// Choices is the number of sequences generated (n, best_of), at least 1.
+	Choices int
+	// AnthropicBeta is the client's anthropic-beta header, passed to
+	// Anthropic backends.
+	AnthropicBeta string
+
+	fields fields // where the decision fields are in Body
+
+	// Typed forms, for the dialects that are always translated or read.
+	Messages     *anthropic.MessagesRequest
+	ResponsesReq *openai.ResponsesRequest
+	// responsesIn, when set, is ResponsesReq with a stored conversation
+	// before this turn's input: what the backend gets.
+	responsesIn *openai.ResponsesRequest
+
+	hubOnce sync.Once
+	hub     *openai.ChatCompletionRequest
+	hubErr  error
+}
+
+// field identifies a decision field: one the gateway routes, admits,
+// prices or translates on.
+type field uint8
+
+const (
+	fModel field = iota
+	fStream
+	fStreamOptions
+	fMaxTokens
+	fMaxCompletionTokens
+	fMaxOutputTokens
+	fMaxNewTokens
+	fNPredict
+	fN
+	fBestOf
+	fTools
+	fToolChoice
+	fThinking
+	fPreviousResponseID
+	fStore
+	numFields
+)
+
+var fieldNames = [numFields]string{
+	fModel: "model", fStream: "stream", fStreamOptions: "stream_options",
+	fMaxTokens: "max_tokens", fMaxCompletionTokens: "max_completion_tokens", fMaxOutputTokens: "max_output_tokens",
+	fMaxNewTokens: "max_new_tokens", fNPredict: "n_predict", fN: "n", fBestOf: "best_of",
+	fTools: "tools", fToolChoice: "tool_choice", fThinking: "thinking",
+	fPreviousResponseID: "previous_response_id", fStore: "store",
+}
+
+// limitFields are the token-limit aliases engines honour for output length.
+var limitFields = [...]field{fMaxTokens, fMaxCompletionTokens, fMaxOutputTokens, fMaxNewTokens, fNPredict}
+
+type fields [numFields]jsonscan.Span
+
+func (f *fields) has(x field) bool { return f[x].Valid() }
+
+// Decode reads a client body of dialect d once: it must be one JSON object
+// whose decision fields each appear at most once, spelled as the API spells
+// them, with the JSON type the API gives them.
+func Decode(d Dialect, body []byte) (*Request, error) {
+	if len(bytes.TrimSpace(body)) == 0 {
+		return nil, apierror.InvalidRequest("empty_body", `request body is empty: send a JSON object such as {"model": "...", %s}`, example(d))
+	}
+	if !jsonscan.Valid(body) {
+		off, desc := jsonscan.SyntaxOffset(body)
+		return nil, apierror.InvalidRequest("invalid_json", "request body is not valid JSON: %s (at byte offset %d)", desc, off)
+	}
+	r := &Request{Dialect: d, Body: body, Choices: 1}
+	if err := r.scan(); err != nil {
+		return nil, err
+	}
+	if err := r.readFields(); err != nil {
+		return nil, err
+	}
+	switch d {
+	case Messages, CountTokens:
+		var m anthropic.MessagesRequest
+		if err := decodeTyped(body, &m); err != nil {
+			return nil, err
+		}
+		if d == Messages && m.MaxTokens <= 0 {
+			return nil, param(apierror.InvalidRequest("invalid_max_tokens", "max_tokens is required by the Messages API and must be positive"), "max_tokens")
+		}
+		r.Messages = &m
+	case Responses:
+		var q openai.ResponsesRequest
+		if err := decodeTyped(body, &q); err != nil {
+			return nil, err
+		}
+		r.ResponsesReq = &q
+	}
+	return r, nil
+}
+
+func example(d Dialect) string {
+	switch d {
+	case Embeddings:
+		return `"input": "..."`
+	case Rerank:
+		return `"query": "...", "documents": [...]`
+	case Completions:
+		return `"prompt": "..."`
+	case Responses:
+		return `"input": "..."`
+	}
+	return `"messages": [...]`
+}
+
+// scan finds the decision fields among the top-level members in one pass.
+// A field given twice, or in another spelling that some JSON decoder would
+// take for it (another case, a Unicode fold such as the Kelvin sign for k,
+// a \u escape), is refused: a backend could read another member than the
+// gateway did.
+func (r *Request) scan() error {
+	var bad error
+	err := jsonscan.Fields(r.Body, func(key []byte, val jsonscan.Span) bool {
+		f, exact := lookupField(key)
+		if f == numFields {
+			return true
+		}
+		name := fieldNames[f]
+		switch {
+		case r.fields.has(f):
+			bad = param(apierror.InvalidRequest("duplicate_field",
+				"the request body has the field %q more than once: send it once (JSON decoders disagree on which copy wins)", name), name)
+		case !exact:
+			bad = param(apierror.InvalidRequest("noncanonical_field",
+				"the request body spells the field %q as %q: write it exactly %q, in lower case and without escapes", name, string(key), name), name)
+		default:
+			r.fields[f] = val
+			return true
+		}
+		return false
+	})
+	if errors.Is(err, jsonscan.ErrNotObject) {
+		return apierror.InvalidRequest("invalid_body", "request body must be a JSON object, such as {\"model\": \"...\", %s}", example(r.Dialect))
+	}
+	if err != nil {
+		return apierror.InvalidRequest("invalid_body", "%v", err)
+	}
+	return bad
+}
+
+// lookupField returns the decision field a key names (numFields for none)
+// and whether it is spelled exactly. Keys arrive unescaped; a key that only
+// matches after case or Unicode folding is a non-exact match.
+func lookupField(key []byte) (field, bool) {
+	for f, name := range fieldNames {
+		if string(key) == name {
+			return field(f), true
+		}
+	}
+	// Plain lower-case ASCII keys cannot fold onto a field name.
+	folds := false
+	for _, c := range key {
+		if c >= 0x80 || (c >= 'A' && c <= 'Z') {
+			folds = true
+			break
+		}
+	}
+	if !folds {
+		return numFields, false
+	}
+	k := string(key)
+	for f, name := range fieldNames {
+		if strings.EqualFold(k, name) {
+			return field(f), false
+		}
+	}
+	return numFields, false
+}
+
+// readFields checks the JSON types of the decision fields and takes their
+// values.
+func (r *Request) readFields() error {
+	b, f := r.Body, &r.fields
+	if s := f[fModel]; s.Valid() && !jsonscan.IsNull(b, s) {
+		m, ok := jsonscan.String(b, s)
+		if !ok {
+			return param(apierror.InvalidRequest("invalid_model", `"model" must be a string naming one of the gateway's models (GET /v1/models lists them)`), "model")
+		}
+		r.Model = m
+	}
+	if s := f[fStream]; s.Valid() {
+		switch string(b[s.Start:s.End]) {
+		case "true":
+			r.Stream = true
+		case "false", "null":
+		default:
+			return param(apierror.InvalidRequest("invalid_stream", `"stream" must be true or false`), "stream")
+		}
+	}
+	if !dialects[r.Dialect].streams {
+		r.Stream = false // embeddings, rerank and counts have no stream form: the backend answers once
+	}
+	if s := f[fStreamOptions]; s.Valid() && !jsonscan.IsNull(b, s) {
+		var opts map[string]json.RawMessage
+		if json.Unmarshal(b[s.Start:s.End], &opts) != nil {
+			return param(apierror.InvalidRequest("invalid_stream_options", `"stream_options" must be an object such as {"include_usage": true}`), "stream_options")
+		}
+		r.WantsUsage = string(bytes.TrimSpace(opts["include_usage"])) == "true"
+	}
+	for _, lf := range limitFields {
+		n, ok, err := r.intField(lf, -1)
+		if err != nil {
+			return err
+		}
+		if ok && n > r.OutputLimit {
+			r.OutputLimit = n
+		}
+	}
+	for _, cf := range [...]field{fN, fBestOf} {
+		n, ok, err := r.intField(cf, 1)
+		if err != nil {
+			return err
+		}
+		if ok && n > r.Choices {
+			r.Choices = n
+		}
+	}
+	return nil
+}
+
+// maxInt bounds integer fields: larger values are refused rather than
+// wrapped (no engine generates 2^31 tokens).
+const maxInt = 1 << 31
+
+// intField reads an integer decision field: absent or null is ok=false;
+// anything but a whole number between min and maxInt is a 400 naming it.
+// 1000.0 and 1e3 are whole numbers, as Python's validators take them.
+func (r *Request) intField(f field, min int) (n int, ok bool, err error) {
+	s := r.fields[f]
+	if jsonscan.IsNull(r.Body, s) {
+		return 0, false, nil
+	}
+	name := fieldNames[f]
+	v, perr := strconv.ParseFloat(string(r.Body[s.Start:s.End]), 64)
+	if perr != nil || v != math.Trunc(v) || v < float64(min) || v > maxInt {
+		return 0, false, param(apierror.InvalidRequest("invalid_"+name, "%q must be a whole number between %d and %d, not %s",
+			name, min, maxInt, truncate(string(r.Body[s.Start:s.End]), 40)), name)
+	}
+	return int(v), true, nil
+}
+
+// decodeTyped decodes a whole body into a wire type, with client-safe
+// errors.
+func decodeTyped(body []byte, v any) error {
+	if err := json.Unmarshal(body, v); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) {
+			return param(apierror.InvalidRequest("invalid_request", "field %q has the wrong type: expected %s (at byte offset %d)", te.Field, te.Type, te.Offset), te.Field)
+		}
+		return apierror.InvalidRequest("invalid_request", "invalid request: %v", err)
+	}
+	return nil
+}
+
+// Hub returns the request translated to OpenAI chat, the form every
+// translation goes through. It is computed once.
+func (r *Request) Hub() (*openai.ChatCompletionRequest, error) {
+	r.hubOnce.Do(func() {
+		switch r.Dialect {
+		case Chat:
+			var c openai.ChatCompletionRequest
+			if err := decodeTyped(r.Body, &c); err != nil {
+				r.hubErr = err
+				return
+			}
+			r.hub = &c
+		case Messages:
+			r.hub, r.hubErr = translate.AnthropicToChat(r.Messages)
+		case Responses:
+			in := r.ResponsesReq
+			if r.responsesIn != nil {
+				in = r.responsesIn
+			}
+			r.hub, r.hubErr = translate.ResponsesToChat(in)
+		default:
+			r.hubErr = apierror.InvalidRequest("unsupported_endpoint", "%s requests cannot be translated", r.Dialect.Name())
+		}
+	})
+	return r.hub, r.hubErr
+}
+
+// WithResponsesInput returns a copy of a Responses request whose backend
+// input is items (a stored conversation followed by this turn), without
+// previous_response_id: what the backend needs to continue it. The client's
+// own request (ResponsesReq) is kept for the answer, which echoes it.
+func (r *Request) WithResponsesInput(items []openai.InputItem) *Request {
+	q := *r.ResponsesReq
+	q.Input = openai.ResponsesInput{Items: items}
+	q.PreviousResponseID = ""
+	return &Request{Dialect: r.Dialect, Body: r.Body, Model: r.Model, Stream: r.Stream, WantsUsage: r.WantsUsage,
+		OutputLimit: r.OutputLimit, Choices: r.Choices, AnthropicBeta: r.AnthropicBeta, fields: r.fields,
+		Messages: r.Messages, ResponsesReq: r.ResponsesReq, responsesIn: &q}
+}
+
+// PromptEstimate estimates the request's input tokens from its size (about
+// four bytes a token), for admission before the backend counts.
+func (r *Request) PromptEstimate() int64 { return int64(len(r.Body)+3) / 4 }
+
+// MaxOutput is the most output tokens the backend may produce for this
+// request: OutputLimit times Choices; when the request sets no limit, what
+// contextWindow leaves after the prompt estimate (engines such as vLLM
+// then generate up to the context); -1 when neither is known. Dialects that
+// generate nothing return 0.
+func (r *Request) MaxOutput(contextWindow int) int64 {
+	if !r.Dialect.Generates() {
+		return 0
+	}
+	limit := int64(r.OutputLimit)
+	if limit <= 0 {
+		if contextWindow <= 0 {
+			return -1
+		}
+		limit = max(int64(contextWindow)-r.PromptEstimate(), 1)
+	}
+	return limit * int64(r.Choices)
+}
+
+func param(e *apierror.Error, p string) *apierror.Error {
+	e.Param = p
+	return e
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}

@@ -1,0 +1,71 @@
+package config
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// Features switch the gateway's optional parts on and off. Each has an
+// environment variable that overrides the file (see ApplyEnv), for
+// containers and one-off runs.
+type Features struct {
+	// AccessLog writes one log line per request (default on;
+	// LLMGATE_ACCESS_LOG).
+	AccessLog *bool `yaml:"access_log"`
+	// Console serves the web console at /ui (default on; LLMGATE_CONSOLE).
+	Console *bool `yaml:"console"`
+	// MetricsKey, when set, is the bearer token /metrics requires
+	// (LLMGATE_METRICS_KEY); empty leaves /metrics open, as most exporters
+	// are, which is why the gateway listens on loopback by default.
+	MetricsKey string `yaml:"metrics_key"`
+}
+
+func init() {
+	knownKeys[""] = append(knownKeys[""], "access_log", "console", "metrics_key")
+	knownKeys["model"] = append(knownKeys["model"], "context_window")
+}
+
+// AccessLogOn reports whether the access log is on.
+func (f Features) AccessLogOn() bool { return f.AccessLog == nil || *f.AccessLog }
+
+// ConsoleOn reports whether the web console is served.
+func (f Features) ConsoleOn() bool { return f.Console == nil || *f.Console }
+
+// ApplyEnv applies the environment's overrides of the feature switches:
+// LLMGATE_ACCESS_LOG and LLMGATE_CONSOLE (on/off, true/false, 1/0) and
+// LLMGATE_METRICS_KEY. An unreadable switch is an error naming it.
+func (c *Config) ApplyEnv(lookup func(string) (string, bool)) error {
+	for _, sw := range []struct {
+		env string
+		dst **bool
+	}{{"LLMGATE_ACCESS_LOG", &c.AccessLog}, {"LLMGATE_CONSOLE", &c.Console}} {
+		v, ok := lookup(sw.env)
+		if !ok || strings.TrimSpace(v) == "" {
+			continue
+		}
+		on, err := parseSwitch(v)
+		if err != nil {
+			return fmt.Errorf("environment variable %s=%q: %w", sw.env, v, err)
+		}
+		*sw.dst = &on
+	}
+	if v, ok := lookup("LLMGATE_METRICS_KEY"); ok && strings.TrimSpace(v) != "" {
+		c.MetricsKey = strings.TrimSpace(v)
+	}
+	return nil
+}
+
+func parseSwitch(v string) (bool, error) {
+	switch strings.ToLower(strings.TrimSpace(v)) {
+	case "on", "yes", "enabled":
+		return true, nil
+	case "off", "no", "disabled":
+		return false, nil
+	}
+	b, err := strconv.ParseBool(strings.TrimSpace(v))
+	if err != nil {
+		return false, fmt.Errorf("use on or off")
+	}
+	return b, nil
+}

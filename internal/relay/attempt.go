@@ -1,0 +1,353 @@
+package relay
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"llmgate/internal/apierror"
+	"llmgate/internal/codec"
+	"llmgate/internal/config"
+	"llmgate/internal/provider"
+	"llmgate/internal/router"
+	"llmgate/internal/sse"
+	"llmgate/internal/tracing"
+	"llmgate/internal/translate"
+)
+
+// maxAnswer bounds a backend's non-streaming answer.
+const maxAnswer = 256 << 20
+
+// attempt runs the request at one deployment: a local engine is started
+// (or waited for) first.
+func (rl *Relay) attempt(ctx context.Context, w http.ResponseWriter, c *Call, dep router.Deployment, n int) Result {
+	if dep.Backend.Acquire != nil && c.Req.Dialect != codec.CountTokens && !leased(ctx) {
+		return rl.withEngine(ctx, w, c, dep, n)
+	}
+	return rl.relay(ctx, w, c, dep, n)
+}
+
+func target(c *Call, dep router.Deployment) codec.Target {
+	return codec.Target{Backend: dep.Backend.Name, Dialect: dep.Backend.Dialect, UpstreamModel: dep.UpstreamModel}
+}
+
+// relay sends the request to one deployment and relays its answer.
+func (rl *Relay) relay(ctx context.Context, w http.ResponseWriter, c *Call, dep router.Deployment, n int) (res Result) {
+	res.Dep = dep
+	t0 := time.Now()
+	ctx, endSpan := rl.traceAttempt(ctx, c, dep)
+	defer func() {
+		rl.logAttempt(c, dep, n, t0, res)
+		endSpan(res)
+	}()
+	t := target(c, dep)
+	out, err := c.Req.Outbound(t)
+	if err != nil {
+		return res.failed(err)
+	}
+	if out.BesideV1 { // count_tokens on an OpenAI backend: its tokenizer, or an estimate
+		return rl.pump(w, c, res, rl.countTokens(ctx, w, c, dep, out), codec.FormAnthropic)
+	}
+	b := dep.Backend
+	// The timeout bounds the whole attempt, stream included; the idle gap
+	// (armed once headers arrive) cancels with errIdleGap as the cause.
+	ctx, cancel, release := attemptContext(ctx, b)
+	defer release()
+	resp, sent, err := rl.send(ctx, c, dep, out)
+	if err != nil {
+		return res.failed(err)
+	}
+	defer resp.Body.Close()
+	stream := c.Req.Stream && isEventStream(resp)
+	dec := codec.NewDecoder(c.Req, t, stream)
+	if !stream {
+		src := &bodySource{ctx: ctx, b: b, body: resp.Body, dec: dec}
+		defer src.release()
+		return rl.pump(w, c, res, src, dec.Form())
+	}
+	idle := startIdleGap(b.IdleTimeout(), firstEventBudget(b, sent), cancel)
+	defer idle.stop()
+	rd := sse.NewReader(resp.Body, 0)
+	rd.OnComment = idle.alive
+	return rl.pump(w, c, res, &sseSource{ctx: ctx, b: b, rd: rd, dec: dec, idle: idle, dialect: b.Dialect}, dec.Form())
+}
+
+// source yields a backend answer's decoded events.
+type source interface {
+	// next returns the next events (at least one) or the failure that
+	// ended the answer, as the client should see it.
+	next() ([]codec.Event, *apierror.Error)
+}
+
+// pump is the one relay loop, for every dialect pair, stream or not. The
+// first events are read before anything is written: a backend that fails
+// (or stalls past first_byte_timeout, or answers 200 with an error) before
+// them has sent the client nothing, so the attempt fails uncommitted and
+// the router may try another deployment. A non-stream answer is the same
+// loop collected into one body. The record is settled before the last
+// bytes are written; the answer is flushed before any other bookkeeping.
+func (rl *Relay) pump(w http.ResponseWriter, c *Call, res Result, src source, form codec.Form) Result {
+	evs, fail := src.next()
+	if fail != nil {
+		return res.failed(fail)
+	}
+	enc := codec.NewEncoder(c.Req, form, c.enc)
+	if !c.Req.Stream {
+		ev := &evs[0] // a whole answer is one event
+		res.tap(ev, c.Start)
+		body, err := enc.Body(*ev)
+		if err != nil {
+			return res.failed(err)
+		}
+		res.Status, res.Committed = http.StatusOK, true
+		rl.settle(c, res)
+		h := w.Header()
+		h["Content-Type"] = jsonCT
+		h["Content-Length"] = []string{strconv.Itoa(len(body))}
+		w.WriteHeader(http.StatusOK)
+		_, _ = w.Write(body)
+		// Send it now: the HTTP server would hold a small answer in its
+		// buffer until the handler returns, which would put metrics and
+		// the access log on the client's clock.
+		_ = http.NewResponseController(w).Flush()
+		return res
+	}
+	sse.SetHeaders(w.Header())
+	w.WriteHeader(http.StatusOK)
+	res.Status, res.Committed = http.StatusOK, true
+	sw := sse.NewWriter(w)
+	write := func(out []translate.Event) bool {
+		for _, e := range out {
+			if sw.WriteEvent(e.Name, e.Data) != nil {
+				return false // the client went away; the deferred cancel stops the backend
+			}
+		}
+		return true
+	}
+	for {
+		for i := range evs {
+			ev := &evs[i]
+			res.tap(ev, c.Start)
+			out, err := enc.Event(*ev)
+			if err != nil {
+				res = res.failed(err)
+				rl.settle(c, res)
+				write(append(out, enc.Fail(res.Err)...))
+				return res
+			}
+			if ev.End {
+				out = append(out, enc.End()...)
+				rl.settle(c, res)
+			}
+			if !write(out) {
+				return res.clientGone()
+			}
+			if ev.End {
+				return res
+			}
+		}
+		if evs, fail = src.next(); fail != nil {
+			if errors.Is(fail, apierror.ErrClientClosed) {
+				return res.clientGone()
+			}
+			res = res.failed(fail)
+			rl.settle(c, res)
+			write(enc.Fail(res.Err))
+			return res
+		}
+	}
+}
+
+var jsonCT = []string{"application/json"}
+
+// sseSource reads a backend's event stream.
+type sseSource struct {
+	ctx     context.Context
+	b       *provider.Backend
+	rd      *sse.Reader
+	dec     codec.Decoder
+	idle    *idleGap
+	dialect string
+	started bool
+}
+
+func (s *sseSource) next() ([]codec.Event, *apierror.Error) {
+	for {
+		ev, err := s.rd.Next()
+		if err != nil {
+			return nil, s.streamError(err)
+		}
+		s.idle.rearm()
+		evs, derr := s.dec.Event(ev.Name, ev.Data)
+		if derr != nil {
+			return nil, apierror.From(derr)
+		}
+		if len(evs) > 0 {
+			s.started = true
+			return evs, nil
+		}
+	}
+}
+
+// streamError turns a stream read failure into the client-facing error.
+func (s *sseSource) streamError(err error) *apierror.Error {
+	name := s.b.Name
+	cause := context.Cause(s.ctx)
+	switch {
+	case s.idle != nil && cause == errIdleGap && !s.idle.started && s.idle.first > 0:
+		return apierror.Newf(http.StatusGatewayTimeout, apierror.KindTimeout, "backend_timeout",
+			"backend %q sent no stream event within first_byte_timeout (%s): it may be queueing or overloaded; raise backends.%s.first_byte_timeout if the model is slow to start",
+			name, s.idle.first, name).Wrap(err)
+	case s.idle != nil && cause == errIdleGap:
+		return interrupted(apierror.Newf(http.StatusGatewayTimeout, apierror.KindTimeout, "stream_idle_timeout",
+			"backend %q sent no stream event for %s; raise backends.%s.idle_timeout if the model is slow, or check that it is not stuck",
+			name, s.idle.d, name).Wrap(err), s.started)
+	case s.ctx.Err() != nil && errors.Is(s.ctx.Err(), context.Canceled):
+		return apierror.ClientClosed(err)
+	case err == io.EOF || errors.Is(err, io.ErrUnexpectedEOF):
+		end := "[DONE]"
+		if s.dialect == config.DialectAnthropic {
+			end = "message_stop"
+		}
+		return apierror.ErrStreamCut.WithMessage("backend " + strconv.Quote(name) + " ended the stream before it was complete (no " + end + "); the answer is truncated")
+	}
+	return interrupted(s.b.Classify(s.ctx, err), s.started)
+}
+
+// interrupted says that a failure cut a stream the client was reading.
+func interrupted(e *apierror.Error, started bool) *apierror.Error {
+	if !started {
+		return e
+	}
+	return e.WithMessage("stream interrupted: " + e.Message)
+}
+
+// bodySource reads a whole (non-SSE) answer into a pooled buffer, which
+// its events point into until release.
+type bodySource struct {
+	ctx  context.Context
+	b    *provider.Backend
+	body io.Reader
+	dec  codec.Decoder
+	buf  *bytes.Buffer
+}
+
+var bufPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+func (s *bodySource) next() ([]codec.Event, *apierror.Error) {
+	if s.buf != nil {
+		return nil, apierror.ErrStreamCut // a body's events always end; not reached
+	}
+	s.buf = bufPool.Get().(*bytes.Buffer)
+	s.buf.Reset()
+	if _, err := s.buf.ReadFrom(io.LimitReader(s.body, maxAnswer)); err != nil {
+		return nil, s.b.Classify(s.ctx, err)
+	}
+	evs, err := s.dec.Body(s.buf.Bytes())
+	if err != nil {
+		return nil, apierror.From(err)
+	}
+	return evs, nil
+}
+
+// release returns the buffer, once the answer is written.
+func (s *bodySource) release() {
+	if s.buf != nil && s.buf.Cap() <= 1<<20 {
+		bufPool.Put(s.buf)
+	}
+	s.buf = nil
+}
+
+// localSource is an answer the gateway made itself (a token count).
+type localSource struct{ evs []codec.Event }
+
+func (s *localSource) next() ([]codec.Event, *apierror.Error) {
+	evs := s.evs
+	s.evs = nil
+	return evs, nil
+}
+
+// attemptContext bounds one attempt by the backend's whole-request
+// timeout. cancel, with a cause, is also how the idle gap ends a stream;
+// release must be deferred.
+func attemptContext(ctx context.Context, b *provider.Backend) (_ context.Context, cancel context.CancelCauseFunc, release func()) {
+	ctx, cancel = context.WithCancelCause(ctx)
+	if t := b.Timeout(); t > 0 {
+		tctx, cancelT := context.WithTimeout(ctx, t)
+		return tctx, cancel, func() { cancelT(); cancel(nil) }
+	}
+	return ctx, cancel, func() { cancel(nil) }
+}
+
+// send posts the outbound request to one deployment and returns its 2xx
+// answer (the caller closes the body) and when the request left. The time
+// to headers feeds lowest_latency balancing; a non-2xx answer is mapped by
+// upstreamError.
+func (rl *Relay) send(ctx context.Context, c *Call, dep router.Deployment, out codec.Outbound) (*http.Response, time.Time, error) {
+	t0 := time.Now()
+	req, err := dep.Backend.NewRequest(ctx, out.Path, out.Body, c.ID)
+	if err != nil {
+		return nil, t0, err
+	}
+	tracing.Inject(ctx, req.Header)
+	if c.Req.Stream {
+		req.Header["Accept"] = []string{"text/event-stream"}
+	}
+	if out.Beta != "" {
+		req.Header.Set("Anthropic-Beta", out.Beta)
+	}
+	resp, err := dep.Backend.Do(req)
+	if err != nil {
+		return nil, t0, err
+	}
+	if resp.StatusCode/100 != 2 {
+		defer resp.Body.Close()
+		return nil, t0, upstreamError(c, dep, out.Path, resp)
+	}
+	dep.ObserveLatency(time.Since(t0))
+	return resp, t0, nil
+}
+
+// upstreamError maps a non-2xx backend answer to what the client should
+// see: the client's own mistakes keep their status, the gateway's
+// configuration or backend problems become 502 naming the backend.
+func upstreamError(c *Call, dep router.Deployment, path string, resp *http.Response) error {
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	name := dep.Backend.Name
+	msg := codec.ErrorMessage(body)
+	st := resp.StatusCode
+	switch {
+	case st == http.StatusUnauthorized || st == http.StatusForbidden:
+		return apierror.Newf(http.StatusBadGateway, apierror.KindUpstream, "backend_auth_failed",
+			"backend %q rejected the gateway's credentials (%d: %s): set backends.%s.api_key (or the environment variable it names) to a valid key",
+			name, st, msg, name)
+	case st == http.StatusNotFound:
+		return apierror.Newf(http.StatusBadGateway, apierror.KindUpstream, "backend_not_found",
+			"backend %q answered 404 for model %q (%s): check that the backend serves that model name (models.%s.upstream_model) and the %s endpoint",
+			name, dep.UpstreamModel, msg, c.Req.Model, path)
+	case st == http.StatusTooManyRequests:
+		e := apierror.Newf(http.StatusTooManyRequests, apierror.KindRateLimit, "backend_rate_limited",
+			"backend %q is rate limiting (%s): retry later", name, msg)
+		if ra := resp.Header.Get("Retry-After"); ra != "" {
+			e.Header = http.Header{"Retry-After": {ra}}
+		}
+		return e
+	case st == http.StatusGatewayTimeout:
+		return apierror.Newf(http.StatusGatewayTimeout, apierror.KindTimeout, "backend_timeout", "backend %q timed out (%s)", name, msg)
+	case st >= 500:
+		return apierror.Newf(http.StatusBadGateway, apierror.KindUpstream, "backend_error", "backend %q failed (%d: %s)", name, st, msg)
+	default: // 400, 413, 422 ...: the request itself was refused
+		return apierror.Newf(st, apierror.KindInvalidRequest, "backend_rejected_request", "backend %q rejected the request: %s", name, msg)
+	}
+}
+
+// isEventStream reports whether an answer is SSE.
+func isEventStream(resp *http.Response) bool {
+	return strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream")
+}

@@ -1,0 +1,137 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"llmgate/internal/apierror"
+	"llmgate/internal/codec"
+	"llmgate/internal/router"
+	"llmgate/internal/sse"
+)
+
+// Keep-alive timing while a streaming request waits for a local engine:
+// the first comment goes out once the wait is noticeable, then regularly,
+// well inside the 30-60 s read time-outs of common clients.
+var (
+	engineKeepAliveFirst = 250 * time.Millisecond
+	engineKeepAliveEvery = 5 * time.Second
+)
+
+type leaseKey struct{}
+
+// leased reports whether the attempt already holds an engine lease.
+func leased(ctx context.Context) bool { return ctx.Value(leaseKey{}) != nil }
+
+// withEngine takes a lease on the local engine of dep (starting it, or
+// waiting in its queue) and runs the attempt with it; the engine may
+// explain a failure by its process exiting. A streaming client gets the SSE
+// headers and comments while it waits, so that it does not time out; the
+// attempt then writes on after them, and a failure before its first event
+// becomes the error event of the client's protocol.
+func (rl *Relay) withEngine(ctx context.Context, w http.ResponseWriter, c *Call, dep router.Deployment, n int) Result {
+	b := dep.Backend
+	release, sw, err := acquireEngine(ctx, w, b.Name, c.Req.Stream, func(ctx context.Context) (func(error) error, error) {
+		return b.Acquire(ctx, c.Req.Model)
+	})
+	if err != nil {
+		return rl.engineFailed(sw, c, Result{Dep: dep}, err)
+	}
+	ctx = context.WithValue(ctx, leaseKey{}, true)
+	if sw == nil {
+		res := rl.relay(ctx, w, c, dep, n)
+		return withCause(res, release(res.routerErr()))
+	}
+	res := rl.relay(ctx, headersSent{w}, c, dep, n)
+	res = withCause(res, release(res.routerErr()))
+	if res.Err != nil && !res.Committed {
+		return rl.engineFailed(sw, c, res, res.Err)
+	}
+	return res
+}
+
+// withCause puts the engine's explanation of a failure on the result.
+func withCause(res Result, err error) Result {
+	if err == nil {
+		return res
+	}
+	return res.failed(err)
+}
+
+// acquireEngine takes the lease. When keepAlive is set and the wait is
+// noticeable, it sends SSE headers and then comments until the engine is
+// ready, and returns the SSE writer it used.
+func acquireEngine(ctx context.Context, w http.ResponseWriter, name string, keepAlive bool,
+	acquire func(context.Context) (func(error) error, error)) (func(error) error, *sse.Writer, error) {
+	if !keepAlive {
+		release, err := acquire(ctx)
+		return release, nil, err
+	}
+	type result struct {
+		release func(error) error
+		err     error
+	}
+	done := make(chan result, 1)
+	go func() {
+		r, err := acquire(ctx)
+		done <- result{r, err}
+	}()
+	t := time.NewTimer(engineKeepAliveFirst)
+	defer t.Stop()
+	var sw *sse.Writer
+	start := time.Now()
+	for {
+		select {
+		case r := <-done:
+			return r.release, sw, r.err
+		case <-t.C:
+			if sw == nil {
+				sse.SetHeaders(w.Header())
+				w.WriteHeader(http.StatusOK)
+				sw = sse.NewWriter(w)
+			}
+			// A failed write means the client left; its context ends the wait.
+			_ = sw.WriteComment(fmt.Sprintf("waiting for engine %s (%ds)", name, int(time.Since(start).Seconds())))
+			t.Reset(engineKeepAliveEvery)
+		}
+	}
+}
+
+// engineFailed reports a failure before any answer: as the result when
+// nothing was sent yet, else as the client protocol's error event after the
+// keep-alive comments (the result is then committed: the client has it).
+func (rl *Relay) engineFailed(sw *sse.Writer, c *Call, res Result, err error) Result {
+	res = res.failed(err)
+	if sw == nil {
+		return res
+	}
+	res.Committed = true
+	rl.settle(c, res)
+	if !errors.Is(res.Err, apierror.ErrClientClosed) {
+		enc := codec.NewEncoder(c.Req, codec.FormFor(c.Req.Dialect, res.dialect()), c.enc)
+		for _, ev := range enc.Fail(res.Err) {
+			_ = sw.WriteEvent(ev.Name, ev.Data)
+		}
+	}
+	return res
+}
+
+// dialect is the backend dialect of the result's deployment.
+func (r Result) dialect() string {
+	if r.Dep.Backend == nil {
+		return ""
+	}
+	return r.Dep.Backend.Dialect
+}
+
+// headersSent is a ResponseWriter whose headers are already on the wire:
+// the relay's WriteHeader is dropped instead of being written twice.
+type headersSent struct{ http.ResponseWriter }
+
+func (h headersSent) WriteHeader(int) {}
+
+// Unwrap lets http.ResponseController reach the Flusher.
+func (h headersSent) Unwrap() http.ResponseWriter { return h.ResponseWriter }

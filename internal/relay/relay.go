@@ -1,0 +1,285 @@
+// Package relay serves one decoded request: it resolves the route on one
+// routing table, admits the request, runs attempts against deployments
+// (retrying and failing over only before anything reached the client), and
+// relays each answer through one loop — upstream decoder, usage tap,
+// time-outs, keep-alives, first-event commit, client encoder — for every
+// pair of client and backend dialect. Each request yields exactly one
+// ledger record, made durable before the answer's last bytes leave.
+package relay
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"llmgate/internal/api/anthropic"
+	"llmgate/internal/api/openai"
+	"llmgate/internal/apierror"
+	"llmgate/internal/codec"
+	"llmgate/internal/keys"
+	"llmgate/internal/policy"
+	"llmgate/internal/respstore"
+	"llmgate/internal/router"
+	"llmgate/internal/usage"
+)
+
+// Options configures a Relay.
+type Options struct {
+	// Ledger takes each request's record before the answer's last bytes.
+	Ledger policy.Ledger
+	// Observer sees each record once the answer has been flushed.
+	Observer policy.Observer
+	// Admission, when set, admits every request (limits, budgets).
+	Admission policy.Admission
+	// Responses, when set, stores Responses API answers for
+	// previous_response_id.
+	Responses *respstore.Store
+	// ContextWindow returns a model's context length in tokens (0 when
+	// unknown); it bounds the budget reservation of a request without an
+	// output limit.
+	ContextWindow func(model string) int
+	Logger        *slog.Logger
+}
+
+// Relay serves decoded requests.
+type Relay struct {
+	opt        Options
+	log        *slog.Logger
+	noTokenize tokenizeMemo
+}
+
+// New returns a Relay.
+func New(opt Options) *Relay {
+	if opt.Logger == nil {
+		opt.Logger = slog.Default()
+	}
+	return &Relay{opt: opt, log: opt.Logger}
+}
+
+// Call is one client request. The edge fills in what it knows; Serve
+// resolves the rest once, before the first attempt, and nothing changes
+// afterwards.
+type Call struct {
+	// ID is the request's id: in the ledger, in X-Request-Id, sent to
+	// backends.
+	ID        string
+	Start     time.Time
+	Principal keys.Principal
+	Req       *codec.Request
+	// Table is the routing table the request is resolved and forwarded on.
+	Table *router.Table
+
+	route  *router.Route
+	ticket policy.Ticket
+	enc    codec.EncodeOptions
+
+	settled atomic.Bool  // the record was written
+	rec     usage.Record // the record, once settled
+}
+
+// Result is the outcome of one attempt, returned by value; the request's
+// record is built from the result of its last attempt.
+type Result struct {
+	Dep       router.Deployment
+	Committed bool // something reached the client: no other attempt
+	// Err is the failure (nil: served). After a commit it is the failure
+	// the client saw as an error event, reported to the breaker.
+	Err    *apierror.Error
+	Status int
+	Usage  usageTap
+	TTFT   time.Duration
+}
+
+// usageTap is what the relay learned of an answer's token counts.
+type usageTap struct {
+	prompt, completion, cached int
+	have                       bool
+	outChars                   int
+}
+
+// failed records e as the attempt's outcome.
+func (r Result) failed(err error) Result {
+	r.Err = apierror.From(err)
+	r.Status = r.Err.Status
+	return r
+}
+
+// clientGone records that the client went away.
+func (r Result) clientGone() Result { return r.failed(apierror.ErrClientClosed) }
+
+// routerErr is the attempt's error as the router sees it.
+func (r Result) routerErr() error {
+	if r.Err == nil {
+		return nil
+	}
+	return r.Err
+}
+
+// tap takes timing, usage and text size from one decoded event.
+func (r *Result) tap(ev *codec.Event, start time.Time) {
+	if ev.Content && r.TTFT == 0 {
+		r.TTFT = time.Since(start)
+	}
+	if u := ev.Usage; u != nil {
+		r.Usage.prompt, r.Usage.completion, r.Usage.have = u.PromptTokens, u.CompletionTokens, true
+		r.Usage.cached = 0
+		if d := u.PromptTokensDetails; d != nil {
+			r.Usage.cached = d.CachedTokens
+		}
+	}
+	r.Usage.outChars += ev.OutChars
+}
+
+// Serve resolves, admits and forwards c, and answers the client on w.
+func (rl *Relay) Serve(w http.ResponseWriter, r *http.Request, c *Call) {
+	ctx := r.Context()
+	if err := rl.resolve(ctx, w, c); err != nil {
+		rl.refuse(w, c, err)
+		return
+	}
+	var final Result
+	attempts := 0
+	err := c.Table.Forward(ctx, c.route, func(ctx context.Context, dep router.Deployment) (bool, error) {
+		attempts++
+		final = rl.attempt(ctx, w, c, dep, attempts)
+		return final.Committed, final.routerErr()
+	})
+	if err != nil && !final.Committed {
+		// Forward's error is what the client should see (a trail of
+		// failed attempts, or no healthy deployment).
+		final = final.failed(err)
+	}
+	rl.settle(c, final)
+	if final.Err != nil && !final.Committed && !errors.Is(final.Err, apierror.ErrClientClosed) {
+		codec.WriteError(c.Req.Dialect, w, final.Err)
+	}
+	rl.observe(c)
+}
+
+// resolve routes c on its table, checks the key's allow-list, loads a
+// stored conversation, and admits the request.
+func (rl *Relay) resolve(ctx context.Context, w http.ResponseWriter, c *Call) error {
+	route, err := policy.Resolve(c.Table, c.Principal, c.Req.Model)
+	if err != nil {
+		return err
+	}
+	c.route = route
+	prompt := c.Req.PromptEstimate()
+	if c.Req.Dialect == codec.Responses && rl.opt.Responses != nil {
+		extra, err := rl.prepareResponses(ctx, c)
+		if err != nil {
+			return err
+		}
+		prompt += int64(extra+3) / 4
+	}
+	if c.Req.Dialect == codec.Messages {
+		c.enc.InputTokens = c.Req.EstimateInputTokens()
+	}
+	if rl.opt.Admission != nil {
+		ar := policy.AdmitRequest{Principal: c.Principal, Model: c.Req.Model, Endpoint: c.Req.Dialect.Name(), PromptTokens: prompt}
+		if c.Req.Dialect == codec.CountTokens {
+			ar.PromptTokens = 0 // a count generates and bills nothing
+		}
+		window := 0
+		if rl.opt.ContextWindow != nil {
+			window = rl.opt.ContextWindow(c.Req.Model)
+		}
+		ar.OutputTokens = c.Req.MaxOutput(window)
+		c.ticket, err = rl.opt.Admission.Admit(ctx, ar)
+		if rt, ok := c.ticket.(policy.RateLimitTicket); ok {
+			rt.RateLimitHeaders(w.Header())
+		}
+	}
+	if c.Req.Dialect.Anthropic() {
+		anthropic.RateLimitHeaders(w.Header(), time.Now())
+	}
+	return err
+}
+
+// prepareResponses continues a stored conversation (the backend gets the
+// earlier turns before this one) and arranges for the answer to be stored.
+// It returns the size of the stored conversation added.
+func (rl *Relay) prepareResponses(ctx context.Context, c *Call) (int, error) {
+	q := c.Req.ResponsesReq
+	turn := respstore.TurnItems(q.Input)
+	size := 0
+	if q.PreviousResponseID != "" {
+		items, n, err := rl.opt.Responses.Previous(ctx, c.Principal.KeyID(), q.PreviousResponseID)
+		if err != nil {
+			return 0, err
+		}
+		c.Req, size = c.Req.WithResponsesInput(append(items, turn...)), n
+	}
+	if q.Store == nil || *q.Store {
+		c.enc.StoredID = respstore.NewID()
+		keyID, id := c.Principal.KeyID(), c.ID
+		c.enc.Save = func(resp *openai.Response) { rl.opt.Responses.Save(ctx, id, keyID, resp, turn) }
+	}
+	return size, nil
+}
+
+// refuse answers a request that never reached a backend. A request for a
+// known model is in the ledger (a refusal by limits or budget counts).
+func (rl *Relay) refuse(w http.ResponseWriter, c *Call, err error) {
+	res := Result{}.failed(err)
+	if c.route != nil {
+		rl.settle(c, res)
+	}
+	codec.WriteError(c.Req.Dialect, w, res.Err)
+	rl.observe(c)
+}
+
+// settle writes the request's one ledger record from its final result; a
+// second call does nothing. The relay calls it before the answer's last
+// bytes, so a record is durable before the client has the whole answer.
+func (rl *Relay) settle(c *Call, res Result) {
+	if c.route == nil || !c.settled.CompareAndSwap(false, true) {
+		return
+	}
+	rec := usage.Record{
+		ID: c.ID, Time: c.Start, KeyID: c.Principal.KeyID(), Model: c.Req.Model, Endpoint: c.Req.Dialect.Name(),
+		Status: res.Status, TTFT: res.TTFT, Latency: time.Since(c.Start), Stream: c.Req.Stream,
+	}
+	if res.Err != nil {
+		rec.ErrorType = res.Err.Code
+	}
+	if res.Dep.Backend != nil {
+		rec.Backend, rec.UpstreamModel = res.Dep.Backend.Name, res.Dep.UpstreamModel
+	}
+	u := res.Usage
+	countable := c.Req.Dialect != codec.CountTokens
+	switch {
+	case u.have && countable:
+		rec.PromptTokens, rec.CompletionTokens, rec.CachedTokens = u.prompt, u.completion, u.cached
+		// A stream cut before its final count (an Anthropic backend sends 1
+		// output token in message_start) carries more text than counted.
+		if est := usage.EstimateTokensFromChars(u.outChars); res.Status != http.StatusOK && est > rec.CompletionTokens {
+			rec.CompletionTokens, rec.Estimated = est, true
+		}
+	case countable && (res.Status == http.StatusOK || res.Status == apierror.StatusClientClosed || u.outChars > 0):
+		// The backend did not say; count locally and say so.
+		rec.PromptTokens = usage.EstimatePromptTokens(c.Req.Body)
+		rec.CompletionTokens = usage.EstimateTokensFromChars(u.outChars)
+		rec.Estimated = true
+	}
+	if c.ticket != nil {
+		c.ticket.Done(&rec)
+	}
+	c.rec = rec
+	if rl.opt.Ledger == nil {
+		return
+	}
+	if err := rl.opt.Ledger.Add(rec); err != nil {
+		rl.log.Error("usage record not queued", "request_id", c.ID, "err", err)
+	}
+}
+
+// observe hands the settled record to the observers, after the answer.
+func (rl *Relay) observe(c *Call) {
+	if rl.opt.Observer != nil && c.settled.Load() {
+		rl.opt.Observer.Observe(c.rec)
+	}
+}
