@@ -31,7 +31,7 @@ func chatRequest(r policy.AdmitRequest, body string) policy.AdmitRequest {
 	if err != nil {
 		panic(err)
 	}
-	r.PromptTokens, r.OutputTokens = req.PromptEstimate(), req.MaxOutput(0)
+	r.PromptTokens, r.OutputTokens = req.PromptEstimate(), req.MaxOutput(nil, 0)
 	return r
 }
 

@@ -24,6 +24,7 @@ import (
 	"llmgate/internal/api/anthropic"
 	"llmgate/internal/api/openai"
 	"llmgate/internal/apierror"
+	"llmgate/internal/config"
 	"llmgate/internal/jsonscan"
 	"llmgate/internal/translate"
 )
@@ -206,8 +207,9 @@ func example(d Dialect) string {
 // gateway did.
 func (r *Request) scan() error {
 	var bad error
-	err := jsonscan.Fields(r.Body, func(key []byte, val jsonscan.Span) bool {
+	err := jsonscan.Members(r.Body, func(key []byte, escaped bool, val jsonscan.Span) bool {
 		f, exact := lookupField(key)
+		exact = exact && !escaped
 		if f == numFields {
 			return true
 		}
@@ -392,23 +394,49 @@ func (r *Request) WithResponsesInput(items []openai.InputItem) *Request {
 // four bytes a token), for admission before the backend counts.
 func (r *Request) PromptEstimate() int64 { return int64(len(r.Body)+3) / 4 }
 
-// MaxOutput is the most output tokens the backend may produce for this
-// request: OutputLimit times Choices; when the request sets no limit, what
-// contextWindow leaves after the prompt estimate (engines such as vLLM
-// then generate up to the context); -1 when neither is known. Dialects that
-// generate nothing return 0.
-func (r *Request) MaxOutput(contextWindow int) int64 {
+// DefaultOutputTokens is the output bound of a request that sets no limit
+// on a model whose context length is unknown: what it reserves against
+// budgets, and the max_tokens an Anthropic backend (which requires one)
+// gets (translate.DefaultAnthropicMaxTokens).
+const DefaultOutputTokens = translate.DefaultAnthropicMaxTokens
+
+// MaxOutput is the most output tokens a backend may produce for this
+// request, over the backend dialects it may be sent to: per choice, the
+// limit the built request carries (the largest token-limit alias for an
+// OpenAI backend, which may honour any of them; the translated max_tokens
+// for an Anthropic one), or — when the request sets none — what
+// contextWindow leaves after the prompt estimate (engines such as vLLM then
+// generate up to the context), else DefaultOutputTokens; times Choices.
+// Dialects that generate nothing return 0.
+func (r *Request) MaxOutput(backendDialects []string, contextWindow int) int64 {
 	if !r.Dialect.Generates() {
 		return 0
 	}
-	limit := int64(r.OutputLimit)
-	if limit <= 0 {
-		if contextWindow <= 0 {
-			return -1
-		}
-		limit = max(int64(contextWindow)-r.PromptEstimate(), 1)
+	var most int64
+	for _, d := range backendDialects {
+		most = max(most, r.outputBound(d, contextWindow))
 	}
-	return limit * int64(r.Choices)
+	if len(backendDialects) == 0 {
+		most = r.outputBound(config.DialectOpenAI, contextWindow)
+	}
+	return most * int64(r.Choices)
+}
+
+func (r *Request) outputBound(backend string, contextWindow int) int64 {
+	if backend == config.DialectAnthropic && (r.Dialect == Chat || r.Dialect == Responses) {
+		if hub, err := r.Hub(); err == nil {
+			if ar, err := translate.ChatToAnthropicRequest(hub); err == nil {
+				return int64(ar.MaxTokens) // includes a thinking budget
+			}
+		}
+	}
+	if r.OutputLimit > 0 {
+		return int64(r.OutputLimit)
+	}
+	if contextWindow > 0 {
+		return max(int64(contextWindow)-r.PromptEstimate(), 1)
+	}
+	return DefaultOutputTokens
 }
 
 func param(e *apierror.Error, p string) *apierror.Error {

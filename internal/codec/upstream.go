@@ -360,9 +360,13 @@ func (d *anthropicDecoder) streamError(data []byte) *apierror.Error {
 func (d *anthropicDecoder) Body(raw []byte) ([]Event, error) {
 	if d.r.Dialect == CountTokens {
 		var c struct {
-			InputTokens *int `json:"input_tokens"`
+			Type        string `json:"type"`
+			InputTokens *int   `json:"input_tokens"`
 		}
-		if json.Unmarshal(raw, &c) != nil || c.InputTokens == nil {
+		switch {
+		case json.Unmarshal(raw, &c) == nil && c.Type == "error":
+			return nil, d.errorInBody(raw)
+		case c.InputTokens == nil:
 			return nil, d.notAMessage(raw, "without input_tokens")
 		}
 		return []Event{{Data: raw, Content: true, End: true}}, nil
@@ -370,8 +374,7 @@ func (d *anthropicDecoder) Body(raw []byte) ([]Event, error) {
 	var msg anthropic.Message
 	if err := json.Unmarshal(raw, &msg); err != nil || msg.Type == "error" || len(msg.Content) == 0 && msg.StopReason == nil {
 		if msg.Type == "error" {
-			return nil, apierror.Newf(http.StatusBadGateway, apierror.KindUpstream, "upstream_error_in_body",
-				"backend %q answered 200 with an error: %s", d.backend, ErrorMessage(raw))
+			return nil, d.errorInBody(raw)
 		}
 		return nil, d.notAMessage(raw, "without a message")
 	}
@@ -399,6 +402,11 @@ func (d *anthropicDecoder) Body(raw []byte) ([]Event, error) {
 		return []Event{{Data: chat, Content: true, End: true, Usage: u}}, nil
 	}
 	return completionEvents(chat, false, u, d.backend)
+}
+
+func (d *anthropicDecoder) errorInBody(raw []byte) error {
+	return apierror.Newf(http.StatusBadGateway, apierror.KindUpstream, "upstream_error_in_body",
+		"backend %q answered 200 with an error: %s", d.backend, ErrorMessage(raw))
 }
 
 func (d *anthropicDecoder) notAMessage(raw []byte, what string) error {

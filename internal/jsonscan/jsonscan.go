@@ -24,6 +24,14 @@ var ErrNotObject = errors.New("request body must be a JSON object")
 // span of its value. fn returns false to stop. The document must already be
 // valid JSON (check with json.Valid); Fields does not re-validate nested values.
 func Fields(doc []byte, fn func(key []byte, val Span) bool) error {
+	return Members(doc, func(key []byte, _ bool, val Span) bool { return fn(key, val) })
+}
+
+// Members is Fields that also reports whether a key was written with
+// escapes ("mod\u0065l" is the key "model", escaped): decoders read such a
+// key as its unescaped form, so a caller that must see every spelling of a
+// name needs to know.
+func Members(doc []byte, fn func(key []byte, escaped bool, val Span) bool) error {
 	i := skipWS(doc, 0)
 	if i >= len(doc) || doc[i] != '{' {
 		return ErrNotObject
@@ -49,7 +57,8 @@ func Fields(doc []byte, fn func(key []byte, val Span) bool) error {
 			return err
 		}
 		key := doc[i+1 : kEnd-1]
-		if bytes.IndexByte(key, '\\') >= 0 {
+		escaped := bytes.IndexByte(key, '\\') >= 0
+		if escaped {
 			var s string
 			if json.Unmarshal(doc[i:kEnd], &s) == nil {
 				key = []byte(s)
@@ -64,7 +73,7 @@ func Fields(doc []byte, fn func(key []byte, val Span) bool) error {
 		if err != nil {
 			return err
 		}
-		if !fn(key, Span{i, vEnd}) {
+		if !fn(key, escaped, Span{i, vEnd}) {
 			return nil
 		}
 		i = vEnd

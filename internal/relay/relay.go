@@ -187,7 +187,7 @@ func (rl *Relay) resolve(ctx context.Context, w http.ResponseWriter, c *Call) er
 		if rl.opt.ContextWindow != nil {
 			window = rl.opt.ContextWindow(c.Req.Model)
 		}
-		ar.OutputTokens = c.Req.MaxOutput(window)
+		ar.OutputTokens = c.Req.MaxOutput(route.Dialects(), window)
 		c.ticket, err = rl.opt.Admission.Admit(ctx, ar)
 		if rt, ok := c.ticket.(policy.RateLimitTicket); ok {
 			rt.RateLimitHeaders(w.Header())

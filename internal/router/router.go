@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -54,6 +55,18 @@ type Route struct {
 	Fallbacks   []string
 	Balancing   string
 	fallbacks   []*Route
+}
+
+// Dialects returns the distinct backend dialects of the route's
+// deployments.
+func (r *Route) Dialects() []string {
+	var out []string
+	for _, d := range r.Deployments {
+		if d.Backend != nil && !slices.Contains(out, d.Backend.Dialect) {
+			out = append(out, d.Backend.Dialect)
+		}
+	}
+	return out
 }
 
 // Options tune a Table beyond its configuration.
