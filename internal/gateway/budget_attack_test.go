@@ -44,4 +44,3 @@ func TestBudget_TokenLimitAliasesCannotOverspend(t *testing.T) {
 		t.Fatalf("spent $%.4f: the budget was not used (refusing too early)", spent)
 	}
 }
-
