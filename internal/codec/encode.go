@@ -11,17 +11,18 @@ import (
 )
 
 // Encoder writes decoded events in the client's dialect. One is made per
-// answer; it may keep state (a stream translator).
+// answer; it may keep state (a stream translator). The stream methods
+// append to dst, so that a passthrough stream allocates nothing per event.
 type Encoder interface {
-	// Event returns the client events for one decoded event. An error
-	// ends the answer: the relay then writes Fail(err).
-	Event(ev Event) ([]translate.Event, error)
-	// End returns the events that close a complete stream ([DONE],
+	// Event appends the client events for one decoded event. An error
+	// ends the answer: the relay then writes Fail.
+	Event(dst []translate.Event, ev Event) ([]translate.Event, error)
+	// End appends the events that close a complete stream ([DONE],
 	// message_stop, response.completed).
-	End() []translate.Event
-	// Fail returns the events that end a stream which failed after it
+	End(dst []translate.Event) []translate.Event
+	// Fail appends the events that end a stream which failed after it
 	// began: the dialect's error event.
-	Fail(e *apierror.Error) []translate.Event
+	Fail(dst []translate.Event, e *apierror.Error) []translate.Event
 	// Body returns a whole non-streaming answer from its one event.
 	Body(ev Event) ([]byte, error)
 }
@@ -65,17 +66,19 @@ func WriteError(d Dialect, w http.ResponseWriter, err error) {
 // usage chunk the gateway asked for when the client did not.
 type openaiIdentity struct{ wantsUsage bool }
 
-func (e openaiIdentity) Event(ev Event) ([]translate.Event, error) {
+func (e openaiIdentity) Event(dst []translate.Event, ev Event) ([]translate.Event, error) {
 	if ev.Data == nil || ev.UsageOnly && !e.wantsUsage {
-		return nil, nil
+		return dst, nil
 	}
-	return []translate.Event{{Data: ev.Data}}, nil
+	return append(dst, translate.Event{Data: ev.Data}), nil
 }
 
-func (openaiIdentity) End() []translate.Event { return []translate.Event{{Data: translate.Done}} }
+func (openaiIdentity) End(dst []translate.Event) []translate.Event {
+	return append(dst, translate.Event{Data: translate.Done})
+}
 
-func (openaiIdentity) Fail(e *apierror.Error) []translate.Event {
-	return []translate.Event{{Data: openai.MarshalError(e)}}
+func (openaiIdentity) Fail(dst []translate.Event, e *apierror.Error) []translate.Event {
+	return append(dst, translate.Event{Data: openai.MarshalError(e)})
 }
 
 func (openaiIdentity) Body(ev Event) ([]byte, error) { return ev.Data, nil }
@@ -84,17 +87,18 @@ func (openaiIdentity) Body(ev Event) ([]byte, error) { return ev.Data, nil }
 // Anthropic client.
 type anthropicIdentity struct{}
 
-func (anthropicIdentity) Event(ev Event) ([]translate.Event, error) {
+func (anthropicIdentity) Event(dst []translate.Event, ev Event) ([]translate.Event, error) {
 	if ev.Data == nil {
-		return nil, nil
+		return dst, nil
 	}
-	return []translate.Event{{Name: ev.Name, Data: ev.Data}}, nil
+	return append(dst, translate.Event{Name: ev.Name, Data: ev.Data}), nil
 }
 
-func (anthropicIdentity) End() []translate.Event { return nil } // message_stop was the last event
+// End adds nothing: the backend's message_stop was the last event.
+func (anthropicIdentity) End(dst []translate.Event) []translate.Event { return dst }
 
-func (anthropicIdentity) Fail(e *apierror.Error) []translate.Event {
-	return []translate.Event{{Name: "error", Data: anthropic.MarshalError(e)}}
+func (anthropicIdentity) Fail(dst []translate.Event, e *apierror.Error) []translate.Event {
+	return append(dst, translate.Event{Name: "error", Data: anthropic.MarshalError(e)})
 }
 
 func (anthropicIdentity) Body(ev Event) ([]byte, error) { return ev.Data, nil }
@@ -113,16 +117,21 @@ func (e *toAnthropic) stream() *translate.ChatToAnthropicStream {
 	return e.t
 }
 
-func (e *toAnthropic) Event(ev Event) ([]translate.Event, error) {
+func (e *toAnthropic) Event(dst []translate.Event, ev Event) ([]translate.Event, error) {
 	if ev.Data == nil {
-		return nil, nil
+		return dst, nil
 	}
-	return e.stream().Feed(ev.Data)
+	out, err := e.stream().Feed(ev.Data)
+	return append(dst, out...), err
 }
 
-func (e *toAnthropic) End() []translate.Event { return e.stream().Finish(nil) }
+func (e *toAnthropic) End(dst []translate.Event) []translate.Event {
+	return append(dst, e.stream().Finish(nil)...)
+}
 
-func (e *toAnthropic) Fail(err *apierror.Error) []translate.Event { return e.stream().Finish(err) }
+func (e *toAnthropic) Fail(dst []translate.Event, err *apierror.Error) []translate.Event {
+	return append(dst, e.stream().Finish(err)...)
+}
 
 func (e *toAnthropic) Body(ev Event) ([]byte, error) {
 	msg, err := translate.ChatBodyToAnthropic(ev.Data, e.model)
@@ -151,16 +160,19 @@ func (e *toResponses) stream() *translate.ChatToResponsesStream {
 	return e.t
 }
 
-func (e *toResponses) Event(ev Event) ([]translate.Event, error) {
+func (e *toResponses) Event(dst []translate.Event, ev Event) ([]translate.Event, error) {
 	if ev.Data == nil {
-		return nil, nil
+		return dst, nil
 	}
-	return e.stream().Feed(ev.Data)
+	out, err := e.stream().Feed(ev.Data)
+	return append(dst, out...), err
 }
 
-func (e *toResponses) End() []translate.Event { return e.finish(nil) }
+func (e *toResponses) End(dst []translate.Event) []translate.Event { return append(dst, e.finish(nil)...) }
 
-func (e *toResponses) Fail(err *apierror.Error) []translate.Event { return e.finish(err) }
+func (e *toResponses) Fail(dst []translate.Event, err *apierror.Error) []translate.Event {
+	return append(dst, e.finish(err)...)
+}
 
 func (e *toResponses) finish(err error) []translate.Event {
 	t := e.stream()

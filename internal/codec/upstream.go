@@ -41,10 +41,10 @@ type Event struct {
 type Decoder interface {
 	// Form is the form of the events produced.
 	Form() Form
-	// Event decodes one SSE event of a streamed answer. An in-band error
-	// (the backend reported a failure inside its 200) is returned as an
-	// *apierror.Error.
-	Event(name string, data []byte) ([]Event, error)
+	// Event decodes one SSE event of a streamed answer, appending the
+	// events to dst. An in-band error (the backend reported a failure
+	// inside its 200) is returned as an *apierror.Error.
+	Event(dst []Event, name string, data []byte) ([]Event, error)
 	// Body decodes a whole (non-SSE) answer; one that is not a real result
 	// (an error in a 200, a body without the result) is an *apierror.Error.
 	// For a streaming client the answer is returned as the events a stream
@@ -67,21 +67,23 @@ func NewDecoder(r *Request, t Target, sse bool) Decoder {
 type openaiDecoder struct {
 	r       *Request
 	backend string
+	started bool // a chunk with content was seen
 }
 
 func (d *openaiDecoder) Form() Form { return FormOpenAI }
 
 var doneData = []byte("[DONE]")
 
-func (d *openaiDecoder) Event(_ string, data []byte) ([]Event, error) {
+func (d *openaiDecoder) Event(dst []Event, _ string, data []byte) ([]Event, error) {
 	if bytes.Equal(data, doneData) {
-		return []Event{{End: true}}, nil
+		return append(dst, Event{End: true}), nil
 	}
-	ev, err := tapChunk(data, d.backend)
+	ev, err := tapChunk(data, d.backend, d.started)
 	if err != nil {
-		return nil, err
+		return dst, err
 	}
-	return []Event{ev}, nil
+	d.started = d.started || ev.Content
+	return append(dst, ev), nil
 }
 
 var (
@@ -91,11 +93,27 @@ var (
 )
 
 // tapChunk reads one OpenAI chunk: generated output, usage, an in-band
-// error.
-func tapChunk(data []byte, backend string) (Event, error) {
+// error. Once content was seen (started), a chunk that mentions neither
+// usage nor error is not parsed: the hot path of a stream.
+func tapChunk(data []byte, backend string, started bool) (Event, error) {
 	ev := Event{Data: data, OutChars: approxGeneratedChars(data)}
 	hasUsage, hasError := bytes.Contains(data, keyUsage), bytes.Contains(data, keyError)
-	sp, err := jsonscan.Find(data, "choices", "usage", "error")
+	if started && !hasUsage && !hasError {
+		ev.Content = true
+		return ev, nil
+	}
+	var sp [3]jsonscan.Span // choices, usage, error
+	err := jsonscan.Fields(data, func(key []byte, val jsonscan.Span) bool {
+		switch string(key) {
+		case "choices":
+			sp[0] = val
+		case "usage":
+			sp[1] = val
+		case "error":
+			sp[2] = val
+		}
+		return true
+	})
 	if err != nil {
 		return ev, nil // not an object: relayed as is; the client's parser will say
 	}
@@ -245,7 +263,7 @@ func (d *anthropicDecoder) Form() Form {
 	return FormOpenAI
 }
 
-func (d *anthropicDecoder) Event(name string, data []byte) ([]Event, error) {
+func (d *anthropicDecoder) Event(dst []Event, name string, data []byte) ([]Event, error) {
 	var u *openai.Usage
 	switch name {
 	case "message_start", "message_delta":
@@ -255,45 +273,44 @@ func (d *anthropicDecoder) Event(name string, data []byte) ([]Event, error) {
 			u = &c
 		}
 	case "error":
-		return nil, d.streamError(data)
+		return dst, d.streamError(data)
 	}
 	if d.native {
 		ev := Event{Name: name, Data: data, Usage: u, End: name == "message_stop"}
 		if name == "content_block_delta" {
 			ev.Content, ev.OutChars = true, approxGeneratedChars(data)
 		}
-		return []Event{ev}, nil
+		return append(dst, ev), nil
 	}
 	if d.toChat == nil {
 		d.toChat = translate.NewAnthropicToChatStream(d.r.Model, true)
 	}
 	chunks, ferr := d.toChat.Feed(name, data)
 	if ferr != nil {
-		return nil, apierror.From(ferr)
+		return dst, apierror.From(ferr)
 	}
 	end := name == "message_stop"
 	if end {
 		chunks = append(chunks, d.toChat.Finish(nil)...)
 	}
-	evs := make([]Event, 0, len(chunks))
 	for _, c := range chunks {
 		if bytes.Equal(c.Data, doneData) {
 			continue
 		}
-		ev, err := tapChunk(c.Data, d.backend)
+		ev, err := tapChunk(c.Data, d.backend, false)
 		if err != nil {
-			return nil, err
+			return dst, err
 		}
 		if ev.Usage == nil && u != nil {
 			ev.Usage = u
 			u = nil
 		}
-		evs = append(evs, ev)
+		dst = append(dst, ev)
 	}
 	if u != nil || end {
-		evs = append(evs, Event{Usage: u, End: end})
+		dst = append(dst, Event{Usage: u, End: end})
 	}
-	return evs, nil
+	return dst, nil
 }
 
 // tapUsage merges the usage of a message_start or message_delta event.

@@ -130,19 +130,20 @@ func (rl *Relay) pump(w http.ResponseWriter, c *Call, res Result, src source, fo
 		}
 		return true
 	}
+	var outBuf [4]translate.Event // reused: a passthrough event is one client event
 	for {
 		for i := range evs {
 			ev := &evs[i]
 			res.tap(ev, c.Start)
-			out, err := enc.Event(*ev)
+			out, err := enc.Event(outBuf[:0], *ev)
 			if err != nil {
 				res = res.failed(err)
 				rl.settle(c, res)
-				write(append(out, enc.Fail(res.Err)...))
+				write(enc.Fail(out, res.Err))
 				return res
 			}
 			if ev.End {
-				out = append(out, enc.End()...)
+				out = enc.End(out)
 				rl.settle(c, res)
 			}
 			if !write(out) {
@@ -158,7 +159,7 @@ func (rl *Relay) pump(w http.ResponseWriter, c *Call, res Result, src source, fo
 			}
 			res = res.failed(fail)
 			rl.settle(c, res)
-			write(enc.Fail(res.Err))
+			write(enc.Fail(outBuf[:0], res.Err))
 			return res
 		}
 	}
@@ -175,6 +176,7 @@ type sseSource struct {
 	idle    *idleGap
 	dialect string
 	started bool
+	buf     [2]codec.Event // reused: the events of one backend event
 }
 
 func (s *sseSource) next() ([]codec.Event, *apierror.Error) {
@@ -184,7 +186,7 @@ func (s *sseSource) next() ([]codec.Event, *apierror.Error) {
 			return nil, s.streamError(err)
 		}
 		s.idle.rearm()
-		evs, derr := s.dec.Event(ev.Name, ev.Data)
+		evs, derr := s.dec.Event(s.buf[:0], ev.Name, ev.Data)
 		if derr != nil {
 			return nil, apierror.From(derr)
 		}

@@ -112,7 +112,7 @@ func (rl *Relay) engineFailed(sw *sse.Writer, c *Call, res Result, err error) Re
 	rl.settle(c, res)
 	if !errors.Is(res.Err, apierror.ErrClientClosed) {
 		enc := codec.NewEncoder(c.Req, codec.FormFor(c.Req.Dialect, res.dialect()), c.enc)
-		for _, ev := range enc.Fail(res.Err) {
+		for _, ev := range enc.Fail(nil, res.Err) {
 			_ = sw.WriteEvent(ev.Name, ev.Data)
 		}
 	}

@@ -55,19 +55,12 @@ type Route struct {
 	Fallbacks   []string
 	Balancing   string
 	fallbacks   []*Route
+	dialects    []string
 }
 
 // Dialects returns the distinct backend dialects of the route's
-// deployments.
-func (r *Route) Dialects() []string {
-	var out []string
-	for _, d := range r.Deployments {
-		if d.Backend != nil && !slices.Contains(out, d.Backend.Dialect) {
-			out = append(out, d.Backend.Dialect)
-		}
-	}
-	return out
-}
+// deployments (computed when the table is built).
+func (r *Route) Dialects() []string { return r.dialects }
 
 // Options tune a Table beyond its configuration.
 type Options struct {
@@ -182,6 +175,11 @@ func NewWithOptions(cfg *config.Config, opt Options) *Table {
 				Weight: max(d.Weight, 1), Priority: d.Priority, s: t.depState(prev, d.Backend, d.UpstreamModel)})
 		}
 		sort.SliceStable(r.Deployments, func(i, j int) bool { return r.Deployments[i].Priority < r.Deployments[j].Priority })
+		for _, d := range r.Deployments {
+			if !slices.Contains(r.dialects, d.Backend.Dialect) {
+				r.dialects = append(r.dialects, d.Backend.Dialect)
+			}
+		}
 		if r.Balancing == "" {
 			r.Balancing = config.BalanceLeastOutstanding
 		}
