@@ -168,7 +168,9 @@ func (e *toResponses) Event(dst []translate.Event, ev Event) ([]translate.Event,
 	return append(dst, out...), err
 }
 
-func (e *toResponses) End(dst []translate.Event) []translate.Event { return append(dst, e.finish(nil)...) }
+func (e *toResponses) End(dst []translate.Event) []translate.Event {
+	return append(dst, e.finish(nil)...)
+}
 
 func (e *toResponses) Fail(dst []translate.Event, err *apierror.Error) []translate.Event {
 	return append(dst, e.finish(err)...)
