@@ -1,10 +1,10 @@
 package main
 
 import (
+	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -14,8 +14,9 @@ import (
 // newConnectCmd writes a client tool's configuration pointing at the gateway.
 func newConnectCmd() *cobra.Command {
 	var (
-		o     connect.Options
-		print bool
+		o       connect.Options
+		print   bool
+		offline bool
 	)
 	var names []string
 	for _, t := range connect.Targets {
@@ -37,7 +38,23 @@ Existing settings are kept; the old file is copied to FILE.bak-<UTC time> before
 it changes; a file that already says the same is left alone, so running connect
 twice changes nothing. Files that are not valid JSON or TOML are never touched.
 Defaults: --base-url from LLMGATE_BASE_URL or http://127.0.0.1:4000, --api-key
-from LLMGATE_API_KEY, --model from LLMGATE_MODEL.`,
+from LLMGATE_API_KEY, --model from LLMGATE_MODEL.
+
+Context length: connect reads the gateway's GET /v1/models (with the key) and
+takes each model's context length from max_model_len (vLLM), else
+context_window, else context_length; --context-length N sets it for --model;
+--offline skips the request. With a known context length it writes
+  opencode     limit.context and limit.output for every model the gateway lists
+  claude-code  CLAUDE_CODE_MAX_OUTPUT_TOKENS and CLAUDE_CODE_AUTO_COMPACT_WINDOW
+  codex        model_context_window
+The output limit is min(context/4, 32000, the model's max_output_tokens if
+listed): 8192 on a 32k model, leaving 24k tokens for the prompt. An output
+limit already in the file is kept if it is at most half the context. Without a
+context length no limit is written and connect says so.
+
+cline gets the absolute path of this llmgate (or llmgate on PATH when running
+under "go run") and a 300 s timeout unless the entry has one. connect prints
+what it assumed.`,
 		Example: `  llmgate connect claude-code --api-key sk-lg-... --model qwen2.5-7b-instruct
   llmgate connect codex --print
   eval "$(llmgate connect env)"`,
@@ -59,8 +76,10 @@ from LLMGATE_API_KEY, --model from LLMGATE_MODEL.`,
 				_, err = fmt.Fprint(out, s)
 				return err
 			}
-			if o.Command == "" {
-				o.Command = selfCommand()
+			if !offline && t != connect.Cline {
+				ctx, cancel := context.WithTimeout(cmd.Context(), 5*time.Second)
+				o.Models, o.ModelsErr = connect.FetchModels(ctx, o)
+				cancel()
 			}
 			if print {
 				c, err := connect.Plan(t, o)
@@ -72,6 +91,9 @@ from LLMGATE_API_KEY, --model from LLMGATE_MODEL.`,
 					state = "is already up to date"
 				}
 				fmt.Fprintf(errOut, "# %s %s\n", c.Path, state)
+				for _, a := range c.Assumed {
+					fmt.Fprintf(errOut, "# assumed: %s\n", a)
+				}
 				for _, n := range c.Notes {
 					fmt.Fprintf(errOut, "# note: %s\n", n)
 				}
@@ -90,6 +112,9 @@ from LLMGATE_API_KEY, --model from LLMGATE_MODEL.`,
 			default:
 				fmt.Fprintf(out, "wrote %s\n", c.Path)
 			}
+			for _, a := range c.Assumed {
+				fmt.Fprintf(out, "assumed: %s\n", a)
+			}
 			for _, n := range c.Notes {
 				fmt.Fprintf(out, "note: %s\n", n)
 			}
@@ -102,22 +127,8 @@ from LLMGATE_API_KEY, --model from LLMGATE_MODEL.`,
 	f.StringVar(&o.Model, "model", "", "model the tool should use (default LLMGATE_MODEL)")
 	f.BoolVar(&print, "print", false, "print the resulting file instead of writing it")
 	f.StringVar(&o.Path, "file", "", "write this file instead of the tool's default (e.g. .claude/settings.json in a project)")
+	f.IntVar(&o.ContextLength, "context-length", 0, "context length of --model in tokens (default: from the gateway's /v1/models)")
+	f.BoolVar(&offline, "offline", false, "do not read the gateway's /v1/models (no context lengths unless --context-length)")
+	f.StringVar(&o.Command, "command", "", "cline: the llmgate executable to start (default: this one's absolute path)")
 	return cmd
-}
-
-// selfCommand is the executable Cline should start: this binary's absolute
-// path, since editors do not inherit the shell's PATH, unless it is a
-// temporary "go run" build.
-func selfCommand() string {
-	exe, err := os.Executable()
-	if err != nil {
-		return "llmgate"
-	}
-	if real, err := filepath.EvalSymlinks(exe); err == nil {
-		exe = real
-	}
-	if strings.Contains(exe, "go-build") || strings.HasPrefix(exe, os.TempDir()) {
-		return "llmgate"
-	}
-	return exe
 }

@@ -37,9 +37,21 @@ func runDemo(ctx context.Context, f serveFlags, out io.Writer) error {
 	if f.listen != "" {
 		cfg.Listen = f.listen
 	}
+	// One script serves all three engines: its in-order turns are handed
+	// out across them.
+	var script *sim.Script
+	if f.simScript != "" {
+		sc, err := sim.LoadScript(f.simScript)
+		if err != nil {
+			return err
+		}
+		script = sc
+		fmt.Fprintf(out, "llmgate demo: chat answers scripted by %s (%d turns; unmatched requests: %s)\n",
+			f.simScript, len(sc.Turns()), sc.OnUnmatched())
+	}
 	for _, name := range demoModels {
 		mc, _ := sim.PresetFor(name)
-		addr, stop, err := sim.Listen(ctx, "127.0.0.1:0", sim.Config{Models: []sim.ModelConfig{mc}})
+		addr, stop, err := sim.Listen(ctx, "127.0.0.1:0", sim.Config{Models: []sim.ModelConfig{mc}, Script: script})
 		if err != nil {
 			return fmt.Errorf("start simulated %s: %w", name, err)
 		}

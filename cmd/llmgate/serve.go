@@ -29,6 +29,8 @@ type serveFlags struct {
 	demo     bool
 	dataDir  string
 	logJSON  bool
+	// simScript scripts the demo's simulated engines (see sim.LoadScript).
+	simScript string
 }
 
 func newServeCmd() *cobra.Command {
@@ -48,6 +50,7 @@ DASHSCOPE_API_KEY), and prints what it found.`,
 	cmd.Flags().StringVar(&f.database, "database", "", "SQLite file (overrides the config; default llmgate.db)")
 	cmd.Flags().BoolVar(&f.demo, "demo", false, "start simulated engines and a demo key: try everything without a GPU")
 	cmd.Flags().StringVar(&f.dataDir, "data", "", "demo data directory (default: a new temporary directory)")
+	cmd.Flags().StringVar(&f.simScript, "sim-script", "", "demo: answer chat requests with the canned turns of this YAML or JSON file (see llmgate sim --help)")
 	cmd.Flags().BoolVar(&f.logJSON, "log-json", false, "log as JSON")
 	return cmd
 }

@@ -23,6 +23,7 @@ func newSimCmd() *cobra.Command {
 		cfg     sim.Config
 		m       sim.ModelConfig
 		listAll bool
+		script  string
 	)
 	cmd := &cobra.Command{
 		Use:   "sim --model NAME [--model NAME2 ...] [--listen 127.0.0.1:8000]",
@@ -36,10 +37,31 @@ sequence one token.
 Model names that match a preset (` + strings.Join(sim.PresetNames(), ", ") + `, also as
 Hugging Face ids such as Qwen/Qwen2.5-7B-Instruct) take that preset's figures; other names
 take --preset (default ` + sim.DefaultPreset + `). Timing flags given explicitly override
-the preset for every model.`,
+the preset for every model.
+
+Chat requests that offer tools get tool calls with schema-valid arguments when
+tool_choice requires one, and at --tool-call-rate with tool_choice "auto". Reasoning
+models (qwen3-32b; --reasoning for others) send reasoning_content before the answer.
+
+--script FILE answers chat requests with canned turns (YAML or JSON) so agent runs are
+deterministic:
+
+  on_unmatched: generate            # or error
+  turns:
+    - match: "read the file hello.txt"   # substring of the new user/tool messages
+      tool_calls:                        # used only if the request offers the tool
+        - name: Read
+          arguments: {file_path: /work/hello.txt}
+    - match: "SENTINEL-42"               # e.g. the tool's output
+      text: "The file says SENTINEL-42."
+
+Turns without match: answer in order, once each. Other keys: when_tool, model,
+after_tool, reasoning, id (of a call). See the sim package documentation.`,
 		Example: `  llmgate sim --model qwen2.5-7b-instruct
   llmgate sim --model qwen2.5-7b-instruct --model qwen3-32b --listen 127.0.0.1:9000
-  llmgate sim --model my-model --decode-base 20ms --max-num-seqs 8 --fail-429-rate 0.05`,
+  llmgate sim --model my-model --decode-base 20ms --max-num-seqs 8 --fail-429-rate 0.05
+  llmgate sim --model qwen2.5-7b-instruct --tool-call-rate 0.3 --max-parallel-tool-calls 2
+  llmgate sim --model qwen2.5-7b-instruct --script agent-turns.yaml`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if listAll {
@@ -77,10 +99,19 @@ the preset for every model.`,
 				override("decode-per-seq", func() { mc.DecodePerSeq = m.DecodePerSeq })
 				override("mean-output-tokens", func() { mc.MeanOutputTokens = m.MeanOutputTokens })
 				override("embedding-dim", func() { mc.EmbeddingDim = m.EmbeddingDim })
+				override("reasoning", func() { mc.Reasoning = m.Reasoning })
+				override("mean-reasoning-tokens", func() { mc.MeanReasoningTokens = m.MeanReasoningTokens })
 				cfg.Models = append(cfg.Models, mc)
 			}
 			if cfg.APIKey == "" {
 				cfg.APIKey = os.Getenv("VLLM_API_KEY")
+			}
+			if script != "" {
+				sc, err := sim.LoadScript(script)
+				if err != nil {
+					return err
+				}
+				cfg.Script = sc
 			}
 			ctx, cancel := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer cancel()
@@ -99,6 +130,13 @@ the preset for every model.`,
 			}
 			if cfg.APIKey != "" {
 				fmt.Fprintln(out, "  API key required: Authorization: Bearer <key>")
+			}
+			if cfg.Script != nil {
+				fmt.Fprintf(out, "  chat answers scripted by %s (%d turns; unmatched requests: %s)\n",
+					script, len(cfg.Script.Turns()), cfg.Script.OnUnmatched())
+			}
+			if cfg.ToolCallRate > 0 {
+				fmt.Fprintf(out, "  tool_choice \"auto\" calls a tool in %.0f%% of answers\n", 100*cfg.ToolCallRate)
 			}
 			fmt.Fprintf(out, "  try: curl -s http://%s/v1/chat/completions -H 'Content-Type: application/json' -d '{\"model\":%q,\"messages\":[{\"role\":\"user\",\"content\":\"Hello\"}]}'\n",
 				addr, cfg.Models[0].Name)
@@ -130,11 +168,20 @@ the preset for every model.`,
 	f.DurationVar(&m.DecodePerSeq, "decode-per-seq", d.DecodePerSeq, "extra step cost per sequence in the batch")
 	f.IntVar(&m.MeanOutputTokens, "mean-output-tokens", d.MeanOutputTokens, "mean length of a natural ending (without ignore_eos)")
 	f.IntVar(&m.EmbeddingDim, "embedding-dim", d.EmbeddingDim, "length of embedding vectors")
+	f.BoolVar(&m.Reasoning, "reasoning", false, "answer with reasoning_content first, as with --reasoning-parser (default: the preset's; qwen3-32b reasons)")
+	f.IntVar(&m.MeanReasoningTokens, "mean-reasoning-tokens", 192, "mean length of the reasoning of reasoning models")
+	f.Float64Var(&cfg.ToolCallRate, "tool-call-rate", 0, "fraction of tool_choice \"auto\" requests with tools answered by a tool call")
+	f.IntVar(&cfg.MaxParallelToolCalls, "max-parallel-tool-calls", 0, "allow up to this many calls per answer (unless parallel_tool_calls is false); 0 or 1 = one")
+	f.StringVar(&script, "script", "", "answer chat requests with the canned turns of this YAML or JSON file")
 	return cmd
 }
 
 func printModel(cmd *cobra.Command, mc sim.ModelConfig) {
 	itl := mc.DecodeBase + mc.DecodePerSeq
-	fmt.Fprintf(cmd.OutOrStdout(), "  %-24s max-num-seqs %d, max-model-len %d, decode %s/token at batch 1, prefill %s + %s/token\n",
-		mc.Name, mc.MaxNumSeqs, mc.MaxModelLen, itl.Round(10*time.Microsecond), mc.PrefillBase, mc.PrefillPerToken)
+	reasoning := ""
+	if mc.Reasoning {
+		reasoning = ", reasoning"
+	}
+	fmt.Fprintf(cmd.OutOrStdout(), "  %-24s max-num-seqs %d, max-model-len %d, decode %s/token at batch 1, prefill %s + %s/token%s\n",
+		mc.Name, mc.MaxNumSeqs, mc.MaxModelLen, itl.Round(10*time.Microsecond), mc.PrefillBase, mc.PrefillPerToken, reasoning)
 }

@@ -4,6 +4,16 @@
 // format. It merges into the existing file (unrelated settings are kept),
 // backs the old file up before changing it, and changes nothing when the file
 // already says what it should, so running it twice is harmless.
+//
+// The configs are meant to work on small-context local models without hand
+// edits. Given the gateway's model list (FetchModels reads GET /v1/models;
+// a model's context length is its max_model_len, else context_window, else
+// context_length; Options.ContextLength overrides it for the chosen model),
+// opencode gets limit.context and limit.output per model, Claude Code
+// CLAUDE_CODE_MAX_OUTPUT_TOKENS and CLAUDE_CODE_AUTO_COMPACT_WINDOW, and Codex
+// model_context_window; the output limit is OutputLimit's rule. Cline gets an
+// absolute command path when one is known and a request timeout. Every
+// Change lists what was assumed, so the user can check it.
 package connect
 
 import (
@@ -11,8 +21,10 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net/http"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -54,9 +66,25 @@ type Options struct {
 	// Path overrides the file written (for example a project's
 	// .claude/settings.json).
 	Path string
-	// Command is the executable Cline starts for the MCP server; default
-	// "llmgate".
+	// Command is the executable Cline starts for the MCP server; empty
+	// means this executable's absolute path (see resolveCommand).
 	Command string
+	// Executable and LookPath find that path; nil means os.Executable and
+	// exec.LookPath.
+	Executable func() (string, error)
+	LookPath   func(string) (string, error)
+	// Models is the gateway's model list (read with FetchModels), from
+	// which context lengths are taken; nil leaves per-model limits out.
+	Models *Catalog
+	// ModelsErr says why Models could not be read, for the assumptions
+	// printed.
+	ModelsErr error
+	// ContextLength, when set, is Model's context length, overriding the
+	// gateway's.
+	ContextLength int
+	// HTTPClient reads the model list; nil means a client with a 5-second
+	// timeout.
+	HTTPClient *http.Client
 	// HomeDir is the user's home; empty means os.UserHomeDir.
 	HomeDir string
 	// LookupEnv reads the environment; nil means os.LookupEnv.
@@ -80,6 +108,10 @@ type Change struct {
 	Backup string
 	// Notes tell the user what else to do (export a variable, restart).
 	Notes []string
+	// Assumed lists what connect assumed or derived in writing the file:
+	// where context lengths came from, the output limits chosen, the
+	// command path.
+	Assumed []string
 }
 
 // endpoint is the normalised gateway address.
@@ -107,8 +139,11 @@ func (o *Options) defaults() error {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	if o.Command == "" {
-		o.Command = "llmgate"
+	if o.Executable == nil {
+		o.Executable = os.Executable
+	}
+	if o.LookPath == nil {
+		o.LookPath = exec.LookPath
 	}
 	get := func(k string) string { v, _ := o.LookupEnv(k); return strings.TrimSpace(v) }
 	if o.BaseURL == "" {
@@ -212,16 +247,20 @@ func Plan(t Target, o Options) (*Change, error) {
 		return nil, err
 	}
 	c := &Change{Target: t, Path: path, Before: before}
+	sizes := o.sizes(ep)
 	switch t {
 	case ClaudeCode:
-		c.After, c.Notes, err = claudeCode(before, ep)
+		c.After, c.Notes, err = claudeCode(before, ep, sizes)
 	case Codex:
-		c.After, c.Notes, err = codex(before, ep)
+		c.After, c.Notes, err = codex(before, ep, sizes)
 	case Cline:
-		c.After, c.Notes, err = cline(before, ep, o.Command)
+		command, why := o.resolveCommand()
+		sizes.assumed = []string{why}
+		c.After, c.Notes, err = cline(before, ep, command, sizes)
 	case OpenCode:
-		c.After, c.Notes, err = opencode(before, ep)
+		c.After, c.Notes, err = opencode(before, ep, sizes)
 	}
+	c.Assumed = sizes.assumed
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w; the file was not changed", path, err)
 	}

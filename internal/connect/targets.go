@@ -1,12 +1,23 @@
 package connect
 
+import (
+	"encoding/json"
+	"strconv"
+)
+
 const noKeyNote = "no key given: pass --api-key or set " + KeyEnv + " (llmgate keys create issues one)"
 
 // claudeCode sets the env block of Claude Code's settings.json. Claude Code
 // appends /v1/messages to ANTHROPIC_BASE_URL, so the root is written, and
 // ANTHROPIC_AUTH_TOKEN is used because it is sent as "Authorization: Bearer",
 // which gateways accept, rather than ANTHROPIC_API_KEY's x-api-key.
-func claudeCode(before []byte, ep endpoint) ([]byte, []string, error) {
+//
+// When the model's context length is known it also sets
+// CLAUDE_CODE_MAX_OUTPUT_TOKENS (see OutputLimit; Claude Code otherwise asks
+// for 32000, more than a 32k model can give) and
+// CLAUDE_CODE_AUTO_COMPACT_WINDOW (the context, so Claude Code compacts in
+// time instead of assuming a 200k window).
+func claudeCode(before []byte, ep endpoint, z *sizes) ([]byte, []string, error) {
 	doc, err := parseObject(before)
 	if err != nil {
 		return nil, nil, err
@@ -35,6 +46,7 @@ func claudeCode(before []byte, ep endpoint) ([]byte, []string, error) {
 			if err := env.set("ANTHROPIC_DEFAULT_HAIKU_MODEL", ep.model); err != nil {
 				return err
 			}
+			return claudeLimits(env, z)
 		}
 		return nil
 	})
@@ -49,10 +61,17 @@ func claudeCode(before []byte, ep endpoint) ([]byte, []string, error) {
 // codex sets model_provider (and model) and a [model_providers.llmgate]
 // table with wire_api = "responses", the only wire API current Codex
 // releases accept. The key stays in the environment: Codex reads env_key.
-func codex(before []byte, ep endpoint) ([]byte, []string, error) {
+// A known context length becomes model_context_window, so Codex compacts
+// before the model's context is full (it assumes 272k for unknown models).
+func codex(before []byte, ep endpoint, z *sizes) ([]byte, []string, error) {
 	top := []tomlKV{{"model_provider", ProviderID}}
 	if ep.model != "" {
 		top = append(top, tomlKV{"model", ep.model})
+		z.note("%s", z.contextOf(z.chosen))
+		if n := z.chosen.ContextLength; n > 0 {
+			top = append(top, tomlKV{"model_context_window", int64(n)})
+			z.note("model_context_window = %d", n)
+		}
 	}
 	table := []tomlKV{
 		{"name", ProviderID},
@@ -71,10 +90,16 @@ func codex(before []byte, ep endpoint) ([]byte, []string, error) {
 	return out, notes, nil
 }
 
+// ClineTimeout is the MCP request timeout written for Cline, in seconds.
+// Cline's default of 60 is shorter than a local model can take to answer
+// through an llmgate tool (a queue, a model load, a long answer).
+const ClineTimeout = 300
+
 // cline adds an mcpServers entry that starts `llmgate mcp`, which exposes
 // the gateway's models as MCP tools. Settings of the entry the user chose
-// (disabled, autoApprove, timeout) are kept.
-func cline(before []byte, ep endpoint, command string) ([]byte, []string, error) {
+// (disabled, autoApprove, timeout) are kept; the command is always
+// rewritten, to an absolute path when one is known.
+func cline(before []byte, ep endpoint, command string, z *sizes) ([]byte, []string, error) {
 	doc, err := parseObject(before)
 	if err != nil {
 		return nil, nil, err
@@ -109,6 +134,14 @@ func cline(before []byte, ep endpoint, command string) ([]byte, []string, error)
 			if err := s.setDefault("disabled", false); err != nil {
 				return err
 			}
+			if raw, ok := s.get("timeout"); ok {
+				z.note("timeout %s s (kept from the file)", raw)
+			} else {
+				z.note("timeout %d s (Cline's default of 60 s is short for a local model answering through a tool)", ClineTimeout)
+				if err := s.set("timeout", ClineTimeout); err != nil {
+					return err
+				}
+			}
 			return s.setDefault("autoApprove", []string{})
 		})
 	})
@@ -121,8 +154,13 @@ func cline(before []byte, ep endpoint, command string) ([]byte, []string, error)
 }
 
 // opencode adds a provider using @ai-sdk/openai-compatible whose apiKey is
-// read from the environment with opencode's {env:VAR} substitution.
-func opencode(before []byte, ep endpoint) ([]byte, []string, error) {
+// read from the environment with opencode's {env:VAR} substitution. Each
+// model (the chosen one and every model the gateway lists) gets an entry;
+// one whose context length is known gets limit.context and limit.output
+// (see OutputLimit): without them opencode asks for 32000 output tokens,
+// which a 32k model refuses, and never compacts. A limit.output the file
+// already has is kept when it leaves at least half the context for input.
+func opencode(before []byte, ep endpoint, z *sizes) ([]byte, []string, error) {
 	doc, err := parseObject(before)
 	if err != nil {
 		return nil, nil, err
@@ -146,14 +184,13 @@ func opencode(before []byte, ep endpoint) ([]byte, []string, error) {
 			}); err != nil {
 				return err
 			}
-			return p.child("models", func(m *object) error {
-				if ep.model == "" {
-					return nil
+			return p.child("models", func(models *object) error {
+				for _, info := range z.forModels() {
+					if err := models.child(info.ID, func(e *object) error { return opencodeModel(e, info, z) }); err != nil {
+						return err
+					}
 				}
-				if _, ok := m.get(ep.model); ok {
-					return nil
-				}
-				return m.set(ep.model, map[string]string{"name": ep.model})
+				return nil
 			})
 		})
 	})
@@ -170,4 +207,65 @@ func opencode(before []byte, ep endpoint) ([]byte, []string, error) {
 	}
 	out, err := doc.render()
 	return out, notes, err
+}
+
+// claudeLimits sets Claude Code's output and compaction limits from the
+// chosen model's context length.
+func claudeLimits(env *object, z *sizes) error {
+	m := z.chosen
+	if m.ContextLength <= 0 {
+		z.note("%s; Claude Code will ask for 32000 output tokens and assume a 200k context", z.contextOf(m))
+		return nil
+	}
+	z.note("%s", z.contextOf(m))
+	out := OutputLimit(m)
+	if kept, ok := keptLimit(env, "CLAUDE_CODE_MAX_OUTPUT_TOKENS", m.ContextLength); ok {
+		z.note("CLAUDE_CODE_MAX_OUTPUT_TOKENS %d (kept from the file)", kept)
+	} else {
+		z.note("CLAUDE_CODE_MAX_OUTPUT_TOKENS %s", outputRule(m, out))
+		if err := env.set("CLAUDE_CODE_MAX_OUTPUT_TOKENS", strconv.Itoa(out)); err != nil {
+			return err
+		}
+	}
+	z.note("CLAUDE_CODE_AUTO_COMPACT_WINDOW %d (the context length)", m.ContextLength)
+	return env.set("CLAUDE_CODE_AUTO_COMPACT_WINDOW", strconv.Itoa(m.ContextLength))
+}
+
+// opencodeModel fills one entry of provider.llmgate.models.
+func opencodeModel(e *object, m ModelInfo, z *sizes) error {
+	if err := e.setDefault("name", m.ID); err != nil {
+		return err
+	}
+	if m.ContextLength <= 0 {
+		z.note("%s; no limit written for it, so opencode will ask for 32000 output tokens", z.contextOf(m))
+		return nil
+	}
+	z.note("%s", z.contextOf(m))
+	return e.child("limit", func(l *object) error {
+		if err := l.set("context", m.ContextLength); err != nil {
+			return err
+		}
+		if kept, ok := keptLimit(l, "output", m.ContextLength); ok {
+			z.note("limit.output of %s: %d (kept from the file)", m.ID, kept)
+			return nil
+		}
+		out := OutputLimit(m)
+		z.note("limit.output of %s: %s", m.ID, outputRule(m, out))
+		return l.set("output", out)
+	})
+}
+
+// keptLimit returns an output limit already in the file when it leaves at
+// least half the context for input; a larger one is replaced.
+func keptLimit(o *object, key string, context int) (int, bool) {
+	raw, ok := o.get(key)
+	if !ok {
+		return 0, false
+	}
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		raw = json.RawMessage(s)
+	}
+	n := positiveInt(raw)
+	return n, n > 0 && n <= context/2
 }

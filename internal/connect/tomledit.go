@@ -9,10 +9,14 @@ import (
 	"github.com/pelletier/go-toml/v2"
 )
 
-// tomlKV is one key and its wanted string value.
-type tomlKV struct{ key, value string }
+// tomlKV is one key and its wanted value: a string or an int64 (go-toml
+// decodes integers as int64, so the comparisons below hold).
+type tomlKV struct {
+	key   string
+	value any
+}
 
-// editTOML sets string keys at the top level and in one table of a TOML
+// editTOML sets keys at the top level and in one table of a TOML
 // document by editing its lines, so comments, ordering and every unrelated
 // key survive; go-toml would drop comments on a decode/encode round trip.
 // The result is parsed back and checked, so a file shaped in a way this
@@ -40,10 +44,10 @@ func editTOML(src []byte, top []tomlKV, table string, kvs []tomlKV) ([]byte, err
 			continue
 		}
 		if i := findKey(lines, 0, topEnd, kv.key); i >= 0 {
-			lines[i] = kv.key + " = " + tomlString(kv.value)
+			lines[i] = kv.key + " = " + tomlValue(kv.value)
 			continue
 		}
-		insertTop = append(insertTop, kv.key+" = "+tomlString(kv.value))
+		insertTop = append(insertTop, kv.key+" = "+tomlValue(kv.value))
 	}
 	// The table: edit in place when present, else append it.
 	parts := strings.SplitN(table, ".", 2)
@@ -61,7 +65,7 @@ func editTOML(src []byte, top []tomlKV, table string, kvs []tomlKV) ([]byte, err
 	if start < 0 {
 		appendTable = append(appendTable, "", "["+table+"]")
 		for _, kv := range kvs {
-			appendTable = append(appendTable, kv.key+" = "+tomlString(kv.value))
+			appendTable = append(appendTable, kv.key+" = "+tomlValue(kv.value))
 		}
 	} else {
 		var insert []string
@@ -70,10 +74,10 @@ func editTOML(src []byte, top []tomlKV, table string, kvs []tomlKV) ([]byte, err
 				continue
 			}
 			if i := findKey(lines, start+1, end, kv.key); i >= 0 {
-				lines[i] = kv.key + " = " + tomlString(kv.value)
+				lines[i] = kv.key + " = " + tomlValue(kv.value)
 				continue
 			}
-			insert = append(insert, kv.key+" = "+tomlString(kv.value))
+			insert = append(insert, kv.key+" = "+tomlValue(kv.value))
 		}
 		if len(insert) > 0 {
 			at := lastContent(lines, start, end) + 1
@@ -189,6 +193,15 @@ func lastContent(lines []string, from, to int) int {
 		}
 	}
 	return from
+}
+
+// tomlValue writes a string or an integer value.
+func tomlValue(v any) string {
+	if n, ok := v.(int64); ok {
+		return fmt.Sprint(n)
+	}
+	s, _ := v.(string)
+	return tomlString(s)
 }
 
 // tomlString quotes s as a TOML basic string.

@@ -31,6 +31,21 @@ type Config struct {
 	QueueFullStatus int
 	// Version is reported by /version; empty means DefaultVLLMVersion.
 	Version string
+	// ToolCallRate is the probability that a chat request offering tools
+	// with tool_choice "auto" (or none given) is answered with a tool call.
+	// 0 (the default) never calls a tool unless tool_choice requires one.
+	// The draw is seeded like the text, so a request's seed (or greedy
+	// sampling) makes it reproducible. Answers to a tool result (a "tool"
+	// message after the last assistant message) are text.
+	ToolCallRate float64
+	// MaxParallelToolCalls lets a tool-calling answer hold 1 to this many
+	// calls when the request does not set parallel_tool_calls to false; 0
+	// or 1 means one call per answer. A named tool_choice always gets one.
+	MaxParallelToolCalls int
+	// Script, when set, answers chat requests with canned turns (see
+	// LoadScript); requests no turn matches fall back to the generator or
+	// get an error, as the script says.
+	Script *Script
 }
 
 // Faults are injected failure rates, each a probability in [0, 1].
@@ -92,6 +107,13 @@ type ModelConfig struct {
 	MeanOutputTokens int
 	// EmbeddingDim is the length of /v1/embeddings vectors.
 	EmbeddingDim int
+	// Reasoning makes chat answers start with reasoning_content, as a vLLM
+	// server started with a --reasoning-parser for the model returns it
+	// (Qwen3: chat_template_kwargs {"enable_thinking": false} turns it off).
+	Reasoning bool
+	// MeanReasoningTokens is the mean length of the reasoning before the
+	// answer (exponentially distributed); 0 means 192.
+	MeanReasoningTokens int
 }
 
 // DefaultVLLMVersion is the vLLM release whose response shapes the
@@ -125,7 +147,7 @@ func Presets() map[string]ModelConfig {
 			MaxNumSeqs: 64, MaxQueue: 1024, MaxModelLen: 40960, MaxNumBatchedTokens: 8192,
 			PrefillBase: 16 * time.Millisecond, PrefillPerToken: 125 * time.Microsecond,
 			DecodeBase: 25 * time.Millisecond, DecodePerSeq: 450 * time.Microsecond,
-			MeanOutputTokens: 384, EmbeddingDim: 1024,
+			MeanOutputTokens: 384, EmbeddingDim: 1024, Reasoning: true, MeanReasoningTokens: 192,
 		},
 	}
 }
@@ -188,6 +210,7 @@ func (m *ModelConfig) validate() error {
 	}
 	if m.unconfigured() {
 		name, root := m.Name, m.Root
+		reasoning, meanReasoning := m.Reasoning, m.MeanReasoningTokens
 		base, _ := PresetFor(name)
 		if m.Preset != "" {
 			p, ok := Presets()[strings.ToLower(m.Preset)]
@@ -200,6 +223,11 @@ func (m *ModelConfig) validate() error {
 		m.Name = name
 		if root != "" {
 			m.Root = root
+		}
+		// Behaviour set next to a bare name is kept over the preset's.
+		m.Reasoning = m.Reasoning || reasoning
+		if meanReasoning > 0 {
+			m.MeanReasoningTokens = meanReasoning
 		}
 	}
 	if m.MaxNumSeqs < 1 {
@@ -236,6 +264,9 @@ func (m *ModelConfig) validate() error {
 	if m.EmbeddingDim <= 0 {
 		m.EmbeddingDim = 1024
 	}
+	if m.MeanReasoningTokens <= 0 {
+		m.MeanReasoningTokens = 192
+	}
 	if m.Root == "" {
 		m.Root = m.Name
 	}
@@ -259,10 +290,14 @@ func (c *Config) validate() error {
 	for _, r := range []struct {
 		name string
 		v    float64
-	}{{"fail-429-rate", c.Faults.Fail429Rate}, {"fail-500-rate", c.Faults.Fail500Rate}, {"cut-stream-rate", c.Faults.CutStreamRate}} {
+	}{{"fail-429-rate", c.Faults.Fail429Rate}, {"fail-500-rate", c.Faults.Fail500Rate}, {"cut-stream-rate", c.Faults.CutStreamRate},
+		{"tool-call-rate", c.ToolCallRate}} {
 		if r.v < 0 || r.v > 1 {
 			return fmt.Errorf("%s must be between 0 and 1, got %g", r.name, r.v)
 		}
+	}
+	if c.MaxParallelToolCalls < 0 {
+		return fmt.Errorf("max-parallel-tool-calls must not be negative, got %d", c.MaxParallelToolCalls)
 	}
 	if c.StartupDelay < 0 {
 		return fmt.Errorf("startup delay must not be negative")

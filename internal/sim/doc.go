@@ -6,7 +6,8 @@
 // # API
 //
 // /v1/chat/completions, /v1/completions, /v1/embeddings, /v1/models,
-// /health, /ping, /version and /metrics answer as vLLM 0.11 does: ids
+// /v1/rerank, /tokenize, /health, /ping, /version and /metrics answer as
+// vLLM 0.11 does: ids
 // "chatcmpl-<32 hex>", "cmpl-…", "embd-…"; non-streaming bodies carry every
 // field vLLM's pydantic models dump (service_tier, system_fingerprint,
 // prompt_logprobs, prompt_token_ids, kv_transfer_params as null, stop_reason,
@@ -17,6 +18,105 @@
 // Errors use vLLM's envelope {"error":{"message","type","param","code"}}:
 // unknown model 404 NotFoundError, context overflow 400 BadRequestError
 // with vLLM's wording, a wrong API key 401 {"error": "Unauthorized"}.
+//
+// # Context length
+//
+// /v1/models lists each model's max_model_len, as vLLM does. A request
+// whose prompt plus output limit exceeds it is refused with 400 in vLLM's
+// words ("'max_tokens' or 'max_completion_tokens' is too large: …");
+// max_completion_tokens, when present, wins over max_tokens; without
+// either, the output may use what the context leaves.
+//
+// # Tool calls
+//
+// A chat request offering tools is answered as vLLM with
+// --enable-auto-tool-choice and the hermes parser (Qwen's) answers it. With
+// tool_choice "required" or {"type":"function","function":{"name":…}} the
+// answer is a tool call: message.tool_calls (ids "chatcmpl-tool-<32 hex>"),
+// content "" and finish_reason "tool_calls" (vLLM 0.11 reports "stop" for
+// forced calls that are not streamed; the simulator follows OpenAI and
+// later vLLM). With tool_choice "auto" (or none given) a call is made with
+// probability Config.ToolCallRate (default 0), content null; never in
+// answer to a tool result (a "tool" message after the last assistant
+// message), so agent loops end. "none" drops the tools. Config.
+// MaxParallelToolCalls > 1 allows several calls per answer unless the
+// request sets parallel_tool_calls false. The draws are seeded like the
+// text: a request seed, or greedy sampling, reproduces them.
+//
+// Arguments are drawn from the tool's parameters JSON Schema and are valid
+// against it (required properties, types, enum and const, nested objects
+// and arrays, bounds, multipleOf, lengths, simple string formats, local
+// $ref, anyOf/oneOf/allOf), written with Python's json.dumps spacing as
+// vLLM's parsers write them. Streams carry vLLM's deltas: the call's first
+// delta holds index, id, type and function.name, later ones pieces of
+// function.arguments; the framing tokens (<tool_call>, the JSON header,
+// </tool_call>) show nothing but take decode steps and count as completion
+// tokens. max_tokens can cut a required call mid-way (finish_reason
+// "length"); a call the model chose itself is made only when it fits.
+// Requests that misuse tool_choice get vLLM's 400s ("When using
+// `tool_choice`, `tools` must be set.", a named tool not among the tools).
+//
+// # Reasoning
+//
+// Models with ModelConfig.Reasoning (the qwen3-32b preset) answer as vLLM
+// with --reasoning-parser qwen3: chat answers start with reasoning that
+// streams as delta.reasoning_content before any content (non-streaming:
+// message.reasoning_content). chat_template_kwargs {"enable_thinking":
+// false} turns it off, include_reasoning false hides it (its tokens are
+// still generated). The <think> and </think> tags cost a token each and
+// show nothing. Usage counts the reasoning in completion_tokens and adds
+// completion_tokens_details.reasoning_tokens (the tokens between the tags),
+// as vLLM releases with reasoning-token usage report it; models without a
+// reasoning parser keep vLLM 0.11's usage shape. Reasoning length is
+// exponential with mean MeanReasoningTokens, bounded so an answer follows:
+// at most half of an output limit the client set (a real model can spend a
+// whole small budget thinking; the simulator leaves room for the answer),
+// and none at all under 6 tokens.
+//
+// # Embeddings
+//
+// input may be a string, a list of strings, a list of token ids or a list
+// of lists of token ids, as in vLLM: one embedding per input (index in
+// order), usage summed, every input checked against max_model_len.
+//
+// # Scripted mode
+//
+// Config.Script (llmgate sim --script FILE, llmgate serve --demo
+// --sim-script FILE) answers chat requests with canned turns, so an agent
+// run against the simulator is deterministic. The file is YAML (or JSON):
+//
+//	on_unmatched: generate        # or error: unmatched requests get a 400
+//	turns:
+//	  - match: "read the file hello.txt"   # substring of the new user/tool messages
+//	    when_tool: Read                    # optional: the request offers these tools
+//	    model: qwen2.5-7b-instruct         # optional: only for this served model
+//	    after_tool: false                  # optional: require / forbid a tool result
+//	    reasoning: "I should read it."     # optional reasoning_content
+//	    text: "Reading it now."            # optional content
+//	    tool_calls:                        # optional calls
+//	      - name: Read
+//	        arguments: {file_path: /work/hello.txt}  # a mapping, or a JSON object string
+//	        id: call_1                     # optional; default chatcmpl-tool-<hex>
+//
+// A bare list of turns is a script too. Each turn needs text, reasoning or
+// tool_calls. match: is tested against the text of the user and tool
+// messages after the last assistant message (so the answer to a tool
+// result can match the tool's output, and an earlier request's words no
+// longer match). For each request the first turn in file order whose
+// match: occurs and whose conditions hold answers it; turns with match:
+// can answer any number of requests. Otherwise the next turn without
+// match: answers it if its conditions hold, and is then used up: such turns
+// answer in order. A turn whose tool_calls name tools the request does not
+// offer does not fit, so one script can hold the same step for clients
+// whose tools differ (Claude Code's Read, Codex's shell, opencode's read).
+// Requests no turn fits get generated text (on_unmatched: generate, the
+// default) or a 400 naming the text they were matched on (error). Turns are
+// laid out as tokens like generated answers (text cut into word and
+// punctuation tokens, the tool-call framing, the think tags) and go through
+// the engine, so prefill and decode timing, max_tokens, streaming and usage
+// behave as for any answer; include_reasoning and enable_thinking apply to
+// scripted reasoning. Stop strings do not apply to scripted text. Only chat
+// completions are scripted.
 //
 // # Timing model
 //
@@ -71,7 +171,8 @@
 //   - qwen3-32b (H100 80GB): same shape as Qwen2.5-32B with a slightly
 //     larger parameter count (32.8B): DecodeBase 25 ms + 0.45 ms per sequence,
 //     prefill 0.125 ms per token + 16 ms, MaxModelLen 40960 (its
-//     max_position_embeddings), longer natural answers (mean 384 tokens).
+//     max_position_embeddings), longer natural answers (mean 384 tokens),
+//     and reasoning before them (mean 192 tokens; see Reasoning).
 //
 // Throughput figures published for vLLM (e.g. ~3,400 output tokens/s for a
 // 7B distill on one A100 80GB at saturation, morphllm.com "vLLM

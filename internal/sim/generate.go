@@ -28,58 +28,12 @@ type genRequest struct {
 	// continuousUsage adds running usage to every chunk (vLLM's
 	// stream_options.continuous_usage_stats).
 	continuousUsage bool
-}
-
-func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
-	var req chatRequest
-	eng := s.begin(w, r, &req)
-	if eng == nil {
-		return
-	}
-	if len(req.Messages) == 0 {
-		writeAPIError(w, badRequest("messages", "messages must contain at least one message"))
-		return
-	}
-	prompt, tokens, e := chatPrompt(req.Messages, req.Tools, true)
-	if e != nil {
-		writeAPIError(w, e)
-		return
-	}
-	g := genRequest{chat: true, e: eng, model: eng.mc.Name, prompt: prompt, promptTokens: tokens,
-		maxTokens: req.MaxCompletionTokens, seed: req.Seed, stops: req.Stop, ignoreEOS: req.IgnoreEOS, stream: req.Stream}
-	if g.maxTokens == nil {
-		g.maxTokens = req.MaxTokens
-	}
-	if e := s.commonChecks(&g, req.N, req.Temperature, req.StreamOptions); e != nil {
-		writeAPIError(w, e)
-		return
-	}
-	s.serveGeneration(w, r, g)
-}
-
-// chatPrompt renders chat messages the way the simulator's chat template
-// does and counts their tokens, with the generation prompt when asked.
-func chatPrompt(msgs []chatRequestMsg, tools []json.RawMessage, generationPrompt bool) (string, int, *apiError) {
-	var prompt strings.Builder
-	tokens := 0
-	if generationPrompt {
-		tokens = chatGenerationPrompt
-	}
-	for i, m := range msgs {
-		text, err := messageText(m.Content)
-		if err != nil {
-			return "", 0, badRequest("messages", "messages[%d].content: %v", i, err)
-		}
-		prompt.WriteString(m.Role)
-		prompt.WriteByte('\n')
-		prompt.WriteString(text)
-		prompt.WriteByte('\n')
-		tokens += chatTokensPerMessage + countTextTokens(text) + countTextTokens(m.Name)
-	}
-	for _, t := range tools {
-		tokens += countTextTokens(string(t))
-	}
-	return prompt.String(), tokens, nil
+	// explicitMax reports that the client set the output limit (otherwise
+	// maxTokens is what the context leaves).
+	explicitMax bool
+	// plan is a chat request's tools, tool choice and thinking; nil for
+	// text completions.
+	plan *chatPlan
 }
 
 func (s *Server) handleCompletion(w http.ResponseWriter, r *http.Request) {
@@ -139,6 +93,7 @@ func (s *Server) commonChecks(g *genRequest, n *int, temperature *float64, so *s
 		return badRequest("", "This model's maximum context length is %d tokens. However, your request has %d input tokens. Please reduce the length of the input messages.",
 			limit, g.promptTokens)
 	}
+	g.explicitMax = g.maxTokens != nil
 	if g.maxTokens == nil {
 		left := limit - g.promptTokens
 		g.maxTokens = &left
@@ -156,10 +111,23 @@ func (s *Server) serveGeneration(w http.ResponseWriter, r *http.Request, g genRe
 		writeAPIError(w, e)
 		return
 	}
-	gen := generate(seedFor(g.prompt, g.temperature, g.seed, s.uint64), *g.maxTokens, g.ignoreEOS,
-		g.e.mc.MeanOutputTokens, g.stops)
+	seed := seedFor(g.prompt, g.temperature, g.seed, s.uint64)
+	var gen generation
+	if g.plan != nil {
+		var e *apiError
+		if gen, e = s.buildChat(&g, seed); e != nil {
+			writeAPIError(w, e)
+			return
+		}
+	} else {
+		gen = generate(seed, *g.maxTokens, g.ignoreEOS, g.e.mc.MeanOutputTokens, g.stops)
+	}
 	q := newSeq(g.promptTokens, gen.tokens)
 	q.finishReason = gen.finish
+	if gen.finish == "tool_calls" {
+		// The engine stopped at EOS; "tool_calls" is the API layer's word.
+		q.finishReason = "stop"
+	}
 	cutAt := -1
 	if g.stream && s.cfg.Faults.CutStreamRate > 0 && s.float() < s.cfg.Faults.CutStreamRate {
 		cutAt = 0
@@ -181,7 +149,7 @@ func (s *Server) serveGeneration(w http.ResponseWriter, r *http.Request, g genRe
 	}
 	id := prefix + randomHex()
 	created := time.Now().Unix()
-	usage := usageInfo{PromptTokens: g.promptTokens, CompletionTokens: gen.tokens, TotalTokens: g.promptTokens + gen.tokens}
+	usage := gen.usage(g.promptTokens)
 	if !g.stream {
 		if !s.wait(r, q) {
 			if r.Context().Err() == nil {
@@ -192,8 +160,7 @@ func (s *Server) serveGeneration(w http.ResponseWriter, r *http.Request, g genRe
 		usage.PromptTokensDetails = rawNull
 		if g.chat {
 			writeJSON(w, http.StatusOK, chatResponse{ID: id, Object: "chat.completion", Created: created, Model: g.model,
-				Choices: []chatChoice{{Message: chatMessage{Role: "assistant", Content: gen.text, ToolCalls: []any{}},
-					FinishReason: gen.finish, StopReason: gen.stopReason}}, Usage: usage})
+				Choices: []chatChoice{{Message: gen.message(), FinishReason: gen.finish, StopReason: gen.stopReason}}, Usage: usage})
 			return
 		}
 		fin := gen.finish
@@ -230,7 +197,11 @@ func (s *Server) serveGeneration(w http.ResponseWriter, r *http.Request, g genRe
 			if sent == cutAt {
 				break
 			}
-			st.tokens(sent, sent+1, done && sent == n-1)
+			if gen.ans != nil {
+				st.answerToken(sent, done && sent == n-1)
+			} else {
+				st.tokens(sent, sent+1, done && sent == n-1)
+			}
 		}
 		if cutAt >= 0 && sent >= cutAt {
 			// Drop the connection without a finish chunk or [DONE], as a
@@ -336,6 +307,28 @@ func (st *streamer) tokens(from, to int, final bool) {
 		Choices: []completionChunkChoice{{Text: text, FinishReason: finish, StopReason: stop}}, Usage: st.running(to)})
 }
 
+// answerToken writes token i of a chat answer with reasoning or tool calls:
+// nothing for a token that shows nothing (think tags, tool-call framing),
+// unless it is the last, whose chunk carries the finish reason with an
+// empty delta as vLLM sends it.
+func (st *streamer) answerToken(i int, final bool) {
+	d, ok := st.gen.chatDelta(i)
+	if !ok && !final {
+		return
+	}
+	c := chatChunkChoice{Delta: d, TokenIDs: rawNull}
+	if final {
+		f := st.gen.finish
+		c.FinishReason = &f
+		c.StopReason = rawNull
+		if st.gen.stopReason != nil {
+			c.StopReason, _ = json.Marshal(st.gen.stopReason)
+		}
+	}
+	st.write(chatChunk{ID: st.id, Object: "chat.completion.chunk", Created: st.created, Model: st.model,
+		Choices: []chatChunkChoice{c}, Usage: st.running(i + 1)})
+}
+
 // usage writes the usage-only chunk that include_usage asks for.
 func (st *streamer) usage(u usageInfo) {
 	object := "text_completion"
@@ -372,14 +365,11 @@ func messageText(raw json.RawMessage) (string, error) {
 	return b.String(), nil
 }
 
-// parsePrompt reads a completions prompt or an embeddings input: a string,
-// a list of one string, a list of token ids, or a list of one such list.
+// parsePrompt reads a completions or tokenize prompt: a string, a list of
+// one string, a list of token ids, or a list of one such list.
 // It returns the text used for seeding and the prompt token count.
 func parsePrompt(raw json.RawMessage, param string) (string, int, *apiError) {
 	empty := badRequest(param, "Either prompt or prompt_embeds must be provided and non-empty.")
-	if param == "input" {
-		empty = badRequest(param, "input must be a non-empty string, list of strings, or list of token ids")
-	}
 	if len(raw) == 0 || string(raw) == "null" {
 		return "", 0, empty
 	}

@@ -16,7 +16,7 @@ import (
 var update = flag.Bool("update", false, "rewrite golden files under testdata/")
 
 var (
-	idRE      = regexp.MustCompile(`"(chatcmpl|cmpl|embd|modelperm)-[0-9a-f]{32}"`)
+	idRE      = regexp.MustCompile(`"(chatcmpl-tool|chatcmpl|cmpl|embd|modelperm)-[0-9a-f]{32}"`)
 	createdRE = regexp.MustCompile(`"created":\d+`)
 )
 
@@ -52,8 +52,15 @@ func goldenConfig() Config {
 	mc.DecodeBase, mc.DecodePerSeq, mc.PrefillBase, mc.PrefillPerToken = time.Millisecond, 0, 0, 0
 	mc.MaxModelLen = 64
 	mc.MaxQueue = 1
-	return Config{Models: []ModelConfig{mc}, Seed: 7}
+	// A reasoning model, as vLLM serves Qwen3 with --reasoning-parser qwen3.
+	q3 := mc
+	q3.Name, q3.Root, q3.Preset = "qwen3-32b", "Qwen/Qwen3-32B", "qwen3-32b"
+	q3.Reasoning, q3.MeanReasoningTokens, q3.MaxModelLen = true, 4, 512
+	return Config{Models: []ModelConfig{mc, q3}, Seed: 7}
 }
+
+// goldenTools is a tool list for the tool-call transcripts.
+const goldenTools = `[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object","properties":{"city":{"type":"string"},"unit":{"type":"string","enum":["celsius","fahrenheit"]}},"required":["city","unit"]}}}]`
 
 func TestGolden_ResponseShapesMatchVLLM(t *testing.T) {
 	_, url := startServer(t, goldenConfig())
@@ -75,6 +82,14 @@ func TestGolden_ResponseShapesMatchVLLM(t *testing.T) {
 		{"error_n", "/v1/chat/completions", `{"model":"qwen2.5-7b-instruct","messages":[{"role":"user","content":"hi"}],"n":2}`, 400},
 		{"error_stream_options", "/v1/chat/completions", `{"model":"qwen2.5-7b-instruct","messages":[{"role":"user","content":"hi"}],"stream_options":{"include_usage":true}}`, 400},
 		{"error_unknown_route", "/v1/nope", `{}`, 404},
+		{"error_max_completion_tokens_wins", "/v1/chat/completions", `{"model":"qwen2.5-7b-instruct","messages":[{"role":"user","content":"hi"}],"max_tokens":5,"max_completion_tokens":60}`, 400},
+		{"chat_max_completion_tokens_wins", "/v1/chat/completions", `{"model":"qwen2.5-7b-instruct","messages":[{"role":"user","content":"hi"}],"max_tokens":60,"max_completion_tokens":3,"seed":1,"ignore_eos":true}`, 200},
+		{"chat_tool_call", "/v1/chat/completions", `{"model":"qwen3-32b","messages":[{"role":"user","content":"Weather?"}],"tools":` + goldenTools + `,"tool_choice":"required","seed":4,"max_tokens":40,"chat_template_kwargs":{"enable_thinking":false}}`, 200},
+		{"chat_tool_call_stream", "/v1/chat/completions", `{"model":"qwen3-32b","messages":[{"role":"user","content":"Weather?"}],"tools":` + goldenTools + `,"tool_choice":{"type":"function","function":{"name":"get_weather"}},"seed":4,"max_tokens":40,"stream":true,"stream_options":{"include_usage":true}}`, 200},
+		{"chat_reasoning", "/v1/chat/completions", `{"model":"qwen3-32b","messages":[{"role":"user","content":"Say hello"}],"max_tokens":16,"seed":1}`, 200},
+		{"chat_reasoning_stream", "/v1/chat/completions", `{"model":"qwen3-32b","messages":[{"role":"user","content":"Say hello"}],"max_tokens":16,"seed":1,"stream":true,"stream_options":{"include_usage":true}}`, 200},
+		{"chat_reasoning_off", "/v1/chat/completions", `{"model":"qwen3-32b","messages":[{"role":"user","content":"Say hello"}],"max_tokens":6,"seed":1,"chat_template_kwargs":{"enable_thinking":false}}`, 200},
+		{"embedding_list", "/v1/embeddings", `{"model":"qwen2.5-7b-instruct","input":["hello world","a second input",[1,2,3]],"dimensions":2}`, 200},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -2,6 +2,7 @@ package sim
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
@@ -66,4 +67,54 @@ func TestSDK_OpenAIGoStreamsChatWithUsage(t *testing.T) {
 		t.Errorf("wrong key: %v", err)
 	}
 	t.Logf("openai-go on vLLM's 401 body: %v", err)
+}
+
+// TestSDK_OpenAIGoAccumulatesStreamedToolCallsAndReasoning checks the tool
+// call deltas and reasoning against the official Go SDK's accumulator.
+func TestSDK_OpenAIGoAccumulatesStreamedToolCallsAndReasoning(t *testing.T) {
+	cfg := reasoningConfig()
+	_, url := startServer(t, cfg)
+	client := openai.NewClient(option.WithBaseURL(url+"/v1"), option.WithAPIKey("x"), option.WithMaxRetries(0))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st := client.Chat.Completions.NewStreaming(ctx, openai.ChatCompletionNewParams{
+		Model:    "qwen3-32b",
+		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("What is the weather in Paris?")},
+		Tools: []openai.ChatCompletionToolUnionParam{openai.ChatCompletionFunctionTool(openai.FunctionDefinitionParam{
+			Name: "get_weather",
+			Parameters: openai.FunctionParameters{"type": "object", "required": []string{"city"},
+				"properties": map[string]any{"city": map[string]any{"type": "string"}}},
+		})},
+		ToolChoice:    openai.ChatCompletionToolChoiceOptionUnionParam{OfAuto: openai.String("required")},
+		Seed:          openai.Int(9),
+		StreamOptions: openai.ChatCompletionStreamOptionsParam{IncludeUsage: openai.Bool(true)},
+	})
+	var acc openai.ChatCompletionAccumulator
+	reasoning := ""
+	for st.Next() {
+		c := st.Current()
+		acc.AddChunk(c)
+		if len(c.Choices) == 1 {
+			if f, ok := c.Choices[0].Delta.JSON.ExtraFields["reasoning_content"]; ok {
+				var s string
+				if json.Unmarshal([]byte(f.Raw()), &s) == nil {
+					reasoning += s
+				}
+			}
+		}
+	}
+	if err := st.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if len(acc.Choices) != 1 || acc.Choices[0].FinishReason != "tool_calls" || len(acc.Choices[0].Message.ToolCalls) != 1 {
+		t.Fatalf("accumulated %+v", acc.Choices)
+	}
+	tc := acc.Choices[0].Message.ToolCalls[0]
+	var args struct{ City string }
+	if tc.Function.Name != "get_weather" || json.Unmarshal([]byte(tc.Function.Arguments), &args) != nil || args.City == "" || tc.ID == "" {
+		t.Errorf("tool call %+v", tc)
+	}
+	if reasoning == "" || acc.Usage.CompletionTokensDetails.ReasoningTokens == 0 {
+		t.Errorf("reasoning %q, usage %+v", reasoning, acc.Usage)
+	}
 }

@@ -43,13 +43,17 @@ simulated response continuous scheduler decode prefill kernel tensor layer
 attention weight context window sequence sample greedy throughput metric`)
 
 // generation is a precomputed completion: the token texts and where the
-// visible text ends (a stop string truncates it).
+// visible text ends (a stop string truncates it). text and ends are the
+// content; tokens counts every token, reasoning and tool calls included.
 type generation struct {
 	text       string // full visible text
 	ends       []int  // ends[i] = byte offset in the untruncated text after token i
 	tokens     int    // tokens the engine must generate
-	finish     string // "stop" or "length"
+	finish     string // "stop", "length" or "tool_calls"
 	stopReason any    // nil, or the stop string that matched
+	// ans holds reasoning and tool calls of a chat answer; nil for plain
+	// text, whose tokens are all content.
+	ans *answer
 }
 
 // delta returns the visible text of tokens [from, to).

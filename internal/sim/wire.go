@@ -19,6 +19,14 @@ type usageInfo struct {
 	TotalTokens         int             `json:"total_tokens"`
 	CompletionTokens    int             `json:"completion_tokens"`
 	PromptTokensDetails json.RawMessage `json:"prompt_tokens_details,omitempty"`
+	// CompletionTokensDetails is reported only for models with a reasoning
+	// parser, as vLLM releases that count reasoning tokens do (vLLM PR
+	// #45802); vLLM 0.11 has no such field.
+	CompletionTokensDetails *completionDetails `json:"completion_tokens_details,omitempty"`
+}
+
+type completionDetails struct {
+	ReasoningTokens int `json:"reasoning_tokens"`
 }
 
 type errorInfo struct {
@@ -35,14 +43,26 @@ type errorResponse struct {
 // Chat, non-streaming.
 
 type chatMessage struct {
-	Role             string   `json:"role"`
-	Content          string   `json:"content"`
-	Refusal          jsonNull `json:"refusal"`
-	Annotations      jsonNull `json:"annotations"`
-	Audio            jsonNull `json:"audio"`
-	FunctionCall     jsonNull `json:"function_call"`
-	ToolCalls        []any    `json:"tool_calls"`
-	ReasoningContent jsonNull `json:"reasoning_content"`
+	Role             string         `json:"role"`
+	Content          *string        `json:"content"`
+	Refusal          jsonNull       `json:"refusal"`
+	Annotations      jsonNull       `json:"annotations"`
+	Audio            jsonNull       `json:"audio"`
+	FunctionCall     jsonNull       `json:"function_call"`
+	ToolCalls        []toolCallWire `json:"tool_calls"`
+	ReasoningContent *string        `json:"reasoning_content"`
+}
+
+// toolCallWire is vLLM's ToolCall: id "chatcmpl-tool-<32 hex>".
+type toolCallWire struct {
+	ID       string       `json:"id"`
+	Type     string       `json:"type"`
+	Function functionWire `json:"function"`
+}
+
+type functionWire struct {
+	Name      string `json:"name"`
+	Arguments string `json:"arguments"`
 }
 
 type chatChoice struct {
@@ -70,9 +90,27 @@ type chatResponse struct {
 
 // Chat, streaming.
 
+// chatDelta is vLLM's DeltaMessage dumped with exclude_unset: only the
+// fields a chunk sets appear.
 type chatDelta struct {
-	Role    string  `json:"role,omitempty"`
-	Content *string `json:"content,omitempty"`
+	Role             string          `json:"role,omitempty"`
+	Content          *string         `json:"content,omitempty"`
+	ReasoningContent *string         `json:"reasoning_content,omitempty"`
+	ToolCalls        []deltaToolCall `json:"tool_calls,omitempty"`
+}
+
+// deltaToolCall is vLLM's DeltaToolCall: the first delta of a call carries
+// id, type and the function name, later ones argument pieces only.
+type deltaToolCall struct {
+	ID       string        `json:"id,omitempty"`
+	Type     string        `json:"type,omitempty"`
+	Index    int           `json:"index"`
+	Function deltaFunction `json:"function"`
+}
+
+type deltaFunction struct {
+	Name      string  `json:"name,omitempty"`
+	Arguments *string `json:"arguments,omitempty"`
 }
 
 type chatChunkChoice struct {
@@ -213,12 +251,23 @@ type chatRequest struct {
 	Seed                *int64            `json:"seed"`
 	IgnoreEOS           bool              `json:"ignore_eos"`
 	Tools               []json.RawMessage `json:"tools"`
+	ToolChoice          json.RawMessage   `json:"tool_choice"`
+	ParallelToolCalls   *bool             `json:"parallel_tool_calls"`
+	// ChatTemplateKwargs is passed to the chat template; Qwen3's reads
+	// enable_thinking.
+	ChatTemplateKwargs map[string]json.RawMessage `json:"chat_template_kwargs"`
+	// IncludeReasoning false drops reasoning_content from the answer (the
+	// tokens are still generated), as in vLLM.
+	IncludeReasoning *bool `json:"include_reasoning"`
 }
 
 type chatRequestMsg struct {
 	Role    string          `json:"role"`
 	Content json.RawMessage `json:"content"`
 	Name    string          `json:"name"`
+	// ToolCalls of an assistant message count as prompt tokens.
+	ToolCalls  json.RawMessage `json:"tool_calls"`
+	ToolCallID string          `json:"tool_call_id"`
 }
 
 type streamOptions struct {
