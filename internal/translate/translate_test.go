@@ -35,7 +35,9 @@ func eventNames(evs []Event) string {
 func TestAnthropicToChat_RejectsInvalidInputWithParam(t *testing.T) {
 	for _, tc := range []struct{ name, body, param string }{
 		{"no messages", `{"model":"m","max_tokens":5,"messages":[]}`, "messages"},
-		{"system role in messages", `{"model":"m","max_tokens":5,"messages":[{"role":"system","content":"x"}]}`, "messages[0].role"},
+		{"unknown role in messages", `{"model":"m","max_tokens":5,"messages":[{"role":"tool","content":"x"}]}`, "messages[0].role"},
+		{"non-text block in a system message", `{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"q"},{"role":"system","content":[{"type":"image","source":{"type":"url","url":"u"}}]}]}`, "messages[1].content[0].type"},
+		{"output format without schema", `{"model":"m","max_tokens":5,"output_config":{"format":{"type":"json_schema"}},"messages":[{"role":"user","content":"x"}]}`, "output_config.format"},
 		{"tool choice without name", `{"model":"m","max_tokens":5,"tools":[{"name":"f","input_schema":{}}],"tool_choice":{"type":"tool"},"messages":[{"role":"user","content":"x"}]}`, "tool_choice.name"},
 		{"unknown tool choice", `{"model":"m","max_tokens":5,"tool_choice":{"type":"maybe"},"messages":[{"role":"user","content":"x"}]}`, "tool_choice.type"},
 		{"tool_use without id", `{"model":"m","max_tokens":5,"messages":[{"role":"assistant","content":[{"type":"tool_use","name":"f","input":{}}]}]}`, "messages[0].content[0]"},

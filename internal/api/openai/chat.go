@@ -41,6 +41,10 @@ type ChatCompletionRequest struct {
 
 var chatRequestFields = FieldNames(reflect.TypeFor[ChatCompletionRequest]())
 
+// IsChatRequestField reports whether name is a member ChatCompletionRequest
+// names (and so always writes from its typed field, never from Extra).
+func IsChatRequestField(name string) bool { return chatRequestFields[name] }
+
 // UnmarshalJSON decodes the named fields and keeps the others in Extra.
 func (r *ChatCompletionRequest) UnmarshalJSON(b []byte) error {
 	type plain ChatCompletionRequest // no methods: no recursion
