@@ -105,7 +105,7 @@ var goldenDirs = map[string]func(t *testing.T, in []byte) []byte{
 
 // goldenOptions is the JSON form of ChatOptions in golden inputs.
 type goldenOptions struct {
-	Switch, Effort, Budget    string
+	Switch, Effort, Budget     string
 	DropHistory, SystemInPlace bool
 }
 

@@ -101,4 +101,7 @@ func TestEstimateAnthropicInputTokens_SystemMessagesCountAsTheyAreSent(t *testin
 	}
 }
 
-func withMaxTokens(r *anthropic.MessagesRequest) *anthropic.MessagesRequest { r.MaxTokens = 1; return r }
+func withMaxTokens(r *anthropic.MessagesRequest) *anthropic.MessagesRequest {
+	r.MaxTokens = 1
+	return r
+}
