@@ -91,11 +91,12 @@ var goldenDirs = map[string]func(t *testing.T, in []byte) []byte{
 	"chat_to_responses": func(t *testing.T, in []byte) []byte {
 		var resp openai.ChatCompletion
 		mustUnmarshal(t, in, &resp)
-		req := &openai.ResponsesRequest{Model: "codex-via-gateway", Instructions: "be brief", Store: ptr(false)}
+		req := &openai.ResponsesRequest{Model: "codex-via-gateway", Instructions: "be brief", Store: ptr(false),
+			Include: []string{"reasoning.encrypted_content"}}
 		return jsonOrError(t, ChatToResponses(&resp, req), nil)
 	},
 	"stream_chat_to_responses": func(t *testing.T, in []byte) []byte {
-		req := &openai.ResponsesRequest{Model: "codex-via-gateway", Store: ptr(false),
+		req := &openai.ResponsesRequest{Model: "codex-via-gateway", Store: ptr(false), Include: []string{"reasoning.encrypted_content"},
 			Tools: []openai.ResponsesTool{{Type: "function", Name: "shell", Parameters: json.RawMessage(`{"type":"object"}`)}}}
 		tr := NewChatToResponsesStream(req)
 		tr.now = fixedNow
