@@ -105,3 +105,18 @@ func withMaxTokens(r *anthropic.MessagesRequest) *anthropic.MessagesRequest {
 	r.MaxTokens = 1
 	return r
 }
+
+func TestAnthropicIgnoredFields_ListsWhatAChatBackendDoesNotHonour(t *testing.T) {
+	req := decodeMessagesRequest(t, `{"model":"m","max_tokens":9,"thinking":{"type":"adaptive"},"output_config":{"effort":"high","task_budget":{"total":9}},
+	 "context_management":{"edits":[]},"mcp_servers":[],"service_tier":"auto","cache_control":{"type":"ephemeral"},
+	 "messages":[{"role":"user","content":[{"type":"text","text":"q","cache_control":{"type":"ephemeral"}}]}]}`)
+	got := strings.Join(AnthropicIgnoredFields(req, ChatOptions{}), ",")
+	if want := "cache_control,context_management,mcp_servers,output_config.effort,output_config.task_budget,service_tier,thinking"; got != want {
+		t.Errorf("without reasoning options: %s, want %s", got, want)
+	}
+	opts := ChatOptions{Reasoning: ReasoningOptions{Switch: "chat_template_kwargs.enable_thinking", Effort: "reasoning_effort"}}
+	got = strings.Join(AnthropicIgnoredFields(req, opts), ",")
+	if want := "cache_control,context_management,mcp_servers,output_config.task_budget,service_tier"; got != want {
+		t.Errorf("with reasoning options: %s, want %s", got, want)
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"reflect"
+	"strings"
 
 	"llmgate/internal/api/openai"
 	"llmgate/internal/jsonscan"
@@ -58,10 +59,10 @@ func (r *MessagesRequest) UnmarshalJSON(b []byte) error {
 	}
 	*r = MessagesRequest(p)
 	_ = jsonscan.Fields(b, func(key []byte, val jsonscan.Span) bool {
-		switch k := string(key); {
-		case k == "tools":
+		switch k := openai.MemberName(key); {
+		case strings.EqualFold(k, "tools"):
 			keepUnknownToolFields(b[val.Start:val.End], r.Tools)
-		case !requestFields[k]:
+		case !requestFields.Has(k):
 			if r.Extra == nil {
 				r.Extra = openai.Extra{}
 			}
@@ -284,10 +285,10 @@ func keepUnknownBlockFields(arr []byte, blocks []ContentBlock) {
 			return true
 		}
 		_ = jsonscan.Fields(elem, func(key []byte, v jsonscan.Span) bool {
-			switch k := string(key); {
-			case k == "source" && b.Source != nil:
+			switch k := openai.MemberName(key); {
+			case strings.EqualFold(k, "source") && b.Source != nil:
 				b.Source.Extra = openai.UnknownFields(elem[v.Start:v.End], sourceFields)
-			case !blockFields[k]:
+			case !blockFields.Has(k):
 				if b.Extra == nil {
 					b.Extra = openai.Extra{}
 				}

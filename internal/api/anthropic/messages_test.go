@@ -115,3 +115,23 @@ func TestContent_RejectsMalformedModelledBlocks(t *testing.T) {
 		}
 	}
 }
+
+// TestMessagesRequest_MemberNamesMatchAsEncodingJSONDoes checks that a member
+// encoding/json decodes into a typed field (it matches names without regard
+// to case) is not also kept as an unknown member, which would write it twice.
+func TestMessagesRequest_MemberNamesMatchAsEncodingJSONDoes(t *testing.T) {
+	var req MessagesRequest
+	if err := json.Unmarshal([]byte(`{"Model":"m","MAX_TOKENS":5,"messages":[{"role":"user","content":[{"type":"text","TEXT":"q","x":1}]}],"other":2}`), &req); err != nil {
+		t.Fatal(err)
+	}
+	if req.Model != "m" || req.MaxTokens != 5 || len(req.Extra) != 1 || req.Extra["other"] == nil {
+		t.Fatalf("model %q max_tokens %d extra %v", req.Model, req.MaxTokens, req.Extra)
+	}
+	if b := req.Messages[0].Content.Blocks[0]; b.Text != "q" || len(b.Extra) != 1 {
+		t.Errorf("block text %q extra %v", b.Text, b.Extra)
+	}
+	out, _ := json.Marshal(&req)
+	if want := `{"model":"m","max_tokens":5,"messages":[{"role":"user","content":[{"type":"text","text":"q","x":1}]}],"other":2}`; string(out) != want {
+		t.Errorf("re-encoded\n got %s\nwant %s", out, want)
+	}
+}

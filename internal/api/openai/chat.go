@@ -43,7 +43,7 @@ var chatRequestFields = FieldNames(reflect.TypeFor[ChatCompletionRequest]())
 
 // IsChatRequestField reports whether name is a member ChatCompletionRequest
 // names (and so always writes from its typed field, never from Extra).
-func IsChatRequestField(name string) bool { return chatRequestFields[name] }
+func IsChatRequestField(name string) bool { return chatRequestFields.Has(name) }
 
 // UnmarshalJSON decodes the named fields and keeps the others in Extra.
 func (r *ChatCompletionRequest) UnmarshalJSON(b []byte) error {
