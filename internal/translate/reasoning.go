@@ -4,7 +4,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
+	"slices"
 	"strings"
 
 	"llmgate/internal/api/anthropic"
@@ -43,6 +45,33 @@ type ReasoningOptions struct {
 	// (DeepSeek's own API). By default it is sent as reasoning_content,
 	// which Qwen3's chat template renders for the turns of a tool loop.
 	DropHistory bool
+}
+
+// reasoningPresets are the options of model families served by vLLM and
+// SGLang, named as vLLM's --reasoning-parser names them (see vLLM's
+// "Reasoning Outputs": Qwen3 and GLM-4.5 think unless
+// chat_template_kwargs.enable_thinking is false; DeepSeek-V3.1 and Granite
+// 3.2 only when chat_template_kwargs.thinking is true; gpt-oss takes
+// reasoning_effort).
+var reasoningPresets = map[string]ReasoningOptions{
+	"qwen3":       {Switch: "chat_template_kwargs.enable_thinking"},
+	"glm45":       {Switch: "chat_template_kwargs.enable_thinking"},
+	"deepseek_v3": {Switch: "chat_template_kwargs.thinking"},
+	"granite":     {Switch: "chat_template_kwargs.thinking"},
+	"gpt_oss":     {Effort: "reasoning_effort"},
+}
+
+// ReasoningPreset returns the options of a model family by name (qwen3,
+// glm45, deepseek_v3, granite, gpt_oss); ok is false for another name.
+func ReasoningPreset(name string) (opts ReasoningOptions, ok bool) {
+	opts, ok = reasoningPresets[name]
+	return opts, ok
+}
+
+// ReasoningPresetNames lists the preset names, sorted, for messages that
+// say which exist.
+func ReasoningPresetNames() []string {
+	return slices.Sorted(maps.Keys(reasoningPresets))
 }
 
 // IsZero reports whether no option is set.

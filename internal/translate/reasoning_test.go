@@ -120,3 +120,19 @@ func TestAnthropicIgnoredFields_ListsWhatAChatBackendDoesNotHonour(t *testing.T)
 		t.Errorf("with reasoning options: %s, want %s", got, want)
 	}
 }
+
+func TestReasoningPresets_AreValidAndNamed(t *testing.T) {
+	names := ReasoningPresetNames()
+	if strings.Join(names, ",") != "deepseek_v3,glm45,gpt_oss,granite,qwen3" {
+		t.Errorf("presets = %v", names)
+	}
+	for _, n := range names {
+		o, ok := ReasoningPreset(n)
+		if !ok || o.IsZero() || o.Validate() != nil {
+			t.Errorf("preset %s = %+v (ok %v, validate %v)", n, o, ok, o.Validate())
+		}
+	}
+	if _, ok := ReasoningPreset("llama"); ok {
+		t.Error("unknown preset found")
+	}
+}
