@@ -360,6 +360,12 @@ func userPart(b anthropic.ContentBlock, path string) (*openai.ContentPart, error
 			return &openai.ContentPart{Type: "text", Text: text}, nil
 		}
 		return nil, badRequest(path+".source", "%s: only plain-text documents (source.type \"text\") can be sent to an OpenAI-compatible backend; extract the text and send it as a text block", path)
+	case "search_result":
+		text, err := searchResultText(b, path)
+		if err != nil {
+			return nil, err
+		}
+		return &openai.ContentPart{Type: "text", Text: text}, nil
 	case "thinking", "redacted_thinking":
 		return nil, nil // only meaningful in assistant turns; ignore
 	case "tool_use":
@@ -367,6 +373,29 @@ func userPart(b anthropic.ContentBlock, path string) (*openai.ContentPart, error
 	default:
 		return nil, badRequest(path+".type", "%s: content block type %q is not supported by OpenAI-compatible backends", path, b.Type)
 	}
+}
+
+// searchResultText renders a search_result block (source, title and text
+// content, as a RAG tool returns it) as text: chat has no such part.
+func searchResultText(b anthropic.ContentBlock, path string) (string, error) {
+	var sr struct {
+		Source  string `json:"source"`
+		Title   string `json:"title"`
+		Content []struct {
+			Type string `json:"type"`
+			Text string `json:"text"`
+		} `json:"content"`
+	}
+	if err := json.Unmarshal(b.Raw, &sr); err != nil {
+		return "", badRequest(path, "%s: a search_result block needs a source and a title (strings) and text content", path)
+	}
+	parts := []string{sr.Title + " (" + sr.Source + ")"}
+	for _, c := range sr.Content {
+		if c.Type == "text" {
+			parts = append(parts, c.Text)
+		}
+	}
+	return strings.Join(parts, "\n\n"), nil
 }
 
 // imageURL converts an image source into a URL or data: URI.
@@ -411,14 +440,14 @@ func toolResultContent(c *anthropic.Content, path string) (string, []openai.Cont
 				return "", nil, err
 			}
 			images = append(images, openai.ContentPart{Type: "image_url", ImageURL: &openai.ImageURL{URL: u}})
-		case "document":
+		case "document", "search_result":
 			p, err := userPart(b, bp)
 			if err != nil {
 				return "", nil, err
 			}
 			texts = append(texts, p.Text)
 		default:
-			return "", nil, badRequest(bp+".type", "%s: tool_result content must be text, image or document blocks, got %q", bp, b.Type)
+			return "", nil, badRequest(bp+".type", "%s: tool_result content must be text, image, document or search_result blocks, got %q", bp, b.Type)
 		}
 	}
 	return strings.Join(texts, "\n\n"), images, nil
