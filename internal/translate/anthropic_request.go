@@ -91,6 +91,8 @@ func AnthropicToChatWith(req *anthropic.MessagesRequest, opts ChatOptions) (*ope
 	}
 	out.ResponseFormat = rf
 
+	// The leading system message comes first; its parts are gathered
+	// before the conversation so the messages are built in one pass.
 	sys, err := systemText(req.System, "system")
 	if err != nil {
 		return nil, err
@@ -100,35 +102,46 @@ func AnthropicToChatWith(req *anthropic.MessagesRequest, opts ChatOptions) (*ope
 		system = append(system, sys)
 	}
 	lastUser := lastUserIndex(req.Messages)
+	inPlace := make([]string, len(req.Messages)) // text of system messages kept where they are
+	leading := true                               // no user or assistant message yet
 	for i := range req.Messages {
 		m := &req.Messages[i]
-		path := fmt.Sprintf("messages[%d]", i)
+		if m.Role != anthropic.RoleSystem {
+			leading = false
+			continue
+		}
+		if systemCleared(m, i, lastUser) {
+			continue
+		}
+		text, err := systemText(m.Content, fmt.Sprintf("messages[%d].content", i))
+		if err != nil {
+			return nil, err
+		}
+		switch {
+		case text == "": // a message that only sets output_config
+		case opts.SystemInPlace && !leading:
+			inPlace[i] = text
+		default:
+			system = append(system, text)
+		}
+	}
+	out.Messages = make([]openai.ChatMessage, 0, len(req.Messages)+1)
+	if len(system) > 0 {
+		out.Messages = append(out.Messages, openai.ChatMessage{Role: "system", Content: openai.TextContent(strings.Join(system, "\n\n"))})
+	}
+	for i := range req.Messages {
+		m := &req.Messages[i]
 		if m.Role == anthropic.RoleSystem {
-			if systemCleared(m, i, lastUser) {
-				continue
-			}
-			text, err := systemText(m.Content, path+".content")
-			if err != nil {
-				return nil, err
-			}
-			if text == "" {
-				continue // a message that only sets output_config
-			}
-			if opts.SystemInPlace && len(out.Messages) > 0 {
-				out.Messages = append(out.Messages, openai.ChatMessage{Role: "system", Content: openai.TextContent(text)})
-			} else {
-				system = append(system, text)
+			if inPlace[i] != "" {
+				out.Messages = append(out.Messages, openai.ChatMessage{Role: "system", Content: openai.TextContent(inPlace[i])})
 			}
 			continue
 		}
-		msgs, err := convertAnthropicMessage(m, path)
+		msgs, err := convertAnthropicMessage(m, fmt.Sprintf("messages[%d]", i))
 		if err != nil {
 			return nil, err
 		}
 		out.Messages = append(out.Messages, msgs...)
-	}
-	if len(system) > 0 {
-		out.Messages = append([]openai.ChatMessage{{Role: "system", Content: openai.TextContent(strings.Join(system, "\n\n"))}}, out.Messages...)
 	}
 	if len(out.Messages) == 0 {
 		return nil, badRequest("messages", "messages must contain at least one user or assistant message")
