@@ -103,7 +103,7 @@ func AnthropicToChatWith(req *anthropic.MessagesRequest, opts ChatOptions) (*ope
 	}
 	lastUser := lastUserIndex(req.Messages)
 	inPlace := make([]string, len(req.Messages)) // text of system messages kept where they are
-	leading := true                               // no user or assistant message yet
+	leading := true                              // no user or assistant message yet
 	for i := range req.Messages {
 		m := &req.Messages[i]
 		if m.Role != anthropic.RoleSystem {
