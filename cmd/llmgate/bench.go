@@ -135,7 +135,7 @@ otherwise (results are still written).`,
 }
 
 func runBench(cmd *cobra.Command, f *benchFlags) error {
-	bench.Version = version
+	bench.Version = currentBuild().String()
 	o, err := f.options(cmd.Context(), cmd.Flags().Changed("num-requests"))
 	if err != nil {
 		return err

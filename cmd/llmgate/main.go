@@ -10,9 +10,6 @@ import (
 	"github.com/spf13/cobra"
 )
 
-// version is set at build time with -ldflags "-X main.version=...".
-var version = "dev"
-
 func main() {
 	root := newRootCmd()
 	if err := root.Execute(); err != nil {
@@ -25,10 +22,11 @@ func newRootCmd() *cobra.Command {
 	root := &cobra.Command{
 		Use:           "llmgate",
 		Short:         "One endpoint for every model: gateway, benchmark, simulator and diagnostics",
-		Version:       version,
+		Version:       currentBuild().describe(),
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
+	root.SetVersionTemplate("{{.Version}}")
 	root.AddCommand(
 		newServeCmd(),
 		newKeysCmd(),
@@ -40,6 +38,7 @@ func newRootCmd() *cobra.Command {
 		newMCPCmd(),
 		newModelsCmd(),
 		newEnginesCmd(),
+		newVersionCmd(),
 	)
 	return root
 }

@@ -62,7 +62,7 @@ Logs go to stderr; stdout carries the protocol only.`,
 				sdkLevel = level
 			}
 			sdkLog := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: sdkLevel}))
-			srv, err := mcpserver.New(cfg, version, log, sdkLog)
+			srv, err := mcpserver.New(cfg, currentBuild().String(), log, sdkLog)
 			if err != nil {
 				return err
 			}
