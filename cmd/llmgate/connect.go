@@ -97,11 +97,11 @@ from LLMGATE_API_KEY, --model from LLMGATE_MODEL.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&o.BaseURL, "base-url", "", "gateway URL, with or without /v1 (default LLMGATE_BASE_URL or "+connect.DefaultBaseURL+")")
-	f.StringVar(&o.APIKey, "api-key", "", "gateway key (default LLMGATE_API_KEY)")
-	f.StringVar(&o.Model, "model", "", "model the tool should use (default LLMGATE_MODEL)")
-	f.BoolVar(&print, "print", false, "print the resulting file instead of writing it")
-	f.StringVar(&o.Path, "file", "", "write this file instead of the tool's default (e.g. .claude/settings.json in a project)")
+	f.StringVar(&o.BaseURL, "base-url", "", "Base URL of the OpenAI-compatible API the tool calls (normally the gateway), with or without /v1; when not given, $LLMGATE_BASE_URL, else "+connect.DefaultBaseURL)
+	f.StringVar(&o.APIKey, "api-key", "", "API key the tool sends (a virtual key of the gateway); when not given, $LLMGATE_API_KEY")
+	f.StringVar(&o.Model, "model", "", "Model the tool should use; when not given, $LLMGATE_MODEL")
+	f.BoolVar(&print, "print", false, "Print the resulting file instead of writing it")
+	f.StringVar(&o.Path, "file", "", "Write this file instead of the tool's default (e.g. .claude/settings.json in a project)")
 	return cmd
 }
 

@@ -3,6 +3,8 @@
 // endpoint diagnostics and client configuration.
 package main
 
+//go:generate go run . gen-docs -o ../../docs/cli.md
+
 import (
 	"fmt"
 	"os"
@@ -39,6 +41,8 @@ func newRootCmd() *cobra.Command {
 		newModelsCmd(),
 		newEnginesCmd(),
 		newVersionCmd(),
+		newGenDocsCmd(),
 	)
+	finishTree(root)
 	return root
 }

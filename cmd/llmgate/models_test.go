@@ -58,7 +58,7 @@ func TestModelsCmd_ShowsHealthFromARunningGateway(t *testing.T) {
 			resp.Body.Close()
 		}
 	}
-	out, err := runModels(t, "--url", g.URL(), "--key", "sk-lg-models-test")
+	out, err := runModels(t, "--url", g.URL(), "--master-key", "sk-lg-models-test")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +67,7 @@ func TestModelsCmd_ShowsHealthFromARunningGateway(t *testing.T) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
 	}
-	_, err = runModels(t, "--url", g.URL(), "--key", "sk-lg-wrong-wrong-wrong")
+	_, err = runModels(t, "--url", g.URL(), "--master-key", "sk-lg-wrong-wrong-wrong")
 	if err == nil || !strings.Contains(err.Error(), "401") {
 		t.Errorf("wrong key: err = %v", err)
 	}

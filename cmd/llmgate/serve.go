@@ -43,12 +43,12 @@ backends whose keys are set (OPENAI_API_KEY, DEEPSEEK_API_KEY,
 DASHSCOPE_API_KEY), and prints what it found.`,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runServe(cmd.Context(), f, cmd.ErrOrStderr()) },
 	}
-	cmd.Flags().StringVarP(&f.config, "config", "c", "", "config file (default $LLMGATE_CONFIG; none = discover backends)")
-	cmd.Flags().StringVar(&f.listen, "listen", "", "listen address (overrides the config; default 127.0.0.1:4000)")
-	cmd.Flags().StringVar(&f.database, "database", "", "SQLite file (overrides the config; default llmgate.db)")
-	cmd.Flags().BoolVar(&f.demo, "demo", false, "start simulated engines and a demo key: try everything without a GPU")
-	cmd.Flags().StringVar(&f.dataDir, "data", "", "demo data directory (default: a new temporary directory)")
-	cmd.Flags().BoolVar(&f.logJSON, "log-json", false, "log as JSON")
+	cmd.Flags().StringVarP(&f.config, "config", "c", "", "Config file; when not given, $LLMGATE_CONFIG; with neither, discover backends")
+	cmd.Flags().StringVar(&f.listen, "listen", "", "Listen address, overriding the config's; when neither gives one, "+config.DefaultListen)
+	cmd.Flags().StringVar(&f.database, "database", "", "Database: a SQLite file or a postgres:// URL, overriding the config's; when neither gives one, "+config.DefaultDatabase)
+	cmd.Flags().BoolVar(&f.demo, "demo", false, "Start simulated engines and a demo key: try everything without a GPU")
+	cmd.Flags().StringVar(&f.dataDir, "data", "", "Demo data directory; when not given, a new temporary directory, removed at exit")
+	cmd.Flags().BoolVar(&f.logJSON, "log-json", false, "Log as JSON")
 	return cmd
 }
 
