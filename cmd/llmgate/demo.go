@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -18,21 +19,50 @@ import (
 // ran on its own GPU server.
 var demoModels = []string{"qwen2.5-7b-instruct", "qwen2.5-32b-instruct", "qwen3-32b"}
 
-// runDemo starts simulated engines in-process, a gateway in front of them
-// with a fresh database, creates a demo key and prints how to use it.
+// demo is a running demo: simulated engines behind a gateway with a fresh
+// database, a demo key and a master key.
+type demo struct {
+	g      *gateway.Gateway
+	key    string // the demo's virtual key
+	master string
+	dir    string // data directory
+	temp   bool   // dir is removed at close
+	stops  []func()
+}
+
+// runDemo starts the demo, prints how to use it and serves until ctx ends.
 func runDemo(ctx context.Context, f serveFlags, out io.Writer) error {
-	dir := f.dataDir
-	if dir == "" {
-		d, err := os.MkdirTemp("", "llmgate-demo-")
-		if err != nil {
-			return err
-		}
-		dir = d
-		defer os.RemoveAll(d)
-	} else if err := os.MkdirAll(dir, 0o700); err != nil {
+	lg := newLogger(out, f.logJSON)
+	defer lg.Close()
+	d, err := startDemo(ctx, f, lg.Logger)
+	if err != nil {
 		return err
 	}
-	cfg := &config.Config{Listen: config.DefaultListen, Database: filepath.Join(dir, "llmgate.db"),
+	defer d.removeData()
+	printDemo(out, d.g.URL(), d.key, d.master, d.dir, d.temp)
+	return waitAndClose(ctx, d.g, lg.Logger, d.stopEngines)
+}
+
+// startDemo starts simulated engines in-process and a gateway in front of
+// them, and creates the demo key.
+func startDemo(ctx context.Context, f serveFlags, log *slog.Logger) (d *demo, err error) {
+	d = &demo{dir: f.dataDir}
+	defer func() {
+		if err != nil {
+			d.stopEngines()
+			d.removeData()
+		}
+	}()
+	if d.dir == "" {
+		dir, err := os.MkdirTemp("", "llmgate-demo-")
+		if err != nil {
+			return nil, err
+		}
+		d.dir, d.temp = dir, true
+	} else if err := os.MkdirAll(d.dir, 0o700); err != nil {
+		return nil, err
+	}
+	cfg := &config.Config{Listen: config.DefaultListen, Database: filepath.Join(d.dir, "llmgate.db"),
 		Backends: map[string]*config.Backend{}, Models: map[string]*config.Model{}, Source: "demo"}
 	if f.listen != "" {
 		cfg.Listen = f.listen
@@ -41,43 +71,50 @@ func runDemo(ctx context.Context, f serveFlags, out io.Writer) error {
 		mc, _ := sim.PresetFor(name)
 		addr, stop, err := sim.Listen(ctx, "127.0.0.1:0", sim.Config{Models: []sim.ModelConfig{mc}})
 		if err != nil {
-			return fmt.Errorf("start simulated %s: %w", name, err)
+			return nil, fmt.Errorf("start simulated %s: %w", name, err)
 		}
-		defer stop()
+		d.stops = append(d.stops, stop)
 		backend := "sim-" + name
 		cfg.Backends[backend] = &config.Backend{URL: "http://" + addr + "/v1"}
 		cfg.Models[name] = &config.Model{Backend: backend}
 	}
 	cfg.ApplyDefaults()
 	if err := cfg.Validate(); err != nil {
-		return err
+		return nil, err
 	}
-	lg := newLogger(out, f.logJSON)
-	defer lg.Close()
-	log := lg.Logger
-	master := strings.TrimSpace(os.Getenv("LLMGATE_MASTER_KEY"))
-	if master == "" {
-		m, err := keys.Generate()
-		if err != nil {
-			return err
+	d.master = strings.TrimSpace(os.Getenv("LLMGATE_MASTER_KEY"))
+	if d.master == "" {
+		if d.master, err = keys.Generate(); err != nil {
+			return nil, err
 		}
-		master = m
 	}
-	g, err := gateway.Start(ctx, gateway.Options{Config: cfg, Logger: log, MasterKey: master, Notice: io.Discard})
+	d.g, err = gateway.Start(ctx, gateway.Options{Config: cfg, Logger: log, MasterKey: d.master, Notice: io.Discard})
 	if err != nil {
-		return err
+		return nil, err
 	}
-	_, demoKey, err := gateway.CreateKey(ctx, g.Store, keys.Key{Name: "demo"})
+	_, d.key, err = gateway.CreateKey(ctx, d.g.Store, keys.Key{Name: "demo"})
+	if err == nil {
+		err = d.g.Verifier.Reload(ctx)
+	}
 	if err != nil {
-		g.Close(context.Background())
-		return err
+		d.g.Close(context.Background())
+		return nil, err
 	}
-	if err := g.Verifier.Reload(ctx); err != nil {
-		g.Close(context.Background())
-		return err
+	return d, nil
+}
+
+// stopEngines stops the simulated engines.
+func (d *demo) stopEngines() {
+	for _, stop := range d.stops {
+		stop()
 	}
-	printDemo(out, g.URL(), demoKey, master, dir, f.dataDir == "")
-	return waitAndClose(ctx, g, log)
+}
+
+// removeData removes a temporary data directory.
+func (d *demo) removeData() {
+	if d.temp {
+		os.RemoveAll(d.dir)
+	}
 }
 
 func printDemo(w io.Writer, base, key, master, dir string, temp bool) {

@@ -31,7 +31,7 @@ func (c *enginesClient) do(ctx context.Context, method, path string, out any) er
 	if key == "" {
 		return fmt.Errorf("no master key: set LLMGATE_MASTER_KEY or pass --master-key")
 	}
-	url := c.resolveURL()
+	url, _ := c.resolveURL(nil)
 	base := strings.TrimSuffix(strings.TrimSuffix(url, "/"), "/v1")
 	req, err := http.NewRequestWithContext(ctx, method, base+path, nil)
 	if err != nil {

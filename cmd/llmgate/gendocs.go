@@ -77,6 +77,10 @@ Every command names the same thing the same way:
 A flag given on the command line wins over its environment variable. A default
 that depends on the environment or on another flag is described in words ("when
 not given, …"); a fixed default is shown in the Default column.
+
+` + "`keys`" + ` and ` + "`usage`" + ` talk to the running gateway (` + "`--url`" + `, else ` + "`$LLMGATE_URL`" + `, else the
+config's ` + "`listen`" + ` address, else ` + "`http://127.0.0.1:4000`" + `) and fall back to its database
+file when no gateway answers, saying on standard error which file they used.
 `
 
 // writeCLIDocs writes the Markdown reference of every visible command and

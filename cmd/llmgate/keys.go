@@ -99,8 +99,13 @@ func (f *keySpecFlags) spec(cmd *cobra.Command) (admin.KeySpec, error) {
 func newKeysCmd() *cobra.Command {
 	var d dbFlags
 	cmd := &cobra.Command{Use: "keys", Short: "Manage virtual API keys (create, list, show, update, revoke, rotate)",
-		Long: "Manage virtual API keys on the local database, or on a running gateway with --url (master key from\n" +
-			"--master-key or $LLMGATE_MASTER_KEY). Changes reach every running replica within a second."}
+		Long: `Manage virtual API keys. The commands talk to the running gateway: --url, else
+$LLMGATE_URL, else the listen address of the config (-c or $LLMGATE_CONFIG), else
+` + defaultGatewayURL + `, with the master key from --master-key or $LLMGATE_MASTER_KEY.
+A key created there works on its first request. When no gateway answers they work on
+its database file instead (the config's database, else llmgate.db) and say which file;
+--database FILE picks the database directly. Changes reach every running replica
+within a second.`}
 	d.register(cmd.PersistentFlags())
 	var asJSON bool
 	run := func(fn func(ctx context.Context, c *admin.Client, out io.Writer, args []string) error) func(*cobra.Command, []string) error {
@@ -209,6 +214,7 @@ func newKeysCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			fmt.Fprintf(cmd.ErrOrStderr(), "llmgate: using the database %s\n", describeDatabase(db))
 			st, err := gateway.OpenStore(ctx, db)
 			if err != nil {
 				return err

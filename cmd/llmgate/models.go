@@ -84,7 +84,7 @@ func modelsFromGateway(ctx context.Context, w io.Writer, f modelsFlags) error {
 	if key == "" {
 		key = strings.TrimSpace(os.Getenv("LLMGATE_API_KEY"))
 	}
-	url := f.resolveURL()
+	url, _ := f.resolveURL(nil)
 	base := strings.TrimSuffix(strings.TrimRight(url, "/"), "/v1")
 	ctx, cancel := context.WithTimeout(ctx, f.timeout)
 	defer cancel()

@@ -124,12 +124,18 @@ func runServe(ctx context.Context, f serveFlags, out io.Writer) error {
 	return waitAndClose(ctx, g, log)
 }
 
-func waitAndClose(ctx context.Context, g *gateway.Gateway, log *slog.Logger) error {
+// waitAndClose waits for ctx to end, then closes the gateway and runs
+// after (for what must outlive the requests in flight).
+func waitAndClose(ctx context.Context, g *gateway.Gateway, log *slog.Logger, after ...func()) error {
 	<-ctx.Done()
 	log.Info("shutting down: finishing requests in flight and flushing the usage ledger")
 	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := g.Close(sctx); err != nil && !errors.Is(err, context.Canceled) {
+	err := g.Close(sctx)
+	for _, f := range after {
+		f()
+	}
+	if err != nil && !errors.Is(err, context.Canceled) {
 		return err
 	}
 	return nil

@@ -18,9 +18,12 @@ func newUsageCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "usage",
 		Short: "Show usage by key, model, backend or day: requests, errors, tokens, cost, p50/p95 latency",
-		Long: "Summarize the usage ledger from the local database, or from a running gateway with --url.\n" +
-			"Whole hours come from hourly rollups, so summaries stay fast on large ledgers; latency\n" +
-			"percentiles come from a histogram and are within about 5% of the exact value.",
+		Long: `Summarize the usage ledger. Like 'llmgate keys', it asks the running gateway (--url,
+else $LLMGATE_URL, else the config's listen address, else ` + defaultGatewayURL + `) with the
+master key from --master-key or $LLMGATE_MASTER_KEY, and reads the database file when
+no gateway answers (saying which file), or the one --database names.
+Whole hours come from hourly rollups, so summaries stay fast on large ledgers; latency
+percentiles come from a histogram and are within about 5% of the exact value.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if format != "table" && format != "json" && format != "csv" {
