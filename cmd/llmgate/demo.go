@@ -39,7 +39,7 @@ func runDemo(ctx context.Context, f serveFlags, out io.Writer) error {
 		return err
 	}
 	defer d.removeData()
-	printDemo(out, d.g.URL(), d.key, d.master, d.dir, d.temp)
+	printDemo(out, d, selfInvocation())
 	return waitAndClose(ctx, d.g, lg.Logger, d.stopEngines)
 }
 
@@ -117,49 +117,67 @@ func (d *demo) removeData() {
 	}
 }
 
-func printDemo(w io.Writer, base, key, master, dir string, temp bool) {
-	where := dir
-	if temp {
+// printDemo prints the demo banner. Every command in it is exact for this
+// demo (its URL, keys and database) and runs as printed from the shell
+// that started it: self is how that shell runs llmgate (selfInvocation).
+func printDemo(w io.Writer, d *demo, self string) {
+	base := d.g.URL()
+	root := strings.TrimSuffix(base, "/v1")
+	where := d.dir
+	if d.temp {
 		where += " (temporary; use --data DIR to keep it)"
+	}
+	terminal := "From another terminal"
+	if strings.HasPrefix(self, "go run ") {
+		terminal += " in this directory"
 	}
 	fmt.Fprintf(w, `
   llmgate demo: three simulated engines (vLLM-like continuous batching, no GPU)
   behind one gateway.
 
     Base URL    %[1]s
-    Console     %[7]s/ui/   (sign in with the master key or the API key)
-    API key     %[2]s
-    Master key  %[3]s   (admin; 'llmgate keys', 'llmgate usage')
-    Models      %[4]s
-    Data        %[5]s
+    Console     %[2]s/ui/   (sign in with the master key or the API key)
+    API key     %[3]s
+    Master key  %[4]s   (admin: keys, usage, the console)
+    Models      %[5]s
+    Data        %[6]s
 
   Try it:
 
     curl %[1]s/chat/completions \
-      -H "Authorization: Bearer %[2]s" -H "Content-Type: application/json" \
+      -H "Authorization: Bearer %[3]s" -H "Content-Type: application/json" \
       -d '{"model": "qwen2.5-7b-instruct", "messages": [{"role": "user", "content": "Hello!"}]}'
 
     # Python (pip install openai)
     from openai import OpenAI
-    client = OpenAI(base_url="%[1]s", api_key="%[2]s")
+    client = OpenAI(base_url="%[1]s", api_key="%[3]s")
     r = client.chat.completions.create(model="qwen3-32b", messages=[{"role": "user", "content": "Hello!"}])
     print(r.choices[0].message.content, r.usage)
 
     // Node (npm install openai)
     import OpenAI from "openai";
-    const client = new OpenAI({ baseURL: "%[1]s", apiKey: "%[2]s" });
+    const client = new OpenAI({ baseURL: "%[1]s", apiKey: "%[3]s" });
     const r = await client.chat.completions.create({ model: "qwen2.5-32b-instruct", messages: [{ role: "user", content: "Hello!" }] });
     console.log(r.choices[0].message.content, r.usage);
 
+  %[7]s:
+
+    # A key of your own (it works on its first request)
+    %[8]s keys create --url %[2]s --master-key %[4]s --name my-app
+
+    # Usage so far
+    %[8]s usage --url %[2]s --master-key %[4]s
+
     # Benchmark all three models at concurrency 1, 4, 8 and 16
-    llmgate bench --base-url %[1]s --api-key %[2]s \
+    %[8]s bench --base-url %[1]s --api-key %[3]s \
       --model qwen2.5-7b-instruct --model qwen2.5-32b-instruct --model qwen3-32b \
       --concurrency 1,4,8,16 --num-requests 64
-
-    # Usage so far (another terminal)
-    llmgate usage --database %[6]s
-
-  Press Ctrl-C to stop.
-
-`, base, key, master, strings.Join(demoModels, ", "), where, filepath.Join(dir, "llmgate.db"), strings.TrimSuffix(base, "/v1"))
+`, base, root, d.key, d.master, strings.Join(demoModels, ", "), where, terminal, self)
+	if !d.temp {
+		fmt.Fprintf(w, `
+    # After the demo stops, its usage stays in its database
+    %s usage --database %s
+`, self, shellQuote(filepath.Join(d.dir, "llmgate.db")))
+	}
+	fmt.Fprint(w, "\n  Press Ctrl-C to stop.\n\n")
 }

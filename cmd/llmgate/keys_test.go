@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -23,21 +24,33 @@ func cleanCLIEnv(t *testing.T) {
 	}
 }
 
+// testDemo is a demo started in process by a test.
+type testDemo struct {
+	*demo
+	once sync.Once
+}
+
 // startTestDemo starts the demo of `serve --demo` in process on a free port.
-func startTestDemo(t *testing.T) *demo {
+func startTestDemo(t *testing.T) *testDemo {
 	t.Helper()
 	d, err := startDemo(context.Background(), serveFlags{listen: "127.0.0.1:0", dataDir: t.TempDir()},
 		slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
+	td := &testDemo{demo: d}
+	t.Cleanup(td.stop)
+	return td
+}
+
+// stop stops the demo; later calls do nothing.
+func (d *testDemo) stop() {
+	d.once.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		_ = d.g.Close(ctx)
 		d.stopEngines()
 	})
-	return d
 }
 
 // chat sends one chat completion with key and returns the status and body.

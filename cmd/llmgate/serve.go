@@ -115,7 +115,7 @@ func runServe(ctx context.Context, f serveFlags, out io.Writer) error {
 		return err
 	}
 	if zero {
-		printDiscovery(out, g.URL(), found)
+		printDiscovery(out, g.URL(), found, selfInvocation())
 	}
 	log.Info("llmgate listening", "url", g.URL(), "models", len(cfg.Models), "database", cfg.Database)
 	if !zero {
@@ -176,7 +176,7 @@ func warnProxy(log *slog.Logger) {
 	}
 }
 
-func printDiscovery(w io.Writer, url string, found []discover.Found) {
+func printDiscovery(w io.Writer, url string, found []discover.Found, self string) {
 	if len(found) == 0 {
 		fmt.Fprintf(w, `
   No backends found: nothing answered GET /v1/models on 127.0.0.1 ports 8000, 30000,
@@ -189,9 +189,9 @@ func printDiscovery(w io.Writer, url string, found []discover.Found) {
       models:
         my-model: {backend: local-vllm}
 
-  and run 'llmgate serve -c llmgate.yaml'. To try llmgate without a GPU: 'llmgate serve --demo'.
+  and run '%[1]s serve -c llmgate.yaml'. To try llmgate without a GPU: '%[1]s serve --demo'.
 
-`)
+`, self)
 		return
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
@@ -200,5 +200,5 @@ func printDiscovery(w io.Writer, url string, found []discover.Found) {
 		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", f.Backend, f.URL, f.Source, strings.Join(f.Models, ", "))
 	}
 	tw.Flush()
-	fmt.Fprintf(w, "\n  Base URL: %s\n  API key:  the master key (LLMGATE_MASTER_KEY, or the one printed at first start),\n            or a key from 'llmgate keys create'\n\n", url)
+	fmt.Fprintf(w, "\n  Base URL: %s\n  API key:  the master key (LLMGATE_MASTER_KEY, or the one printed at first start),\n            or a key from '%s keys create'\n\n", url, self)
 }
