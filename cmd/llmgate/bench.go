@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -177,7 +178,11 @@ func runBench(cmd *cobra.Command, f *benchFlags) error {
 		}
 	}
 	if len(dead) > 0 {
-		return fmt.Errorf("every request failed in %d cell(s): %s", len(dead), strings.Join(dead, "; "))
+		msg := fmt.Sprintf("every request failed in %d cell(s): %s", len(dead), strings.Join(dead, "; "))
+		if noAPIKey(o.Targets) {
+			msg += " (no API key was sent: pass --api-key KEY or set LLMGATE_API_KEY)"
+		}
+		return errors.New(msg)
 	}
 	return nil
 }
@@ -218,8 +223,15 @@ func (f *benchFlags) options(ctx context.Context, numRequestsSet bool) (bench.Op
 				}
 			}
 			ids, err := bench.ListModels(ctx, base, key)
+			var se *bench.StatusError
+			if errors.As(err, &se) && (se.Status == http.StatusUnauthorized || se.Status == http.StatusForbidden) {
+				if key == "" {
+					return o, fmt.Errorf("%s wants an API key (%w): pass --api-key KEY or set LLMGATE_API_KEY", base, err)
+				}
+				return o, fmt.Errorf("%s refused the API key (%w): pass a valid one with --api-key or LLMGATE_API_KEY", base, err)
+			}
 			if err != nil {
-				return o, fmt.Errorf("no --model given and %w; pass --model", err)
+				return o, fmt.Errorf("no --model given and %w; pass --model to name the models", err)
 			}
 			if len(ids) == 0 {
 				return o, errors.New("no --model given and the server lists no models; pass --model")
@@ -279,6 +291,16 @@ func (f *benchFlags) options(ctx context.Context, numRequestsSet bool) (bench.Op
 	o.Sweep, o.SweepMax, o.SweepGain = f.sweep, f.sweepMax, f.sweepGain
 	o.KeepRequests = f.requestsPath != "" || f.outDir != ""
 	return o, nil
+}
+
+// noAPIKey reports whether no target sends an API key.
+func noAPIKey(ts []bench.Target) bool {
+	for _, t := range ts {
+		if t.APIKey != "" {
+			return false
+		}
+	}
+	return true
 }
 
 func parseRate(s string) (float64, error) {

@@ -46,7 +46,7 @@ latency, active health checks.
 
 With -c/--config (or $LLMGATE_CONFIG when --url is not given) it reads the file
 instead and shows what each model routes to; --probe checks every backend once
-(its health path, else GET <base>/models).
+(its health path, else GET <base>/models) and exits with status 1 when any fails.
 
 'llmgate models presets' lists the provider and engine presets.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -68,7 +68,7 @@ instead and shows what each model routes to; --probe checks every backend once
 	fl.StringVar(&f.apiKey, "api-key", "", "A virtual API key, used without --master-key; when not given, $LLMGATE_API_KEY")
 	deprecatedAlias(fl, &f.masterKey, "key", "master-key")
 	fl.StringVarP(&f.config, "config", "c", "", "Read this config file instead of asking a gateway")
-	fl.BoolVar(&f.probe, "probe", false, "With --config: check every backend once")
+	fl.BoolVar(&f.probe, "probe", false, "With --config: check every backend once; exit status 1 when any fails")
 	fl.BoolVar(&f.json, "json", false, "Print JSON")
 	fl.DurationVar(&f.timeout, "timeout", 5*time.Second, "Time-out for the gateway request or each probe")
 	cmd.AddCommand(newModelsPresetsCmd())
@@ -222,7 +222,10 @@ func modelsFromConfig(ctx context.Context, w io.Writer, f modelsFlags) error {
 	if f.json {
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
-		return enc.Encode(out)
+		if err := enc.Encode(out); err != nil {
+			return err
+		}
+		return probeFailures(probes)
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	head := "MODEL\tDEPLOYMENT\tWEIGHT\tPRIO\tBASE URL\tPRESET"
@@ -249,8 +252,30 @@ func modelsFromConfig(ctx context.Context, w io.Writer, f modelsFlags) error {
 			fmt.Fprintln(tw, line)
 		}
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	return probeFailures(probes)
 }
+
+// probeFailures is an error naming the backends whose probe failed, so
+// that `models --probe` exits non-zero when any did.
+func probeFailures(probes map[string]string) error {
+	var failed []string
+	for name, p := range probes {
+		if strings.HasPrefix(p, probeFailed) {
+			failed = append(failed, name)
+		}
+	}
+	if len(failed) == 0 {
+		return nil
+	}
+	sort.Strings(failed)
+	return fmt.Errorf("%d of %d backend probes failed: %s (see the PROBE column)", len(failed), len(probes), strings.Join(failed, ", "))
+}
+
+// probeFailed starts the PROBE column of a backend that did not answer.
+const probeFailed = "FAIL: "
 
 // probeBackend checks one backend once: its configured health path, else
 // GET <base>/models.
@@ -270,7 +295,7 @@ func probeBackend(ctx context.Context, cb *config.Backend, timeout time.Duration
 	defer cancel()
 	start := time.Now()
 	if err := b.Probe(ctx, url); err != nil {
-		return "FAIL: " + truncateNote(err.Error())
+		return probeFailed + truncateNote(err.Error())
 	}
 	return fmt.Sprintf("ok (%dms)", time.Since(start).Milliseconds())
 }
