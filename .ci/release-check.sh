@@ -35,6 +35,7 @@ grep -q "revision  $head_rev" "$OUT/version.txt" || fail "llmgate version does n
 
 log "alone in an empty root, as a non-root user"
 root=$(mktemp -d)
+chmod 0755 "$root" # mktemp makes it 0700: user 65534 must enter it
 demo=
 cleanup() {
   if [ -n "$demo" ]; then kill "$demo" 2>/dev/null || true; wait "$demo" 2>/dev/null || true; fi
