@@ -65,9 +65,9 @@ Exit status: 0 when no check failed (warnings do not fail), 1 otherwise.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&o.BaseURL, "base-url", "", "Base URL of the OpenAI-compatible API to diagnose, e.g. http://127.0.0.1:4000/v1; when not given, from the environment (see above)")
-	f.StringVar(&o.APIKey, "api-key", "", "API key; when not given, from the environment (prefer the environment: flags show in ps)")
-	f.StringVar(&o.Model, "model", "", "Model to test; when not given, from the environment, else the first listed")
+	f.StringVar(&o.BaseURL, "base-url", "", "Base URL of the OpenAI-compatible API to diagnose, e.g. http://127.0.0.1:4000/v1; when not given, $LLMGATE_BASE_URL, $OPENAI_BASE_URL, $OPENAI_API_BASE or $ANTHROPIC_BASE_URL")
+	f.StringVar(&o.APIKey, "api-key", "", "API key; when not given, the key variable of the base URL's family: $LLMGATE_API_KEY, $OPENAI_API_KEY, $ANTHROPIC_AUTH_TOKEN or $ANTHROPIC_API_KEY (prefer the environment: flags show in ps)")
+	f.StringVar(&o.Model, "model", "", "Model to test; when not given, $LLMGATE_MODEL, $OPENAI_MODEL or $ANTHROPIC_MODEL, else the first listed")
 	f.BoolVar(&asJSON, "json", false, "Print the report as JSON")
 	f.BoolVar(&o.RequireAnthropic, "anthropic", false, "Fail, not warn, when the Anthropic Messages endpoint is missing")
 	f.BoolVar(&o.SkipClients, "no-clients", false, "Do not read client configuration files")
