@@ -382,7 +382,7 @@ func TestGateway_Errors(t *testing.T) {
 		{"bare key", "/v1/chat/completions", "", chatBody("qwen", false, ""), []string{"Authorization", testMaster}, 401, "authentication_error", []string{"bare key without the Bearer scheme"}},
 		{"unknown key", "/v1/chat/completions", "sk-lg-nope-nope-nope", chatBody("qwen", false, ""), nil, 401, "authentication_error", []string{"invalid API key", "llmgate keys create"}},
 		{"backend key used", "/v1/chat/completions", "sk-proj-abcdefghijkl", chatBody("qwen", false, ""), nil, 401, "authentication_error", []string{"a backend's own key does not work here"}},
-		{"unknown model", "/v1/chat/completions", testMaster, chatBody("qwne", false, ""), nil, 404, "invalid_request_error", []string{`model "qwne" is not served`, `did you mean "qwen"?`, "available models:"}},
+		{"unknown model", "/v1/chat/completions", testMaster, chatBody("qwne", false, ""), nil, 404, "invalid_request_error", []string{`model "qwne" is not served by this gateway; did you mean "qwen"? Available models: `}},
 		{"missing model", "/v1/chat/completions", testMaster, `{"messages":[]}`, nil, 400, "invalid_request_error", []string{`no "model" field`}},
 		{"v1 twice", "/v1/v1/chat/completions", testMaster, chatBody("qwen", false, ""), nil, 404, "invalid_request_error", []string{"/v1 twice", "base URL already ends in /v1"}},
 		{"no v1", "/chat/completions", testMaster, chatBody("qwen", false, ""), nil, 404, "invalid_request_error", []string{"lacks the /v1 prefix"}},

@@ -300,26 +300,33 @@ func (t *Table) NotFoundFor(model string, allowed func(string) bool) error {
 			}
 		}
 	}
+	// One sentence in clauses joined by "; ", except that after a
+	// question the next clause starts a new sentence:
+	// model "qwne" is not served by this gateway; did you mean "qwen"? Available models: …
 	var msg strings.Builder
 	if model == "" {
 		msg.WriteString(`the request has no "model" field; `)
 	} else {
-		fmt.Fprintf(&msg, "model %q is not served by this gateway", model)
+		fmt.Fprintf(&msg, "model %q is not served by this gateway; ", model)
 		if near := config.Nearest(model, names); near != "" {
-			fmt.Fprintf(&msg, "; did you mean %q?", near)
+			fmt.Fprintf(&msg, "did you mean %q? ", near)
 		}
-		msg.WriteString(" ")
 	}
+	var rest string
 	switch {
 	case len(names) == 0 && allowed != nil:
-		msg.WriteString("this API key may use none of the models served here: ask the gateway admin to widen its model list")
+		rest = "this API key may use none of the models served here: ask the gateway admin to widen its model list"
 	case len(names) == 0:
-		msg.WriteString("no models are configured: add a backend and models to the config file (see llmgate serve --help)")
+		rest = "no models are configured: add a backend and models to the config file (see llmgate serve --help)"
 	case len(names) <= 20:
-		fmt.Fprintf(&msg, "available models: %s", strings.Join(names, ", "))
+		rest = "available models: " + strings.Join(names, ", ")
 	default:
-		fmt.Fprintf(&msg, "available models include: %s, … (GET /v1/models lists all %d)", strings.Join(names[:20], ", "), len(names))
+		rest = fmt.Sprintf("available models include: %s, … (GET /v1/models lists all %d)", strings.Join(names[:20], ", "), len(names))
 	}
+	if strings.HasSuffix(msg.String(), "? ") {
+		rest = strings.ToUpper(rest[:1]) + rest[1:]
+	}
+	msg.WriteString(rest)
 	status, code := http.StatusNotFound, "model_not_found"
 	if model == "" {
 		status, code = http.StatusBadRequest, "missing_model"
