@@ -87,7 +87,11 @@ func startDemo(ctx context.Context, f serveFlags, log *slog.Logger) (d *demo, er
 		d.stops = append(d.stops, stop)
 		backend := "sim-" + name
 		cfg.Backends[backend] = &config.Backend{URL: "http://" + addr + "/v1"}
-		cfg.Models[name] = &config.Model{Backend: backend}
+		m := &config.Model{Backend: backend}
+		if mc.Reasoning { // a client's thinking request reaches it as Qwen3 takes it
+			m.Reasoning = &config.Reasoning{Preset: "qwen3"}
+		}
+		cfg.Models[name] = m
 	}
 	if err := cfg.ApplyEnv(os.LookupEnv); err != nil {
 		return nil, err

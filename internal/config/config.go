@@ -165,6 +165,10 @@ type Model struct {
 	// leaves after its prompt (default on); off, such a request is a 400
 	// naming the numbers.
 	FitOutputLimit *bool `yaml:"fit_output_limit"`
+	// Reasoning and SystemMessages shape the requests translated for the
+	// model (see translation.go).
+	Reasoning      *Reasoning `yaml:"reasoning"`
+	SystemMessages string     `yaml:"system_messages"`
 	line           int
 }
 
@@ -512,6 +516,9 @@ func (c *Config) Validate() error {
 	for _, name := range sortedKeys(c.Models) {
 		m := c.Models[name]
 		key := "models." + name
+		if _, err := m.ChatOptions(); err != nil {
+			return le(m.line, key, "%v", err)
+		}
 		if len(m.Deployments) > 0 || m.Backend == "" {
 			if err := c.validateRouting(m, key, backendNames); err != nil {
 				return err

@@ -168,6 +168,7 @@ func (rl *Relay) resolve(ctx context.Context, w http.ResponseWriter, c *Call) er
 		return err
 	}
 	c.route = route
+	c.Req = c.Req.WithChatOptions(route.Chat)
 	prompt := c.Req.PromptEstimate()
 	if c.Req.Dialect == codec.Responses && rl.opt.Responses != nil {
 		extra, err := rl.prepareResponses(ctx, c)

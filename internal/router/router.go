@@ -20,6 +20,7 @@ import (
 	"llmgate/internal/apierror"
 	"llmgate/internal/config"
 	"llmgate/internal/provider"
+	"llmgate/internal/translate"
 )
 
 // Deployment is one place a public model is served: a backend and the model
@@ -58,6 +59,9 @@ type Route struct {
 	// the backend); FitOutput lowers output limits that do not fit it.
 	ContextWindow int
 	FitOutput     bool
+	// Chat shapes the requests translated for the model (reasoning
+	// mapping, system messages).
+	Chat translate.ChatOptions
 	fallbacks     []*Route
 	dialects      []string
 }
@@ -167,6 +171,7 @@ func NewWithOptions(cfg *config.Config, opt Options) *Table {
 	}
 	for name, m := range cfg.Models {
 		r := &Route{Model: name, Fallbacks: m.Fallbacks, Balancing: m.Balancing, ContextWindow: m.ContextWindow, FitOutput: m.FitsOutput()}
+		r.Chat, _ = m.ChatOptions() // validated with the config
 		deps := m.Deployments
 		if len(deps) == 0 && m.Backend != "" { // a config that skipped ApplyDefaults
 			deps = []*config.Deployment{{Backend: m.Backend, UpstreamModel: m.UpstreamModel, Weight: 1}}
