@@ -61,9 +61,9 @@ type Route struct {
 	FitOutput     bool
 	// Chat shapes the requests translated for the model (reasoning
 	// mapping, system messages).
-	Chat translate.ChatOptions
-	fallbacks     []*Route
-	dialects      []string
+	Chat      translate.ChatOptions
+	fallbacks []*Route
+	dialects  []string
 }
 
 // Dialects returns the distinct backend dialects of the route's
