@@ -511,3 +511,34 @@ func TestGateway_MasterKeyGeneratedOnceAndOnlyHashStored(t *testing.T) {
 		t.Fatalf("master key lost across restart: %v", err)
 	}
 }
+
+// TestGateway_MasterKeyNotGeneratedWhenTheListenFails: with the port taken,
+// serve used to print "Generated master key (shown once)", store its hash
+// and then fail; the next successful start printed no key, and the key was
+// lost. Now nothing is generated until the listener is open.
+func TestGateway_MasterKeyNotGeneratedWhenTheListenFails(t *testing.T) {
+	t.Setenv("LLMGATE_MASTER_KEY", "")
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := &config.Config{Database: filepath.Join(t.TempDir(), "m.db"), Listen: taken.Addr().String()}
+	cfg.ApplyDefaults()
+	var notice bytes.Buffer
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	if _, err := Start(context.Background(), Options{Config: cfg, Notice: &notice, Logger: quiet}); err == nil || !strings.Contains(err.Error(), "listen on") {
+		t.Fatalf("start on a taken port: %v", err)
+	}
+	if notice.Len() != 0 {
+		t.Fatalf("a start that cannot serve printed: %q", notice.String())
+	}
+	taken.Close()
+	g, err := Start(context.Background(), Options{Config: cfg, Notice: &notice, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close(context.Background())
+	if !strings.Contains(notice.String(), "Generated master key") {
+		t.Fatalf("the first start that serves must print the new master key, printed: %q", notice.String())
+	}
+}
