@@ -269,7 +269,9 @@ func spanNames(spans tracetest.SpanStubs) []string {
 	return out
 }
 
-func TestAccessLog_OneJSONLinePerRequestWithRequestIDModelAndTokens(t *testing.T) {
+// loggedGW starts a gateway in front of a fake vLLM whose log (JSON) is
+// kept; read it with mu held once the gateway is closed.
+func loggedGW(t *testing.T) (*env, *sync.Mutex, *strings.Builder) {
 	up := newFakeVLLM(t)
 	cfg, err := config.Load(strings.NewReader(fmt.Sprintf("backends:\n  vllm: {url: %s}\nmodels:\n  qwen: {backend: vllm, upstream_model: up-a}\n", up.URL)), "test.yaml")
 	if err != nil {
@@ -277,15 +279,19 @@ func TestAccessLog_OneJSONLinePerRequestWithRequestIDModelAndTokens(t *testing.T
 	}
 	cfg.Database = filepath.Join(t.TempDir(), "llmgate.db")
 	cfg.Listen = "127.0.0.1:0"
-	var mu sync.Mutex
-	var buf strings.Builder
+	mu, buf := &sync.Mutex{}, &strings.Builder{}
 	w := writerFunc(func(p []byte) (int, error) { mu.Lock(); defer mu.Unlock(); return buf.Write(p) })
 	g, err := Start(context.Background(), Options{Config: cfg, MasterKey: testMaster, Logger: slog.New(slog.NewJSONHandler(w, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer g.Close(context.Background())
-	e := &env{t: t, g: g, base: g.URL()}
+	t.Cleanup(func() { g.Close(context.Background()) })
+	return &env{t: t, g: g, base: g.URL()}, mu, buf
+}
+
+func TestAccessLog_OneJSONLinePerRequestWithRequestIDModelAndTokens(t *testing.T) {
+	e, mu, buf := loggedGW(t)
+	g := e.g
 	if r := e.do(http.MethodPost, "/v1/chat/completions", testMaster, chatBody("qwen", false, ""), "X-Request-Id", "log-test-1"); r.status != 200 {
 		t.Fatalf("chat: %d %s", r.status, r.body)
 	}
@@ -340,21 +346,8 @@ func TestMetrics_LimiterRefusalsAreCounted(t *testing.T) {
 // method (405) each get one line with the status, the reason code and the
 // key id ("none" before a key was verified), never the key.
 func TestAccessLog_RequestsRefusedBeforeRoutingAreLoggedToo(t *testing.T) {
-	up := newFakeVLLM(t)
-	cfg, err := config.Load(strings.NewReader(fmt.Sprintf("backends:\n  vllm: {url: %s}\nmodels:\n  qwen: {backend: vllm}\n", up.URL)), "test.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.Database = filepath.Join(t.TempDir(), "llmgate.db")
-	cfg.Listen = "127.0.0.1:0"
-	var mu sync.Mutex
-	var buf strings.Builder
-	w := writerFunc(func(p []byte) (int, error) { mu.Lock(); defer mu.Unlock(); return buf.Write(p) })
-	g, err := Start(context.Background(), Options{Config: cfg, MasterKey: testMaster, Logger: slog.New(slog.NewJSONHandler(w, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := &env{t: t, g: g, base: g.URL()}
+	e, mu, buf := loggedGW(t)
+	g := e.g
 	const badKey = "sk-lg-not-a-key-at-all-123"
 	e.do(http.MethodPost, "/v1/chat/completions", badKey, chatBody("qwen", false, ""), "X-Request-Id", "al-401")
 	e.do(http.MethodPost, "/v1/chat/completions", testMaster, chatBody("nope", false, ""), "X-Request-Id", "al-404-model")
