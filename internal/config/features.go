@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Features switch the gateway's optional parts on and off. Each has an
@@ -19,10 +20,38 @@ type Features struct {
 	// (LLMGATE_METRICS_KEY); empty leaves /metrics open, as most exporters
 	// are, which is why the gateway listens on loopback by default.
 	MetricsKey string `yaml:"metrics_key"`
+	// BodyReadTimeout bounds the time a client takes to send a request
+	// body (default DefaultBodyReadTimeout): a client trickling a large
+	// body cannot hold the request open.
+	BodyReadTimeout Duration `yaml:"body_read_timeout"`
+	// MaxBodyReadsPerKey caps the request bodies one key may be sending at
+	// once (default DefaultMaxBodyReadsPerKey; 0 = no cap); beyond it a
+	// request is a 429 before its body is read.
+	MaxBodyReadsPerKey *int `yaml:"max_body_reads_per_key"`
+}
+
+// Defaults of the body-reading limits.
+const (
+	DefaultBodyReadTimeout    = 60 * time.Second
+	DefaultMaxBodyReadsPerKey = 16
+)
+
+// BodyReadLimit returns the body read time-out and the per-key cap on
+// bodies being read at once (0: none).
+func (f Features) BodyReadLimit() (time.Duration, int) {
+	t := time.Duration(f.BodyReadTimeout)
+	if t <= 0 {
+		t = DefaultBodyReadTimeout
+	}
+	n := DefaultMaxBodyReadsPerKey
+	if f.MaxBodyReadsPerKey != nil {
+		n = max(*f.MaxBodyReadsPerKey, 0)
+	}
+	return t, n
 }
 
 func init() {
-	knownKeys[""] = append(knownKeys[""], "access_log", "console", "metrics_key")
+	knownKeys[""] = append(knownKeys[""], "access_log", "console", "metrics_key", "body_read_timeout", "max_body_reads_per_key")
 	knownKeys["model"] = append(knownKeys["model"], "context_window", "fit_output_limit")
 }
 

@@ -163,6 +163,7 @@ func Start(ctx context.Context, opt Options) (g *Gateway, err error) {
 	if cfg.AccessLogOn() {
 		sopt.AccessLog = accessLog{log: log}.unrecorded
 	}
+	sopt.BodyReadTimeout, sopt.MaxBodyReadsPerKey = cfg.BodyReadLimit()
 	g.Server = server.New(sopt)
 	engines := g.Engines.Handler(g.Server.Authenticate)
 	g.Server.Handle(engine.AdminPrefix, engines)

@@ -9,8 +9,11 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"io"
 	"log/slog"
+	"net"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -21,6 +24,7 @@ import (
 	"llmgate/internal/apierror"
 	"llmgate/internal/codec"
 	"llmgate/internal/ctxlen"
+	"llmgate/internal/jsonscan"
 	"llmgate/internal/keys"
 	"llmgate/internal/policy"
 	"llmgate/internal/relay"
@@ -54,6 +58,11 @@ type Options struct {
 	// Contexts knows the models' context lengths (output limits are
 	// fitted to them, /v1/models lists them).
 	Contexts *ctxlen.Learner
+	// BodyReadTimeout bounds the time a client takes to send a body
+	// (default 60 s); MaxBodyReadsPerKey caps the bodies one key may be
+	// sending at once (0: no cap).
+	BodyReadTimeout    time.Duration
+	MaxBodyReadsPerKey int
 	// AccessLog, when set, is called for every request that leaves no
 	// ledger record (those with one reach the Observer): a refusal before
 	// a model was resolved (401, 404, 400, 405), a models list, an unknown
@@ -86,6 +95,8 @@ type Server struct {
 	contexts  *ctxlen.Learner
 	accessLog func(AccessEntry)
 	console   bool // the web console is mounted at /ui/
+	bodyTime  time.Duration
+	bodyReads perKey
 	started   time.Time
 
 	idPrefix string
@@ -102,7 +113,11 @@ func New(opt Options) *Server {
 	}
 	var rb [4]byte
 	_, _ = rand.Read(rb[:])
+	if opt.BodyReadTimeout <= 0 {
+		opt.BodyReadTimeout = 60 * time.Second
+	}
 	s := &Server{verifier: opt.Verifier, log: opt.Logger, maxBody: opt.MaxBodyBytes, contexts: opt.Contexts, accessLog: opt.AccessLog,
+		bodyTime: opt.BodyReadTimeout, bodyReads: perKey{limit: opt.MaxBodyReadsPerKey},
 		ready: opt.Ready, started: time.Now(), idPrefix: "req_" + hex.EncodeToString(rb[:]) + "_"}
 	s.table.Store(opt.Table)
 	var responses *respstore.Store
@@ -225,8 +240,12 @@ func (s *Server) serveModel(d codec.Dialect) func(http.ResponseWriter, *http.Req
 		c := &relay.Call{ID: s.idOf(w, r), Start: time.Now(), Principal: p, Table: s.Table()}
 		buf := getBuf()
 		defer putBuf(buf) // after the relay: the request value points into it
-		err := s.readBody(w, r, buf)
-		if err == nil {
+		err := s.readBody(w, r, buf, p)
+		if err != nil {
+			// The rest of the body is not read: the connection cannot be
+			// reused, and the server must not wait to drain it.
+			w.Header().Set("Connection", "close")
+		} else {
 			c.Req, err = codec.Decode(d, buf.Bytes())
 		}
 		if err != nil {
@@ -258,23 +277,112 @@ func putBuf(b *bytes.Buffer) {
 	}
 }
 
-// readBody reads the request body into a pooled buffer, enforcing the limit.
-func (s *Server) readBody(w http.ResponseWriter, r *http.Request, buf *bytes.Buffer) error {
+// firstBytes is how much of a body is read before the rest, to refuse a
+// model outside the key's allow-list without reading a large body.
+const firstBytes = 4 << 10
+
+// readBody reads the request body into a pooled buffer. The buffer grows
+// as bytes arrive, never from a declared Content-Length; the body must
+// arrive within the body read time-out, and a key may be sending only so
+// many bodies at once. A model outside the key's allow-list named in the
+// first bytes is refused before the rest is read (the full reading checks
+// it again).
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request, buf *bytes.Buffer, p keys.Principal) error {
 	if r.ContentLength > s.maxBody {
 		return tooLarge(s.maxBody)
 	}
-	if r.ContentLength > 0 {
-		buf.Grow(int(r.ContentLength))
+	if r.ContentLength == 0 {
+		return nil
 	}
-	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, s.maxBody))
+	done, err := s.bodyReads.take(p.KeyID())
 	if err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			return tooLarge(s.maxBody)
+		return err
+	}
+	defer done()
+	rc := http.NewResponseController(w)
+	if rc.SetReadDeadline(time.Now().Add(s.bodyTime)) == nil {
+		defer rc.SetReadDeadline(time.Time{})
+	}
+	body := http.MaxBytesReader(w, r.Body, s.maxBody)
+	if _, err := buf.ReadFrom(io.LimitReader(body, firstBytes)); err != nil {
+		return s.bodyError(err)
+	}
+	if buf.Len() == firstBytes {
+		if err := allowedPrefix(buf.Bytes(), p); err != nil {
+			return err
 		}
-		return apierror.InvalidRequest("body_read_error", "could not read the request body: %v", err)
+		if _, err := buf.ReadFrom(body); err != nil {
+			return s.bodyError(err)
+		}
 	}
 	return nil
+}
+
+// allowedPrefix refuses a model outside the key's allow-list when the
+// first bytes of the body already name it as a top-level member.
+func allowedPrefix(prefix []byte, p keys.Principal) error {
+	if p.Master || p.Key == nil || len(p.Key.Models) == 0 {
+		return nil
+	}
+	var model string
+	_ = jsonscan.Members(prefix, func(key []byte, escaped bool, val jsonscan.Span) bool {
+		if string(key) == "model" && !escaped {
+			model, _ = jsonscan.String(prefix, val)
+			return false
+		}
+		return true
+	})
+	if model == "" || p.Key.Allows(model) {
+		return nil
+	}
+	return apierror.Newf(http.StatusForbidden, apierror.KindPermission, "model_not_allowed",
+		"API key %q may not use model %q; it may use: %s", p.Key.Name, model, strings.Join(p.Key.Models, ", "))
+}
+
+func (s *Server) bodyError(err error) error {
+	var mbe *http.MaxBytesError
+	var ne net.Error
+	switch {
+	case errors.As(err, &mbe):
+		return tooLarge(s.maxBody)
+	case errors.As(err, &ne) && ne.Timeout() || errors.Is(err, os.ErrDeadlineExceeded):
+		return apierror.Newf(http.StatusRequestTimeout, apierror.KindTimeout, "body_read_timeout",
+			"the request body did not arrive within %s: send it at once, or raise body_read_timeout in the config", s.bodyTime)
+	}
+	return apierror.InvalidRequest("body_read_error", "could not read the request body: %v", err)
+}
+
+// perKey counts the bodies each key is sending.
+type perKey struct {
+	limit int
+	mu    sync.Mutex
+	n     map[string]int
+}
+
+// take counts one more body for key, or refuses when the key is at its cap.
+func (b *perKey) take(key string) (done func(), err error) {
+	if b.limit <= 0 {
+		return func() {}, nil
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.n[key] >= b.limit {
+		e := apierror.Newf(http.StatusTooManyRequests, apierror.KindRateLimit, "too_many_bodies",
+			"this key is already sending %d request bodies at once (max_body_reads_per_key): wait for them to finish", b.limit)
+		e.Header = http.Header{"Retry-After": {"1"}}
+		return nil, e
+	}
+	if b.n == nil {
+		b.n = map[string]int{}
+	}
+	b.n[key]++
+	return func() {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		if b.n[key]--; b.n[key] <= 0 {
+			delete(b.n, key)
+		}
+	}, nil
 }
 
 func tooLarge(limit int64) error {
