@@ -18,7 +18,11 @@
 // Parsing is the standard library's (http.ReadRequest: request line,
 // headers, Content-Length and chunked bodies, smuggling checks), plus the
 // checks net/http's server adds (Host header, header field syntax, header
-// size). Supported: keep-alive and pipelining, HTTP/1.0, chunked and
+// size, Expect), with its rules for what happens to a body the handler did
+// not read. A differential fuzz target (difffuzz_test.go) feeds the same
+// bytes to this server and to net/http's and fails on any difference in
+// the requests their handlers are given. Errors the server answers itself
+// never quote the request. Supported: keep-alive and pipelining, HTTP/1.0, chunked and
 // Content-Length request bodies, Expect: 100-continue, streaming with
 // http.Flusher / http.ResponseController, Content-Length for answers that
 // fit the buffer and chunked encoding for the rest, HEAD, idle and header
@@ -39,6 +43,7 @@ import (
 	"net"
 	"net/http"
 	"net/textproto"
+	"net/url"
 	"runtime"
 	"strconv"
 	"strings"
@@ -54,8 +59,10 @@ import (
 // Server serves HTTP/1.1 on the listeners given to Serve.
 type Server struct {
 	Handler http.Handler
-	// ReadHeaderTimeout bounds reading a request's headers, counted from its
-	// first byte (and, for a new connection, from the accept). Default 10s.
+	// ReadHeaderTimeout bounds reading a request's headers, as in net/http:
+	// a new connection's first request header must be complete this long
+	// after the accept, a later one's this long after its first bytes
+	// arrived. Default 10s.
 	ReadHeaderTimeout time.Duration
 	// IdleTimeout closes a keep-alive connection that sends nothing for
 	// this long between requests. Default 120s.
@@ -328,7 +335,11 @@ func (s *Server) closeIdle() bool {
 }
 
 type conn struct {
-	s      *Server
+	s *Server
+	// linger: the client may still be sending when the connection ends
+	// (a refused body, headers too large), so the close waits a moment
+	// after shutting the write side.
+	linger bool
 	rwc    net.Conn
 	remote string
 	r      *connReader
@@ -342,42 +353,132 @@ type conn struct {
 
 func (c *conn) serve(local net.Addr) {
 	defer func() {
+		if c.linger {
+			c.closeWriteAndWait()
+		}
 		c.rwc.Close()
 		c.s.untrack(c)
 	}()
 	c.br = bufio.NewReaderSize(c.r, 4096)
 	c.bw = bufio.NewWriterSize(c.rwc, 4096)
 	base := context.WithValue(context.Background(), http.LocalAddrContextKey, local)
-	deadline := time.Now().Add(c.s.readHeaderTimeout()) // a new connection must send a request promptly
+	// A new connection must send its whole first request header within
+	// ReadHeaderTimeout of the accept; its first bytes do not restart the
+	// clock (the TLS handshake, when there is one, runs in this time too).
+	c.rwc.SetReadDeadline(time.Now().Add(c.s.readHeaderTimeout()))
+	c.r.remain = c.s.maxHeaderBytes()
+	if _, err := c.br.Peek(1); err != nil {
+		c.plainToTLS(err)
+		return
+	}
+	lastMethod := ""
 	for {
-		c.r.remain = c.s.maxHeaderBytes()
-		if c.br.Buffered() == 0 {
-			c.rwc.SetReadDeadline(deadline)
-			if _, err := c.br.Peek(1); err != nil {
-				c.plainToTLS(err)
-				return
-			}
-		}
 		if !c.state.CompareAndSwap(stateIdle, stateActive) {
 			return // closed by Shutdown
 		}
-		c.rwc.SetReadDeadline(time.Now().Add(c.s.readHeaderTimeout()))
-		req, err := http.ReadRequest(c.br)
+		if lastMethod == http.MethodPost {
+			// Old clients send a CRLF after a POST body (RFC 9112 section
+			// 2.2); net/http skips up to four such bytes, and so do we.
+			peek, _ := c.br.Peek(4)
+			c.br.Discard(leadingCRorLF(peek))
+		}
+		req, hostHeaders, err := c.readRequest()
+		if c.s.shutdown.Load() {
+			return // as net/http: a request read during Shutdown is not served
+		}
 		if err != nil {
 			c.requestError(err)
 			return
 		}
+		lastMethod = req.Method
 		c.r.remain = math.MaxInt64
 		c.rwc.SetReadDeadline(time.Time{})
-		if !c.serveRequest(base, req) {
+		if !c.serveRequest(base, req, hostHeaders) {
 			return
 		}
 		if !c.state.CompareAndSwap(stateActive, stateIdle) || c.s.shutdown.Load() {
 			return
 		}
-		deadline = time.Now().Add(c.s.idleTimeout())
+		// Wait for the next request under IdleTimeout, then give its
+		// header ReadHeaderTimeout from the arrival of its first bytes
+		// (net/http peeks four).
+		c.rwc.SetReadDeadline(time.Now().Add(c.s.idleTimeout()))
+		if _, err := c.br.Peek(4); err != nil {
+			return
+		}
+		c.rwc.SetReadDeadline(time.Now().Add(c.s.readHeaderTimeout()))
+		c.r.remain = c.s.maxHeaderBytes()
 	}
 }
+
+// leadingCRorLF is the number of CR and LF bytes p starts with.
+func leadingCRorLF(p []byte) int {
+	n := 0
+	for n < len(p) && (p[n] == '\r' || p[n] == '\n') {
+		n++
+	}
+	return n
+}
+
+// readRequest reads a request line and header with net/http's parser. It
+// also returns the request's Host header fields, which http.ReadRequest
+// removes (it moves the value to req.Host, where the host of an
+// absolute-form target wins), but which the server's Host checks need as
+// sent: the header block is kept as it is read and parsed again with
+// net/textproto, net/http's own header reader, in the rare cases where
+// req.Host does not tell (absolute form, or no host at all).
+func (c *conn) readRequest() (*http.Request, []string, error) {
+	cr := c.r
+	cr.tap = append(cr.tap[:0], peekBuffered(c.br)...)
+	cr.tapping = true
+	req, err := http.ReadRequest(c.br)
+	cr.tapping = false
+	if err != nil {
+		return nil, nil, err
+	}
+	var hosts []string
+	switch {
+	case req.URL.Host == "" && req.Host != "":
+		hosts = []string{req.Host} // the header's value, as it was sent
+	case req.URL.Host != "" || req.ProtoAtLeast(1, 1):
+		hosts = hostHeaders(cr.tap[:len(cr.tap)-c.br.Buffered()])
+	}
+	if cap(cr.tap) > 64<<10 {
+		cr.tap = nil // do not keep a huge header's buffer for the connection's life
+	}
+	return req, hosts, nil
+}
+
+func peekBuffered(br *bufio.Reader) []byte {
+	b, _ := br.Peek(br.Buffered())
+	return b
+}
+
+// hostHeaders returns the Host header fields of a request header block
+// that http.ReadRequest has accepted.
+func hostHeaders(block []byte) []string {
+	tp := textproto.NewReader(bufio.NewReader(bytes.NewReader(block)))
+	if _, err := tp.ReadLine(); err != nil {
+		return nil
+	}
+	h, _ := tp.ReadMIMEHeader()
+	return h["Host"]
+}
+
+// closeWriteAndWait ends a connection whose client may still be sending
+// (a body the server refused, headers too large): it shuts the write side
+// and waits a moment before the close, so the client reads the answer
+// rather than a reset, as net/http does.
+func (c *conn) closeWriteAndWait() {
+	c.bw.Flush()
+	if cw, ok := c.rwc.(interface{ CloseWrite() error }); ok {
+		cw.CloseWrite()
+	}
+	time.Sleep(rstAvoidanceDelay)
+}
+
+// rstAvoidanceDelay is net/http's figure.
+const rstAvoidanceDelay = 500 * time.Millisecond
 
 // PlainHTTPToTLS is the message (passed to ErrorBody) of the answer to a
 // plain-HTTP request on a TLS listener.
@@ -400,21 +501,64 @@ func (c *conn) plainToTLS(err error) {
 }
 
 // requestError answers a request that could not be read, then the
-// connection is closed.
+// connection is closed. The answer says what is wrong in general terms
+// and never quotes the request: a malformed header line may be the
+// Authorization header.
 func (c *conn) requestError(err error) {
-	if c.r.hitLimit {
+	if c.r.remain <= 0 {
+		c.linger = true // the client may still be sending its header
 		c.writeError(http.StatusRequestHeaderFieldsTooLarge, "request headers too large: the request line and headers must fit in "+strconv.FormatInt(c.s.maxHeaderBytes()-4096, 10)+" bytes")
 		return
 	}
-	var ne net.Error
-	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.As(err, &ne) {
+	if isCommonNetReadError(err) {
 		return // the client left, or was too slow: nobody to answer
 	}
-	if strings.HasPrefix(err.Error(), "unsupported transfer encoding") {
-		c.writeError(http.StatusNotImplemented, err.Error())
+	if msg := err.Error(); strings.HasPrefix(msg, "unsupported transfer encoding") || strings.HasPrefix(msg, "too many transfer encodings") {
+		// net/http's unsupportedTEError, known only by its text.
+		c.writeError(http.StatusNotImplemented, "unsupported Transfer-Encoding: only chunked is supported")
 		return
 	}
-	c.writeError(http.StatusBadRequest, "malformed HTTP request: "+err.Error())
+	c.writeError(http.StatusBadRequest, malformedReason(err))
+}
+
+// isCommonNetReadError is net/http's test for a read error that gets no
+// answer. Anything else (a truncated header, a malformed target) is
+// answered with 400.
+func isCommonNetReadError(err error) bool {
+	if err == io.EOF {
+		return true
+	}
+	if ne, ok := err.(net.Error); ok && ne.Timeout() {
+		return true
+	}
+	if oe, ok := err.(*net.OpError); ok && oe.Op == "read" {
+		return true
+	}
+	return false
+}
+
+// malformedReason names, in general terms, what http.ReadRequest refused.
+// The parser's own messages quote the offending bytes, so they are only
+// matched here, never passed on.
+func malformedReason(err error) string {
+	var ue *url.Error
+	var pe textproto.ProtocolError
+	msg := err.Error()
+	switch {
+	case errors.As(err, &ue):
+		return "malformed HTTP request: invalid request target (spaces, control characters and bad %-escapes are not allowed)"
+	case errors.As(err, &pe), strings.HasPrefix(msg, "malformed MIME header"):
+		return "malformed HTTP request: invalid header field (each line must be Name: value, with no space before the colon and no control characters)"
+	case strings.HasPrefix(msg, "malformed HTTP request"), strings.HasPrefix(msg, "invalid method"), strings.HasPrefix(msg, "malformed HTTP version"):
+		return "malformed HTTP request: invalid request line (it must be METHOD target HTTP/1.1)"
+	case strings.HasPrefix(msg, "too many Host headers"):
+		return "malformed HTTP request: more than one Host header"
+	case strings.Contains(msg, "Content-Length"):
+		return "malformed HTTP request: invalid or conflicting Content-Length"
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return "malformed HTTP request: the connection ended inside the request header"
+	}
+	return "malformed HTTP request"
 }
 
 func (c *conn) writeError(status int, msg string) {
@@ -429,17 +573,16 @@ func (c *conn) writeError(status int, msg string) {
 }
 
 // checkRequest applies the checks net/http's server adds to the parser's.
-func checkRequest(req *http.Request) (int, string) {
-	if req.ProtoMajor != 1 {
-		return http.StatusHTTPVersionNotSupported, "this server speaks HTTP/1.x; got " + req.Proto
+// hosts are the request's Host header fields as sent.
+func checkRequest(req *http.Request, hosts []string) (int, string) {
+	h2Upgrade := isH2Upgrade(req)
+	if req.ProtoMajor != 1 && !h2Upgrade {
+		return http.StatusHTTPVersionNotSupported, "unsupported protocol version: this server speaks HTTP/1.x"
 	}
-	// http.ReadRequest has moved the Host header to req.Host and refused
-	// a repeated one. (An empty Host header counts as missing here; net/http
-	// accepts it.)
-	if req.ProtoAtLeast(1, 1) && req.Host == "" && req.Method != "CONNECT" {
+	if req.ProtoAtLeast(1, 1) && len(hosts) == 0 && !h2Upgrade && req.Method != "CONNECT" {
 		return http.StatusBadRequest, "missing required Host header"
 	}
-	if req.Host != "" && !httpguts.ValidHostHeader(req.Host) {
+	if len(hosts) == 1 && !httpguts.ValidHostHeader(hosts[0]) {
 		return http.StatusBadRequest, "malformed Host header"
 	}
 	for k, vv := range req.Header {
@@ -455,10 +598,48 @@ func checkRequest(req *http.Request) (int, string) {
 	return 0, ""
 }
 
+// isH2Upgrade reports the HTTP/2 connection preface read as an HTTP/1
+// request ("PRI * HTTP/2.0"): net/http hands it to the handler (which may
+// hijack the connection) and closes the connection after the answer.
+func isH2Upgrade(req *http.Request) bool {
+	return req.Method == "PRI" && len(req.Header) == 0 && req.URL.Path == "*" && req.Proto == "HTTP/2.0"
+}
+
+// expectsContinue reports whether the request's (first) Expect header
+// holds the token 100-continue, as net/http reads it.
+func expectsContinue(req *http.Request) bool {
+	v := req.Header.Get("Expect")
+	for _, f := range strings.FieldsFunc(v, func(r rune) bool { return r == ' ' || r == ',' || r == '\t' }) {
+		if asciiEqualFold(f, "100-continue") {
+			return true
+		}
+	}
+	return false
+}
+
+func asciiEqualFold(a, b string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := 0; i < len(a); i++ {
+		x, y := a[i], b[i]
+		if 'A' <= x && x <= 'Z' {
+			x += 'a' - 'A'
+		}
+		if 'A' <= y && y <= 'Z' {
+			y += 'a' - 'A'
+		}
+		if x != y {
+			return false
+		}
+	}
+	return true
+}
+
 // serveRequest runs the handler for one request and reports whether the
 // connection may serve another.
-func (c *conn) serveRequest(base context.Context, req *http.Request) (keep bool) {
-	if status, msg := checkRequest(req); status != 0 {
+func (c *conn) serveRequest(base context.Context, req *http.Request, hosts []string) (keep bool) {
+	if status, msg := checkRequest(req, hosts); status != 0 {
 		c.writeError(status, msg)
 		return false
 	}
@@ -470,18 +651,16 @@ func (c *conn) serveRequest(base context.Context, req *http.Request) (keep bool)
 		cs := tc.ConnectionState()
 		req.TLS = &cs
 	}
-	w := &response{c: c, req: req, header: make(http.Header), status: 0, cl: -1, cancel: cancel}
+	w := &response{c: c, req: req, header: make(http.Header), status: 0, cl: -1, cancel: cancel, closeAfter: isH2Upgrade(req)}
 	body := &reqBody{rc: req.Body, c: c, w: w}
 	w.body = body
-	if expect := req.Header.Get("Expect"); expect != "" {
-		if !strings.EqualFold(expect, "100-continue") || !req.ProtoAtLeast(1, 1) {
-			c.writeError(http.StatusExpectationFailed, "unsupported Expect header "+strconv.Quote(expect)+": only 100-continue is")
-			return false
-		}
-		if req.ContentLength != 0 {
+	if expectsContinue(req) {
+		if req.ProtoAtLeast(1, 1) && req.ContentLength != 0 {
 			body.expectContinue = true
 		}
-		req.Header.Del("Expect")
+	} else if req.Header.Get("Expect") != "" {
+		c.writeError(http.StatusExpectationFailed, "unsupported Expect header: only 100-continue is supported")
+		return false
 	}
 	noBody := req.Body == nil || req.Body == http.NoBody
 	c.r.begin(cancel, noBody)
@@ -498,8 +677,9 @@ func (c *conn) serveRequest(base context.Context, req *http.Request) (keep bool)
 	}
 	w.finish()
 	keep = w.err == nil && !w.closeAfter && !req.Close && !c.r.isGone()
-	if keep {
-		keep = body.drain()
+	if keep && !body.drain() {
+		keep = false
+		c.linger = true // the client may still be sending the body
 	}
 	return keep && !c.s.shutdown.Load()
 }
@@ -523,9 +703,12 @@ func (c *conn) runHandler(w *response, req *http.Request) (panicked bool) {
 // header bytes, and runs the background read that notices a client that
 // leaves while its request runs.
 type connReader struct {
-	c        *conn
-	remain   int64 // only the serving goroutine touches remain and hitLimit
-	hitLimit bool
+	c      *conn
+	remain int64 // header bytes left; only the serving goroutine touches remain and the tap
+	// tap keeps the bytes read while tapping is set: readRequest's copy of
+	// the request header.
+	tap     []byte
+	tapping bool
 
 	mu          sync.Mutex
 	cond        *sync.Cond
@@ -541,7 +724,6 @@ type connReader struct {
 
 func (cr *connReader) Read(p []byte) (int, error) {
 	if cr.remain <= 0 {
-		cr.hitLimit = true
 		return 0, io.EOF
 	}
 	if len(p) == 0 {
@@ -556,11 +738,17 @@ func (cr *connReader) Read(p []byte) (int, error) {
 		cr.hasByte = false
 		cr.mu.Unlock()
 		cr.remain--
+		if cr.tapping {
+			cr.tap = append(cr.tap, p[0])
+		}
 		return 1, nil
 	}
 	cr.mu.Unlock()
 	n, err := cr.c.rwc.Read(p)
 	cr.remain -= int64(n)
+	if cr.tapping {
+		cr.tap = append(cr.tap, p[:n]...)
+	}
 	return n, err
 }
 
@@ -640,12 +828,17 @@ type reqBody struct {
 	expectContinue bool // true until the first read sends 100 Continue
 	closed         bool
 	eof            bool
+	n              int64 // bytes read so far
 }
 
 func (b *reqBody) Read(p []byte) (int, error) {
 	if b.closed {
 		return 0, http.ErrBodyReadAfterClose
 	}
+	return b.read(p)
+}
+
+func (b *reqBody) read(p []byte) (int, error) {
 	if b.eof {
 		return 0, io.EOF
 	}
@@ -659,6 +852,7 @@ func (b *reqBody) Read(p []byte) (int, error) {
 		}
 	}
 	n, err := b.rc.Read(p)
+	b.n += int64(n)
 	if err == io.EOF {
 		b.eof = true
 		b.c.r.sawBodyEOF()
@@ -673,20 +867,35 @@ func (b *reqBody) Close() error {
 	return nil
 }
 
-// drain reads what the handler left of the body, up to maxDrain, so the
-// connection can serve the next request.
-func (b *reqBody) drain() bool {
+// tooBigToDrain reports whether more than maxDrain bytes of a declared
+// Content-Length are still unread.
+func (b *reqBody) tooBigToDrain() bool {
+	cl := b.w.req.ContentLength
+	return cl > 0 && cl-b.n > maxDrain
+}
+
+// discard reads what the handler left of the body, up to maxDrain, so the
+// connection can serve the next request, and reports whether it could.
+func (b *reqBody) discard() bool {
 	if b.eof {
 		return true
 	}
-	if b.expectContinue {
-		return false // the client has not sent the body: do not ask for it now
+	if b.expectContinue || b.tooBigToDrain() {
+		return false // not sent yet (the client waits for 100 Continue), or too much of it
 	}
 	b.c.rwc.SetReadDeadline(time.Now().Add(b.c.s.readHeaderTimeout()))
 	defer b.c.rwc.SetReadDeadline(time.Time{})
-	n, err := io.CopyN(io.Discard, b.rc, maxDrain+1)
+	n, err := io.CopyN(io.Discard, readerFunc(b.read), maxDrain+1)
 	return n <= maxDrain && err == io.EOF
 }
+
+// drain is discard after the answer, for a body the handler was still
+// free to read when the answer's header went out.
+func (b *reqBody) drain() bool { return b.discard() }
+
+type readerFunc func([]byte) (int, error)
+
+func (f readerFunc) Read(p []byte) (int, error) { return f(p) }
 
 // response is the handler's http.ResponseWriter. Body bytes are kept until
 // the first flush, a full buffer or the handler's return, so that a short
@@ -831,6 +1040,7 @@ func (w *response) commit(final bool, next []byte) {
 	if strings.EqualFold(h.Get("Connection"), "close") {
 		w.closeAfter = true
 	}
+	w.settleRequestBody()
 	switch {
 	case w.closeAfter || req.Close || w.c.s.shutdown.Load():
 		h["Connection"] = []string{"close"}
@@ -852,6 +1062,29 @@ func (w *response) commit(final bool, next []byte) {
 	if len(w.buf) > 0 {
 		w.writeBody(w.buf)
 		w.buf = nil
+	}
+}
+
+// settleRequestBody decides, before the answer's header goes out, what
+// becomes of a request body the handler has not read to its end, as
+// net/http does: a rest of up to maxDrain bytes is read and dropped so the
+// connection can serve another request; a larger one, or a body refused
+// with 413, ends the connection after the answer, which then says
+// Connection: close. Reading the rest only after the answer would take a
+// client's next request, sent on seeing a keep-alive answer, for body
+// bytes.
+func (w *response) settleRequestBody() {
+	b := w.body
+	if b.eof || w.closeAfter || w.req.Close || w.req.ContentLength == 0 || w.c.s.shutdown.Load() {
+		return
+	}
+	switch {
+	case w.status == http.StatusRequestEntityTooLarge || b.tooBigToDrain():
+		w.closeAfter = true
+		w.c.linger = true // the client may still be sending the body
+	case !b.discard():
+		w.closeAfter = true
+		w.c.linger = true
 	}
 }
 
