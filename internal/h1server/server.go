@@ -645,6 +645,7 @@ func (c *conn) serveRequest(base context.Context, req *http.Request, hosts []str
 	}
 	ctx, cancel := context.WithCancel(base)
 	defer cancel()
+	parsed := req
 	req = req.WithContext(ctx)
 	req.RemoteAddr = c.remote
 	if tc, ok := c.rwc.(*tls.Conn); ok {
@@ -652,11 +653,11 @@ func (c *conn) serveRequest(base context.Context, req *http.Request, hosts []str
 		req.TLS = &cs
 	}
 	w := &response{c: c, req: req, header: make(http.Header), status: 0, cl: -1, cancel: cancel, closeAfter: isH2Upgrade(req)}
-	body := &reqBody{rc: req.Body, c: c, w: w}
+	body := &reqBody{rc: req.Body, c: c, w: w, parsed: parsed}
 	w.body = body
 	if expectsContinue(req) {
 		if req.ProtoAtLeast(1, 1) && req.ContentLength != 0 {
-			body.expectContinue = true
+			body.expectContinue, body.continueWrapped = true, true
 		}
 	} else if req.Header.Get("Expect") != "" {
 		c.writeError(http.StatusExpectationFailed, "unsupported Expect header: only 100-continue is supported")
@@ -676,10 +677,15 @@ func (c *conn) serveRequest(base context.Context, req *http.Request, hosts []str
 		return false
 	}
 	w.finish()
-	keep = w.err == nil && !w.closeAfter && !req.Close && !c.r.isGone()
-	if keep && !body.drain() {
-		keep = false
-		c.linger = true // the client may still be sending the body
+	// A client gone during the request (the watch saw EOF or a reset) is
+	// no reason to stop here: as in net/http, requests it pipelined
+	// before a half-close are still served, and otherwise the next read
+	// fails.
+	keep = w.err == nil && !w.closeAfter && !req.Close
+	if keep {
+		var early bool
+		keep, early = body.drain()
+		c.linger = early // the client may still be sending the body
 	}
 	return keep && !c.s.shutdown.Load()
 }
@@ -695,8 +701,24 @@ func (c *conn) runHandler(w *response, req *http.Request) (panicked bool) {
 			}
 		}
 	}()
+	if req.RequestURI == "*" && req.Method == http.MethodOptions {
+		optionsStar(w, req) // as net/http's server: the handler never sees it
+		return false
+	}
 	c.s.Handler.ServeHTTP(w, req)
 	return false
+}
+
+// optionsStar answers "OPTIONS *" as net/http's server does: an empty 200,
+// after reading up to 4 KiB of a body (a longer one ends the connection).
+func optionsStar(w *response, r *http.Request) {
+	w.header.Set("Content-Length", "0")
+	if r.ContentLength != 0 {
+		if n, _ := io.CopyN(io.Discard, r.Body, 4<<10+1); n > 4<<10 {
+			w.closeAfter = true
+			w.c.linger = true
+		}
+	}
 }
 
 // connReader reads from the connection for the conn's bufio.Reader, limits
@@ -716,7 +738,6 @@ type connReader struct {
 	aborting    bool
 	handlerDone bool
 	bodyDone    bool
-	gone        bool // the client went away during the request
 	hasByte     bool
 	byteBuf     [1]byte
 	cancel      context.CancelFunc
@@ -754,7 +775,7 @@ func (cr *connReader) Read(p []byte) (int, error) {
 
 func (cr *connReader) begin(cancel context.CancelFunc, bodyDone bool) {
 	cr.mu.Lock()
-	cr.cancel, cr.bodyDone, cr.handlerDone, cr.gone = cancel, bodyDone, false, false
+	cr.cancel, cr.bodyDone, cr.handlerDone = cancel, bodyDone, false
 	cr.mu.Unlock()
 }
 
@@ -789,8 +810,7 @@ func (cr *connReader) backgroundRead() {
 	}
 	var ne net.Error
 	if err != nil && !(cr.aborting && errors.As(err, &ne) && ne.Timeout()) {
-		cr.gone = true
-		if cr.cancel != nil {
+		if cr.cancel != nil { // the client went away
 			cr.cancel()
 		}
 	}
@@ -822,13 +842,19 @@ var aLongTimeAgo = time.Unix(1, 0)
 // read when the client asked for it, and tells the connection when the body
 // has been read to its end.
 type reqBody struct {
-	rc             io.ReadCloser
-	c              *conn
-	w              *response
-	expectContinue bool // true until the first read sends 100 Continue
-	closed         bool
-	eof            bool
-	n              int64 // bytes read so far
+	rc io.ReadCloser
+	c  *conn
+	w  *response
+	// parsed is the request as http.ReadRequest returned it: its body
+	// sets parsed.Trailer, which the handler's copy must then show.
+	parsed *http.Request
+	// continueWrapped: the client asked for 100 Continue (net/http's
+	// expectContinueReader); expectContinue: it has not been sent yet.
+	continueWrapped bool
+	expectContinue  bool
+	closed          bool
+	eof             bool
+	n               int64 // bytes read so far
 }
 
 func (b *reqBody) Read(p []byte) (int, error) {
@@ -855,6 +881,7 @@ func (b *reqBody) read(p []byte) (int, error) {
 	b.n += int64(n)
 	if err == io.EOF {
 		b.eof = true
+		b.w.req.Trailer = b.parsed.Trailer // read with the body's end
 		b.c.r.sawBodyEOF()
 	} else if err != nil {
 		b.w.closeAfter = true // the framing is lost
@@ -875,7 +902,8 @@ func (b *reqBody) tooBigToDrain() bool {
 }
 
 // discard reads what the handler left of the body, up to maxDrain, so the
-// connection can serve the next request, and reports whether it could.
+// connection can serve the next request, and reports whether it could
+// (net/http's discard before an answer's header).
 func (b *reqBody) discard() bool {
 	if b.eof {
 		return true
@@ -883,15 +911,39 @@ func (b *reqBody) discard() bool {
 	if b.expectContinue || b.tooBigToDrain() {
 		return false // not sent yet (the client waits for 100 Continue), or too much of it
 	}
-	b.c.rwc.SetReadDeadline(time.Now().Add(b.c.s.readHeaderTimeout()))
-	defer b.c.rwc.SetReadDeadline(time.Time{})
-	n, err := io.CopyN(io.Discard, readerFunc(b.read), maxDrain+1)
+	n, err := b.consume(maxDrain + 1)
 	return n <= maxDrain && err == io.EOF
 }
 
-// drain is discard after the answer, for a body the handler was still
-// free to read when the answer's header went out.
-func (b *reqBody) drain() bool { return b.discard() }
+// drain reads what is left of the body after the handler returned, as
+// net/http's Close of a request body does, and reports whether the
+// connection can serve another request. early: it gave up on a long body
+// (more than maxDrain bytes declared, or maxDrain bytes brought no end),
+// whose client may still be sending.
+func (b *reqBody) drain() (ok, early bool) {
+	if b.eof {
+		return true, false
+	}
+	if b.expectContinue {
+		return false, false
+	}
+	if b.tooBigToDrain() {
+		return false, true
+	}
+	n, err := b.consume(maxDrain)
+	if n == maxDrain {
+		return false, true
+	}
+	return err == io.EOF, false
+}
+
+// consume reads and drops up to max bytes of the body, under a read
+// deadline (net/http has none unless ReadTimeout is set).
+func (b *reqBody) consume(max int64) (int64, error) {
+	b.c.rwc.SetReadDeadline(time.Now().Add(b.c.s.readHeaderTimeout()))
+	defer b.c.rwc.SetReadDeadline(time.Time{})
+	return io.CopyN(io.Discard, readerFunc(b.read), max)
+}
 
 type readerFunc func([]byte) (int, error)
 
@@ -1032,11 +1084,6 @@ func (w *response) commit(final bool, next []byte) {
 	if _, ok := h["Date"]; !ok {
 		h["Date"] = []string{httpDate()}
 	}
-	if w.body.expectContinue {
-		// The handler answers without reading the body the client holds
-		// back until 100 Continue: it will never come.
-		w.closeAfter = true
-	}
 	if strings.EqualFold(h.Get("Connection"), "close") {
 		w.closeAfter = true
 	}
@@ -1067,24 +1114,46 @@ func (w *response) commit(final bool, next []byte) {
 
 // settleRequestBody decides, before the answer's header goes out, what
 // becomes of a request body the handler has not read to its end, as
-// net/http does: a rest of up to maxDrain bytes is read and dropped so the
-// connection can serve another request; a larger one, or a body refused
-// with 413, ends the connection after the answer, which then says
-// Connection: close. Reading the rest only after the answer would take a
-// client's next request, sent on seeing a keep-alive answer, for body
-// bytes.
+// net/http does: a rest of up to maxDrain bytes is read and dropped (and
+// the body closed) so the connection can serve another request; a larger
+// one, or a body refused with 413, ends the connection after the answer,
+// which then says Connection: close. Reading the rest only after the
+// answer would take a client's next request, sent on seeing a keep-alive
+// answer, for body bytes.
 func (w *response) settleRequestBody() {
 	b := w.body
-	if b.eof || w.closeAfter || w.req.Close || w.req.ContentLength == 0 || w.c.s.shutdown.Load() {
+	if b.continueWrapped {
+		// net/http never discards such a body: a client that was not
+		// told to continue has not sent it.
+		if !b.eof {
+			w.closeAfter = true
+		}
+		return
+	}
+	if w.closeAfter || w.req.Close || w.req.ContentLength == 0 || w.c.s.shutdown.Load() {
 		return
 	}
 	switch {
+	case b.eof:
+		b.closed = true // as net/http: the body reads ErrBodyReadAfterClose from now on
+	case b.closed:
+		// Closed unread by the handler: net/http's Close looks for the
+		// end within maxDrain bytes.
+		if ok, early := b.drain(); !ok {
+			w.closeAfter = true
+			w.c.linger = early
+		}
 	case w.status == http.StatusRequestEntityTooLarge || b.tooBigToDrain():
+		// The only departure from net/http: a handler that refuses a body
+		// as too large with a small rest of it unread also ends the
+		// connection (net/http learns it from MaxBytesReader, which it
+		// alone can implement).
 		w.closeAfter = true
 		w.c.linger = true // the client may still be sending the body
-	case !b.discard():
-		w.closeAfter = true
-		w.c.linger = true
+	case b.discard():
+		b.closed = true
+	default:
+		w.closeAfter = true // more than maxDrain bytes, or a broken body
 	}
 }
 
@@ -1190,10 +1259,4 @@ func (w *response) finish() {
 	if w.cl >= 0 && w.written != w.cl && !w.discard {
 		w.closeAfter = true // the client waits for bytes that will not come
 	}
-}
-
-func (cr *connReader) isGone() bool {
-	cr.mu.Lock()
-	defer cr.mu.Unlock()
-	return cr.gone
 }
