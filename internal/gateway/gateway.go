@@ -68,8 +68,8 @@ type Gateway struct {
 	// Engines runs the configured local engines (none when the config has
 	// no engines: section).
 	Engines *engine.Manager
-	// HTTP serves the listener: h1server by default, net/http's Server
-	// with http_server: stdlib.
+	// HTTP serves the listener: net/http's Server by default, h1server
+	// with http_server: builtin.
 	HTTP   httpServer
 	Addr   string // actual listen address
 	log    *slog.Logger
@@ -184,7 +184,7 @@ type httpServer interface {
 // errors they raise themselves before a handler runs (malformed request,
 // headers too large) with the default limits of net/http.
 func newHTTPServer(kind string, h http.Handler, log *slog.Logger, certs *certReloader) httpServer {
-	if kind == config.HTTPServerStdlib {
+	if kind != config.HTTPServerBuiltin {
 		s := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second,
 			ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 		if certs == nil {
