@@ -25,6 +25,7 @@ import (
 	"llmgate/internal/h1server"
 	"llmgate/internal/keys"
 	"llmgate/internal/metrics"
+	"llmgate/internal/netlimit"
 	"llmgate/internal/rawio"
 	"llmgate/internal/router"
 	"llmgate/internal/server"
@@ -160,6 +161,7 @@ func Start(ctx context.Context, opt Options) (*Gateway, error) {
 			return nil, fmt.Errorf("listen on %s: %w (is another llmgate or server using the port? set listen: in the config or --listen)", cfg.Listen, err)
 		}
 	}
+	ln = netlimit.Limit(ln, cfg.ConnectionLimit(), log) // max_connections
 	g.ln = ln
 	g.Addr = ln.Addr().String()
 	g.mountObservability()
