@@ -608,9 +608,16 @@ func isH2Upgrade(req *http.Request) bool {
 // expectsContinue reports whether the request's (first) Expect header
 // holds the token 100-continue, as net/http reads it.
 func expectsContinue(req *http.Request) bool {
-	v := req.Header.Get("Expect")
+	return hasToken(req.Header.Get("Expect"), "100-continue")
+}
+
+// hasToken reports whether v holds token as a whole word, words being
+// separated by spaces, tabs or commas, in any ASCII case: net/http's rule
+// for the Connection and Expect headers (not quite the parser's, which
+// splits on commas only).
+func hasToken(v, token string) bool {
 	for _, f := range strings.FieldsFunc(v, func(r rune) bool { return r == ' ' || r == ',' || r == '\t' }) {
-		if asciiEqualFold(f, "100-continue") {
+		if asciiEqualFold(f, token) {
 			return true
 		}
 	}
@@ -653,6 +660,12 @@ func (c *conn) serveRequest(base context.Context, req *http.Request, hosts []str
 		req.TLS = &cs
 	}
 	w := &response{c: c, req: req, header: make(http.Header), status: 0, cl: -1, cancel: cancel, closeAfter: isH2Upgrade(req)}
+	// Read before the handler runs (it may change the header), with
+	// net/http's rules: the first Connection field, as a token list
+	// separated by spaces or commas.
+	connField := req.Header.Get("Connection")
+	w.wantsClose = req.Close || hasToken(connField, "close")
+	w.wants10KeepAlive = req.ProtoMajor == 1 && req.ProtoMinor == 0 && hasToken(connField, "keep-alive")
 	body := &reqBody{rc: req.Body, c: c, w: w, parsed: parsed}
 	w.body = body
 	if expectsContinue(req) {
@@ -681,7 +694,7 @@ func (c *conn) serveRequest(base context.Context, req *http.Request, hosts []str
 	// no reason to stop here: as in net/http, requests it pipelined
 	// before a half-close are still served, and otherwise the next read
 	// fails.
-	keep = w.err == nil && !w.closeAfter && !req.Close
+	keep = w.err == nil && !w.closeAfter
 	if keep {
 		var early bool
 		keep, early = body.drain()
@@ -968,7 +981,11 @@ type response struct {
 	chunked     bool
 	discard     bool // HEAD or a status without a body: body bytes are dropped
 	closeAfter  bool
-	err         error
+	// wantsClose and wants10KeepAlive: what the request asked of the
+	// connection, read before the handler ran.
+	wantsClose       bool
+	wants10KeepAlive bool
+	err              error
 }
 
 func (w *response) Header() http.Header { return w.header }
@@ -1084,15 +1101,25 @@ func (w *response) commit(final bool, next []byte) {
 	if _, ok := h["Date"]; !ok {
 		h["Date"] = []string{httpDate()}
 	}
+	// Keep-alive as net/http decides it: an HTTP/1.0 client that asked
+	// for it keeps the connection when the answer's length is known.
+	_, hasCL := h["Content-Length"]
+	if w.wants10KeepAlive && (req.Method == http.MethodHead || hasCL || !bodyAllowed(w.status)) {
+		// kept
+	} else if !req.ProtoAtLeast(1, 1) || w.wantsClose {
+		w.closeAfter = true
+	}
 	if strings.EqualFold(h.Get("Connection"), "close") {
 		w.closeAfter = true
 	}
 	w.settleRequestBody()
 	switch {
-	case w.closeAfter || req.Close || w.c.s.shutdown.Load():
+	case w.closeAfter || w.c.s.shutdown.Load():
 		h["Connection"] = []string{"close"}
-	case !req.ProtoAtLeast(1, 1):
-		h["Connection"] = []string{"keep-alive"}
+	case w.wants10KeepAlive:
+		if _, set := h["Connection"]; !set {
+			h["Connection"] = []string{"keep-alive"}
+		}
 	}
 	bw := w.c.bw
 	proto := "HTTP/1.1 "
@@ -1130,7 +1157,7 @@ func (w *response) settleRequestBody() {
 		}
 		return
 	}
-	if w.closeAfter || w.req.Close || w.req.ContentLength == 0 || w.c.s.shutdown.Load() {
+	if w.closeAfter || w.req.ContentLength == 0 || w.c.s.shutdown.Load() {
 		return
 	}
 	switch {
