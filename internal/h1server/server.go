@@ -1,5 +1,6 @@
-// Package h1server is the HTTP/1.1 server on llmgate's listener: a lean
-// replacement for net/http's Server that runs any http.Handler.
+// Package h1server is llmgate's own HTTP/1.1 server, the opt-in
+// alternative (http_server: builtin) to net/http's Server on the gateway's
+// listener: a lean replacement that runs any http.Handler.
 //
 // Why it exists: at a moderate request rate a gateway process is idle
 // between requests, and on a VM every goroutine hand-off that wakes a thread
@@ -16,18 +17,23 @@
 // request notices.
 //
 // Parsing is the standard library's (http.ReadRequest: request line,
-// headers, Content-Length and chunked bodies, smuggling checks), plus the
-// checks net/http's server adds (Host header, header field syntax, header
-// size, Expect), with its rules for what happens to a body the handler did
-// not read. A differential fuzz target (difffuzz_test.go) feeds the same
-// bytes to this server and to net/http's and fails on any difference in
-// the requests their handlers are given. Errors the server answers itself
-// never quote the request. Supported: keep-alive and pipelining, HTTP/1.0, chunked and
+// headers, Content-Length and chunked bodies, smuggling checks), plus what
+// net/http's server adds (Host header rules, header field syntax, header
+// size, Expect, Connection and keep-alive rules, OPTIONS *), with its rules
+// for a body the handler did not read. A differential fuzz target
+// (difffuzz_test.go) feeds the same bytes to this server and to net/http's
+// and fails on any difference in the requests their handlers are given.
+// The one deliberate difference: an answer of 413 to a body not read to
+// its end closes the connection. Errors the server answers itself never
+// quote the request.
+//
+// Supported: keep-alive and pipelining, HTTP/1.0, chunked and
 // Content-Length request bodies, Expect: 100-continue, streaming with
 // http.Flusher / http.ResponseController, Content-Length for answers that
 // fit the buffer and chunked encoding for the rest, HEAD, idle and header
-// time-outs, graceful Shutdown. Not supported: HTTP/2, TLS, Hijack, trailers
-// — the gateway's listener needs none of them.
+// time-outs, TLS (HTTP/1.1 only), graceful Shutdown. Not supported:
+// HTTP/2, Hijack, response trailers — the gateway's listener needs none of
+// them.
 package h1server
 
 import (

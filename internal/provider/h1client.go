@@ -33,7 +33,9 @@ import (
 // cancellation through the request's context, a response-header time-out,
 // and one transparent retry on a fresh connection when a pooled one turns
 // out to have been closed by the server before any byte of the answer
-// arrived (the case net/http retries too).
+// arrived (the case net/http retries too). Its handling of answers is
+// fuzzed against net/http's Transport (h1client_fuzz_test.go), and
+// upstream_client: stdlib switches a backend to that Transport.
 type h1Client struct {
 	dialer      *net.Dialer
 	firstByte   time.Duration // response-header time-out, 0 for none
