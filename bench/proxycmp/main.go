@@ -54,6 +54,9 @@ var gwEnv envList
 
 var compareBin, mainBin string
 
+// gwYAML holds extra top-level config lines for gateway a and b.
+var gwYAML = map[string]*string{"a": new(string), "b": new(string)}
+
 var gwOnly bool
 
 func main() {
@@ -67,6 +70,8 @@ func main() {
 	flag.Var(&gwEnv, "gw-env", "extra NAME=VALUE for the gateway process only (repeatable), e.g. GOMAXPROCS=1")
 	dump := flag.String("dump", "", "with -role load: write each request's scheduled time and latency (ms), one per line, to this file")
 	flag.StringVar(&compareBin, "b", "", "a second llmgate binary to measure beside this checkout's, interleaved (A/B of a change)")
+	flag.StringVar(gwYAML["a"], "a-yaml", "", `extra top-level config lines for the llmgate build, e.g. "http_server: builtin" (separate lines with \n)`)
+	flag.StringVar(gwYAML["b"], "b-yaml", "", "extra top-level config lines for the -b build (with -b the same binary, an A/B of two settings)")
 	flag.StringVar(&mainBin, "a", "", "measure this llmgate binary instead of building the checkout")
 	flag.BoolVar(&gwOnly, "gw-only", false, "only the latency test, of the direct call and the llmgate build(s) (quicker A/B runs)")
 	flag.Parse()
@@ -489,6 +494,10 @@ func startGateway(bin, dir, name, upstream string) (string, int, func(), error) 
 	addr := freePort()
 	cfgPath := filepath.Join(dir, "llmgate-"+name+".yaml")
 	cfg := fmt.Sprintf("listen: %s\ndatabase: %s\nbackends:\n  up: {url: http://%s/v1}\nmodels:\n  m: {backend: up}\n", addr, filepath.Join(dir, "llmgate-"+name+".db"), upstream)
+	if extra := strings.ReplaceAll(*gwYAML[name], `\n`, "\n"); extra != "" {
+		cfg += extra + "\n"
+		fmt.Printf("llmgate-%s config adds: %s\n", name, strings.ReplaceAll(extra, "\n", "; "))
+	}
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
 		return "", 0, nil, err
 	}

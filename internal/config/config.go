@@ -36,6 +36,16 @@ const (
 	HTTPServerStdlib  = "stdlib"
 )
 
+// Values of upstream_client.
+const (
+	UpstreamClientBuiltin = "builtin"
+	UpstreamClientStdlib  = "stdlib"
+)
+
+// DefaultMaxConnections caps the client connections open at once when
+// max_connections is not set.
+const DefaultMaxConnections = 4096
+
 // Values of socket_io.
 const (
 	SocketIORaw      = "raw"
@@ -50,9 +60,16 @@ type Config struct {
 	// MaxBodyBytes limits request bodies (default 32 MiB).
 	MaxBodyBytes int64  `yaml:"max_body_bytes"`
 	LogFormat    string `yaml:"log_format"` // text (default) or json
-	// HTTPServer picks the server on the listener: builtin (default,
-	// llmgate's HTTP/1.1 server) or stdlib (Go's net/http server).
+	// HTTPServer picks the server on the listener: stdlib (default, Go's
+	// net/http server) or builtin (llmgate's HTTP/1.1 server).
 	HTTPServer string `yaml:"http_server"`
+	// MaxConnections caps the client connections open at once (default
+	// DefaultMaxConnections; 0 = no cap): more wait to be accepted.
+	MaxConnections *int `yaml:"max_connections"`
+	// UpstreamClient picks the HTTP client for plain-http backends, the
+	// default of every backend's upstream_client: builtin (default,
+	// llmgate's HTTP/1.1 client) or stdlib (net/http's Transport).
+	UpstreamClient string `yaml:"upstream_client"`
 	// TLSCertFile and TLSKeyFile (PEM) make the listener serve HTTPS; the
 	// files are read again when they change (certificate renewal).
 	TLSCertFile string `yaml:"tls_cert_file"`
@@ -109,6 +126,10 @@ type Backend struct {
 	Timeout        Duration `yaml:"timeout"` // whole request, default none
 	// IdleTimeout bounds the gap between two stream events; zero for none.
 	IdleTimeout Duration `yaml:"idle_timeout"`
+	// UpstreamClient overrides the top-level upstream_client for this
+	// backend (builtin or stdlib; set from it by ApplyDefaults). Only
+	// plain http:// backends without a proxy can use the builtin client.
+	UpstreamClient string `yaml:"upstream_client"`
 	// Provider and Engine name presets (see internal/preset) that fill in
 	// the URL, dialect, API key variable and health path.
 	Provider    string       `yaml:"provider"`
@@ -215,6 +236,14 @@ func (b *Backend) clientTLS() (*tls.Config, *tlsSettingError) {
 	return cfg, nil
 }
 
+// ConnectionLimit is the cap on client connections open at once, 0 for none.
+func (c *Config) ConnectionLimit() int {
+	if c.MaxConnections == nil {
+		return DefaultMaxConnections
+	}
+	return *c.MaxConnections
+}
+
 // DefaultResponsesTTL is how long stored responses are kept by default
 // (what OpenAI keeps them for).
 const DefaultResponsesTTL = 30 * 24 * time.Hour
@@ -309,11 +338,11 @@ func LoadWithEnv(r io.Reader, source string, lookup func(string) (string, bool))
 }
 
 var knownKeys = map[string][]string{
-	"":                {"listen", "database", "max_body_bytes", "log_format", "http_server", "socket_io", "tls_cert_file", "tls_key_file", "backends", "models", "redis", "redis_prefix", "retention", "responses_ttl", "store_responses", "spool_dir", "routing"},
+	"":                {"listen", "database", "max_body_bytes", "log_format", "http_server", "socket_io", "upstream_client", "max_connections", "tls_cert_file", "tls_key_file", "backends", "models", "redis", "redis_prefix", "retention", "responses_ttl", "store_responses", "spool_dir", "routing"},
 	"routing":         {"retry_backoff", "circuit_breaker"},
 	"circuit_breaker": {"enabled", "consecutive_failures", "failure_rate", "min_requests", "half_life", "open_for", "open_max", "timeout_weight", "rate_limit_wait", "rate_limit_max"},
 	"backend": {"url", "api_key", "dialect", "headers", "connect_timeout", "first_byte_timeout", "timeout", "ca_file", "client_cert_file", "client_key_file", "tls_skip_verify",
-		"idle_timeout", "provider", "engine", "health_check"},
+		"idle_timeout", "provider", "engine", "health_check", "upstream_client"},
 	"model": {"backend", "upstream_model", "deployments", "fallbacks", "balancing",
 		"input_price", "output_price", "cached_input_price", "rpm", "tpm", "max_concurrency"},
 	"deployment":   {"backend", "upstream_model", "weight", "priority"},
@@ -413,6 +442,9 @@ func (c *Config) ApplyDefaults() {
 	if c.MaxBodyBytes == 0 {
 		c.MaxBodyBytes = DefaultMaxBodyBytes
 	}
+	if c.HTTPServer == "" {
+		c.HTTPServer = HTTPServerStdlib
+	}
 	if c.Backends == nil {
 		c.Backends = map[string]*Backend{}
 	}
@@ -426,6 +458,9 @@ func (c *Config) ApplyDefaults() {
 			c.Backends[name] = b
 		}
 		b.Name = name
+		if b.UpstreamClient == "" {
+			b.UpstreamClient = c.UpstreamClient
+		}
 		c.applyPreset(b)
 		if b.Dialect == "" {
 			b.Dialect = DialectOpenAI
@@ -484,7 +519,13 @@ func (c *Config) Validate() error {
 		return le(c.Line("socket_io"), "socket_io", "must be %s or %s, not %q", SocketIORaw, SocketIOStandard, c.SocketIO)
 	}
 	if c.HTTPServer != "" && c.HTTPServer != HTTPServerBuiltin && c.HTTPServer != HTTPServerStdlib {
-		return le(c.Line("http_server"), "http_server", "must be %s or %s, not %q", HTTPServerBuiltin, HTTPServerStdlib, c.HTTPServer)
+		return le(c.Line("http_server"), "http_server", "must be %s or %s, not %q", HTTPServerStdlib, HTTPServerBuiltin, c.HTTPServer)
+	}
+	if c.UpstreamClient != "" && c.UpstreamClient != UpstreamClientBuiltin && c.UpstreamClient != UpstreamClientStdlib {
+		return le(c.Line("upstream_client"), "upstream_client", "must be %s or %s, not %q", UpstreamClientBuiltin, UpstreamClientStdlib, c.UpstreamClient)
+	}
+	if c.MaxConnections != nil && *c.MaxConnections < 0 {
+		return le(c.Line("max_connections"), "max_connections", "must be a number of connections, or 0 for no cap (default %d)", DefaultMaxConnections)
 	}
 	for _, name := range sortedKeys(c.Backends) {
 		b := c.Backends[name]
@@ -497,6 +538,9 @@ func (c *Config) Validate() error {
 		}
 		if b.Dialect != DialectOpenAI && b.Dialect != DialectAnthropic {
 			return le(b.line, key+".dialect", "must be openai or anthropic, not %q", b.Dialect)
+		}
+		if b.UpstreamClient != "" && b.UpstreamClient != UpstreamClientBuiltin && b.UpstreamClient != UpstreamClientStdlib {
+			return le(b.line, key+".upstream_client", "must be %s or %s, not %q", UpstreamClientBuiltin, UpstreamClientStdlib, b.UpstreamClient)
 		}
 		base, err := NormalizeBaseURL(b.URL, b.Dialect)
 		if err != nil {

@@ -27,6 +27,7 @@ import (
 	"llmgate/internal/keys"
 	"llmgate/internal/metrics"
 	"llmgate/internal/policy"
+	"llmgate/internal/netlimit"
 	"llmgate/internal/rawio"
 	"llmgate/internal/router"
 	"llmgate/internal/server"
@@ -70,8 +71,8 @@ type Gateway struct {
 	// Engines runs the configured local engines (none when the config has
 	// no engines: section).
 	Engines *engine.Manager
-	// HTTP serves the listener: h1server by default, net/http's Server
-	// with http_server: stdlib.
+	// HTTP serves the listener: net/http's Server by default, h1server
+	// with http_server: builtin.
 	HTTP   httpServer
 	Addr   string // actual listen address
 	log    *slog.Logger
@@ -123,6 +124,7 @@ func Start(ctx context.Context, opt Options) (g *Gateway, err error) {
 			return nil, fmt.Errorf("listen on %s: %w (is another llmgate or server using the port? set listen: in the config or --listen)", cfg.Listen, err)
 		}
 	}
+	ln = netlimit.Limit(ln, cfg.ConnectionLimit(), log) // max_connections
 	undo = append(undo, func() { ln.Close() })
 	st, err := OpenStore(ctx, cfg.Database)
 	if err != nil {
@@ -211,7 +213,7 @@ type httpServer interface {
 // errors they raise themselves before a handler runs (malformed request,
 // headers too large) with the default limits of net/http.
 func newHTTPServer(kind string, h http.Handler, log *slog.Logger, certs *certReloader) httpServer {
-	if kind == config.HTTPServerStdlib {
+	if kind != config.HTTPServerBuiltin {
 		s := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second,
 			ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 		if certs == nil {

@@ -21,7 +21,7 @@ func TestHTTPServerSetting_BothServeTheAPI(t *testing.T) {
 		t.Run("kind="+kind, func(t *testing.T) {
 			e := startEnv(t, func(c *config.Config) { c.HTTPServer = kind })
 			_, builtin := e.g.HTTP.(*h1server.Server)
-			if _, std := e.g.HTTP.(*http.Server); builtin == (kind == config.HTTPServerStdlib) || std != (kind == config.HTTPServerStdlib) {
+			if _, std := e.g.HTTP.(*http.Server); builtin != (kind == config.HTTPServerBuiltin) || std == (kind == config.HTTPServerBuiltin) {
 				t.Fatalf("http_server %q runs %T", kind, e.g.HTTP)
 			}
 			r := e.do("POST", "/v1/chat/completions", testMaster, chatBody("qwen", false, ""))
@@ -58,7 +58,7 @@ func TestSocketIOStandard_ServesTheAPI(t *testing.T) {
 // A request the builtin server cannot parse gets the OpenAI error envelope,
 // like every other error of the API.
 func TestHTTPServerBuiltin_MalformedRequestGetsTheErrorEnvelope(t *testing.T) {
-	e := startEnv(t)
+	e := startEnv(t, func(c *config.Config) { c.HTTPServer = config.HTTPServerBuiltin })
 	c, err := net.Dial("tcp", e.g.Addr)
 	if err != nil {
 		t.Fatal(err)

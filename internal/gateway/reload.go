@@ -151,6 +151,7 @@ func (r *Reloader) warnRestartOnly(cfg *config.Config) {
 		{"log_format", prev.LogFormat, cfg.LogFormat},
 		{"http_server", prev.HTTPServer, cfg.HTTPServer},
 		{"socket_io", prev.SocketIO, cfg.SocketIO},
+		{"max_connections", prev.ConnectionLimit(), cfg.ConnectionLimit()},
 		{"tls_cert_file", prev.TLSCertFile, cfg.TLSCertFile}, // the files' contents are re-read; the paths are not
 		{"tls_key_file", prev.TLSKeyFile, cfg.TLSKeyFile},
 		{"responses_ttl", prev.ResponsesTTL, cfg.ResponsesTTL},

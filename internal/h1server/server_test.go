@@ -269,8 +269,9 @@ func TestExpectContinue(t *testing.T) {
 }
 
 func TestBadRequests(t *testing.T) {
-	// std is net/http's status where it differs: it answers an HTTP/2
-	// preface on a plain listener as an HTTP/1 request with method PRI.
+	// std is net/http's status where it differs (nowhere now). The HTTP/2
+	// preface is an HTTP/1 request with method PRI to both, as in net/http;
+	// any other HTTP/2.0 request line is refused.
 	cases := []struct {
 		name, raw string
 		want, std int
@@ -280,7 +281,9 @@ func TestBadRequests(t *testing.T) {
 		{"two hosts", "GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", 400, 0},
 		{"bad header name", "GET / HTTP/1.1\r\nHost: a\r\nBad Name: x\r\n\r\n", 400, 0},
 		{"unsupported transfer encoding", "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n", 501, 0},
-		{"HTTP/2 preface", "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", 505, 200},
+		{"HTTP/2 preface", "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", 200, 0},
+		{"HTTP/2.0 request line", "GET / HTTP/2.0\r\nHost: a\r\n\r\n", 505, 0},
+		{"HTTP/0.9 request line", "GET / HTTP/0.9\r\nHost: a\r\n\r\n", 505, 0},
 		{"huge header", "GET / HTTP/1.1\r\nHost: a\r\nX: " + strings.Repeat("a", 1<<20+8192) + "\r\n\r\n", 431, 0},
 	}
 	both(t, func(t *testing.T, start startFunc) {
@@ -299,7 +302,7 @@ func TestBadRequests(t *testing.T) {
 			if resp.StatusCode != tc.want {
 				t.Errorf("%s: status %d, want %d", tc.name, resp.StatusCode, tc.want)
 			}
-			if tc.want >= 400 && !c.closed() {
+			if (tc.want >= 400 || tc.name == "HTTP/2 preface") && !c.closed() {
 				t.Errorf("%s: connection left open after a bad request", tc.name)
 			}
 		}

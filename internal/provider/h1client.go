@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -11,6 +12,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"golang.org/x/net/http/httpguts"
 
 	"llmgate/internal/rawio"
 )
@@ -30,7 +33,9 @@ import (
 // cancellation through the request's context, a response-header time-out,
 // and one transparent retry on a fresh connection when a pooled one turns
 // out to have been closed by the server before any byte of the answer
-// arrived (the case net/http retries too).
+// arrived (the case net/http retries too). Its handling of answers is
+// fuzzed against net/http's Transport (h1client_fuzz_test.go), and
+// upstream_client: stdlib switches a backend to that Transport.
 type h1Client struct {
 	dialer      *net.Dialer
 	firstByte   time.Duration // response-header time-out, 0 for none
@@ -58,17 +63,37 @@ type h1Conn struct {
 }
 
 // countingReader counts bytes read from the connection, so that a failure
-// on a reused connection can be told apart from a failure mid-answer.
+// on a reused connection can be told apart from a failure mid-answer, and
+// bounds the bytes read while response headers are read.
 type countingReader struct {
 	r net.Conn
 	n int64
+	// limit is what may still be read, when limited is set (while the
+	// response headers are read, as net/http's Transport does).
+	limit   int64
+	limited bool
 }
 
 func (c *countingReader) Read(p []byte) (int, error) {
+	if c.limited {
+		if c.limit <= 0 {
+			return 0, errHeadersTooLarge
+		}
+		if int64(len(p)) > c.limit {
+			p = p[:c.limit]
+		}
+	}
 	n, err := c.r.Read(p)
 	c.n += int64(n)
+	c.limit -= int64(n)
 	return n, err
 }
+
+// maxResponseHeaderBytes bounds a response's headers, informational
+// answers included: net/http's Transport default.
+const maxResponseHeaderBytes = 10 << 20
+
+var errHeadersTooLarge = fmt.Errorf("server response headers exceeded %d bytes; aborted", maxResponseHeaderBytes)
 
 func newH1Client(dialer *net.Dialer, firstByte, idleTimeout time.Duration, maxIdle int) *h1Client {
 	return &h1Client{dialer: dialer, firstByte: firstByte, idleTimeout: idleTimeout, maxIdle: maxIdle, idle: map[string][]*h1Conn{}}
@@ -125,6 +150,13 @@ func (cl *h1Client) get(ctx context.Context, addr string, fresh bool) (*h1Conn, 
 
 // put returns a connection whose last answer was read completely.
 func (cl *h1Client) put(pc *h1Conn) {
+	if pc.br.Buffered() > 0 {
+		// The backend sent bytes past the end of its answer: they would
+		// be read as the next request's answer. net/http's Transport
+		// closes such a connection too.
+		pc.conn.Close()
+		return
+	}
 	pc.lastUsed = time.Now()
 	cl.mu.Lock()
 	if pool := cl.idle[pc.addr]; len(pool) < cl.maxIdle {
@@ -256,7 +288,9 @@ func (cl *h1Client) roundTrip(ctx context.Context, pc *h1Conn, req *http.Request
 			return fail(werr)
 		}
 		_ = pc.conn.SetReadDeadline(time.Now().Add(earlyAnswerWait))
+		pc.cr.limit, pc.cr.limited = maxResponseHeaderBytes, true
 		resp, err := http.ReadResponse(pc.br, req)
+		pc.cr.limited = false
 		if err != nil || resp.StatusCode < 200 {
 			return fail(werr)
 		}
@@ -265,18 +299,27 @@ func (cl *h1Client) roundTrip(ctx context.Context, pc *h1Conn, req *http.Request
 		return resp, nil
 	}
 	var resp *http.Response
+	// The headers of the answer and of any informational ones before it
+	// may take maxResponseHeaderBytes, bytes read ahead with them included.
+	pc.cr.limit, pc.cr.limited = maxResponseHeaderBytes, true
 	for {
 		var err error
 		resp, err = http.ReadResponse(pc.br, req)
 		if err != nil {
+			if pc.cr.limit <= 0 {
+				err = errHeadersTooLarge
+			}
+			pc.cr.limited = false
 			return fail(err)
 		}
 		// Informational answers (100 Continue, 103 Early Hints) precede
-		// the real one.
-		if resp.StatusCode >= 200 || resp.StatusCode == http.StatusSwitchingProtocols {
+		// the real one. (101 is final, and so is a status below 100,
+		// which net/http's Transport also hands over as it came.)
+		if resp.StatusCode < 100 || resp.StatusCode > 199 || resp.StatusCode == http.StatusSwitchingProtocols {
 			break
 		}
 	}
+	pc.cr.limited = false
 	if cl.firstByte > 0 {
 		_ = pc.conn.SetDeadline(time.Time{})
 		if ctx.Err() != nil {
@@ -284,8 +327,21 @@ func (cl *h1Client) roundTrip(ctx context.Context, pc *h1Conn, req *http.Request
 			_ = pc.conn.SetDeadline(aLongTimeAgo)
 		}
 	}
-	resp.Body = &h1Body{rc: resp.Body, pc: pc, cl: cl, stop: stop, keep: !resp.Close && !req.Close, ctx: ctx}
+	keep := !resp.Close && !req.Close && resp.StatusCode >= 200
+	if isProtocolSwitch(resp) {
+		// As net/http's Transport: what follows is no longer HTTP, and
+		// the body is the connection's bytes until it closes. (No request
+		// of the gateway asks for an upgrade.)
+		resp.Body = io.NopCloser(pc.br)
+		keep = false
+	}
+	resp.Body = &h1Body{rc: resp.Body, pc: pc, cl: cl, stop: stop, keep: keep, ctx: ctx}
 	return resp, nil
+}
+
+func isProtocolSwitch(resp *http.Response) bool {
+	return resp.StatusCode == http.StatusSwitchingProtocols && resp.Header.Get("Upgrade") != "" &&
+		httpguts.HeaderValuesContainsToken(resp.Header["Connection"], "Upgrade")
 }
 
 // h1Body returns its connection to the pool once the answer has been read

@@ -71,7 +71,7 @@ func NewBackend(b *config.Backend) *Backend {
 		headers: b.Headers, client: &http.Client{Transport: tr}, timeout: time.Duration(b.Timeout),
 		idle: time.Duration(b.IdleTimeout), firstByte: time.Duration(b.FirstByte), health: b.HealthCheck,
 	}
-	if directHTTP(b.BaseURL) {
+	if b.UpstreamClient != config.UpstreamClientStdlib && directHTTP(b.BaseURL) {
 		be.h1 = newH1Client(&net.Dialer{Timeout: connect, KeepAlive: 30 * time.Second},
 			time.Duration(b.FirstByte), 90*time.Second, 512)
 	}
@@ -80,8 +80,9 @@ func NewBackend(b *config.Backend) *Backend {
 
 // directHTTP reports whether requests to baseURL go straight to an
 // http:// server: no TLS and no proxy from HTTP_PROXY / NO_PROXY. Such
-// backends (local engines) use the lean HTTP/1.1 client; the rest use
-// net/http's Transport (TLS, HTTP/2, proxies).
+// backends (local engines) use the lean HTTP/1.1 client unless their
+// upstream_client is stdlib; the rest use net/http's Transport (TLS,
+// HTTP/2, proxies).
 func directHTTP(baseURL string) bool {
 	u, err := url.Parse(baseURL)
 	if err != nil || u.Scheme != "http" || u.Host == "" || u.User != nil {

@@ -12,12 +12,14 @@
 // would (EAGAIN) RawConn parks the goroutine in the netpoller exactly as
 // net.Conn does, and deadlines and Close work as with net.Conn.
 //
-// Only *net.TCPConn on Linux takes the raw path; anything else is returned
-// unchanged. Race-detector builds use syscall.Read/Write on the same path,
+// Only TCP connections on Linux take the raw path (a *net.TCPConn, or a
+// wrapper of one that exposes its syscall.Conn, such as the connection
+// limiter's); anything else is returned unchanged. Race-detector builds use syscall.Read/Write on the same path,
 // for the detector's I/O happens-before edges (raw_linux_race.go).
 package rawio
 
 import (
+	"errors"
 	"io"
 	"net"
 	"os"
@@ -55,16 +57,22 @@ type Conn struct {
 }
 
 // Wrap returns c with raw reads and writes when it is a TCP connection on
-// Linux, and c itself otherwise.
+// Linux, and c itself otherwise. A wrapper of a TCP connection that
+// exposes SyscallConn has its own Read and Write bypassed: only wrappers
+// that read and write the socket as it is may expose it. Close, deadlines
+// and CloseWrite still go through c.
 func Wrap(c net.Conn) net.Conn {
 	if !supported || disabled.Load() {
 		return c
 	}
-	tc, ok := c.(*net.TCPConn)
+	sc, ok := c.(syscall.Conn)
 	if !ok {
 		return c
 	}
-	rc, err := tc.SyscallConn()
+	if _, tcp := c.LocalAddr().(*net.TCPAddr); !tcp {
+		return c
+	}
+	rc, err := sc.SyscallConn()
 	if err != nil {
 		return c
 	}
@@ -140,6 +148,15 @@ func (c *Conn) doWrite(fd uintptr) bool {
 		c.wn, c.werr = max(n, 0), errno
 		return true
 	}
+}
+
+// CloseWrite shuts down the writing side of the connection, when the
+// wrapped connection can.
+func (c *Conn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return errors.ErrUnsupported
 }
 
 // opError wraps err as net.Conn's own errors are wrapped, so that callers'

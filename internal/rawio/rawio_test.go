@@ -171,3 +171,53 @@ func TestSetEnabled_OffLeavesConnsAlone(t *testing.T) {
 		t.Fatalf("Wrap with the raw path off = %T, want the conn itself", got)
 	}
 }
+
+// wrapped is a connection wrapper that exposes the socket, as the
+// connection limiter's does.
+type wrapped struct{ net.Conn }
+
+func (w wrapped) SyscallConn() (syscall.RawConn, error) {
+	return w.Conn.(syscall.Conn).SyscallConn()
+}
+
+func (w wrapped) CloseWrite() error { return w.Conn.(*net.TCPConn).CloseWrite() }
+
+// A wrapper of a TCP connection that exposes its syscall.Conn takes the
+// raw path too, and CloseWrite reaches the socket through both wrappers.
+func TestWrap_TakesTheRawPathThroughAWrapperAndCloseWriteWorks(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("raw path is Linux-only")
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	acc := make(chan net.Conn, 1)
+	go func() {
+		c, _ := ln.Accept()
+		acc <- c
+	}()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	srv := <-acc
+	defer srv.Close()
+	w, ok := Wrap(wrapped{c}).(*Conn)
+	if !ok {
+		t.Fatal("a wrapper exposing SyscallConn did not take the raw path")
+	}
+	if _, err := w.Write([]byte("hi")); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.CloseWrite(); err != nil {
+		t.Fatalf("CloseWrite: %v", err)
+	}
+	srv.SetReadDeadline(time.Now().Add(5 * time.Second))
+	got, err := io.ReadAll(srv)
+	if err != nil || string(got) != "hi" {
+		t.Fatalf("server read %q, %v: want the bytes, then EOF from the half-close", got, err)
+	}
+}
