@@ -41,13 +41,15 @@ type Spool struct {
 
 	dmu sync.Mutex // one drain at a time
 
-	// The segment being appended to. Only the ledger's journal writer of
-	// the moment (one at a time) touches these.
-	f      *os.File
-	fSeq   uint64
-	fSize  int64
-	fTorn  bool // a failed write may have left part of a line at the end
-	syncOn bool // fsync every append (power-loss durability)
+	// The segment being appended to, and the next one opened ahead.
+	fmu     sync.Mutex
+	f       *os.File
+	fSeq    uint64
+	fSize   int64
+	fTorn   bool // a failed write may have left part of a line at the end
+	next    *os.File
+	nextSeq uint64
+	syncOn  bool // fsync every append (power-loss durability)
 
 	failWrite func() error // tests: called before each journal write
 }
@@ -105,10 +107,17 @@ func (s *Spool) Dir() string { return s.dir }
 // Close releases the directory lock. The ledger closes the spool it was
 // given when it is closed.
 func (s *Spool) Close() error {
+	s.fmu.Lock()
 	if s.f != nil {
 		s.f.Close()
 		s.f = nil
 	}
+	if s.next != nil { // opened ahead, never written
+		s.next.Close()
+		os.Remove(s.segPath(s.nextSeq))
+		s.next = nil
+	}
+	s.fmu.Unlock()
 	if s.lock == nil {
 		return nil
 	}
@@ -177,24 +186,62 @@ func (s *Spool) isOwned(seq uint64) bool {
 	return seq != 0 && s.owned[seq]
 }
 
-// write appends b (whole lines) to segment seq, opening it at the first
-// write. A failed write is cut back off the file so that the next line
-// starts clean; when that fails too, the next write starts with a newline,
-// so only the torn line is unreadable. Only one goroutine writes at a time.
+func (s *Spool) openSeg(seq uint64) (*os.File, error) {
+	f, err := os.OpenFile(s.segPath(seq), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("open usage spool segment: %w", err)
+	}
+	if s.syncOn {
+		if err := syncDir(s.dir); err != nil {
+			f.Close()
+			return nil, err
+		}
+	}
+	return f, nil
+}
+
+// prepare opens segment seq ahead of its first write.
+func (s *Spool) prepare(seq uint64) {
+	s.fmu.Lock()
+	defer s.fmu.Unlock()
+	if (s.f != nil && s.fSeq >= seq) || (s.next != nil && s.nextSeq == seq) {
+		return
+	}
+	if s.next != nil {
+		s.next.Close()
+		os.Remove(s.segPath(s.nextSeq))
+		s.next = nil
+	}
+	if f, err := s.openSeg(seq); err == nil { // else the first write opens it and reports why not
+		s.next, s.nextSeq = f, seq
+	}
+}
+
+// write appends b (whole lines) to segment seq, closing the segment
+// written before. A failed write is cut back off the file so that the next
+// line starts clean; when that fails too, the next write starts with a
+// newline, so only the torn line is unreadable.
 func (s *Spool) write(seq uint64, b []byte) error {
 	if s.failWrite != nil {
 		if err := s.failWrite(); err != nil {
 			return err
 		}
 	}
+	s.fmu.Lock()
+	defer s.fmu.Unlock()
 	if s.f != nil && s.fSeq != seq {
 		s.f.Close()
 		s.f = nil
 	}
 	if s.f == nil {
-		f, err := os.OpenFile(s.segPath(seq), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-		if err != nil {
-			return fmt.Errorf("open usage spool segment: %w", err)
+		f := s.next
+		if f != nil && s.nextSeq == seq {
+			s.next = nil
+		} else {
+			var err error
+			if f, err = s.openSeg(seq); err != nil {
+				return err
+			}
 		}
 		fi, err := f.Stat()
 		if err != nil {
@@ -202,11 +249,6 @@ func (s *Spool) write(seq uint64, b []byte) error {
 			return err
 		}
 		s.f, s.fSeq, s.fSize, s.fTorn = f, seq, fi.Size(), false
-		if s.syncOn {
-			if err := syncDir(s.dir); err != nil {
-				return err
-			}
-		}
 	}
 	if s.fTorn {
 		if _, err := s.f.Write([]byte{'\n'}); err != nil {
@@ -232,8 +274,10 @@ func (s *Spool) write(seq uint64, b []byte) error {
 	return nil
 }
 
-// seal closes segment seq if it is the open one: nothing more is appended.
+// seal closes segment seq if it is open: nothing more is appended to it.
 func (s *Spool) seal(seq uint64) {
+	s.fmu.Lock()
+	defer s.fmu.Unlock()
 	if s.f != nil && s.fSeq == seq {
 		s.f.Close()
 		s.f = nil

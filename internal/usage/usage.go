@@ -86,14 +86,14 @@ type Ledger struct {
 	closed   bool
 
 	// The journal (nil without a spool), guarded by mu.
-	spool      *Spool
-	jdone      *sync.Cond // signalled when a journal write ends
-	group      *jgroup    // lines appended since the last journal write began
-	writing    bool       // a journal write is in progress (one at a time)
-	takeWanted bool       // the writer waits to take the queue: no new write starts
-	seg        uint64     // the segment the group goes to
-	segFailed  bool       // a write to seg failed: some of its records are not on disk
-	spareBuf   []byte
+	spool    *Spool
+	group    *jgroup         // lines appended since the last journal write began, for seg
+	sealed   []*jgroup       // groups of earlier segments not yet being written
+	writing  bool            // a journal write is in progress or handed over
+	lastOut  *jgroup         // the last group of the write in progress
+	seg      uint64          // the segment new groups go to
+	failed   map[uint64]bool // segments some of whose groups failed to write
+	spareBuf []byte
 
 	kick     chan struct{}
 	stop     chan struct{}
@@ -114,8 +114,10 @@ type Ledger struct {
 
 // jgroup is the lines of the Adds that share one journal write.
 type jgroup struct {
+	seg  uint64
 	buf  []byte
-	done bool
+	lead chan struct{} // closed when the group's first Add is to write it
+	done chan struct{} // closed when the write ended (err set before)
 	err  error
 }
 
@@ -188,7 +190,7 @@ func NewLedger(w Writer, opt Options, log *slog.Logger) *Ledger {
 		maxBatch: opt.MaxBatch, interval: opt.Interval, spool: opt.Spool, spoolAfter: opt.SpoolAfter, pause: opt.Pause}
 	l.notFull = sync.NewCond(&l.mu)
 	l.noWaiter = sync.NewCond(&l.mu)
-	l.jdone = sync.NewCond(&l.mu)
+	l.failed = map[uint64]bool{}
 	l.health.init(log, opt.AlarmEvery, l.spool)
 	if l.spool != nil {
 		l.spool.syncOn = opt.SpoolSync
@@ -263,9 +265,18 @@ func (l *Ledger) Add(r Record) error {
 	}
 	l.queue = append(l.queue, r)
 	full := len(l.queue) >= l.maxBatch
-	var err error
+	var g *jgroup
+	first := false
 	if l.spool != nil {
-		err = l.journal(*line)
+		if g = l.group; g == nil {
+			g, first = &jgroup{seg: l.seg, buf: l.spareBuf[:0], lead: make(chan struct{}), done: make(chan struct{})}, true
+			l.spareBuf, l.group = nil, g
+		}
+		g.buf = append(g.buf, *line...)
+		if first && !l.writing {
+			l.writeGroups()
+			first = false
+		}
 	}
 	l.mu.Unlock()
 	if full {
@@ -274,56 +285,73 @@ func (l *Ledger) Add(r Record) error {
 		default:
 		}
 	}
-	if err != nil {
-		return fmt.Errorf("%w: %w", ErrNotDurable, err)
+	if g == nil {
+		return nil
+	}
+	// The first Add of a group writes it when the write in progress hands
+	// over (unless the writer of an earlier group takes it along); the
+	// others wait for it. One wake-up per Add, no herd on a shared lock.
+	if first {
+		select {
+		case <-g.lead:
+			l.mu.Lock()
+			l.writeGroups()
+			l.mu.Unlock()
+		case <-g.done:
+		}
+	}
+	<-g.done
+	if g.err != nil {
+		return fmt.Errorf("%w: %w", ErrNotDurable, g.err)
 	}
 	return nil
 }
 
 var linePool = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}
 
-// journal appends line to the current group and waits until a journal
-// write has taken the group: this Add's own when none is in progress (it
-// writes the group, including lines other Adds appended meanwhile), else
-// the next one. Called with mu held; returns with mu held.
-func (l *Ledger) journal(line []byte) error {
-	g := l.group
-	if g == nil {
-		g = &jgroup{buf: l.spareBuf[:0]}
-		l.spareBuf = nil
-		l.group = g
+// writeGroups writes every group waiting, oldest first (so a segment's
+// groups reach it in order), with one write(2) each, then hands the next
+// write to the first Add of a group that formed meanwhile. Only one runs
+// at a time: l.writing stays set from one to the next. Called with mu
+// held; returns with mu held.
+func (l *Ledger) writeGroups() {
+	batch := l.sealed
+	if l.group != nil {
+		batch = append(batch, l.group)
 	}
-	g.buf = append(g.buf, line...)
-	for !g.done {
-		if l.writing || l.takeWanted {
-			l.jdone.Wait()
-			continue
-		}
-		// No write in progress, so g is still the current group.
-		l.group, l.writing = nil, true
-		seg := l.seg
-		l.mu.Unlock()
-		err := l.spool.write(seg, g.buf)
-		l.mu.Lock()
-		l.endWrite(g, seg, err)
+	l.sealed, l.group = nil, nil
+	l.writing, l.lastOut = true, batch[len(batch)-1]
+	l.mu.Unlock()
+	for _, b := range batch {
+		b.err = l.spool.write(b.seg, b.buf)
 	}
-	return g.err
+	l.mu.Lock()
+	for _, b := range batch {
+		l.endWrite(b)
+	}
+	l.lastOut = nil
+	switch {
+	case len(l.sealed) > 0:
+		close(l.sealed[0].lead)
+	case l.group != nil:
+		close(l.group.lead)
+	default:
+		l.writing = false
+	}
 }
 
-// endWrite records the outcome of a journal write of g to seg and lets the
-// next one start. Called with mu held.
-func (l *Ledger) endWrite(g *jgroup, seg uint64, err error) {
-	if err != nil && seg == l.seg {
-		l.segFailed = true
+// endWrite records the outcome of a journal write of g and lets its Adds
+// return. Called with mu held.
+func (l *Ledger) endWrite(g *jgroup) {
+	if g.err != nil {
+		l.failed[g.seg] = true
 	}
-	l.health.journaled(err)
-	g.done, g.err = true, err
+	l.health.journaled(g.err)
 	if cap(g.buf) <= 1<<20 {
 		l.spareBuf = g.buf[:0]
 	}
 	g.buf = nil
-	l.writing = false
-	l.jdone.Broadcast()
+	close(g.done)
 }
 
 // Depth returns the number of queued records.
@@ -441,43 +469,45 @@ func (l *Ledger) insert(batch []Record, paced bool, attempt int) bool {
 	return err == nil
 }
 
-// take hands the writer the queue and the journal segment holding it: the
-// group not yet written is written here, the segment sealed, and a new
-// one started for the Adds that follow. It reports whether every record
-// taken reached the segment.
-func (l *Ledger) take(spare []Record) (taken []Record, seg uint64, onDisk bool) {
+// take hands the writer the queue and the journal segment holding it, and
+// starts a new segment for the Adds that follow (its file opened here, so
+// no Add waits for a file to be created). It never waits: the group not
+// yet written is sealed and written by its own Adds. last is the newest
+// group of the segment, nil if none.
+func (l *Ledger) take(spare []Record) (taken []Record, seg uint64, last *jgroup) {
 	l.mu.Lock()
-	l.takeWanted = true
-	for l.writing {
-		l.jdone.Wait()
-	}
-	l.takeWanted = false
 	if len(l.queue) == 0 {
-		l.jdone.Broadcast() // Adds that waited for the take
 		l.mu.Unlock()
-		return spare[:0], 0, true
+		return spare[:0], 0, nil
 	}
 	taken, l.queue = l.queue, spare[:0]
 	l.notFull.Broadcast()
-	g := l.group
-	seg, failed := l.seg, l.segFailed
-	l.group, l.writing = nil, true
-	l.seg, l.segFailed = l.spool.newSegment(), false
-	l.mu.Unlock()
-	var err error
-	if g != nil {
-		err = l.spool.write(seg, g.buf)
+	seg, last = l.seg, l.group
+	if last != nil {
+		l.sealed = append(l.sealed, last)
+		l.group = nil
+	} else if l.lastOut != nil && l.lastOut.seg == seg {
+		last = l.lastOut
 	}
-	l.spool.seal(seg)
+	l.seg = l.spool.newSegment()
+	next := l.seg
+	l.mu.Unlock()
+	l.spool.prepare(next)
+	return taken, seg, last
+}
+
+// settle waits until every group of seg is written and closes its file; it
+// reports whether all of them reached it.
+func (l *Ledger) settle(seg uint64, last *jgroup) bool {
+	if last != nil {
+		<-last.done
+	}
 	l.mu.Lock()
-	if g != nil {
-		l.endWrite(g, seg, err)
-	} else {
-		l.writing = false
-		l.jdone.Broadcast()
-	}
+	failed := l.failed[seg]
+	delete(l.failed, seg)
 	l.mu.Unlock()
-	return taken, seg, !failed && err == nil
+	l.spool.seal(seg)
+	return !failed
 }
 
 // storeJournaled takes the queue with its journal segment and stores it.
@@ -486,7 +516,7 @@ func (l *Ledger) take(spare []Record) (taken []Record, seg uint64, onDisk bool) 
 // memory, so a long outage costs disk, not memory; later batches go
 // straight to the drainer until it gets one into the database.
 func (l *Ledger) storeJournaled(spare []Record, stopping bool) []Record {
-	taken, seg, onDisk := l.take(spare)
+	taken, seg, last := l.take(spare)
 	if len(taken) == 0 {
 		return taken
 	}
@@ -506,6 +536,7 @@ func (l *Ledger) storeJournaled(spare []Record, stopping bool) []Record {
 			}
 		}
 	}
+	onDisk := l.settle(seg, last)
 	switch {
 	case stored:
 		if err := l.spool.remove(seg); err != nil {
