@@ -129,7 +129,7 @@ func Start(ctx context.Context, opt Options) (*Gateway, error) {
 	}
 	table := router.NewWithOptions(cfg, router.Options{Logger: log})
 	g.Engines.Attach(table)
-	sopt := server.Options{Table: table, Verifier: g.Verifier, Ledger: g.observedLedger(), Logger: log, MaxBodyBytes: cfg.MaxBodyBytes,
+	sopt := server.Options{Table: table, Verifier: g.Verifier, Ledger: g.observedLedger(), Ready: g.Ledger.Healthy, Logger: log, MaxBodyBytes: cfg.MaxBodyBytes,
 		Admission: g.Metrics.Admission(opt.Admission), Middleware: opt.Middleware}
 	if on, ttl := cfg.ResponsesStorage(); on {
 		sopt.Responses, sopt.ResponsesTTL = g.Store, ttl

@@ -61,7 +61,7 @@ func (h *health) err() error {
 func (h *health) errLocked() error {
 	where := "memory"
 	if h.spool != nil {
-		where = "the spool " + h.spool.Dir()
+		where = "the spool"
 	}
 	switch {
 	case h.store != nil:
@@ -96,7 +96,11 @@ func (h *health) alarm(now time.Time) {
 		h.log.Info("usage ledger healthy again: records reach the database", "after", now.Sub(since).Round(time.Millisecond).String())
 		return
 	}
-	h.log.Error("USAGE LEDGER NOT HEALTHY: "+err.Error(), "for", now.Sub(since).Round(time.Second).String())
+	attrs := []any{"for", now.Sub(since).Round(time.Second).String()}
+	if h.spool != nil {
+		attrs = append(attrs, "spool", h.spool.Dir())
+	}
+	h.log.Error("USAGE LEDGER NOT HEALTHY: "+err.Error(), attrs...)
 }
 
 // healthLoop checks the database every interval (when the writer can
