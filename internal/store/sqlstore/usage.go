@@ -388,9 +388,15 @@ func Recent(ctx context.Context, db *sql.DB, d Dialect, limit int) ([]usage.Reco
 }
 
 // ByClientRequestID returns the records whose client request id is id,
-// newest first. Clients choose their ids, so there may be several.
+// newest first. Clients choose their ids, so there may be several. An
+// empty id matches nothing (records without one are not indexed).
 func ByClientRequestID(ctx context.Context, db *sql.DB, d Dialect, id string, limit int) ([]usage.Record, error) {
-	return queryRecords(ctx, db, d.Q(`SELECT `+usageCols+` FROM usage WHERE client_request_id = ? ORDER BY ts DESC, id DESC LIMIT ?`), id, limit)
+	if id == "" {
+		return nil, nil
+	}
+	// The repeated <> '' lets the planner use the partial index.
+	return queryRecords(ctx, db, d.Q(`SELECT `+usageCols+` FROM usage WHERE client_request_id = ? AND client_request_id <> ''
+		ORDER BY ts DESC, id DESC LIMIT ?`), id, limit)
 }
 
 func queryRecords(ctx context.Context, db *sql.DB, q string, args ...any) ([]usage.Record, error) {
