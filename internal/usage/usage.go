@@ -590,6 +590,7 @@ func (l *Ledger) rescue(recs []Record, stopping bool) {
 func (l *Ledger) drainLoop() {
 	t := time.NewTicker(500 * time.Millisecond)
 	defer t.Stop()
+	failing := false
 	for {
 		select {
 		case <-l.stopDrain:
@@ -605,9 +606,16 @@ func (l *Ledger) drainLoop() {
 		cancel()
 		l.health.wrote(err)
 		if err != nil {
-			l.log.Warn("usage spool not drained yet; will retry", "written", n, "err", err)
+			// Said once; while it lasts, the health alarm repeats it
+			// every AlarmEvery rather than twice a second here.
+			level := slog.LevelDebug
+			if !failing {
+				level, failing = slog.LevelWarn, true
+			}
+			l.log.Log(context.Background(), level, "usage spool not drained yet; will retry every 500ms", "written", n, "err", err)
 			continue
 		}
+		failing = false
 		if l.spooling.Swap(false) || n > 0 {
 			l.log.Info("usage spool drained into the database", "records", n)
 		}
