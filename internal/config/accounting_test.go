@@ -12,6 +12,7 @@ func TestConfig_AccountingSettingsLoad(t *testing.T) {
 redis: redis://127.0.0.1:6379/0
 retention: 90d
 spool_dir: /tmp/spool
+spool_fsync: true
 backends:
   b: {url: http://127.0.0.1:8000}
 models:
@@ -22,7 +23,7 @@ models:
 		t.Fatal(err)
 	}
 	m := cfg.Models["m"]
-	if cfg.Redis != "redis://127.0.0.1:6379/0" || time.Duration(cfg.Retention) != 90*24*time.Hour || cfg.Spool() != "/tmp/spool" ||
+	if cfg.Redis != "redis://127.0.0.1:6379/0" || time.Duration(cfg.Retention) != 90*24*time.Hour || cfg.Spool() != "/tmp/spool" || !cfg.SpoolFsync ||
 		m.RPM != 600 || m.TPM != 100000 || m.MaxConcurrency != 8 {
 		t.Fatalf("settings not loaded: %+v %+v", cfg, m)
 	}

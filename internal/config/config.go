@@ -97,9 +97,15 @@ type Config struct {
 	// StoreResponses turns that storage off when false (then only full
 	// conversations in input work, as with store: false).
 	StoreResponses *bool `yaml:"store_responses"`
-	// SpoolDir holds usage records while the database is unreachable
-	// (default: next to a SQLite database, else ./llmgate-spool).
+	// SpoolDir is the usage ledger's journal: every record is appended
+	// there before the answer's last byte, and waits there while the
+	// database is unreachable (default: next to a SQLite database, else
+	// ./llmgate-spool). One gateway process per directory.
 	SpoolDir string `yaml:"spool_dir"`
+	// SpoolFsync fsyncs every journal append, so records also survive a
+	// power loss or kernel crash, not only a killed process (default
+	// false: a disk flush per group of requests costs milliseconds).
+	SpoolFsync bool `yaml:"spool_fsync"`
 	// Routing tunes retries and the per-deployment circuit breakers.
 	Routing Routing `yaml:"routing"`
 	// Features switch the access log, console and metrics key.
@@ -338,7 +344,7 @@ func LoadWithEnv(r io.Reader, source string, lookup func(string) (string, bool))
 }
 
 var knownKeys = map[string][]string{
-	"":                {"listen", "database", "max_body_bytes", "log_format", "http_server", "socket_io", "upstream_client", "max_connections", "tls_cert_file", "tls_key_file", "backends", "models", "redis", "redis_prefix", "retention", "responses_ttl", "store_responses", "spool_dir", "routing"},
+	"":                {"listen", "database", "max_body_bytes", "log_format", "http_server", "socket_io", "upstream_client", "max_connections", "tls_cert_file", "tls_key_file", "backends", "models", "redis", "redis_prefix", "retention", "responses_ttl", "store_responses", "spool_dir", "spool_fsync", "routing"},
 	"routing":         {"retry_backoff", "circuit_breaker"},
 	"circuit_breaker": {"enabled", "consecutive_failures", "failure_rate", "min_requests", "half_life", "open_for", "open_max", "timeout_weight", "rate_limit_wait", "rate_limit_max"},
 	"backend": {"url", "api_key", "dialect", "headers", "connect_timeout", "first_byte_timeout", "timeout", "ca_file", "client_cert_file", "client_key_file", "tls_skip_verify",

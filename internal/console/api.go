@@ -514,7 +514,8 @@ func i64(v int64) string { return strconv.FormatInt(v, 10) }
 // recentView is a ledger record for the recent-requests table: metadata
 // only, since the gateway does not keep bodies.
 type recentView struct {
-	ID               string    `json:"id"`
+	ID               string    `json:"id"`                   // the ledger's record id (server-made)
+	RequestID        string    `json:"request_id,omitempty"` // the client's X-Request-Id
 	Time             time.Time `json:"time"`
 	KeyID            string    `json:"key_id"`
 	KeyName          string    `json:"key_name,omitempty"`
@@ -556,7 +557,7 @@ func (c *Console) handleRecent(w http.ResponseWriter, r *http.Request, s *sessio
 		if model != "" && rec.Model != model {
 			continue
 		}
-		out = append(out, recentView{ID: rec.ID, Time: rec.Time, KeyID: rec.KeyID, KeyName: names[rec.KeyID], Model: rec.Model,
+		out = append(out, recentView{ID: rec.ID, RequestID: rec.ClientRequestID, Time: rec.Time, KeyID: rec.KeyID, KeyName: names[rec.KeyID], Model: rec.Model,
 			Backend: rec.Backend, Endpoint: rec.Endpoint, Status: rec.Status, ErrorType: rec.ErrorType, PromptTokens: rec.PromptTokens,
 			CompletionTokens: rec.CompletionTokens, TTFTMS: ms(rec.TTFT), LatencyMS: ms(rec.Latency), Stream: rec.Stream,
 			Estimated: rec.Estimated, CostUSD: rec.CostUSD})

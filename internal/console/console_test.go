@@ -364,6 +364,35 @@ func TestConsole_UsageCSVExportDefusesFormulas(t *testing.T) {
 	}
 }
 
+// The requests table shows the client's X-Request-Id; two requests that
+// sent the same one are two rows, each with its own record id.
+func TestConsole_RecentShowsTheClientRequestID(t *testing.T) {
+	f := newFixture(t)
+	admin, _ := f.signIn(master)
+	now := time.Now()
+	recs := []usage.Record{
+		{ID: usage.NewID(), ClientRequestID: "client-trace-7", Time: now, KeyID: "master", Model: "alpha", Status: 200},
+		{ID: usage.NewID(), ClientRequestID: "client-trace-7", Time: now.Add(time.Millisecond), KeyID: "master", Model: "alpha", Status: 200},
+	}
+	if err := f.st.InsertUsage(context.Background(), recs); err != nil {
+		t.Fatal(err)
+	}
+	r := admin.do(http.MethodGet, "/ui/api/recent", "")
+	var got struct {
+		Requests []struct {
+			ID        string `json:"id"`
+			RequestID string `json:"request_id"`
+		} `json:"requests"`
+	}
+	if err := json.Unmarshal([]byte(r.body), &got); err != nil || len(got.Requests) != 2 {
+		t.Fatalf("recent: %d %s (%v)", r.status, r.body, err)
+	}
+	if got.Requests[0].RequestID != "client-trace-7" || got.Requests[1].RequestID != "client-trace-7" ||
+		got.Requests[0].ID != recs[1].ID || got.Requests[1].ID != recs[0].ID {
+		t.Fatalf("recent = %+v, want both records with the client's id", got.Requests)
+	}
+}
+
 func TestConsole_PlaygroundCallsTheAPIInProcessAsTheSessionKey(t *testing.T) {
 	f := newFixture(t)
 	admin, _ := f.signIn(master)

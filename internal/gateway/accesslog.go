@@ -23,7 +23,7 @@ func (a accessLog) Observe(r usage.Record) {
 	ctx := context.Background()
 	if a.log.Enabled(ctx, level) {
 		attrs := []slog.Attr{
-			slog.String("request_id", r.ID), slog.String("key_id", r.KeyID), slog.String("endpoint", r.Endpoint),
+			slog.String("request_id", echoedID(r)), slog.String("record_id", r.ID), slog.String("key_id", r.KeyID), slog.String("endpoint", r.Endpoint),
 			slog.String("model", r.Model), slog.String("backend", r.Backend), slog.Int("status", r.Status),
 			slog.Bool("stream", r.Stream), slog.Int("prompt_tokens", r.PromptTokens), slog.Int("completion_tokens", r.CompletionTokens),
 			slog.Float64("ttft_ms", float64(r.TTFT.Microseconds())/1000), slog.Float64("latency_ms", float64(r.Latency.Microseconds())/1000),
@@ -36,6 +36,15 @@ func (a accessLog) Observe(r usage.Record) {
 		}
 		a.log.LogAttrs(ctx, level, "request", attrs...)
 	}
+}
+
+// echoedID is the id the client got in X-Request-Id: its own when it sent
+// one, else the record's.
+func echoedID(r usage.Record) string {
+	if r.ClientRequestID != "" {
+		return r.ClientRequestID
+	}
+	return r.ID
 }
 
 // unrecorded writes the access line of a request without a ledger record

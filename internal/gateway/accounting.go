@@ -29,10 +29,10 @@ func (g *Gateway) withSpool(o usage.Options) usage.Options {
 	}
 	sp, err := usage.OpenSpool(g.Config.Spool())
 	if err != nil {
-		g.log.Warn("usage spool unavailable; during a database outage records wait in memory", "err", err)
+		g.log.Error("usage spool unavailable: records wait in memory and a crash loses the ones not yet stored", "err", err)
 		return o
 	}
-	o.Spool = sp
+	o.Spool, o.SpoolSync = sp, g.Config.SpoolFsync
 	return o
 }
 

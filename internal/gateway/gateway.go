@@ -157,7 +157,7 @@ func Start(ctx context.Context, opt Options) (g *Gateway, err error) {
 	table := router.NewWithOptions(cfg, router.Options{Logger: log})
 	g.Engines.Attach(table)
 	g.contexts = ctxlen.New()
-	sopt := server.Options{Table: table, Verifier: g.Verifier, Ledger: g.Ledger, Observer: g.observer(), Logger: log, Contexts: g.contexts, MaxBodyBytes: cfg.MaxBodyBytes,
+	sopt := server.Options{Table: table, Verifier: g.Verifier, Ledger: g.Ledger, Observer: g.observer(), Ready: g.Ledger.Healthy, Logger: log, Contexts: g.contexts, MaxBodyBytes: cfg.MaxBodyBytes,
 		Admission: g.Metrics.Admission(opt.Admission), Middleware: opt.Middleware}
 	if on, ttl := cfg.ResponsesStorage(); on {
 		sopt.Responses, sopt.ResponsesTTL = g.Store, ttl

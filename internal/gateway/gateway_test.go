@@ -542,3 +542,33 @@ func TestGateway_MasterKeyNotGeneratedWhenTheListenFails(t *testing.T) {
 		t.Fatalf("the first start that serves must print the new master key, printed: %q", notice.String())
 	}
 }
+
+// TestLedger_DuplicateClientRequestIDsAreSeparateRecords: five requests
+// with the same X-Request-Id used to leave one ledger record (the client's
+// id was the key). Each now has its own gateway-made id; the client's id
+// is echoed and stored beside it.
+func TestLedger_DuplicateClientRequestIDsAreSeparateRecords(t *testing.T) {
+	e := startEnv(t)
+	for i := 0; i < 5; i++ {
+		r := e.do("POST", "/v1/chat/completions", testMaster, chatBody("qwen", i%2 == 1, ""), "X-Request-Id", "same-id")
+		if r.status != 200 || r.header.Get("X-Request-Id") != "same-id" {
+			t.Fatalf("request %d: %d, X-Request-Id %q", i, r.status, r.header.Get("X-Request-Id"))
+		}
+	}
+	recs := e.records(5)
+	ids := map[string]bool{}
+	for _, r := range recs {
+		if r.ClientRequestID != "same-id" || !usage.IsNewID(r.ID) || ids[r.ID] {
+			t.Fatalf("record %+v: want its own gateway-made id and the client's id beside it", r)
+		}
+		ids[r.ID] = true
+	}
+	if len(ids) != 5 {
+		t.Fatalf("%d records for 5 requests", len(ids))
+	}
+	// Without a client id, the answer echoes the record's id.
+	r := e.do("POST", "/v1/chat/completions", testMaster, chatBody("qwen", false, ""))
+	if id := r.header.Get("X-Request-Id"); !usage.IsNewID(id) {
+		t.Fatalf("X-Request-Id %q, want a gateway-made id", id)
+	}
+}

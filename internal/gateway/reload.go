@@ -156,6 +156,13 @@ func (r *Reloader) warnRestartOnly(cfg *config.Config) {
 		{"tls_key_file", prev.TLSKeyFile, cfg.TLSKeyFile},
 		{"responses_ttl", prev.ResponsesTTL, cfg.ResponsesTTL},
 		{"store_responses", optBool(prev.StoreResponses), optBool(cfg.StoreResponses)},
+		{"spool_dir", prev.SpoolDir, cfg.SpoolDir},
+		{"spool_fsync", prev.SpoolFsync, cfg.SpoolFsync},
+		{"access_log", prev.AccessLogOn(), cfg.AccessLogOn()},
+		{"console", prev.ConsoleOn(), cfg.ConsoleOn()},
+		{"metrics_key", prev.MetricsKey != "", cfg.MetricsKey != ""},
+		{"body_read_timeout", prev.BodyReadTimeout, cfg.BodyReadTimeout},
+		{"max_body_reads_per_key", optInt(prev.MaxBodyReadsPerKey), optInt(cfg.MaxBodyReadsPerKey)},
 		{"engines", prev.Engines, cfg.Engines},
 	} {
 		if !reflect.DeepEqual(s.old, s.new) {
@@ -246,4 +253,11 @@ func optBool(b *bool) string {
 		return "default"
 	}
 	return strconv.FormatBool(*b)
+}
+
+func optInt(p *int) any {
+	if p == nil {
+		return nil
+	}
+	return *p
 }

@@ -23,6 +23,8 @@ type Verifier struct {
 	mu     sync.Mutex // serializes reloads
 	now    func() time.Time
 	log    *slog.Logger
+
+	lookups lookups // store lookups for unknown keys (lookup.go)
 }
 
 // Principal is who a request authenticated as.
@@ -43,6 +45,7 @@ func (p Principal) KeyID() string {
 // master key; the zero value disables master access.
 func NewVerifier(ctx context.Context, store Store, masterHash [32]byte, log *slog.Logger) (*Verifier, error) {
 	v := &Verifier{store: store, now: time.Now, log: log}
+	v.lookups.rate, v.lookups.burst = UnknownKeyLookups, UnknownKeyBurst
 	v.master.Store(&masterHash)
 	empty := map[[32]byte]*Key{}
 	v.keys.Store(&empty)
@@ -103,7 +106,6 @@ func (v *Verifier) Watch(ctx context.Context, interval time.Duration) {
 	}
 }
 
-// Verify returns the principal for a presented secret.
 // MasterHash returns the hex SHA-256 of the master key this verifier
 // accepts, "" when master access is off. The console binds master sessions
 // to it, so a changed master key ends them.
@@ -115,6 +117,9 @@ func (v *Verifier) MasterHash() string {
 	return hex.EncodeToString(m[:])
 }
 
+// Verify returns the principal for a presented secret. A secret not in
+// memory is looked up in the store first (see lookup.go), so a key created
+// a moment ago by another process works on its first request.
 func (v *Verifier) Verify(secret string) (Principal, error) {
 	h := HashBytes(secret)
 	if m := v.master.Load(); m != nil && *m != ([32]byte{}) && Equal(h, *m) {
@@ -122,7 +127,10 @@ func (v *Verifier) Verify(secret string) (Principal, error) {
 	}
 	k, ok := (*v.keys.Load())[h]
 	if !ok {
-		return Principal{}, ErrNotFound
+		v.lookupUnknown()
+		if k, ok = (*v.keys.Load())[h]; !ok {
+			return Principal{}, ErrNotFound
+		}
 	}
 	// The map lookup found the hash; compare again in constant time so
 	// correctness never rests on map internals.

@@ -293,7 +293,7 @@ func attemptContext(ctx context.Context, b *provider.Backend) (_ context.Context
 // upstreamError.
 func (rl *Relay) send(ctx context.Context, c *Call, dep router.Deployment, out codec.Outbound) (*http.Response, time.Time, error) {
 	t0 := time.Now()
-	req, err := dep.Backend.NewRequest(ctx, out.Path, out.Body, c.ID)
+	req, err := dep.Backend.NewRequest(ctx, out.Path, out.Body, c.UpstreamID())
 	if err != nil {
 		return nil, t0, err
 	}

@@ -16,7 +16,7 @@ func (rl *Relay) traceAttempt(ctx context.Context, c *Call, dep router.Deploymen
 	if !tracing.Enabled() {
 		return ctx, func(Result) {}
 	}
-	a := tracing.Attempt{Model: c.Req.Model, UpstreamModel: dep.UpstreamModel, KeyID: c.Principal.KeyID(), RequestID: c.ID, Stream: c.Req.Stream}
+	a := tracing.Attempt{Model: c.Req.Model, UpstreamModel: dep.UpstreamModel, KeyID: c.Principal.KeyID(), RequestID: c.UpstreamID(), Stream: c.Req.Stream}
 	if dep.Backend != nil {
 		a.Backend = dep.Backend.Name
 	}

@@ -64,9 +64,11 @@ func New(opt Options) *Relay {
 // resolves the rest once, before the first attempt, and nothing changes
 // afterwards.
 type Call struct {
-	// ID is the request's id: in the ledger, in X-Request-Id, sent to
-	// backends.
+	// ID is the request's ledger id, made by the gateway (usage.NewID);
+	// ClientID is the client's own X-Request-Id, if it sent a sane one,
+	// stored beside it (a client's id never keys the ledger).
 	ID        string
+	ClientID  string
 	Start     time.Time
 	Principal keys.Principal
 	Req       *codec.Request
@@ -256,7 +258,7 @@ func (rl *Relay) settle(c *Call, res Result) {
 		return
 	}
 	rec := usage.Record{
-		ID: c.ID, Time: c.Start, KeyID: c.Principal.KeyID(), Model: c.Req.Model, Endpoint: c.Req.Dialect.Name(),
+		ID: c.ID, ClientRequestID: c.ClientID, Time: c.Start, KeyID: c.Principal.KeyID(), Model: c.Req.Model, Endpoint: c.Req.Dialect.Name(),
 		Status: res.Status, TTFT: res.TTFT, Latency: time.Since(c.Start), Stream: c.Req.Stream,
 	}
 	if res.Err != nil {
@@ -289,7 +291,8 @@ func (rl *Relay) settle(c *Call, res Result) {
 		return
 	}
 	if err := rl.opt.Ledger.Add(rec); err != nil {
-		rl.log.Error("usage record not queued", "request_id", c.ID, "err", err)
+		// ErrNotDurable: queued, but the spool could not be written.
+		rl.log.Error("usage record not made durable", "request_id", c.ID, "err", err)
 	}
 }
 
@@ -298,4 +301,13 @@ func (rl *Relay) observe(c *Call) {
 	if rl.opt.Observer != nil && c.settled.Load() {
 		rl.opt.Observer.Observe(c.rec)
 	}
+}
+
+// UpstreamID is the id sent to backends as X-Request-Id: the client's own
+// when it sent one (so its traces line up), else the ledger id.
+func (c *Call) UpstreamID() string {
+	if c.ClientID != "" {
+		return c.ClientID
+	}
+	return c.ID
 }

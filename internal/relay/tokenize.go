@@ -86,7 +86,7 @@ func (rl *Relay) tokenize(ctx context.Context, c *Call, dep router.Deployment, b
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	hr, err := b.NewRequest(ctx, "", body, c.ID) // the backend's headers and key
+	hr, err := b.NewRequest(ctx, "", body, c.UpstreamID()) // the backend's headers and key
 	if err != nil {
 		return 0, false
 	}

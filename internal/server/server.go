@@ -6,15 +6,12 @@ package server
 
 import (
 	"bytes"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -31,6 +28,7 @@ import (
 	"llmgate/internal/respstore"
 	"llmgate/internal/router"
 	"llmgate/internal/store"
+	"llmgate/internal/usage"
 )
 
 // Options configures a Server.
@@ -99,8 +97,6 @@ type Server struct {
 	bodyReads perKey
 	started   time.Time
 
-	idPrefix string
-	idSeq    atomic.Uint64
 }
 
 // New returns a Server.
@@ -111,14 +107,12 @@ func New(opt Options) *Server {
 	if opt.MaxBodyBytes <= 0 {
 		opt.MaxBodyBytes = 32 << 20
 	}
-	var rb [4]byte
-	_, _ = rand.Read(rb[:])
 	if opt.BodyReadTimeout <= 0 {
 		opt.BodyReadTimeout = 60 * time.Second
 	}
 	s := &Server{verifier: opt.Verifier, log: opt.Logger, maxBody: opt.MaxBodyBytes, contexts: opt.Contexts, accessLog: opt.AccessLog,
 		bodyTime: opt.BodyReadTimeout, bodyReads: perKey{limit: opt.MaxBodyReadsPerKey},
-		ready: opt.Ready, started: time.Now(), idPrefix: "req_" + hex.EncodeToString(rb[:]) + "_"}
+		ready: opt.Ready, started: time.Now()}
 	s.table.Store(opt.Table)
 	var responses *respstore.Store
 	if opt.Responses != nil {
@@ -237,7 +231,10 @@ func (s *Server) endpoint(method string, dialect func(*http.Request) codec.Diale
 // serveModel reads, decodes and relays a request of dialect d.
 func (s *Server) serveModel(d codec.Dialect) func(http.ResponseWriter, *http.Request, keys.Principal) {
 	return func(w http.ResponseWriter, r *http.Request, p keys.Principal) {
-		c := &relay.Call{ID: s.idOf(w, r), Start: time.Now(), Principal: p, Table: s.Table()}
+		c := &relay.Call{ID: s.idOf(w, r), ClientID: clientRequestID(r), Start: time.Now(), Principal: p, Table: s.Table()}
+		if c.ClientID != "" {
+			c.ID = usage.NewID() // the ledger's key is never the client's
+		}
 		buf := getBuf()
 		defer putBuf(buf) // after the relay: the request value points into it
 		err := s.readBody(w, r, buf, p)
@@ -390,28 +387,29 @@ func tooLarge(limit int64) error {
 		"request body is larger than the gateway's limit of %d MiB: send a smaller request, or raise max_body_bytes in the config", limit>>20)
 }
 
-// idOf returns the request's id, set on the answer's X-Request-Id the
-// first time it is asked for.
+// idOf returns the id the answer's X-Request-Id echoes, setting it the
+// first time: the client's own when it sent a sane one, else a new
+// gateway-made id (which then also keys the request's ledger record).
 func (s *Server) idOf(w http.ResponseWriter, r *http.Request) string {
 	h := w.Header()
 	if v := h["X-Request-Id"]; len(v) == 1 {
 		return v[0]
 	}
-	id := s.requestID(r)
+	id := clientRequestID(r)
+	if id == "" {
+		id = usage.NewID()
+	}
 	h["X-Request-Id"] = []string{id}
 	return id
 }
 
-// requestID returns the client's x-request-id when it is sane, else a new one.
-func (s *Server) requestID(r *http.Request) string {
+// clientRequestID returns the client's X-Request-Id when it is sane
+// (printable ASCII, at most 128 bytes), else "".
+func clientRequestID(r *http.Request) string {
 	if id := r.Header.Get("X-Request-Id"); id != "" && len(id) <= 128 && printable(id) {
 		return id
 	}
-	return s.newID()
-}
-
-func (s *Server) newID() string {
-	return s.idPrefix + strconv.FormatUint(s.idSeq.Add(1), 36)
+	return ""
 }
 
 func printable(s string) bool {

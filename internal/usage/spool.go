@@ -3,46 +3,100 @@ package usage
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
-	"log/slog"
 	"os"
 	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
 	"sync"
-	"time"
+	"sync/atomic"
 )
 
-// Spool keeps usage records on disk while the database is unreachable, so a
-// long outage costs neither memory nor records. Batches are appended to a
-// JSON-lines file and fsynced before Append returns. A drainer moves the
-// file aside (rename, so new appends start a fresh file) and writes its
-// records in batches; it deletes the file only after every batch is stored.
-// A crash between storing and deleting replays records the database already
+// Spool is the ledger's journal on disk: every record is appended to it
+// before Add returns, so a record whose Add returned survives a kill of the
+// process, and records wait in it while the database is unreachable.
+//
+// The journal is a directory of segment files (usage-<seq>.jsonl, one
+// record per JSON line). The ledger appends to one segment at a time and
+// starts a new one each time its writer takes the queue for the database;
+// once every record of a segment is stored, the segment is deleted. A
+// segment the database refused is left for the drainer, which writes it in
+// batches and deletes it only after every batch is stored. Segments left by
+// a process that was killed are drained the same way at the next start. A
+// crash between storing and deleting replays records the database already
 // has, which the store ignores by record ID: each record lands exactly once.
+//
+// One process uses a spool directory at a time (a lock file keeps a second
+// one out), since a process draining another's live segment would race it.
 type Spool struct {
 	dir  string
-	mu   sync.Mutex // guards appends and the rename of the active file
-	dmu  sync.Mutex // one drain at a time
-	size int64      // bytes in the active file (approximate, for Pending)
+	lock *os.File
+	seq  atomic.Uint64 // last segment number handed out
+
+	omu   sync.Mutex
+	owned map[uint64]bool // segments the ledger still writes or stores; the drainer leaves them alone
+
+	dmu sync.Mutex // one drain at a time
+
+	// The segment being appended to, and the next one opened ahead.
+	fmu     sync.Mutex
+	f       *os.File
+	fSeq    uint64
+	fSize   int64
+	fTorn   bool // a failed write may have left part of a line at the end
+	next    *os.File
+	nextSeq uint64
+	syncOn  bool // fsync every append (power-loss durability)
+
+	failWrite func() error // tests: called before each journal write
 }
 
 const (
-	spoolActive   = "usage-spool.jsonl"
-	spoolDraining = "usage-spool.draining.jsonl"
+	segPrefix = "usage-"
+	segSuffix = ".jsonl"
+	lockName  = "usage-spool.lock"
+	// Files of the spool before it became a journal; drained like segments.
+	legacyActive   = "usage-spool.jsonl"
+	legacyDraining = "usage-spool.draining.jsonl"
 )
 
-// OpenSpool opens a spool directory, created at the first append so that a
-// gateway whose database never fails leaves no trace. Files left by an
-// earlier run are drained like new ones.
+// ErrSpoolBusy is returned by OpenSpool when another process holds the
+// spool directory.
+var ErrSpoolBusy = errors.New("usage spool directory in use by another process")
+
+// OpenSpool opens (creating) a spool directory and locks it for this
+// process. Segments left by an earlier run are drained by the ledger.
 func OpenSpool(dir string) (*Spool, error) {
 	if fi, err := os.Stat(dir); err == nil && !fi.IsDir() {
 		return nil, fmt.Errorf("usage spool %s is not a directory", dir)
 	}
-	s := &Spool{dir: dir}
-	if fi, err := os.Stat(filepath.Join(dir, spoolActive)); err == nil {
-		s.size = fi.Size()
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("create usage spool directory: %w", err)
+	}
+	lf, err := os.OpenFile(filepath.Join(dir, lockName), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("usage spool lock: %w", err)
+	}
+	if err := lockFile(lf); err != nil {
+		lf.Close()
+		if errors.Is(err, errLocked) {
+			return nil, fmt.Errorf("%w: %s (give each gateway process its own spool_dir)", ErrSpoolBusy, dir)
+		}
+		return nil, fmt.Errorf("usage spool lock %s: %w", dir, err)
+	}
+	s := &Spool{dir: dir, lock: lf, owned: map[uint64]bool{}}
+	segs, err := s.segments()
+	if err != nil {
+		s.Close()
+		return nil, err
+	}
+	for _, g := range segs {
+		if g.seq > s.seq.Load() {
+			s.seq.Store(g.seq)
+		}
 	}
 	return s, nil
 }
@@ -50,89 +104,278 @@ func OpenSpool(dir string) (*Spool, error) {
 // Dir returns the spool directory.
 func (s *Spool) Dir() string { return s.dir }
 
-// Append writes a batch durably.
-func (s *Spool) Append(batch []Record) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if err := os.MkdirAll(s.dir, 0o700); err != nil {
-		return fmt.Errorf("create usage spool directory: %w", err)
+// Close releases the directory lock. The ledger closes the spool it was
+// given when it is closed.
+func (s *Spool) Close() error {
+	s.fmu.Lock()
+	if s.f != nil {
+		s.f.Close()
+		s.f = nil
 	}
-	f, err := os.OpenFile(filepath.Join(s.dir, spoolActive), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if s.next != nil { // opened ahead, never written
+		s.next.Close()
+		os.Remove(s.segPath(s.nextSeq))
+		s.next = nil
+	}
+	s.fmu.Unlock()
+	if s.lock == nil {
+		return nil
+	}
+	err := s.lock.Close() // closing the descriptor drops the lock
+	s.lock = nil
+	return err
+}
+
+func (s *Spool) segPath(seq uint64) string {
+	return filepath.Join(s.dir, fmt.Sprintf("%s%016x%s", segPrefix, seq, segSuffix))
+}
+
+type segment struct {
+	seq  uint64 // 0 for the files of older versions
+	path string
+}
+
+// segments lists segment files, oldest first (older versions' files first).
+func (s *Spool) segments() ([]segment, error) {
+	ents, err := os.ReadDir(s.dir)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	w := bufio.NewWriterSize(f, 64<<10)
-	enc := json.NewEncoder(w)
-	for i := range batch {
-		if err := enc.Encode(&batch[i]); err != nil {
+	var out []segment
+	for _, e := range ents {
+		name := e.Name()
+		switch {
+		case name == legacyDraining || name == legacyActive:
+			out = append(out, segment{path: filepath.Join(s.dir, name)})
+		case strings.HasPrefix(name, segPrefix) && strings.HasSuffix(name, segSuffix):
+			n, err := strconv.ParseUint(strings.TrimSuffix(strings.TrimPrefix(name, segPrefix), segSuffix), 16, 64)
+			if err != nil || n == 0 {
+				continue
+			}
+			out = append(out, segment{seq: n, path: filepath.Join(s.dir, name)})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].seq != out[j].seq {
+			return out[i].seq < out[j].seq
+		}
+		return out[i].path > out[j].path // legacy: "draining" before "active"
+	})
+	return out, nil
+}
+
+// newSegment reserves a segment number, owned by the caller until release.
+func (s *Spool) newSegment() uint64 {
+	n := s.seq.Add(1)
+	s.omu.Lock()
+	s.owned[n] = true
+	s.omu.Unlock()
+	return n
+}
+
+// release hands a segment to the drainer (or forgets it once removed).
+func (s *Spool) release(seq uint64) {
+	s.omu.Lock()
+	delete(s.owned, seq)
+	s.omu.Unlock()
+}
+
+func (s *Spool) isOwned(seq uint64) bool {
+	s.omu.Lock()
+	defer s.omu.Unlock()
+	return seq != 0 && s.owned[seq]
+}
+
+func (s *Spool) openSeg(seq uint64) (*os.File, error) {
+	f, err := os.OpenFile(s.segPath(seq), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("open usage spool segment: %w", err)
+	}
+	if s.syncOn {
+		if err := syncDir(s.dir); err != nil {
 			f.Close()
+			return nil, err
+		}
+	}
+	return f, nil
+}
+
+// prepare opens segment seq ahead of its first write.
+func (s *Spool) prepare(seq uint64) {
+	s.fmu.Lock()
+	defer s.fmu.Unlock()
+	if (s.f != nil && s.fSeq >= seq) || (s.next != nil && s.nextSeq == seq) {
+		return
+	}
+	if s.next != nil {
+		s.next.Close()
+		os.Remove(s.segPath(s.nextSeq))
+		s.next = nil
+	}
+	if f, err := s.openSeg(seq); err == nil { // else the first write opens it and reports why not
+		s.next, s.nextSeq = f, seq
+	}
+}
+
+// write appends b (whole lines) to segment seq, closing the segment
+// written before. A failed write is cut back off the file so that the next
+// line starts clean; when that fails too, the next write starts with a
+// newline, so only the torn line is unreadable.
+func (s *Spool) write(seq uint64, b []byte) error {
+	if s.failWrite != nil {
+		if err := s.failWrite(); err != nil {
 			return err
 		}
 	}
-	if err := w.Flush(); err != nil {
+	s.fmu.Lock()
+	defer s.fmu.Unlock()
+	if s.f != nil && s.fSeq != seq {
+		s.f.Close()
+		s.f = nil
+	}
+	if s.f == nil {
+		f := s.next
+		if f != nil && s.nextSeq == seq {
+			s.next = nil
+		} else {
+			var err error
+			if f, err = s.openSeg(seq); err != nil {
+				return err
+			}
+		}
+		fi, err := f.Stat()
+		if err != nil {
+			f.Close()
+			return err
+		}
+		s.f, s.fSeq, s.fSize, s.fTorn = f, seq, fi.Size(), false
+	}
+	if s.fTorn {
+		if _, err := s.f.Write([]byte{'\n'}); err != nil {
+			return fmt.Errorf("write usage spool: %w", err)
+		}
+		s.fSize++
+		s.fTorn = false
+	}
+	n, err := s.f.Write(b)
+	if err == nil && s.syncOn {
+		err = s.f.Sync()
+	}
+	if err != nil {
+		if n > 0 {
+			if terr := s.f.Truncate(s.fSize); terr != nil {
+				s.fSize += int64(n)
+				s.fTorn = true
+			}
+		}
+		return fmt.Errorf("write usage spool: %w", err)
+	}
+	s.fSize += int64(n)
+	return nil
+}
+
+// seal closes segment seq if it is open: nothing more is appended to it.
+func (s *Spool) seal(seq uint64) {
+	s.fmu.Lock()
+	defer s.fmu.Unlock()
+	if s.f != nil && s.fSeq == seq {
+		s.f.Close()
+		s.f = nil
+	}
+}
+
+// remove deletes a segment whose records are all stored.
+func (s *Spool) remove(seq uint64) error {
+	err := os.Remove(s.segPath(seq))
+	if errors.Is(err, fs.ErrNotExist) { // never written: its records failed to journal
+		return nil
+	}
+	return err
+}
+
+// Append writes a batch durably (fsynced) as a segment of its own, handed
+// to the drainer at once. The ledger uses it for records whose journal
+// write failed when the database refuses them too.
+func (s *Spool) Append(batch []Record) error {
+	if s.failWrite != nil {
+		if err := s.failWrite(); err != nil {
+			return err
+		}
+	}
+	seq := s.newSegment()
+	defer s.release(seq)
+	var b []byte
+	for i := range batch {
+		b = appendRecord(b, &batch[i])
+	}
+	path := s.segPath(seq)
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(b); err != nil {
 		f.Close()
+		os.Remove(path)
 		return err
 	}
 	if err := f.Sync(); err != nil {
 		f.Close()
+		os.Remove(path)
 		return err
 	}
-	if fi, err := f.Stat(); err == nil {
-		s.size = fi.Size()
+	if err := f.Close(); err != nil {
+		return err
 	}
-	return f.Close()
+	return syncDir(s.dir)
 }
 
-// Pending reports whether records wait on disk.
+// Pending reports whether records wait on disk for the drainer.
 func (s *Spool) Pending() bool {
-	s.mu.Lock()
-	active := s.size > 0
-	s.mu.Unlock()
-	if active {
-		return true
+	segs, err := s.segments()
+	if err != nil {
+		return true // cannot tell: assume so, the drainer reports why
 	}
-	_, err := os.Stat(filepath.Join(s.dir, spoolDraining))
-	return err == nil
+	for _, g := range segs {
+		if !s.isOwned(g.seq) {
+			return true
+		}
+	}
+	return false
 }
 
-// Drain writes every spooled record to w in batches of up to maxBatch,
-// including records appended while it runs. It returns the number of
-// records written (including ones the store already had) and stops at the
-// first failing batch, leaving the rest for later.
+// Drain writes every segment the ledger no longer owns to w in batches of
+// up to maxBatch, deleting each once all its records are stored. It
+// returns the number of records written (including ones the store already
+// had) and stops at the first failing batch, leaving the rest for later.
 func (s *Spool) Drain(ctx context.Context, w Writer, maxBatch int) (int, error) {
 	s.dmu.Lock()
 	defer s.dmu.Unlock()
+	segs, err := s.segments()
+	if err != nil {
+		return 0, err
+	}
 	total := 0
-	for {
-		n, more, err := s.drainOne(ctx, w, maxBatch)
+	for _, g := range segs {
+		if s.isOwned(g.seq) {
+			continue
+		}
+		n, err := drainFile(ctx, w, g.path, maxBatch)
 		total += n
-		if err != nil || !more {
+		if err != nil {
 			return total, err
 		}
 	}
+	return total, nil
 }
 
-// drainOne writes the file being drained (moving the active file aside
-// first when there is none) and reports whether another file may wait.
-func (s *Spool) drainOne(ctx context.Context, w Writer, maxBatch int) (int, bool, error) {
-	draining := filepath.Join(s.dir, spoolDraining)
-	if _, err := os.Stat(draining); errors.Is(err, fs.ErrNotExist) {
-		s.mu.Lock()
-		err := os.Rename(filepath.Join(s.dir, spoolActive), draining)
-		if err == nil {
-			s.size = 0
-		}
-		s.mu.Unlock()
-		if errors.Is(err, fs.ErrNotExist) {
-			return 0, false, nil
-		}
-		if err != nil {
-			return 0, false, err
-		}
+// drainFile writes one segment's records and deletes the file.
+func drainFile(ctx context.Context, w Writer, path string, maxBatch int) (int, error) {
+	f, err := os.Open(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return 0, nil
 	}
-	f, err := os.Open(draining)
 	if err != nil {
-		return 0, false, err
+		return 0, err
 	}
 	defer f.Close()
 	sc := bufio.NewScanner(f)
@@ -151,50 +394,34 @@ func (s *Spool) drainOne(ctx context.Context, w Writer, maxBatch int) (int, bool
 		return nil
 	}
 	for sc.Scan() {
+		line := sc.Bytes()
+		if len(line) == 0 {
+			continue
+		}
 		var r Record
-		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
-			// A torn last line can only come from a crash during an
-			// append that never returned; skip it rather than block the
-			// records after it.
+		if err := decodeRecord(line, &r); err != nil {
+			// A torn line can only come from a write that failed (and
+			// whose Add reported so) or a crash during an append that
+			// never returned; skip it rather than block the records
+			// after it.
 			continue
 		}
 		batch = append(batch, r)
 		if len(batch) >= maxBatch {
 			if err := flush(); err != nil {
-				return n, false, err
+				return n, err
 			}
 		}
 	}
 	if err := sc.Err(); err != nil {
-		return n, false, err
+		return n, err
 	}
 	if err := flush(); err != nil {
-		return n, false, err
+		return n, err
 	}
 	f.Close()
-	return n, true, os.Remove(draining)
-}
-
-// drainLoop retries the spool until stop closes; the ledger runs it.
-func (s *Spool) drainLoop(w Writer, maxBatch int, log *slog.Logger, stop <-chan struct{}) {
-	t := time.NewTicker(500 * time.Millisecond)
-	defer t.Stop()
-	for {
-		select {
-		case <-stop:
-			return
-		case <-t.C:
-		}
-		if !s.Pending() {
-			continue
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		n, err := s.Drain(ctx, w, maxBatch)
-		cancel()
-		if err != nil {
-			log.Warn("usage spool not drained yet; will retry", "written", n, "err", err)
-		} else if n > 0 {
-			log.Info("usage spool drained into the database", "records", n)
-		}
+	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return n, err
 	}
+	return n, nil
 }

@@ -89,17 +89,29 @@ func TestLedger_OutageSpoolsToDiskAndDrainsEachRecordOnce(t *testing.T) {
 
 func TestSpool_LeftoverFileIsDrainedByTheNextStart(t *testing.T) {
 	dir := t.TempDir()
-	sp, _ := OpenSpool(dir)
+	sp, err := OpenSpool(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := sp.Append([]Record{{ID: "a"}, {ID: "b"}}); err != nil {
 		t.Fatal(err)
 	}
 	// A torn last line from a crash mid-append is skipped.
-	f, _ := os.OpenFile(filepath.Join(dir, spoolActive), os.O_APPEND|os.O_WRONLY, 0)
+	segs, _ := filepath.Glob(filepath.Join(dir, segPrefix+"*"+segSuffix))
+	if len(segs) != 1 {
+		t.Fatalf("segments %v, want 1", segs)
+	}
+	f, _ := os.OpenFile(segs[0], os.O_APPEND|os.O_WRONLY, 0)
 	f.WriteString(`{"ID":"c","Ti`)
 	f.Close()
+	sp.Close() // the process ends
 
 	w := &flakyWriter{ids: map[string]int{}}
-	sp2, _ := OpenSpool(dir) // the next process
+	sp2, err := OpenSpool(dir) // the next process
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sp2.Close()
 	if !sp2.Pending() {
 		t.Fatal("leftover spool not seen")
 	}

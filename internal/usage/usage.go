@@ -1,18 +1,29 @@
 // Package usage is the usage ledger: every request the gateway serves becomes
-// one Record, written in batches off the request path.
+// one Record, appended to an on-disk journal before Add returns and written
+// to the database in batches off the request path.
 package usage
 
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
 // Record is one request in the ledger.
 type Record struct {
-	ID               string // unique per request; makes retried writes idempotent
+	// ID is the ledger's key: made by the server (NewID), unguessable and
+	// unique per request. Storing a record twice under one ID stores it
+	// once, which is what makes replays of the spool idempotent. Add gives
+	// a record without one a new ID.
+	ID string
+	// ClientRequestID is the client's X-Request-Id, "" when it sent none.
+	// Clients choose it freely, so it is neither unique nor trusted: two
+	// records with the same ClientRequestID are two requests.
+	ClientRequestID  string
 	Time             time.Time
 	KeyID            string
 	Model            string // public model name
@@ -37,38 +48,77 @@ type Writer interface {
 	InsertUsage(ctx context.Context, recs []Record) error
 }
 
-// Ledger batches records and writes them asynchronously.
+// HealthChecker is implemented by writers that can tell whether their
+// database is still there (a SQLite file not deleted or replaced, a
+// PostgreSQL server that answers). The ledger asks every
+// Options.HealthInterval.
+type HealthChecker interface {
+	CheckHealth(ctx context.Context) error
+}
+
+// Ledger makes records durable and writes them to the database in batches.
 //
-// Add appends to a queue under a mutex and wakes nobody: the writer looks
-// at the queue every Interval, or at once when a full batch is waiting. A
-// channel send per record would wake the writer's thread for every request,
-// which on a lightly loaded gateway costs a thread wake-up per request on
-// the CPU the requests need.
+// With a spool, Add appends the record to the spool's journal file (one
+// write(2) shared by every Add waiting at that moment: group commit) and
+// returns once the bytes are in the file, so a record whose Add returned
+// survives a kill of the process; the writer then stores the queue in
+// batches and deletes the journal segment it came from. Without a spool,
+// Add only queues the record in memory.
+//
+// Add wakes nobody when the journal is idle: the Add that finds no write
+// in progress writes itself, and the writer looks at the queue every
+// Interval, or at once when a full batch is waiting. A channel send per
+// record would wake another thread for every request, on the CPU the
+// requests need.
 type Ledger struct {
 	w        Writer
-	queue    []Record // guarded by mu
-	queueMax int
-	notFull  *sync.Cond // signalled when the writer takes records
-	waiting  int        // Adds waiting on a full queue (guarded by mu)
-	noWaiter *sync.Cond // signalled when the last waiting Add is done
-	kick     chan struct{}
-	stop     chan struct{}
-	done     chan struct{}
 	log      *slog.Logger
+	queueMax int
 	maxBatch int
 	interval time.Duration
 	pause    time.Duration
 
-	closeOnce sync.Once
-	mu        sync.Mutex
-	closed    bool
+	mu       sync.Mutex
+	queue    []Record   // records not yet taken by the writer
+	notFull  *sync.Cond // signalled when the writer takes records
+	waiting  int        // Adds waiting on a full queue
+	noWaiter *sync.Cond // signalled when the last waiting Add is done
+	closed   bool
 
+	// The journal (nil without a spool), guarded by mu.
+	spool    *Spool
+	group    *jgroup         // lines appended since the last journal write began, for seg
+	sealed   []*jgroup       // groups of earlier segments not yet being written
+	writing  bool            // a journal write is in progress or handed over
+	lastOut  *jgroup         // the last group of the write in progress
+	seg      uint64          // the segment new groups go to
+	failed   map[uint64]bool // segments some of whose groups failed to write
+	spareBuf []byte
+
+	kick     chan struct{}
+	stop     chan struct{}
+	done     chan struct{}
+	spooling atomic.Bool // the database refused the last batch; batches go to the drainer
+
+	closeOnce  sync.Once
 	closeDrain sync.Once
-	spool      *Spool
 	spoolAfter int
-	spooling   bool // the last write went to the spool (run goroutine only)
 	stopDrain  chan struct{}
+	drainKick  chan struct{}
 	drainDone  chan struct{}
+
+	health     health
+	stopHealth chan struct{}
+	healthDone chan struct{}
+}
+
+// jgroup is the lines of the Adds that share one journal write.
+type jgroup struct {
+	seg  uint64
+	buf  []byte
+	lead chan struct{} // closed when the group's first Add is to write it
+	done chan struct{} // closed when the write ended (err set before)
+	err  error
 }
 
 // Options tunes a Ledger. Zero values take defaults.
@@ -81,16 +131,36 @@ type Options struct {
 	// so that an embedded database's work does not take a CPU away from
 	// requests for a millisecond at a time (default 300µs; negative: never).
 	Pause time.Duration
-	// Spool, when set, receives batches the store keeps refusing, so an
-	// outage neither loses records nor grows memory; a background drainer
-	// writes them back when the store returns.
+	// Spool, when set, is the journal every record is appended to before
+	// Add returns, and where records wait while the database refuses them.
+	// The ledger closes it on Close.
 	Spool *Spool
-	// SpoolAfter is the number of failed attempts kept in memory before a
-	// batch goes to the spool (default 3).
+	// SpoolAfter is the number of failed attempts at a batch before the
+	// ledger leaves it to the spool's drainer (default 3).
 	SpoolAfter int
+	// SpoolSync makes every journal append fsync before Add returns, so
+	// records survive a power loss or kernel crash, not only a kill of the
+	// process. It costs a disk flush per group of Adds.
+	SpoolSync bool
+	// HealthInterval is how often the database's health is checked when
+	// the writer is a HealthChecker (default 1s).
+	HealthInterval time.Duration
+	// AlarmEvery is how often the error line repeats in the log while the
+	// ledger is unhealthy (default 30s).
+	AlarmEvery time.Duration
 }
 
-// NewLedger starts a ledger writing to w.
+// ErrClosed is returned by Add after Close.
+var ErrClosed = errors.New("ledger closed")
+
+// ErrNotDurable is returned (wrapped) by Add when the record could not be
+// appended to the spool. The record is still queued for the database, but
+// a kill of the process before it is stored would lose it.
+var ErrNotDurable = errors.New("usage record not written to the spool")
+
+// NewLedger starts a ledger writing to w. Records a spool holds from an
+// earlier run are written first (for up to 10 seconds; the rest follow in
+// the background), so summaries read after NewLedger count them.
 func NewLedger(w Writer, opt Options, log *slog.Logger) *Ledger {
 	if opt.Queue <= 0 {
 		opt.Queue = 65536
@@ -110,29 +180,71 @@ func NewLedger(w Writer, opt Options, log *slog.Logger) *Ledger {
 	if opt.Pause == 0 {
 		opt.Pause = 300 * time.Microsecond
 	}
+	if opt.HealthInterval <= 0 {
+		opt.HealthInterval = time.Second
+	}
+	if opt.AlarmEvery <= 0 {
+		opt.AlarmEvery = 30 * time.Second
+	}
 	l := &Ledger{w: w, queueMax: opt.Queue, kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}), log: log,
 		maxBatch: opt.MaxBatch, interval: opt.Interval, spool: opt.Spool, spoolAfter: opt.SpoolAfter, pause: opt.Pause}
 	l.notFull = sync.NewCond(&l.mu)
 	l.noWaiter = sync.NewCond(&l.mu)
-	go l.run()
+	l.failed = map[uint64]bool{}
+	l.health.init(log, opt.AlarmEvery, l.spool)
 	if l.spool != nil {
-		l.stopDrain, l.drainDone = make(chan struct{}), make(chan struct{})
+		l.spool.syncOn = opt.SpoolSync
+		l.seg = l.spool.newSegment()
+		l.replay()
+		l.stopDrain, l.drainDone, l.drainKick = make(chan struct{}), make(chan struct{}), make(chan struct{}, 1)
 		go func() {
 			defer close(l.drainDone)
-			l.spool.drainLoop(w, l.maxBatch, log, l.stopDrain)
+			l.drainLoop()
 		}()
 	}
+	go l.run()
+	l.stopHealth, l.healthDone = make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(l.healthDone)
+		l.healthLoop(opt.HealthInterval)
+	}()
 	return l
 }
 
-// ErrClosed is returned by Add after Close.
-var ErrClosed = errors.New("ledger closed")
+// replay writes what an earlier run left in the spool before serving.
+func (l *Ledger) replay() {
+	if !l.spool.Pending() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	n, err := l.spool.Drain(ctx, l.w, l.maxBatch)
+	l.health.wrote(err)
+	if err != nil {
+		l.log.Warn("usage records from an earlier run are still in the spool; writing them in the background",
+			"dir", l.spool.Dir(), "written", n, "err", err)
+		return
+	}
+	l.log.Info("usage records from an earlier run written from the spool", "dir", l.spool.Dir(), "records", n)
+}
 
-// Add queues a record. It blocks when the queue is full rather than drop a
-// record: back-pressure on requests is better than lost accounting. A record
-// whose Add was waiting when Close began is still written; only an Add that
-// starts after Close gets ErrClosed.
+// Add records r. With a spool it returns once r is appended to the journal
+// file (and fsynced with SpoolSync); an error wrapping ErrNotDurable says
+// the append failed, though r is still queued for the database. Add blocks
+// when the queue is full rather than drop a record: back-pressure on
+// requests is better than lost accounting. A record whose Add was waiting
+// when Close began is still written; only an Add that starts after Close
+// gets ErrClosed. A record without an ID gets one from NewID.
 func (l *Ledger) Add(r Record) error {
+	if r.ID == "" {
+		r.ID = NewID()
+	}
+	var line *[]byte
+	if l.spool != nil {
+		line = linePool.Get().(*[]byte)
+		*line = appendRecord((*line)[:0], &r)
+		defer linePool.Put(line)
+	}
 	l.mu.Lock()
 	if l.closed {
 		l.mu.Unlock()
@@ -153,6 +265,19 @@ func (l *Ledger) Add(r Record) error {
 	}
 	l.queue = append(l.queue, r)
 	full := len(l.queue) >= l.maxBatch
+	var g *jgroup
+	first := false
+	if l.spool != nil {
+		if g = l.group; g == nil {
+			g, first = &jgroup{seg: l.seg, buf: l.spareBuf[:0], lead: make(chan struct{}), done: make(chan struct{})}, true
+			l.spareBuf, l.group = nil, g
+		}
+		g.buf = append(g.buf, *line...)
+		if first && !l.writing {
+			l.writeGroups()
+			first = false
+		}
+	}
 	l.mu.Unlock()
 	if full {
 		select {
@@ -160,7 +285,73 @@ func (l *Ledger) Add(r Record) error {
 		default:
 		}
 	}
+	if g == nil {
+		return nil
+	}
+	// The first Add of a group writes it when the write in progress hands
+	// over (unless the writer of an earlier group takes it along); the
+	// others wait for it. One wake-up per Add, no herd on a shared lock.
+	if first {
+		select {
+		case <-g.lead:
+			l.mu.Lock()
+			l.writeGroups()
+			l.mu.Unlock()
+		case <-g.done:
+		}
+	}
+	<-g.done
+	if g.err != nil {
+		return fmt.Errorf("%w: %w", ErrNotDurable, g.err)
+	}
 	return nil
+}
+
+var linePool = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}
+
+// writeGroups writes every group waiting, oldest first (so a segment's
+// groups reach it in order), with one write(2) each, then hands the next
+// write to the first Add of a group that formed meanwhile. Only one runs
+// at a time: l.writing stays set from one to the next. Called with mu
+// held; returns with mu held.
+func (l *Ledger) writeGroups() {
+	batch := l.sealed
+	if l.group != nil {
+		batch = append(batch, l.group)
+	}
+	l.sealed, l.group = nil, nil
+	l.writing, l.lastOut = true, batch[len(batch)-1]
+	l.mu.Unlock()
+	for _, b := range batch {
+		b.err = l.spool.write(b.seg, b.buf)
+	}
+	l.mu.Lock()
+	for _, b := range batch {
+		l.endWrite(b)
+	}
+	l.lastOut = nil
+	switch {
+	case len(l.sealed) > 0:
+		close(l.sealed[0].lead)
+	case l.group != nil:
+		close(l.group.lead)
+	default:
+		l.writing = false
+	}
+}
+
+// endWrite records the outcome of a journal write of g and lets its Adds
+// return. Called with mu held.
+func (l *Ledger) endWrite(g *jgroup) {
+	if g.err != nil {
+		l.failed[g.seg] = true
+	}
+	l.health.journaled(g.err)
+	if cap(g.buf) <= 1<<20 {
+		l.spareBuf = g.buf[:0]
+	}
+	g.buf = nil
+	close(g.done)
 }
 
 // Depth returns the number of queued records.
@@ -171,7 +362,8 @@ func (l *Ledger) Depth() int {
 }
 
 // Close stops accepting records and writes everything queued. It waits
-// until the queue is written or ctx ends.
+// until the queue is written or ctx ends. What the database refuses stays
+// in the spool for the next start.
 func (l *Ledger) Close(ctx context.Context) error {
 	l.closeOnce.Do(func() {
 		l.mu.Lock()
@@ -188,10 +380,16 @@ func (l *Ledger) Close(ctx context.Context) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+	l.closeDrain.Do(func() {
+		close(l.stopHealth)
+		if l.stopDrain != nil {
+			close(l.stopDrain)
+		}
+	})
+	<-l.healthDone
 	if l.spool == nil {
 		return nil
 	}
-	l.closeDrain.Do(func() { close(l.stopDrain) })
 	<-l.drainDone
 	// One last attempt; what the store still refuses stays on disk and is
 	// written by the next start.
@@ -200,7 +398,7 @@ func (l *Ledger) Close(ctx context.Context) error {
 			l.log.Warn("usage records left in the spool for the next start", "dir", l.spool.Dir(), "written", n, "err", err)
 		}
 	}
-	return nil
+	return l.spool.Close()
 }
 
 func (l *Ledger) run() {
@@ -216,60 +414,211 @@ func (l *Ledger) run() {
 		case <-l.stop:
 			stopping = true
 		}
-		// Take the queue (Adds blocked on a full queue go on at once) and
-		// write it a batch at a time.
-		l.mu.Lock()
-		taken := l.queue
-		l.queue = spare[:0]
-		if len(taken) > 0 {
-			l.notFull.Broadcast()
+		if l.spool != nil {
+			spare = l.storeJournaled(spare, stopping)
+		} else {
+			spare = l.storeQueued(spare, stopping)
 		}
-		l.mu.Unlock()
-		// A small backlog is written at an easy pace; a large one (a
-		// burst of traffic, a store that was down) as fast as possible.
-		paced := l.pause > 0 && len(taken) <= PaceBacklog && !stopping
-		for i := 0; i < len(taken); i += l.maxBatch {
-			l.write(taken[i:min(i+l.maxBatch, len(taken))], paced)
-		}
-		clear(taken)
-		spare = taken[:0]
 		if stopping {
 			return
 		}
 	}
 }
 
-// write stores a batch, retrying with backoff while the store fails, so a
-// brief outage loses nothing. Writes are idempotent by record ID.
-func (l *Ledger) write(batch []Record, paced bool) {
-	backoff := 50 * time.Millisecond
-	for attempt := 1; ; attempt++ {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		if paced && attempt == 1 {
-			ctx = context.WithValue(ctx, paceKey{}, l.pause)
+// storeQueued takes the queue (Adds blocked on a full queue go on at once)
+// and writes it a batch at a time, retrying until the store takes it: the
+// ledger without a spool.
+func (l *Ledger) storeQueued(spare []Record, stopping bool) []Record {
+	l.mu.Lock()
+	taken := l.queue
+	l.queue = spare[:0]
+	if len(taken) > 0 {
+		l.notFull.Broadcast()
+	}
+	l.mu.Unlock()
+	paced := l.pace(len(taken), stopping)
+	for i := 0; i < len(taken); i += l.maxBatch {
+		batch := taken[i:min(i+l.maxBatch, len(taken))]
+		for backoff, attempt := 50*time.Millisecond, 1; !l.insert(batch, paced && attempt == 1, attempt); attempt++ {
+			time.Sleep(backoff)
+			backoff = min(backoff*2, 5*time.Second)
 		}
-		err := l.w.InsertUsage(ctx, batch)
-		cancel()
+	}
+	clear(taken)
+	return taken[:0]
+}
+
+// A small backlog is written at an easy pace; a large one (a burst of
+// traffic, a store that was down) as fast as possible.
+func (l *Ledger) pace(n int, stopping bool) bool {
+	return l.pause > 0 && n <= PaceBacklog && !stopping
+}
+
+// insert makes one attempt at storing a batch.
+func (l *Ledger) insert(batch []Record, paced bool, attempt int) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	if paced {
+		ctx = context.WithValue(ctx, paceKey{}, l.pause)
+	}
+	err := l.w.InsertUsage(ctx, batch)
+	cancel()
+	l.health.wrote(err)
+	if err != nil {
+		l.log.Warn("usage write failed; retrying", "records", len(batch), "attempt", attempt, "err", err)
+	}
+	return err == nil
+}
+
+// take hands the writer the queue and the journal segment holding it, and
+// starts a new segment for the Adds that follow (its file opened here, so
+// no Add waits for a file to be created). It never waits: the group not
+// yet written is sealed and written by its own Adds. last is the newest
+// group of the segment, nil if none.
+func (l *Ledger) take(spare []Record) (taken []Record, seg uint64, last *jgroup) {
+	l.mu.Lock()
+	if len(l.queue) == 0 {
+		l.mu.Unlock()
+		return spare[:0], 0, nil
+	}
+	taken, l.queue = l.queue, spare[:0]
+	l.notFull.Broadcast()
+	seg, last = l.seg, l.group
+	if last != nil {
+		l.sealed = append(l.sealed, last)
+		l.group = nil
+	} else if l.lastOut != nil && l.lastOut.seg == seg {
+		last = l.lastOut
+	}
+	l.seg = l.spool.newSegment()
+	next := l.seg
+	l.mu.Unlock()
+	l.spool.prepare(next)
+	return taken, seg, last
+}
+
+// settle waits until every group of seg is written and closes its file; it
+// reports whether all of them reached it.
+func (l *Ledger) settle(seg uint64, last *jgroup) bool {
+	if last != nil {
+		<-last.done
+	}
+	l.mu.Lock()
+	failed := l.failed[seg]
+	delete(l.failed, seg)
+	l.mu.Unlock()
+	l.spool.seal(seg)
+	return !failed
+}
+
+// storeJournaled takes the queue with its journal segment and stores it.
+// When every batch is stored the segment is deleted. When the database
+// keeps refusing, the segment is left to the drainer and the records leave
+// memory, so a long outage costs disk, not memory; later batches go
+// straight to the drainer until it gets one into the database.
+func (l *Ledger) storeJournaled(spare []Record, stopping bool) []Record {
+	taken, seg, last := l.take(spare)
+	if len(taken) == 0 {
+		return taken
+	}
+	defer clear(taken)
+	stored := !l.spooling.Load()
+	if stored {
+		paced := l.pace(len(taken), stopping)
+	batches:
+		for i := 0; i < len(taken); i += l.maxBatch {
+			batch := taken[i:min(i+l.maxBatch, len(taken))]
+			for attempt := 1; !l.insert(batch, paced && attempt == 1, attempt); attempt++ {
+				if attempt >= l.spoolAfter || stopping {
+					stored = false
+					break batches
+				}
+				time.Sleep(50 * time.Millisecond << (attempt - 1))
+			}
+		}
+	}
+	onDisk := l.settle(seg, last)
+	switch {
+	case stored:
+		if err := l.spool.remove(seg); err != nil {
+			l.log.Warn("usage spool segment not deleted; its records will be replayed (and ignored) later", "err", err)
+		}
+	case onDisk:
+		if !l.spooling.Swap(true) {
+			l.log.Warn("usage database refuses records; they wait in the spool until it takes them", "dir", l.spool.Dir())
+		}
+	default:
+		l.rescue(taken, stopping)
+	}
+	l.spool.release(seg)
+	select {
+	case l.drainKick <- struct{}{}:
+	default:
+	}
+	return taken[:0]
+}
+
+// rescue stores records of which some never reached the journal (their
+// Adds returned ErrNotDurable) while the database refuses them: into the
+// database or a spool segment of their own, whichever works first. Until
+// then they stay in memory and the writer retries, which holds up later
+// batches: back-pressure rather than lost records. At Close it tries once.
+func (l *Ledger) rescue(recs []Record, stopping bool) {
+	for backoff := 50 * time.Millisecond; ; backoff = min(backoff*2, 5*time.Second) {
+		err := l.spool.Append(recs)
 		if err == nil {
-			l.spooling = false
+			l.spooling.Store(true)
 			return
 		}
-		// Once the store is known to be down, later batches go straight to
-		// the spool instead of waiting through the in-memory retries.
-		if l.spool != nil && (attempt >= l.spoolAfter || l.spooling) {
-			serr := l.spool.Append(batch)
-			if serr == nil {
-				if !l.spooling {
-					l.log.Warn("usage database unreachable; spooling records to disk until it returns", "dir", l.spool.Dir(), "err", err)
-				}
-				l.spooling = true
-				return
-			}
-			l.log.Error("usage spool failed; keeping records in memory", "err", serr)
+		ok := true
+		for i := 0; i < len(recs) && ok; i += l.maxBatch {
+			ok = l.insert(recs[i:min(i+l.maxBatch, len(recs))], false, 1)
 		}
-		l.log.Warn("usage write failed; retrying", "records", len(batch), "attempt", attempt, "err", err)
+		if ok {
+			return
+		}
+		if stopping {
+			l.log.Error("usage records lost: neither the database nor the spool takes them", "records", len(recs), "err", err)
+			return
+		}
+		l.log.Error("usage spool and database both fail; keeping records in memory", "records", len(recs), "err", err)
 		time.Sleep(backoff)
-		backoff = min(backoff*2, 5*time.Second)
+	}
+}
+
+// drainLoop writes what waits in the spool every 500ms (at once when the
+// writer leaves a segment) until Close.
+func (l *Ledger) drainLoop() {
+	t := time.NewTicker(500 * time.Millisecond)
+	defer t.Stop()
+	failing := false
+	for {
+		select {
+		case <-l.stopDrain:
+			return
+		case <-t.C:
+		case <-l.drainKick:
+		}
+		if !l.spool.Pending() {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		n, err := l.spool.Drain(ctx, l.w, l.maxBatch)
+		cancel()
+		l.health.wrote(err)
+		if err != nil {
+			// Said once; while it lasts, the health alarm repeats it
+			// every AlarmEvery rather than twice a second here.
+			level := slog.LevelDebug
+			if !failing {
+				level, failing = slog.LevelWarn, true
+			}
+			l.log.Log(context.Background(), level, "usage spool not drained yet; will retry every 500ms", "written", n, "err", err)
+			continue
+		}
+		failing = false
+		if l.spooling.Swap(false) || n > 0 {
+			l.log.Info("usage spool drained into the database", "records", n)
+		}
 	}
 }
 

@@ -512,7 +512,7 @@ async function renderRequests() {
       h("td", { class: "status-" + String(r.status)[0] }, r.status, r.error_type ? h("span", { class: "muted small" }, " " + r.error_type) : null),
       h("td", { class: "num" }, num(r.prompt_tokens)), h("td", { class: "num" }, num(r.completion_tokens) + (r.estimated ? "*" : "")),
       h("td", { class: "num" }, msText(r.ttft_ms)), h("td", { class: "num" }, msText(r.latency_ms)),
-      h("td", { class: "mono small muted ellipsis", title: r.id }, r.id)));
+      h("td", { class: "mono small muted ellipsis", title: (r.request_id ? r.request_id + "\n" : "") + "record " + r.id }, r.request_id || r.id)));
     out.replaceChildren(...[rows.length ? h("div", { class: "table-wrap" }, h("table", { "data-testid": "requests-table" },
       h("thead", {}, h("tr", {}, ["Time", "Model · backend", "Key", "Endpoint", "Status", "Prompt", "Completion", "TTFT", "Latency", "Request id"].map((c, i) => h("th", { class: i >= 5 && i <= 8 ? "num" : null }, c)))),
       h("tbody", {}, rows))) : h("div", { class: "empty" }, "No requests yet."),

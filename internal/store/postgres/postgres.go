@@ -31,9 +31,10 @@ type Store struct {
 }
 
 var (
-	_ store.Store    = (*Store)(nil)
-	_ keys.Updater   = (*Store)(nil)
-	_ usage.Retainer = (*Store)(nil)
+	_ store.Store         = (*Store)(nil)
+	_ keys.Updater        = (*Store)(nil)
+	_ usage.Retainer      = (*Store)(nil)
+	_ usage.HealthChecker = (*Store)(nil)
 )
 
 // Open connects to the database at url (postgres://...) and applies
@@ -189,6 +190,20 @@ func (s *Store) DeleteUsageBefore(ctx context.Context, t time.Time) (int64, erro
 // CountUsage returns the number of raw records and of distinct record IDs.
 func (s *Store) CountUsage(ctx context.Context) (rows, distinct int64, err error) {
 	return sqlstore.CountUsage(ctx, s.db)
+}
+
+// ByClientRequestID returns the ledger records carrying a client's
+// X-Request-Id, newest first.
+func (s *Store) ByClientRequestID(ctx context.Context, id string, limit int) ([]usage.Record, error) {
+	return sqlstore.ByClientRequestID(ctx, s.db, d, id, limit)
+}
+
+// CheckHealth reports whether the server answers.
+func (s *Store) CheckHealth(ctx context.Context) error {
+	if err := s.db.PingContext(ctx); err != nil {
+		return fmt.Errorf("postgres unreachable: %w", err)
+	}
+	return nil
 }
 
 // redact hides a password in a database URL for messages.

@@ -10,12 +10,16 @@ import (
 	"llmgate/internal/usage"
 )
 
-const usageCols = `id, ts, key_id, model, backend, upstream_model, endpoint, status, error_type, prompt_tokens,
+const usageCols = `id, client_request_id, ts, key_id, model, backend, upstream_model, endpoint, status, error_type, prompt_tokens,
 	completion_tokens, cached_tokens, ttft_us, latency_us, estimated, stream, cost_usd`
 
-const usageNCols = 17
+const usageNCols = 18
 
-const insertUsageRow = `INSERT INTO usage(` + usageCols + `) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT (id) DO NOTHING`
+const usageRowParams = `(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`
+
+// ON CONFLICT (id): only the server-made id decides that a record is
+// already stored (a replay of the spool); client_request_id never does.
+const insertUsageRow = `INSERT INTO usage(` + usageCols + `) VALUES ` + usageRowParams + ` ON CONFLICT (id) DO NOTHING`
 
 const rollupCols = `hour, key_id, model, backend, requests, errors, prompt_tokens, completion_tokens, cached_tokens, estimated, cost_usd`
 
@@ -72,7 +76,7 @@ func insertPrepared(ctx context.Context, tx *sql.Tx, u *UsageStmts, recs []usage
 	defer stmt.Close()
 	for i := range recs {
 		r := &recs[i]
-		res, err := stmt.ExecContext(ctx, r.ID, r.Time.UnixMilli(), r.KeyID, r.Model, r.Backend, r.UpstreamModel, r.Endpoint,
+		res, err := stmt.ExecContext(ctx, r.ID, r.ClientRequestID, r.Time.UnixMilli(), r.KeyID, r.Model, r.Backend, r.UpstreamModel, r.Endpoint,
 			r.Status, r.ErrorType, r.PromptTokens, r.CompletionTokens, r.CachedTokens, r.TTFT.Microseconds(),
 			r.Latency.Microseconds(), b2i(r.Estimated), b2i(r.Stream), r.CostUSD)
 		if err != nil {
@@ -125,8 +129,8 @@ func insertMultiRow(ctx context.Context, tx *sql.Tx, d Dialect, recs []usage.Rec
 			if i > 0 {
 				b.WriteByte(',')
 			}
-			b.WriteString(`(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`)
-			args = append(args, r.ID, r.Time.UnixMilli(), r.KeyID, r.Model, r.Backend, r.UpstreamModel, r.Endpoint,
+			b.WriteString(usageRowParams)
+			args = append(args, r.ID, r.ClientRequestID, r.Time.UnixMilli(), r.KeyID, r.Model, r.Backend, r.UpstreamModel, r.Endpoint,
 				r.Status, r.ErrorType, r.PromptTokens, r.CompletionTokens, r.CachedTokens, r.TTFT.Microseconds(),
 				r.Latency.Microseconds(), b2i(r.Estimated), b2i(r.Stream), r.CostUSD)
 		}
@@ -380,7 +384,23 @@ func nameKeys(ctx context.Context, db *sql.DB, rows []usage.SummaryRow) error {
 
 // Recent returns the newest records, newest first.
 func Recent(ctx context.Context, db *sql.DB, d Dialect, limit int) ([]usage.Record, error) {
-	rows, err := db.QueryContext(ctx, d.Q(`SELECT `+usageCols+` FROM usage ORDER BY ts DESC, id DESC LIMIT ?`), limit)
+	return queryRecords(ctx, db, d.Q(`SELECT `+usageCols+` FROM usage ORDER BY ts DESC, id DESC LIMIT ?`), limit)
+}
+
+// ByClientRequestID returns the records whose client request id is id,
+// newest first. Clients choose their ids, so there may be several. An
+// empty id matches nothing (records without one are not indexed).
+func ByClientRequestID(ctx context.Context, db *sql.DB, d Dialect, id string, limit int) ([]usage.Record, error) {
+	if id == "" {
+		return nil, nil
+	}
+	// The repeated <> '' lets the planner use the partial index.
+	return queryRecords(ctx, db, d.Q(`SELECT `+usageCols+` FROM usage WHERE client_request_id = ? AND client_request_id <> ''
+		ORDER BY ts DESC, id DESC LIMIT ?`), id, limit)
+}
+
+func queryRecords(ctx context.Context, db *sql.DB, q string, args ...any) ([]usage.Record, error) {
+	rows, err := db.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -390,7 +410,7 @@ func Recent(ctx context.Context, db *sql.DB, d Dialect, limit int) ([]usage.Reco
 		var r usage.Record
 		var ts, ttft, lat int64
 		var est, stream int
-		if err := rows.Scan(&r.ID, &ts, &r.KeyID, &r.Model, &r.Backend, &r.UpstreamModel, &r.Endpoint, &r.Status, &r.ErrorType,
+		if err := rows.Scan(&r.ID, &r.ClientRequestID, &ts, &r.KeyID, &r.Model, &r.Backend, &r.UpstreamModel, &r.Endpoint, &r.Status, &r.ErrorType,
 			&r.PromptTokens, &r.CompletionTokens, &r.CachedTokens, &ttft, &lat, &est, &stream, &r.CostUSD); err != nil {
 			return nil, err
 		}

@@ -23,6 +23,8 @@ type Store interface {
 	keys.Updater
 	usage.Retainer
 	CountUsage(ctx context.Context) (rows, distinct int64, err error)
+	ByClientRequestID(ctx context.Context, id string, limit int) ([]usage.Record, error)
+	usage.HealthChecker
 }
 
 // Run runs the suite; open returns a fresh, empty store for each case.
@@ -37,6 +39,8 @@ func Run(t *testing.T, open func(t *testing.T) Store) {
 		{"Keys_RevokeKeepsFirstTime", testKeysRevoke},
 		{"Settings_RoundTrip", testSettings},
 		{"Usage_ReplayedBatchWritesOnce", testUsageExactlyOnce},
+		{"Usage_SameClientRequestIDIsSeparateRecords", testUsageClientIDNotUnique},
+		{"Health_HealthyWhileOpen", testHealthy},
 		{"Usage_SummaryMatchesRawRecords", testSummaryMatchesRaw},
 		{"Usage_SummaryGroupsByDay", testSummaryByDay},
 		{"Usage_RetentionKeepsRollups", testRetention},
@@ -342,7 +346,7 @@ func testRecent(t *testing.T, s Store) {
 	ctx := context.Background()
 	now := time.UnixMilli(time.Now().UnixMilli())
 	recs := []usage.Record{
-		{ID: "r1", Time: now.Add(-time.Second), KeyID: "k", Model: "m", Status: 200, TTFT: 5 * time.Millisecond, Latency: 9 * time.Millisecond, Stream: true},
+		{ID: "r1", ClientRequestID: "client-1", Time: now.Add(-time.Second), KeyID: "k", Model: "m", Status: 200, TTFT: 5 * time.Millisecond, Latency: 9 * time.Millisecond, Stream: true},
 		{ID: "r2", Time: now, KeyID: "k", Model: "m", Status: 200, Estimated: true, CostUSD: 0.25},
 	}
 	if err := s.InsertUsage(ctx, recs); err != nil {
@@ -352,7 +356,52 @@ func testRecent(t *testing.T, s Store) {
 	if err != nil || len(got) != 2 {
 		t.Fatalf("recent = %d, %v", len(got), err)
 	}
-	if got[0].ID != "r2" || !got[0].Estimated || got[0].CostUSD != 0.25 || got[1].TTFT != 5*time.Millisecond || !got[1].Stream || !got[1].Time.Equal(recs[0].Time) {
+	if got[0].ID != "r2" || got[0].ClientRequestID != "" || got[1].ClientRequestID != "client-1" || !got[0].Estimated || got[0].CostUSD != 0.25 || got[1].TTFT != 5*time.Millisecond || !got[1].Stream || !got[1].Time.Equal(recs[0].Time) {
 		t.Fatalf("recent = %+v", got)
+	}
+}
+
+// A client's X-Request-Id is its own business: five requests sending the
+// same one are five records, found together by that id; only the
+// server-made ID makes a write a replay.
+func testUsageClientIDNotUnique(t *testing.T, s Store) {
+	ctx := context.Background()
+	now := time.UnixMilli(time.Now().UnixMilli())
+	var recs []usage.Record
+	for i := 0; i < 5; i++ {
+		recs = append(recs, usage.Record{ID: usage.NewID(), ClientRequestID: "same", Time: now.Add(time.Duration(i) * time.Millisecond),
+			KeyID: "k", Model: "m", Status: 200, CostUSD: 0.5})
+	}
+	for _, r := range recs { // one batch each, as five requests are
+		if err := s.InsertUsage(ctx, []usage.Record{r}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.InsertUsage(ctx, recs[2:4]); err != nil { // a spool replay
+		t.Fatal(err)
+	}
+	rows, distinct, err := s.CountUsage(ctx)
+	if err != nil || rows != 5 || distinct != 5 {
+		t.Fatalf("rows = %d distinct = %d (%v), want 5 each", rows, distinct, err)
+	}
+	got, err := s.ByClientRequestID(ctx, "same", 10)
+	if err != nil || len(got) != 5 {
+		t.Fatalf("records for client id = %d (%v), want 5", len(got), err)
+	}
+	if got[0].ID != recs[4].ID || got[0].ClientRequestID != "same" {
+		t.Fatalf("newest record %+v, want %s", got[0], recs[4].ID)
+	}
+	sum, err := s.Summary(ctx, usage.Filter{GroupBy: []string{"key"}})
+	if err != nil || len(sum) != 1 || sum[0].Requests != 5 || math.Abs(sum[0].CostUSD-2.5) > 1e-9 {
+		t.Fatalf("summary = %+v (%v), want 5 requests costing 2.5", sum, err)
+	}
+	if none, err := s.ByClientRequestID(ctx, "other", 10); err != nil || len(none) != 0 {
+		t.Fatalf("records for an unknown client id = %d (%v)", len(none), err)
+	}
+}
+
+func testHealthy(t *testing.T, s Store) {
+	if err := s.CheckHealth(context.Background()); err != nil {
+		t.Fatalf("a freshly opened store is unhealthy: %v", err)
 	}
 }
