@@ -96,7 +96,6 @@ type Server struct {
 	bodyTime  time.Duration
 	bodyReads perKey
 	started   time.Time
-
 }
 
 // New returns a Server.
