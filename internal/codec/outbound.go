@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"sort"
+	"strconv"
 	"strings"
 
 	"llmgate/internal/api/anthropic"
@@ -83,6 +84,9 @@ func (r *Request) Outbound(t Target) (Outbound, error) {
 			return Outbound{}, err
 		}
 		ar.Model, ar.Stream = t.UpstreamModel, r.Stream
+		if r.fitted && ar.MaxTokens > r.OutputLimit {
+			ar.MaxTokens = r.OutputLimit
+		}
 		body, err := json.Marshal(ar)
 		return Outbound{Path: "/v1/messages", Body: body}, err
 	case r.Dialect == Messages || r.Dialect == Responses:
@@ -95,11 +99,22 @@ func (r *Request) Outbound(t Target) (Outbound, error) {
 		if r.Stream {
 			req.StreamOptions = &openai.StreamOptions{IncludeUsage: true}
 		}
+		if r.fitted {
+			req.MaxTokens, req.MaxCompletionTokens = capped(req.MaxTokens, r.OutputLimit), capped(req.MaxCompletionTokens, r.OutputLimit)
+		}
 		body, err := json.Marshal(&req)
 		return Outbound{Path: dialects[r.Dialect].path, Body: body}, err
 	default: // an OpenAI client on an OpenAI backend
 		return Outbound{Path: dialects[r.Dialect].path, Body: r.patch(t.UpstreamModel)}, nil
 	}
+}
+
+// capped returns p lowered to n (nil stays nil).
+func capped(p *int, n int) *int {
+	if p == nil || *p <= n {
+		return p
+	}
+	return &n
 }
 
 // edit replaces span with val (an empty span at s.Start inserts).
@@ -113,8 +128,17 @@ type edit struct {
 // fields Decode proved unique are touched; everything else is the
 // client's bytes.
 func (r *Request) patch(model string) []byte {
-	var edits [2]edit
+	var edits [2 + len(limitFields)]edit
 	n := 0
+	if r.fitted {
+		limit := []byte(strconv.Itoa(r.OutputLimit))
+		for _, f := range limitFields {
+			if v, ok, _ := r.intField(f, -1); ok && v > r.OutputLimit {
+				edits[n] = edit{r.fields[f], limit}
+				n++
+			}
+		}
+	}
 	if s := r.fields[fModel]; s.Valid() && model != r.Model {
 		q, _ := json.Marshal(model)
 		edits[n] = edit{s, q}
@@ -200,19 +224,62 @@ type tokenizeChat struct {
 }
 
 // tokenizeOutbound asks an OpenAI-dialect backend's tokenizer (vLLM's POST
-// /tokenize beside /v1) for a count_tokens request: with the chat messages,
-// its count is what prompt_tokens will be, chat template included.
+// /tokenize beside /v1) for a count_tokens request.
 func (r *Request) tokenizeOutbound(t Target) (Outbound, error) {
-	// count_tokens takes a Messages body without max_tokens, which the
-	// translation requires; the tokenizer does not look at it.
-	m := *r.Messages
-	m.MaxTokens, m.Stream = 1, false
-	chat, err := translate.AnthropicToChat(&m)
-	if err != nil {
-		return Outbound{}, err
+	body, ok := r.TokenizeBody(t.UpstreamModel)
+	if !ok {
+		return Outbound{}, apierror.InvalidRequest("invalid_request", "the request cannot be counted")
 	}
-	body, err := json.Marshal(tokenizeChat{Model: t.UpstreamModel, Messages: chat.Messages, Tools: chat.Tools, AddGenerationPrompt: true})
-	return Outbound{Path: "/tokenize", BesideV1: true, Body: body}, err
+	return Outbound{Path: "/tokenize", BesideV1: true, Body: body}, nil
+}
+
+// TokenizeBody is the body of vLLM's POST /tokenize that counts this
+// request's prompt as the backend will see it: the chat messages and tools
+// (chat template and generation prompt included) for chat-like dialects,
+// the prompt for completions. ok is false when the prompt cannot be
+// counted that way (a list prompt, embeddings).
+func (r *Request) TokenizeBody(upstreamModel string) (body []byte, ok bool) {
+	switch r.Dialect {
+	case Completions:
+		s := r.fieldSpan("prompt")
+		prompt, isString := jsonscan.String(r.Body, s)
+		if !isString {
+			return nil, false
+		}
+		body, err := json.Marshal(map[string]string{"model": upstreamModel, "prompt": prompt})
+		return body, err == nil
+	case CountTokens:
+		// count_tokens takes a Messages body without max_tokens, which the
+		// translation requires; the tokenizer does not look at it.
+		m := *r.Messages
+		m.MaxTokens, m.Stream = 1, false
+		chat, err := translate.AnthropicToChat(&m)
+		if err != nil {
+			return nil, false
+		}
+		return r.tokenizeChat(upstreamModel, chat)
+	case Chat, Messages, Responses:
+		hub, err := r.Hub()
+		if err != nil {
+			return nil, false
+		}
+		return r.tokenizeChat(upstreamModel, hub)
+	}
+	return nil, false
+}
+
+func (r *Request) tokenizeChat(model string, chat *openai.ChatCompletionRequest) ([]byte, bool) {
+	body, err := json.Marshal(tokenizeChat{Model: model, Messages: chat.Messages, Tools: chat.Tools, AddGenerationPrompt: true})
+	return body, err == nil
+}
+
+// fieldSpan finds a top-level member that is not a decision field.
+func (r *Request) fieldSpan(name string) jsonscan.Span {
+	sp, _ := jsonscan.Find(r.Body, name)
+	if len(sp) == 0 {
+		return jsonscan.Span{}
+	}
+	return sp[0]
 }
 
 // EstimateInputTokens is llmgate's own count of a count_tokens request,

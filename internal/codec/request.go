@@ -104,6 +104,9 @@ type Request struct {
 	// responsesIn, when set, is ResponsesReq with a stored conversation
 	// before this turn's input: what the backend gets.
 	responsesIn *openai.ResponsesRequest
+	// fitted: OutputLimit was lowered to fit the model's context; every
+	// limit field above it is rewritten to it.
+	fitted bool
 
 	hubOnce sync.Once
 	hub     *openai.ChatCompletionRequest
@@ -385,9 +388,25 @@ func (r *Request) WithResponsesInput(items []openai.InputItem) *Request {
 	q := *r.ResponsesReq
 	q.Input = openai.ResponsesInput{Items: items}
 	q.PreviousResponseID = ""
+	c := r.clone()
+	c.responsesIn = &q
+	return c
+}
+
+// WithOutputLimit returns a copy of r whose output limit is lowered to n,
+// to fit the model's context: the backend gets n in every limit field that
+// asked for more.
+func (r *Request) WithOutputLimit(n int) *Request {
+	c := r.clone()
+	c.OutputLimit, c.fitted = n, true
+	return c
+}
+
+// clone copies the decoded request; derived forms are computed again.
+func (r *Request) clone() *Request {
 	return &Request{Dialect: r.Dialect, Body: r.Body, Model: r.Model, Stream: r.Stream, WantsUsage: r.WantsUsage,
 		OutputLimit: r.OutputLimit, Choices: r.Choices, AnthropicBeta: r.AnthropicBeta, fields: r.fields,
-		Messages: r.Messages, ResponsesReq: r.ResponsesReq, responsesIn: &q}
+		Messages: r.Messages, ResponsesReq: r.ResponsesReq, responsesIn: r.responsesIn, fitted: r.fitted}
 }
 
 // PromptEstimate estimates the request's input tokens from its size (about

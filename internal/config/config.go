@@ -164,8 +164,15 @@ type Model struct {
 	// output); zero when unknown. It bounds the budget reservation of a
 	// request that sets no output limit.
 	ContextWindow int `yaml:"context_window"`
-	line          int
+	// FitOutputLimit lowers a request's output limit to what the context
+	// leaves after its prompt (default on); off, such a request is a 400
+	// naming the numbers.
+	FitOutputLimit *bool `yaml:"fit_output_limit"`
+	line           int
 }
+
+// FitsOutput reports whether output limits are fitted to the context.
+func (m *Model) FitsOutput() bool { return m.FitOutputLimit == nil || *m.FitOutputLimit }
 
 // Duration is a time.Duration that reads "30s", "2m" or a number of seconds.
 type Duration time.Duration

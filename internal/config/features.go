@@ -23,7 +23,7 @@ type Features struct {
 
 func init() {
 	knownKeys[""] = append(knownKeys[""], "access_log", "console", "metrics_key")
-	knownKeys["model"] = append(knownKeys["model"], "context_window")
+	knownKeys["model"] = append(knownKeys["model"], "context_window", "fit_output_limit")
 }
 
 // AccessLogOn reports whether the access log is on.

@@ -36,8 +36,12 @@ func newUpstream(t *testing.T, name string, h func(u *faultUpstream, w http.Resp
 		// cancels r.Context) only once the body was read.
 		raw, _ := io.ReadAll(r.Body)
 		r.Body = io.NopCloser(bytes.NewReader(raw))
-		if r.URL.Path == "/health" || r.URL.Path == "/v1/models" {
+		switch r.URL.Path {
+		case "/health", "/v1/models":
 			h(u, w, r) // health checks do not count as attempts
+			return
+		case "/models", "/props", "/get_model_info", "/get_server_info", "/api/show", "/tokenize":
+			http.NotFound(w, r) // nor does the gateway asking for context lengths or prompt counts
 			return
 		}
 		u.hits.Add(1)

@@ -21,6 +21,7 @@ import (
 	"llmgate/internal/apierror"
 	"llmgate/internal/config"
 	"llmgate/internal/console"
+	"llmgate/internal/ctxlen"
 	"llmgate/internal/engine"
 	"llmgate/internal/h1server"
 	"llmgate/internal/keys"
@@ -76,9 +77,11 @@ type Gateway struct {
 	log    *slog.Logger
 	ln     net.Listener
 	scheme string // "https" when the listener serves TLS; "" for http
-	cancel context.CancelFunc
-	served chan error
-	acct   *accounting
+	// contexts learns the models' context lengths from their backends.
+	contexts *ctxlen.Learner
+	cancel   context.CancelFunc
+	served   chan error
+	acct     *accounting
 }
 
 // OpenStore opens the store named by a database setting.
@@ -130,7 +133,8 @@ func Start(ctx context.Context, opt Options) (*Gateway, error) {
 	}
 	table := router.NewWithOptions(cfg, router.Options{Logger: log})
 	g.Engines.Attach(table)
-	sopt := server.Options{Table: table, Verifier: g.Verifier, Ledger: g.Ledger, Observer: g.observer(), Logger: log, ContextWindow: contextWindows(cfg), MaxBodyBytes: cfg.MaxBodyBytes,
+	g.contexts = ctxlen.New()
+	sopt := server.Options{Table: table, Verifier: g.Verifier, Ledger: g.Ledger, Observer: g.observer(), Logger: log, Contexts: g.contexts, MaxBodyBytes: cfg.MaxBodyBytes,
 		Admission: g.Metrics.Admission(opt.Admission), Middleware: opt.Middleware}
 	if on, ttl := cfg.ResponsesStorage(); on {
 		sopt.Responses, sopt.ResponsesTTL = g.Store, ttl
@@ -171,16 +175,27 @@ func Start(ctx context.Context, opt Options) (*Gateway, error) {
 	go g.Verifier.Watch(wctx, 500*time.Millisecond)
 	go func() { g.served <- g.HTTP.Serve(ln) }()
 	g.Engines.Start()
+	go g.learnContexts(wctx, table)
 	return g, nil
 }
 
-// contextWindows returns the configured context length of each model.
-func contextWindows(cfg *config.Config) func(string) int {
-	w := make(map[string]int, len(cfg.Models))
-	for name, m := range cfg.Models {
-		w[name] = m.ContextWindow
+// learnContexts asks the backends for their models' context lengths at
+// start, so that output limits are fitted from the first request on (local
+// engines, which are not running yet, are asked when first used).
+func (g *Gateway) learnContexts(ctx context.Context, t *router.Table) {
+	for _, name := range t.Models() {
+		r, err := t.Route(name)
+		if err != nil || len(r.Deployments) == 0 || r.Deployments[0].Backend.Acquire != nil {
+			continue
+		}
+		d := r.Deployments[0]
+		if l := g.contexts.Lookup(ctx, r.ContextWindow, d.Backend, d.UpstreamModel); l.Tokens > 0 {
+			g.log.Debug("model context length", "model", name, "tokens", l.Tokens, "source", l.Source)
+		}
+		if ctx.Err() != nil {
+			return
+		}
 	}
-	return func(model string) int { return w[model] }
 }
 
 // httpServer is what the gateway needs of an HTTP server.

@@ -39,8 +39,12 @@ func (f *fakeVLLM) lastBody() map[string]any {
 }
 
 func (f *fakeVLLM) handle(w http.ResponseWriter, r *http.Request) {
-	if r.URL.Path == "/v1/models" {
+	switch r.URL.Path {
+	case "/v1/models":
 		fmt.Fprint(w, `{"object":"list","data":[{"id":"up-a","object":"model","owned_by":"vllm"}]}`)
+		return
+	case "/models", "/props", "/get_model_info", "/get_server_info", "/api/show":
+		http.NotFound(w, r) // the gateway asking for context lengths: not a request to record
 		return
 	}
 	raw, _ := io.ReadAll(r.Body)

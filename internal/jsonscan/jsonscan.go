@@ -80,6 +80,42 @@ func Members(doc []byte, fn func(key []byte, escaped bool, val Span) bool) error
 	}
 }
 
+// ErrNotArray is returned by Elements when the document is not a JSON array.
+var ErrNotArray = errors.New("value must be a JSON array")
+
+// Elements scans a JSON array and calls fn with the span of each element, in
+// order. fn returns false to stop. Like Fields it expects valid JSON and
+// does not re-validate nested values.
+func Elements(doc []byte, fn func(i int, val Span) bool) error {
+	i := skipWS(doc, 0)
+	if i >= len(doc) || doc[i] != '[' {
+		return ErrNotArray
+	}
+	i++
+	for n := 0; ; {
+		i = skipWS(doc, i)
+		if i >= len(doc) {
+			return errors.New("unexpected end of array")
+		}
+		switch doc[i] {
+		case ']':
+			return nil
+		case ',':
+			i++
+			continue
+		}
+		end, err := skipValue(doc, i)
+		if err != nil {
+			return err
+		}
+		if !fn(n, Span{i, end}) {
+			return nil
+		}
+		n++
+		i = end
+	}
+}
+
 // Find returns the spans of the named top-level keys, in the order given.
 func Find(doc []byte, names ...string) ([]Span, error) {
 	out := make([]Span, len(names))

@@ -82,3 +82,26 @@ func FuzzFind(f *testing.F) {
 		}
 	})
 }
+
+func TestElements_SpansEachElement(t *testing.T) {
+	doc := []byte(` [ {"a":[1,"]"]}, "x,y" ,3,[] ] `)
+	var got []string
+	if err := Elements(doc, func(i int, s Span) bool {
+		got = append(got, string(doc[s.Start:s.End]))
+		return true
+	}); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{`{"a":[1,"]"]}`, `"x,y"`, `3`, `[]`}
+	if len(got) != len(want) {
+		t.Fatalf("got %q, want %q", got, want)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("element %d = %q, want %q", i, got[i], want[i])
+		}
+	}
+	if err := Elements([]byte(`{"a":1}`), func(int, Span) bool { return true }); err != ErrNotArray {
+		t.Errorf("object: err = %v", err)
+	}
+}

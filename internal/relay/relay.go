@@ -19,6 +19,7 @@ import (
 	"llmgate/internal/api/openai"
 	"llmgate/internal/apierror"
 	"llmgate/internal/codec"
+	"llmgate/internal/ctxlen"
 	"llmgate/internal/keys"
 	"llmgate/internal/policy"
 	"llmgate/internal/respstore"
@@ -37,11 +38,11 @@ type Options struct {
 	// Responses, when set, stores Responses API answers for
 	// previous_response_id.
 	Responses *respstore.Store
-	// ContextWindow returns a model's context length in tokens (0 when
-	// unknown); it bounds the budget reservation of a request without an
-	// output limit.
-	ContextWindow func(model string) int
-	Logger        *slog.Logger
+	// Contexts knows the models' context lengths: an output limit that
+	// does not fit is lowered (or refused, where the route's FitOutput is
+	// off), and a request without one reserves what the context leaves.
+	Contexts *ctxlen.Learner
+	Logger   *slog.Logger
 }
 
 // Relay serves decoded requests.
@@ -178,14 +179,18 @@ func (rl *Relay) resolve(ctx context.Context, w http.ResponseWriter, c *Call) er
 	if c.Req.Dialect == codec.Messages {
 		c.enc.InputTokens = c.Req.EstimateInputTokens()
 	}
+	if err := rl.fitOutput(ctx, w, c); err != nil {
+		return err
+	}
 	if rl.opt.Admission != nil {
 		ar := policy.AdmitRequest{Principal: c.Principal, Model: c.Req.Model, Endpoint: c.Req.Dialect.Name(), PromptTokens: prompt}
 		if c.Req.Dialect == codec.CountTokens {
 			ar.PromptTokens = 0 // a count generates and bills nothing
 		}
 		window := 0
-		if rl.opt.ContextWindow != nil {
-			window = rl.opt.ContextWindow(c.Req.Model)
+		if rl.opt.Contexts != nil && len(route.Deployments) > 0 && c.Req.OutputLimit <= 0 && c.Req.Dialect.Generates() {
+			d := route.Deployments[0]
+			window = rl.opt.Contexts.Known(route.ContextWindow, d.Backend, d.UpstreamModel).Tokens
 		}
 		ar.OutputTokens = c.Req.MaxOutput(route.Dialects(), window)
 		c.ticket, err = rl.opt.Admission.Admit(ctx, ar)
@@ -195,6 +200,9 @@ func (rl *Relay) resolve(ctx context.Context, w http.ResponseWriter, c *Call) er
 	}
 	if c.Req.Dialect.Anthropic() {
 		anthropic.RateLimitHeaders(w.Header(), time.Now())
+	}
+	if err == nil {
+		rl.countInput(ctx, c)
 	}
 	return err
 }

@@ -286,9 +286,24 @@ func runCase(t *testing.T, d codec.Dialect, path, body, backend, outcome string,
 	if backend == "an" {
 		be, other = h.an, h.oa
 	}
-	calls := be.Calls()
+	var calls []upstreamCall
+	tokenized := 0
+	for _, c := range be.Calls() {
+		if strings.HasSuffix(c.Path, "/tokenize") && d != codec.CountTokens {
+			tokenized++ // a translated Messages stream counts its prompt for message_start
+			continue
+		}
+		calls = append(calls, c)
+	}
 	if len(calls) != w.calls || len(other.Calls()) != 0 {
 		t.Fatalf("backend called %d times (other backend %d), want %d: %+v", len(calls), len(other.Calls()), w.calls, calls)
+	}
+	wantTokenize := 0
+	if d == codec.Messages && stream && backend == "oa" && outcome != "refused" {
+		wantTokenize = 1
+	}
+	if tokenized != wantTokenize {
+		t.Errorf("the tokenizer was asked %d times, want %d", tokenized, wantTokenize)
 	}
 	adm := h.adm.Requests()
 	if len(adm) != 1 {

@@ -65,7 +65,7 @@ func (m *tokenizeMemo) remember(key string, now time.Time) {
 // deployment: the backend tokenizer's count when it has one, else the
 // estimate. The answer is a local source for the relay loop.
 func (rl *Relay) countTokens(ctx context.Context, w http.ResponseWriter, c *Call, dep router.Deployment, out codec.Outbound) source {
-	n, exact := rl.tokenize(ctx, c, dep, out)
+	n, exact := rl.tokenize(ctx, c, dep, out.Body, tokenizeTimeout)
 	from := "tokenizer"
 	if !exact {
 		n, from = c.Req.EstimateInputTokens(), "estimate"
@@ -75,17 +75,18 @@ func (rl *Relay) countTokens(ctx context.Context, w http.ResponseWriter, c *Call
 	return &localSource{evs: []codec.Event{{Data: body, Content: true, End: true}}}
 }
 
-// tokenize asks the deployment's tokenizer; ok is false when it cannot say
-// (no such endpoint, down, an error).
-func (rl *Relay) tokenize(ctx context.Context, c *Call, dep router.Deployment, out codec.Outbound) (n int, ok bool) {
+// tokenize asks the deployment's tokenizer to count body (a /tokenize
+// request); ok is false when it cannot say (no such endpoint, down, an
+// error).
+func (rl *Relay) tokenize(ctx context.Context, c *Call, dep router.Deployment, body []byte, timeout time.Duration) (n int, ok bool) {
 	b := dep.Backend
 	key := b.Name + " " + b.BaseURL
 	if rl.noTokenize.skip(key, time.Now()) {
 		return 0, false
 	}
-	ctx, cancel := context.WithTimeout(ctx, tokenizeTimeout)
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	hr, err := b.NewRequest(ctx, "", out.Body, c.ID) // the backend's headers and key
+	hr, err := b.NewRequest(ctx, "", body, c.ID) // the backend's headers and key
 	if err != nil {
 		return 0, false
 	}

@@ -54,8 +54,12 @@ type Route struct {
 	Deployments []Deployment
 	Fallbacks   []string
 	Balancing   string
-	fallbacks   []*Route
-	dialects    []string
+	// ContextWindow is the configured context length (0: learn it from
+	// the backend); FitOutput lowers output limits that do not fit it.
+	ContextWindow int
+	FitOutput     bool
+	fallbacks     []*Route
+	dialects      []string
 }
 
 // Dialects returns the distinct backend dialects of the route's
@@ -162,7 +166,7 @@ func NewWithOptions(cfg *config.Config, opt Options) *Table {
 		t.startHealthCheck(st)
 	}
 	for name, m := range cfg.Models {
-		r := &Route{Model: name, Fallbacks: m.Fallbacks, Balancing: m.Balancing}
+		r := &Route{Model: name, Fallbacks: m.Fallbacks, Balancing: m.Balancing, ContextWindow: m.ContextWindow, FitOutput: m.FitsOutput()}
 		deps := m.Deployments
 		if len(deps) == 0 && m.Backend != "" { // a config that skipped ApplyDefaults
 			deps = []*config.Deployment{{Backend: m.Backend, UpstreamModel: m.UpstreamModel, Weight: 1}}

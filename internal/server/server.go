@@ -19,6 +19,7 @@ import (
 	"llmgate/internal/api/openai"
 	"llmgate/internal/apierror"
 	"llmgate/internal/codec"
+	"llmgate/internal/ctxlen"
 	"llmgate/internal/keys"
 	"llmgate/internal/policy"
 	"llmgate/internal/relay"
@@ -49,8 +50,9 @@ type Options struct {
 	// for ResponsesTTL (default 30 days).
 	Responses    store.Responses
 	ResponsesTTL time.Duration
-	// ContextWindow returns a model's context length (0 when unknown).
-	ContextWindow func(model string) int
+	// Contexts knows the models' context lengths (output limits are
+	// fitted to them, /v1/models lists them).
+	Contexts *ctxlen.Learner
 }
 
 // Server serves the gateway API.
@@ -63,6 +65,7 @@ type Server struct {
 	mux      *http.ServeMux
 	handler  http.Handler
 	relay    *relay.Relay
+	contexts *ctxlen.Learner
 	started  time.Time
 
 	idPrefix string
@@ -79,7 +82,7 @@ func New(opt Options) *Server {
 	}
 	var rb [4]byte
 	_, _ = rand.Read(rb[:])
-	s := &Server{verifier: opt.Verifier, log: opt.Logger, maxBody: opt.MaxBodyBytes,
+	s := &Server{verifier: opt.Verifier, log: opt.Logger, maxBody: opt.MaxBodyBytes, contexts: opt.Contexts,
 		ready: opt.Ready, started: time.Now(), idPrefix: "req_" + hex.EncodeToString(rb[:]) + "_"}
 	s.table.Store(opt.Table)
 	var responses *respstore.Store
@@ -87,7 +90,7 @@ func New(opt Options) *Server {
 		responses = respstore.New(opt.Responses, opt.ResponsesTTL, opt.Logger)
 	}
 	s.relay = relay.New(relay.Options{Ledger: opt.Ledger, Observer: opt.Observer, Admission: opt.Admission,
-		Responses: responses, ContextWindow: opt.ContextWindow, Logger: opt.Logger})
+		Responses: responses, Contexts: opt.Contexts, Logger: opt.Logger})
 	s.routes(responses)
 	s.handler = http.Handler(s.mux)
 	for i := len(opt.Middleware) - 1; i >= 0; i-- {
@@ -136,10 +139,12 @@ func (s *Server) routes(responses *respstore.Store) {
 		"/v1/messages":              codec.Messages,
 		"/v1/messages/count_tokens": codec.CountTokens,
 	} {
-		m.Handle(path, s.endpoint(http.MethodPost, d, s.serveModel(d)))
+		m.Handle(path, s.endpoint(http.MethodPost, always(d), s.serveModel(d)))
 	}
-	m.Handle("/v1/models", s.endpoint(http.MethodGet, codec.Chat, s.handleModels))
-	m.Handle("/v1/models/", s.endpoint(http.MethodGet, codec.Chat, s.handleModel))
+	// The models list answers OpenAI and Anthropic clients, each in its own
+	// shape and error envelope.
+	m.Handle("/v1/models", s.endpoint(http.MethodGet, modelsDialect, s.handleModels))
+	m.Handle("/v1/models/", s.endpoint(http.MethodGet, modelsDialect, s.handleModel))
 	m.Handle("/v1/responses/", respstore.Handler(responses, s.authenticate))
 	m.HandleFunc("/healthz", s.handleHealth)
 	m.HandleFunc("/readyz", s.handleReady)
@@ -147,10 +152,24 @@ func (s *Server) routes(responses *respstore.Store) {
 	s.mux = m
 }
 
+func always(d codec.Dialect) func(*http.Request) codec.Dialect {
+	return func(*http.Request) codec.Dialect { return d }
+}
+
+// modelsDialect is the dialect of a models request: Anthropic's when it
+// carries anthropic-version.
+func modelsDialect(r *http.Request) codec.Dialect {
+	if anthropicRequest(r) {
+		return codec.Messages
+	}
+	return codec.Chat
+}
+
 // endpoint wraps a handler with the method check and authentication, each
-// refusal in dialect d's envelope.
-func (s *Server) endpoint(method string, d codec.Dialect, h func(http.ResponseWriter, *http.Request, keys.Principal)) http.Handler {
+// refusal in the envelope of the request's dialect.
+func (s *Server) endpoint(method string, dialect func(*http.Request) codec.Dialect, h func(http.ResponseWriter, *http.Request, keys.Principal)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		d := dialect(r)
 		if r.Method != method {
 			w.Header().Set("Allow", method)
 			codec.WriteError(d, w, apierror.Newf(http.StatusMethodNotAllowed, apierror.KindInvalidRequest, "method_not_allowed",

@@ -4,30 +4,66 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 
 	"llmgate/internal/api/anthropic"
 	"llmgate/internal/api/openai"
 )
 
+// ChatOptions tune the translation of a request for a chat backend's model.
+// The zero value is the default translation.
+type ChatOptions struct {
+	// Reasoning maps the client's thinking request onto the model's
+	// parameters.
+	Reasoning ReasoningOptions
+	// SystemInPlace keeps a system message that follows other messages
+	// where it is, for chat templates that render such messages (Qwen2.5,
+	// Qwen3, Llama 3). By default every system message joins the leading
+	// one, which every template accepts.
+	SystemInPlace bool
+}
+
 // AnthropicToChat converts an Anthropic Messages request into an OpenAI chat
-// completions request for an openai-dialect backend.
+// completions request for an openai-dialect backend, with the default
+// ChatOptions. See AnthropicToChatWith.
+func AnthropicToChat(req *anthropic.MessagesRequest) (*openai.ChatCompletionRequest, error) {
+	return AnthropicToChatWith(req, ChatOptions{})
+}
+
+// AnthropicToChatWith converts an Anthropic Messages request into an OpenAI
+// chat completions request for an openai-dialect backend.
 //
 // Mapping: system (string or text blocks) -> a leading system message;
-// text and image blocks -> content parts (base64 images become data: URIs);
+// system-role messages inside messages (as Claude Code sends them) join that
+// leading message in order, after the top-level system prompt, because chat
+// templates differ on a system message that is not first: Qwen2.5/Qwen3 and
+// Llama 3 render it in place, DeepSeek-R1's template itself concatenates all
+// system messages into the first, and Mistral's and Gemma's raise an
+// exception; a leading one is the form they all accept (opts.SystemInPlace
+// keeps them in place instead). A system message with clear_at
+// "next_user_message" is left out once a later user message exists, as
+// Anthropic does.
+//
+// Text and image blocks -> content parts (base64 images become data: URIs);
 // assistant tool_use -> tool_calls; user tool_result -> "tool" messages placed
 // right after the assistant turn (OpenAI requires that order), with is_error
 // results prefixed "Error: " because chat has no error flag; thinking blocks
 // in history -> reasoning_content of the same assistant message (never
 // visible text), redacted_thinking is dropped; tools/tool_choice map to
 // function tools (any -> "required", tool -> named function,
-// disable_parallel_tool_use -> parallel_tool_calls:false); stop_sequences ->
-// stop; metadata.user_id -> user; stream -> stream with
-// stream_options.include_usage so usage can be reported. top_k and the
-// thinking config have no chat equivalent and are dropped.
+// disable_parallel_tool_use -> parallel_tool_calls:false, strict -> strict);
+// stop_sequences -> stop; top_k -> top_k (vLLM, SGLang, llama.cpp, Ollama);
+// metadata.user_id -> user; output_config.format (or the beta output_format)
+// json_schema -> response_format json_schema; stream -> stream with
+// stream_options.include_usage so usage can be reported. thinking and
+// output_config.effort go where opts.Reasoning says (nowhere by default).
+// cache_control markers, context_management, container, mcp_servers,
+// service_tier and other fields a chat backend has no equivalent for are
+// dropped; AnthropicIgnoredFields lists them.
 //
 // Invalid input returns a 400 *apierror.Error naming the parameter to fix.
-func AnthropicToChat(req *anthropic.MessagesRequest) (*openai.ChatCompletionRequest, error) {
+func AnthropicToChatWith(req *anthropic.MessagesRequest, opts ChatOptions) (*openai.ChatCompletionRequest, error) {
 	if req.MaxTokens <= 0 {
 		return nil, badRequest("max_tokens", "max_tokens is required and must be a positive integer")
 	}
@@ -39,6 +75,7 @@ func AnthropicToChat(req *anthropic.MessagesRequest) (*openai.ChatCompletionRequ
 		MaxTokens:   ptr(req.MaxTokens),
 		Temperature: req.Temperature,
 		TopP:        req.TopP,
+		TopK:        req.TopK,
 		Stop:        req.StopSequences,
 		Stream:      req.Stream,
 	}
@@ -48,20 +85,66 @@ func AnthropicToChat(req *anthropic.MessagesRequest) (*openai.ChatCompletionRequ
 	if req.Metadata != nil {
 		out.User = req.Metadata.UserID
 	}
-
-	sys, err := systemText(req.System)
+	rf, err := anthropicResponseFormat(req)
 	if err != nil {
 		return nil, err
 	}
+	out.ResponseFormat = rf
+
+	// The leading system message comes first; its parts are gathered
+	// before the conversation so the messages are built in one pass.
+	sys, err := systemText(req.System, "system")
+	if err != nil {
+		return nil, err
+	}
+	var system []string
 	if sys != "" {
-		out.Messages = append(out.Messages, openai.ChatMessage{Role: "system", Content: openai.TextContent(sys)})
+		system = append(system, sys)
+	}
+	lastUser := lastUserIndex(req.Messages)
+	inPlace := make([]string, len(req.Messages)) // text of system messages kept where they are
+	leading := true                              // no user or assistant message yet
+	for i := range req.Messages {
+		m := &req.Messages[i]
+		if m.Role != anthropic.RoleSystem {
+			leading = false
+			continue
+		}
+		if systemCleared(m, i, lastUser) {
+			continue
+		}
+		text, err := systemText(m.Content, fmt.Sprintf("messages[%d].content", i))
+		if err != nil {
+			return nil, err
+		}
+		switch {
+		case text == "": // a message that only sets output_config
+		case opts.SystemInPlace && !leading:
+			inPlace[i] = text
+		default:
+			system = append(system, text)
+		}
+	}
+	out.Messages = make([]openai.ChatMessage, 0, len(req.Messages)+1)
+	if len(system) > 0 {
+		out.Messages = append(out.Messages, openai.ChatMessage{Role: "system", Content: openai.TextContent(strings.Join(system, "\n\n"))})
 	}
 	for i := range req.Messages {
-		msgs, err := convertAnthropicMessage(&req.Messages[i], fmt.Sprintf("messages[%d]", i))
+		m := &req.Messages[i]
+		if m.Role == anthropic.RoleSystem {
+			if inPlace[i] != "" {
+				out.Messages = append(out.Messages, openai.ChatMessage{Role: "system", Content: openai.TextContent(inPlace[i])})
+			}
+			continue
+		}
+		msgs, err := convertAnthropicMessage(m, fmt.Sprintf("messages[%d]", i))
 		if err != nil {
 			return nil, err
 		}
 		out.Messages = append(out.Messages, msgs...)
+	}
+	if len(out.Messages) == 0 {
+		return nil, badRequest("messages", "messages must contain at least one user or assistant message")
 	}
 
 	for i, t := range req.Tools {
@@ -73,11 +156,11 @@ func AnthropicToChat(req *anthropic.MessagesRequest) (*openai.ChatCompletionRequ
 			return nil, badRequest(fmt.Sprintf("tools[%d].name", i), "tools[%d].name is required", i)
 		}
 		params := t.InputSchema
-		if len(params) == 0 {
+		if len(params) == 0 || string(params) == "null" {
 			params = json.RawMessage(`{"type":"object","properties":{}}`)
 		}
 		out.Tools = append(out.Tools, openai.Tool{Type: "function",
-			Function: openai.FunctionDecl{Name: t.Name, Description: t.Description, Parameters: params}})
+			Function: openai.FunctionDecl{Name: t.Name, Description: t.Description, Parameters: params, Strict: t.Strict}})
 	}
 	if tc := req.ToolChoice; tc != nil {
 		switch tc.Type {
@@ -95,26 +178,100 @@ func AnthropicToChat(req *anthropic.MessagesRequest) (*openai.ChatCompletionRequ
 		default:
 			return nil, badRequest("tool_choice.type", "tool_choice.type %q is not one of auto, any, tool, none", tc.Type)
 		}
+		if len(out.Tools) == 0 {
+			out.ToolChoice = nil // engines reject a tool_choice without tools
+		}
 		if tc.DisableParallelToolUse != nil && *tc.DisableParallelToolUse && len(out.Tools) > 0 {
 			out.ParallelToolCalls = ptr(false)
 		}
 	}
+	if err := ApplyReasoning(out, AnthropicReasoning(req), opts.Reasoning); err != nil {
+		return nil, err
+	}
 	return out, nil
 }
 
-// systemText joins the text blocks of a system prompt.
-func systemText(s anthropic.SystemPrompt) (string, error) {
+// lastUserIndex returns the index of the last user message, -1 when none.
+func lastUserIndex(msgs []anthropic.MessageParam) int {
+	for i := len(msgs) - 1; i >= 0; i-- {
+		if msgs[i].Role == anthropic.RoleUser {
+			return i
+		}
+	}
+	return -1
+}
+
+// systemCleared reports whether the system message m at index i no longer
+// applies: its clear_at is "next_user_message" and a user message follows.
+func systemCleared(m *anthropic.MessageParam, i, lastUser int) bool {
+	return m.ClearAt == "next_user_message" && lastUser > i
+}
+
+// anthropicResponseFormat maps output_config.format, or the structured
+// outputs beta's output_format, to a chat response_format.
+func anthropicResponseFormat(req *anthropic.MessagesRequest) (json.RawMessage, error) {
+	raw, param := req.OutputFormat, "output_format"
+	if oc := req.OutputConfig; oc != nil && len(oc.Format) > 0 && string(oc.Format) != "null" {
+		raw, param = oc.Format, "output_config.format"
+	}
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil, nil
+	}
+	var f struct {
+		Type   string          `json:"type"`
+		Schema json.RawMessage `json:"schema"`
+	}
+	if json.Unmarshal(raw, &f) != nil || f.Type != "json_schema" || len(f.Schema) == 0 {
+		return nil, badRequest(param, `%s must be {"type":"json_schema","schema":{...}}`, param)
+	}
+	return mustJSON(map[string]any{"type": "json_schema", "json_schema": map[string]any{"name": "output", "schema": f.Schema, "strict": true}}), nil
+}
+
+// systemText joins the text blocks of a system prompt; path names the field
+// in errors.
+func systemText(s anthropic.SystemPrompt, path string) (string, error) {
 	if s.Text != nil {
 		return *s.Text, nil
 	}
 	parts := make([]string, 0, len(s.Blocks))
 	for i, b := range s.Blocks {
 		if b.Type != "text" {
-			return "", badRequest(fmt.Sprintf("system[%d].type", i), "system blocks must be text blocks, got %q", b.Type)
+			return "", badRequest(fmt.Sprintf("%s[%d].type", path, i), "%s blocks must be text blocks, got %q", path, b.Type)
 		}
 		parts = append(parts, b.Text)
 	}
 	return strings.Join(parts, "\n\n"), nil
+}
+
+// AnthropicIgnoredFields lists the request fields that a chat backend
+// translated with opts does not honour, for the log: the top-level
+// cache_control, context_management, container, mcp_servers, service_tier,
+// thinking and output_config.effort when opts.Reasoning has nowhere to put
+// them, and members the gateway does not know. cache_control markers on
+// blocks are not listed (every Claude Code request has them; prompt caching
+// on a local engine is automatic).
+func AnthropicIgnoredFields(req *anthropic.MessagesRequest, opts ChatOptions) []string {
+	var out []string
+	if req.ServiceTier != "" {
+		out = append(out, "service_tier")
+	}
+	r, ro := AnthropicReasoning(req), opts.Reasoning
+	if req.Thinking != nil && ro.Switch == "" && (r.BudgetTokens == 0 || ro.Budget == "") && (r.Effort == "" || ro.Effort == "") {
+		out = append(out, "thinking")
+	}
+	if r.Effort != "" && ro.Effort == "" {
+		out = append(out, "output_config.effort")
+	}
+	if req.OutputConfig != nil {
+		for k := range req.OutputConfig.Extra {
+			out = append(out, "output_config."+k)
+		}
+	}
+	for k := range req.Extra {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
 }
 
 // convertAnthropicMessage turns one Anthropic message into one or more chat
@@ -122,9 +279,9 @@ func systemText(s anthropic.SystemPrompt) (string, error) {
 // by a user message for the rest of its content).
 func convertAnthropicMessage(m *anthropic.MessageParam, path string) ([]openai.ChatMessage, error) {
 	switch m.Role {
-	case "user", "assistant":
+	case anthropic.RoleUser, anthropic.RoleAssistant:
 	default:
-		return nil, badRequest(path+".role", `%s.role must be "user" or "assistant", got %q (put system prompts in the top-level system field)`, path, m.Role)
+		return nil, badRequest(path+".role", `%s.role must be "user", "assistant" or "system", got %q`, path, m.Role)
 	}
 	if m.Content.Text != nil {
 		return []openai.ChatMessage{{Role: m.Role, Content: openai.TextContent(*m.Content.Text)}}, nil
@@ -216,6 +373,12 @@ func userPart(b anthropic.ContentBlock, path string) (*openai.ContentPart, error
 			return &openai.ContentPart{Type: "text", Text: text}, nil
 		}
 		return nil, badRequest(path+".source", "%s: only plain-text documents (source.type \"text\") can be sent to an OpenAI-compatible backend; extract the text and send it as a text block", path)
+	case "search_result":
+		text, err := searchResultText(b, path)
+		if err != nil {
+			return nil, err
+		}
+		return &openai.ContentPart{Type: "text", Text: text}, nil
 	case "thinking", "redacted_thinking":
 		return nil, nil // only meaningful in assistant turns; ignore
 	case "tool_use":
@@ -223,6 +386,29 @@ func userPart(b anthropic.ContentBlock, path string) (*openai.ContentPart, error
 	default:
 		return nil, badRequest(path+".type", "%s: content block type %q is not supported by OpenAI-compatible backends", path, b.Type)
 	}
+}
+
+// searchResultText renders a search_result block (source, title and text
+// content, as a RAG tool returns it) as text: chat has no such part.
+func searchResultText(b anthropic.ContentBlock, path string) (string, error) {
+	var sr struct {
+		Source  string `json:"source"`
+		Title   string `json:"title"`
+		Content []struct {
+			Type string `json:"type"`
+			Text string `json:"text"`
+		} `json:"content"`
+	}
+	if err := json.Unmarshal(b.Raw, &sr); err != nil {
+		return "", badRequest(path, "%s: a search_result block needs a source and a title (strings) and text content", path)
+	}
+	parts := []string{sr.Title + " (" + sr.Source + ")"}
+	for _, c := range sr.Content {
+		if c.Type == "text" {
+			parts = append(parts, c.Text)
+		}
+	}
+	return strings.Join(parts, "\n\n"), nil
 }
 
 // imageURL converts an image source into a URL or data: URI.
@@ -267,14 +453,14 @@ func toolResultContent(c *anthropic.Content, path string) (string, []openai.Cont
 				return "", nil, err
 			}
 			images = append(images, openai.ContentPart{Type: "image_url", ImageURL: &openai.ImageURL{URL: u}})
-		case "document":
+		case "document", "search_result":
 			p, err := userPart(b, bp)
 			if err != nil {
 				return "", nil, err
 			}
 			texts = append(texts, p.Text)
 		default:
-			return "", nil, badRequest(bp+".type", "%s: tool_result content must be text, image or document blocks, got %q", bp, b.Type)
+			return "", nil, badRequest(bp+".type", "%s: tool_result content must be text, image, document or search_result blocks, got %q", bp, b.Type)
 		}
 	}
 	return strings.Join(texts, "\n\n"), images, nil

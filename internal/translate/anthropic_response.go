@@ -13,7 +13,9 @@ import (
 // ChatToAnthropic converts a non-streaming chat completion into an Anthropic
 // message. model is the model name the client asked for.
 //
-// Content order is thinking (from reasoning_content), text, then one tool_use
+// Content order is thinking (from reasoning_content, or reasoning as newer
+// vLLM names it; with an empty signature, which the SDKs accept and which
+// marks it as not Anthropic's when the client sends it back), text, then one tool_use
 // block per tool call with its arguments parsed as the input object.
 // finish_reason maps stop -> end_turn, length -> max_tokens, tool_calls and
 // function_call -> tool_use, content_filter -> refusal. A chat completion
@@ -41,19 +43,12 @@ func ChatBodyToAnthropic(body []byte, model string) (*anthropic.Message, error) 
 		Choices []struct {
 			StopReason  json.RawMessage `json:"stop_reason"`
 			MatchedStop json.RawMessage `json:"matched_stop"`
-			Message     struct {
-				Reasoning string `json:"reasoning"`
-			} `json:"message"`
 		} `json:"choices"`
 	}
 	_ = json.Unmarshal(body, &ext)
 	matched := ""
 	if len(ext.Choices) > 0 {
 		matched = stopString(ext.Choices[0].StopReason) + stopString(ext.Choices[0].MatchedStop)
-		// Newer vLLM releases name the field "reasoning".
-		if len(resp.Choices) > 0 && resp.Choices[0].Message.ReasoningContent == "" {
-			resp.Choices[0].Message.ReasoningContent = ext.Choices[0].Message.Reasoning
-		}
 	}
 	return chatToAnthropic(&resp, model, matched), nil
 }
@@ -83,8 +78,8 @@ func chatToAnthropic(resp *openai.ChatCompletion, model, matchedStop string) *an
 			finish = *c.FinishReason
 		}
 		m := c.Message
-		if m.ReasoningContent != "" {
-			msg.Content = append(msg.Content, anthropic.ContentBlock{Type: "thinking", Thinking: m.ReasoningContent})
+		if rt := m.ReasoningText(); rt != "" {
+			msg.Content = append(msg.Content, anthropic.ContentBlock{Type: "thinking", Thinking: rt})
 		}
 		if text := m.Content.String(); text != "" {
 			msg.Content = append(msg.Content, anthropic.ContentBlock{Type: "text", Text: text})

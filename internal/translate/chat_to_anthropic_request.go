@@ -3,6 +3,7 @@ package translate
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -16,13 +17,15 @@ import (
 const DefaultAnthropicMaxTokens = 4096
 
 // reasoningBudgets maps reasoning_effort to a thinking budget.
-var reasoningBudgets = map[string]int{"minimal": 1024, "low": 2048, "medium": 8192, "high": 24576}
+var reasoningBudgets = map[string]int{"minimal": 1024, "low": 2048, "medium": 8192, "high": 24576, "xhigh": 32768}
 
 // ChatToAnthropicRequest converts an OpenAI chat request into an Anthropic
 // Messages request for an anthropic-dialect backend.
 //
 // system and developer messages (wherever they appear) join the top-level
-// system prompt; consecutive messages of the same role are merged because
+// system prompt, in order (as text blocks when a part carries an Anthropic
+// cache_control marker, which is kept there and on user, assistant and tool
+// content); consecutive messages of the same role are merged because
 // tool results must sit in the user turn right after the tool calls; tool
 // messages become tool_result blocks; data: URI images become base64 image
 // sources and http(s) URLs url sources; assistant reasoning_content is
@@ -30,8 +33,9 @@ var reasoningBudgets = map[string]int{"minimal": 1024, "low": 2048, "medium": 81
 // temperature is clamped to Anthropic's 0..1 and wins over top_p (recent
 // Claude models reject both at once); n > 1 and response_format
 // other than text are rejected with a 400; reasoning_effort enables
-// thinking with a budget (minimal 1024, low 2048, medium 8192, high 24576
-// tokens) and raises max_tokens above the budget.
+// thinking with a budget (minimal 1024, low 2048, medium 8192, high 24576,
+// xhigh 32768 tokens) and raises max_tokens above the budget; "none"
+// disables thinking.
 func ChatToAnthropicRequest(req *openai.ChatCompletionRequest) (*anthropic.MessagesRequest, error) {
 	if req.N != nil && *req.N > 1 {
 		return nil, badRequest("n", "n > 1 is not supported for models on an anthropic backend; send n separate requests")
@@ -72,15 +76,17 @@ func ChatToAnthropicRequest(req *openai.ChatCompletionRequest) (*anthropic.Messa
 		out.MaxTokens += budget
 		// Anthropic rejects sampling parameters while thinking is enabled.
 		out.Temperature, out.TopP = nil, nil
+	} else if req.ReasoningEffort == "none" {
+		out.Thinking = &anthropic.ThinkingConfig{Type: "disabled"}
 	}
 
-	var system []string
+	var system []anthropic.ContentBlock
 	for i := range req.Messages {
 		m := &req.Messages[i]
 		path := fmt.Sprintf("messages[%d]", i)
 		switch m.Role {
 		case "system", "developer":
-			system = append(system, m.Content.String())
+			system = append(system, systemBlocks(m.Content)...)
 		case "user":
 			blocks, err := chatUserBlocks(m.Content, path)
 			if err != nil {
@@ -97,7 +103,8 @@ func ChatToAnthropicRequest(req *openai.ChatCompletionRequest) (*anthropic.Messa
 			if m.ToolCallID == "" {
 				return nil, badRequest(path+".tool_call_id", "%s.tool_call_id is required for tool messages", path)
 			}
-			res := anthropic.ContentBlock{Type: "tool_result", ToolUseID: m.ToolCallID, Content: ptr(anthropic.TextContent(m.Content.String()))}
+			res := anthropic.ContentBlock{Type: "tool_result", ToolUseID: m.ToolCallID, Content: ptr(anthropic.TextContent(m.Content.String())),
+				CacheControl: partsCacheControl(m.Content)}
 			out.Messages = appendTurn(out.Messages, "user", []anthropic.ContentBlock{res})
 		default:
 			return nil, badRequest(path+".role", "%s.role %q is not one of system, developer, user, assistant, tool", path, m.Role)
@@ -106,9 +113,7 @@ func ChatToAnthropicRequest(req *openai.ChatCompletionRequest) (*anthropic.Messa
 	if len(out.Messages) == 0 {
 		return nil, badRequest("messages", "messages must contain at least one user or assistant message")
 	}
-	if len(system) > 0 {
-		out.System = anthropic.TextContent(strings.Join(system, "\n\n"))
-	}
+	out.System = systemPrompt(system)
 
 	for i, t := range req.Tools {
 		if t.Type != "function" || t.Function.Name == "" {
@@ -134,6 +139,50 @@ func ChatToAnthropicRequest(req *openai.ChatCompletionRequest) (*anthropic.Messa
 	}
 	out.ToolChoice = tc
 	return out, nil
+}
+
+// systemBlocks returns the text blocks of a system or developer message.
+func systemBlocks(c openai.Content) []anthropic.ContentBlock {
+	if c.Text != nil {
+		return []anthropic.ContentBlock{{Type: "text", Text: *c.Text}}
+	}
+	var out []anthropic.ContentBlock
+	for _, p := range c.Parts {
+		if p.Type == "text" {
+			out = append(out, anthropic.ContentBlock{Type: "text", Text: p.Text, CacheControl: p.CacheControl})
+		}
+	}
+	return out
+}
+
+// systemPrompt joins system blocks into one string, or keeps them as blocks
+// when one carries a cache_control marker. Empty text is left out: Anthropic
+// rejects empty text blocks.
+func systemPrompt(blocks []anthropic.ContentBlock) anthropic.SystemPrompt {
+	blocks = slices.DeleteFunc(blocks, func(b anthropic.ContentBlock) bool { return b.Text == "" })
+	if len(blocks) == 0 {
+		return anthropic.SystemPrompt{}
+	}
+	if slices.ContainsFunc(blocks, func(b anthropic.ContentBlock) bool { return len(b.CacheControl) > 0 }) {
+		return anthropic.SystemPrompt{Blocks: blocks}
+	}
+	texts := make([]string, len(blocks))
+	for i, b := range blocks {
+		texts[i] = b.Text
+	}
+	return anthropic.TextContent(strings.Join(texts, "\n\n"))
+}
+
+// partsCacheControl returns the cache_control marker of the last part that
+// carries one, for content that becomes a single Anthropic block.
+func partsCacheControl(c openai.Content) json.RawMessage {
+	var cc json.RawMessage
+	for _, p := range c.Parts {
+		if len(p.CacheControl) > 0 {
+			cc = p.CacheControl
+		}
+	}
+	return cc
 }
 
 // appendTurn appends blocks as a turn of role, merging with the previous
@@ -177,7 +226,7 @@ func chatUserBlocks(c openai.Content, path string) ([]anthropic.ContentBlock, er
 		switch p.Type {
 		case "text":
 			if p.Text != "" {
-				blocks = append(blocks, anthropic.ContentBlock{Type: "text", Text: p.Text})
+				blocks = append(blocks, anthropic.ContentBlock{Type: "text", Text: p.Text, CacheControl: p.CacheControl})
 			}
 		case "image_url":
 			if p.ImageURL == nil || p.ImageURL.URL == "" {
@@ -187,7 +236,7 @@ func chatUserBlocks(c openai.Content, path string) ([]anthropic.ContentBlock, er
 			if err != nil {
 				return nil, err
 			}
-			blocks = append(blocks, anthropic.ContentBlock{Type: "image", Source: src})
+			blocks = append(blocks, anthropic.ContentBlock{Type: "image", Source: src, CacheControl: p.CacheControl})
 		default:
 			return nil, badRequest(pp+".type", "%s: content part type %q is not supported for models on an anthropic backend", pp, p.Type)
 		}
@@ -214,7 +263,7 @@ func anthropicImageSource(u, path string) (*anthropic.ImageSource, error) {
 func chatAssistantBlocks(m *openai.ChatMessage, path string) ([]anthropic.ContentBlock, error) {
 	var blocks []anthropic.ContentBlock
 	if text := m.Content.String(); text != "" {
-		blocks = append(blocks, anthropic.ContentBlock{Type: "text", Text: text})
+		blocks = append(blocks, anthropic.ContentBlock{Type: "text", Text: text, CacheControl: partsCacheControl(m.Content)})
 	}
 	for k, tc := range m.ToolCalls {
 		tp := fmt.Sprintf("%s.tool_calls[%d]", path, k)

@@ -49,6 +49,28 @@ func requestSeeds(f *testing.F, dir string) {
 	}
 }
 
+// optionRequestSeeds adds the "request" member of every golden input in
+// dir (inputs of the form {"options":..., "request":...}).
+func optionRequestSeeds(f *testing.F, dir string) {
+	paths, _ := filepath.Glob(filepath.Join("testdata", dir, "*.in.json"))
+	for _, p := range paths {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			f.Fatal(err)
+		}
+		var c struct{ Request json.RawMessage }
+		if err := json.Unmarshal(b, &c); err != nil {
+			f.Fatal(err)
+		}
+		f.Add([]byte(c.Request))
+	}
+}
+
+// fuzzReasoning is the reasoning configuration the request fuzzers also
+// translate with, so option paths are exercised on every input.
+var fuzzReasoning = ChatOptions{SystemInPlace: true, Reasoning: ReasoningOptions{Switch: "chat_template_kwargs.enable_thinking",
+	Effort: "reasoning_effort", Budget: "thinking_budget", DropHistory: true}}
+
 func requireRefusal(t *testing.T, err error) {
 	t.Helper()
 	var e *apierror.Error
@@ -102,6 +124,12 @@ func FuzzAnthropicToChatStream(f *testing.F) {
 
 func FuzzAnthropicToChat(f *testing.F) {
 	requestSeeds(f, "anthropic_to_chat")
+	optionRequestSeeds(f, "anthropic_to_chat_options")
+	// Shapes Claude Code and the beta API send: system messages with
+	// clear_at and a per-turn effort, blocks of unmodelled types, beta
+	// fields at every level.
+	f.Add([]byte(`{"model":"m","max_tokens":9,"thinking":{"type":"adaptive"},"output_config":{"effort":"max","format":{"type":"json_schema","schema":{}}},"messages":[{"role":"system","content":[{"type":"text","text":"s","cache_control":{"type":"ephemeral"}}],"clear_at":"next_user_message","output_config":{"effort":"low"}},{"role":"user","content":[{"type":"search_result","source":"u","title":"t","content":[]}]}]}`))
+	f.Add([]byte(`{"model":"m","max_tokens":9,"messages":[{"role":"assistant","content":[{"type":"server_tool_use","id":"s","name":"web_search","input":{}},{"type":"thinking","thinking":"t","signature":""}]},{"role":"system","content":""}],"context_management":{},"mcp_servers":[]}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
 		var req anthropic.MessagesRequest
 		if json.Unmarshal(body, &req) != nil {
@@ -109,7 +137,23 @@ func FuzzAnthropicToChat(f *testing.F) {
 		}
 		_, err := AnthropicToChat(&req)
 		requireRefusal(t, err)
+		_, err = AnthropicToChatWith(&req, fuzzReasoning)
+		requireRefusal(t, err)
+		_ = AnthropicIgnoredFields(&req, fuzzReasoning)
 		_ = EstimateAnthropicInputTokens(&req)
+		// What the gateway re-encodes for an anthropic backend must decode
+		// to the same request.
+		out, err := json.Marshal(&req)
+		if err != nil {
+			t.Fatalf("re-encoding a decoded request: %v", err)
+		}
+		var again anthropic.MessagesRequest
+		if err := json.Unmarshal(out, &again); err != nil {
+			t.Fatalf("re-encoded request does not decode: %v\n%s", err, out)
+		}
+		if out2, _ := json.Marshal(&again); !bytes.Equal(out, out2) {
+			t.Fatalf("re-encoding is not stable:\n%s\n%s", out, out2)
+		}
 	})
 }
 
@@ -127,12 +171,15 @@ func FuzzChatToAnthropicRequest(f *testing.F) {
 
 func FuzzResponsesToChat(f *testing.F) {
 	requestSeeds(f, "responses_to_chat")
+	optionRequestSeeds(f, "responses_to_chat_options")
 	f.Fuzz(func(t *testing.T, body []byte) {
 		var req openai.ResponsesRequest
 		if json.Unmarshal(body, &req) != nil {
 			return
 		}
 		_, err := ResponsesToChat(&req)
+		requireRefusal(t, err)
+		_, err = ResponsesToChatWith(&req, fuzzReasoning)
 		requireRefusal(t, err)
 	})
 }

@@ -35,6 +35,26 @@ var goldenDirs = map[string]func(t *testing.T, in []byte) []byte{
 		out, err := AnthropicToChat(&req)
 		return jsonOrError(t, out, err)
 	},
+	// anthropic_to_chat_options inputs are {"options": goldenOptions,
+	// "request": a Messages request}.
+	"anthropic_to_chat_options": func(t *testing.T, in []byte) []byte {
+		var c struct {
+			Options goldenOptions
+			Request anthropic.MessagesRequest
+		}
+		mustUnmarshal(t, in, &c)
+		out, err := AnthropicToChatWith(&c.Request, c.Options.chat())
+		return jsonOrError(t, out, err)
+	},
+	"responses_to_chat_options": func(t *testing.T, in []byte) []byte {
+		var c struct {
+			Options goldenOptions
+			Request openai.ResponsesRequest
+		}
+		mustUnmarshal(t, in, &c)
+		out, err := ResponsesToChatWith(&c.Request, c.Options.chat())
+		return jsonOrError(t, out, err)
+	},
 	"chat_to_anthropic": func(t *testing.T, in []byte) []byte {
 		msg, err := ChatBodyToAnthropic(in, "claude-via-gateway")
 		return jsonOrError(t, msg, err)
@@ -71,16 +91,28 @@ var goldenDirs = map[string]func(t *testing.T, in []byte) []byte{
 	"chat_to_responses": func(t *testing.T, in []byte) []byte {
 		var resp openai.ChatCompletion
 		mustUnmarshal(t, in, &resp)
-		req := &openai.ResponsesRequest{Model: "codex-via-gateway", Instructions: "be brief", Store: ptr(false)}
+		req := &openai.ResponsesRequest{Model: "codex-via-gateway", Instructions: "be brief", Store: ptr(false),
+			Include: []string{"reasoning.encrypted_content"}}
 		return jsonOrError(t, ChatToResponses(&resp, req), nil)
 	},
 	"stream_chat_to_responses": func(t *testing.T, in []byte) []byte {
-		req := &openai.ResponsesRequest{Model: "codex-via-gateway", Store: ptr(false),
+		req := &openai.ResponsesRequest{Model: "codex-via-gateway", Store: ptr(false), Include: []string{"reasoning.encrypted_content"},
 			Tools: []openai.ResponsesTool{{Type: "function", Name: "shell", Parameters: json.RawMessage(`{"type":"object"}`)}}}
 		tr := NewChatToResponsesStream(req)
 		tr.now = fixedNow
 		return runChatStream(t, in, tr.Feed, tr.Finish)
 	},
+}
+
+// goldenOptions is the JSON form of ChatOptions in golden inputs.
+type goldenOptions struct {
+	Switch, Effort, Budget     string
+	DropHistory, SystemInPlace bool
+}
+
+func (o goldenOptions) chat() ChatOptions {
+	return ChatOptions{SystemInPlace: o.SystemInPlace, Reasoning: ReasoningOptions{
+		Switch: o.Switch, Effort: o.Effort, Budget: o.Budget, DropHistory: o.DropHistory}}
 }
 
 func TestGoldenTranscripts(t *testing.T) {

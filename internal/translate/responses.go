@@ -1,15 +1,24 @@
 package translate
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 
 	"llmgate/internal/api/openai"
 )
 
 // ResponsesToChat converts a Responses API request into a chat completions
-// request for a chat-only backend. It translates one self-contained
+// request for a chat-only backend with the default ChatOptions; see
+// ResponsesToChatWith.
+func ResponsesToChat(req *openai.ResponsesRequest) (*openai.ChatCompletionRequest, error) {
+	return ResponsesToChatWith(req, ChatOptions{})
+}
+
+// ResponsesToChatWith converts a Responses API request into a chat
+// completions request for a chat-only backend. It translates one self-contained
 // request: the server resolves previous_response_id into input items
 // first (see server.previousItems); one still set here (storage off) and
 // conversation are rejected with a 400 that says to send the full input.
@@ -20,14 +29,18 @@ import (
 // assistant tool_calls (consecutive calls and the assistant text before them
 // share one assistant message); function_call_output -> tool messages;
 // all system content (instructions first) is merged into one leading system
-// message;
-// reasoning items are dropped (their encrypted content is only meaningful to
-// the model that wrote it). Function tools map to chat tools; hosted tools
-// (web_search, file_search, ...) cannot run on a chat backend and are
-// skipped. tool_choice, parallel_tool_calls, max_output_tokens, temperature,
-// top_p, user, reasoning.effort and text.format (json_schema / json_object)
-// map to their chat equivalents.
-func ResponsesToChat(req *openai.ResponsesRequest) (*openai.ChatCompletionRequest, error) {
+// message (opts.SystemInPlace keeps later ones in place);
+// a reasoning item becomes the reasoning_content of the assistant message
+// that follows it (its reasoning_text content, or the text llmgate put in
+// its encrypted_content, or else its summary); reasoning from another
+// server's encrypted_content cannot be read and is dropped. Function tools
+// map to chat tools; hosted tools (web_search, file_search, ...) cannot run
+// on a chat backend and are skipped. tool_choice, parallel_tool_calls,
+// max_output_tokens, temperature, top_p, user and text.format (json_schema /
+// json_object) map to their chat equivalents. reasoning.effort goes where
+// opts.Reasoning says; with no reasoning options it goes to reasoning_effort
+// unchanged, the chat API's field for the same setting.
+func ResponsesToChatWith(req *openai.ResponsesRequest, opts ChatOptions) (*openai.ChatCompletionRequest, error) {
 	if req.PreviousResponseID != "" {
 		return nil, badRequest("previous_response_id", "previous_response_id is not supported: this gateway does not store responses (store_responses: false in its config); send the full conversation in input and set store to false")
 	}
@@ -49,7 +62,7 @@ func ResponsesToChat(req *openai.ResponsesRequest) (*openai.ChatCompletionReques
 	if req.Stream {
 		out.StreamOptions = &openai.StreamOptions{IncludeUsage: true}
 	}
-	if req.Reasoning != nil {
+	if req.Reasoning != nil && opts.Reasoning.IsZero() {
 		out.ReasoningEffort = req.Reasoning.Effort
 	}
 	if req.Text != nil && req.Text.Format != nil {
@@ -79,7 +92,8 @@ func ResponsesToChat(req *openai.ResponsesRequest) (*openai.ChatCompletionReques
 			return nil, err
 		}
 	}
-	out.Messages = hoistSystem(out.Messages)
+	out.Messages = dropReasoningOnly(out.Messages)
+	out.Messages = hoistSystem(out.Messages, opts.SystemInPlace)
 	if len(out.Messages) == 0 {
 		return nil, badRequest("input", "input is required: send a string or a list of input items")
 	}
@@ -107,16 +121,81 @@ func ResponsesToChat(req *openai.ResponsesRequest) (*openai.ChatCompletionReques
 	if len(out.Tools) > 0 {
 		out.ToolChoice = tc
 	}
+	if !opts.Reasoning.IsZero() {
+		if err := ApplyReasoning(out, ResponsesReasoning(req), opts.Reasoning); err != nil {
+			return nil, err
+		}
+	}
 	return out, nil
+}
+
+// dropReasoningOnly removes assistant messages that hold only reasoning (a
+// reasoning item nothing followed): chat templates expect an assistant turn
+// to say or call something.
+func dropReasoningOnly(msgs []openai.ChatMessage) []openai.ChatMessage {
+	out := msgs[:0]
+	for _, m := range msgs {
+		if reasoningOnly(&m) {
+			continue
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+func reasoningOnly(m *openai.ChatMessage) bool {
+	return m.Role == "assistant" && m.Content.IsNull() && len(m.ToolCalls) == 0
+}
+
+// reasoningPrefix marks the encrypted_content of reasoning items llmgate
+// wrote: it is the reasoning text, base64-encoded, so that a client which
+// sends back only encrypted_content (Codex with store false drops the
+// reasoning_text it received) still returns the model's reasoning to it.
+const reasoningPrefix = "llmgate.reasoning.v1:"
+
+// encodeReasoning returns the encrypted_content of a reasoning item.
+func encodeReasoning(text string) string {
+	return reasoningPrefix + base64.StdEncoding.EncodeToString([]byte(text))
+}
+
+// inputReasoning returns the text of a reasoning input item.
+func inputReasoning(it *openai.InputItem) string {
+	var parts []string
+	for _, p := range it.Content.Parts {
+		if p.Type == "reasoning_text" && p.Text != "" {
+			parts = append(parts, p.Text)
+		}
+	}
+	if len(parts) > 0 {
+		return strings.Join(parts, "\n\n")
+	}
+	if enc, ok := strings.CutPrefix(it.EncryptedContent, reasoningPrefix); ok {
+		if b, err := base64.StdEncoding.DecodeString(enc); err == nil {
+			return string(b)
+		}
+	}
+	for _, p := range it.Summary {
+		if p.Text != "" {
+			parts = append(parts, p.Text)
+		}
+	}
+	return strings.Join(parts, "\n\n")
+}
+
+// wantsEncryptedReasoning reports whether the client asked for reasoning
+// items' encrypted_content.
+func wantsEncryptedReasoning(req *openai.ResponsesRequest) bool {
+	return req != nil && slices.Contains(req.Include, "reasoning.encrypted_content")
 }
 
 // hoistSystem merges every system message into one leading system message:
 // many engines' chat templates reject a system message that is not first.
-func hoistSystem(msgs []openai.ChatMessage) []openai.ChatMessage {
+// With inPlace only those before the first other message are merged.
+func hoistSystem(msgs []openai.ChatMessage, inPlace bool) []openai.ChatMessage {
 	var sys []string
 	rest := make([]openai.ChatMessage, 0, len(msgs))
 	for _, m := range msgs {
-		if m.Role == "system" {
+		if m.Role == "system" && !(inPlace && len(rest) > 0) {
 			sys = append(sys, m.Content.String())
 			continue
 		}
@@ -169,7 +248,15 @@ func appendInputItem(msgs []openai.ChatMessage, it *openai.InputItem, path strin
 		}
 		return append(msgs, openai.ChatMessage{Role: "tool", ToolCallID: it.CallID, Content: openai.TextContent(text)}), nil
 	case "reasoning":
-		return msgs, nil
+		text := inputReasoning(it)
+		if text == "" {
+			return msgs, nil
+		}
+		if n := len(msgs); n > 0 && reasoningOnly(&msgs[n-1]) {
+			msgs[n-1].ReasoningContent += "\n\n" + text
+			return msgs, nil
+		}
+		return append(msgs, openai.ChatMessage{Role: "assistant", ReasoningContent: text}), nil
 	default:
 		return nil, badRequest(path+".type", "%s: input item type %q is not supported for chat-only backends; send message, function_call and function_call_output items", path, typ)
 	}
@@ -207,6 +294,10 @@ func appendInputMessage(msgs []openai.ChatMessage, it *openai.InputItem, path st
 		}
 		content = simplifyParts(parts)
 	}
+	if n := len(msgs); role == "assistant" && n > 0 && reasoningOnly(&msgs[n-1]) {
+		msgs[n-1].Content = content // the answer of the reasoning before it
+		return msgs, nil
+	}
 	return append(msgs, openai.ChatMessage{Role: role, Content: content}), nil
 }
 
@@ -240,7 +331,10 @@ func chatToolChoice(raw json.RawMessage) (json.RawMessage, error) {
 // ChatToResponses converts a non-streaming chat completion into a Responses
 // API response. req is the client's request, echoed into the response
 // (instructions, tools, sampling parameters); it may be nil. Reasoning
-// becomes a reasoning item, text a message item, each tool call a
+// (reasoning_content, or reasoning from newer vLLM) becomes a reasoning item
+// with a reasoning_text part (and, when req includes
+// "reasoning.encrypted_content", an encrypted_content that carries the text
+// back in the next request), text a message item, each tool call a
 // function_call item. finish_reason length gives status "incomplete" with
 // reason max_output_tokens, content_filter reason content_filter.
 func ChatToResponses(resp *openai.ChatCompletion, req *openai.ResponsesRequest) *openai.Response {
@@ -252,9 +346,13 @@ func ChatToResponses(resp *openai.ChatCompletion, req *openai.ResponsesRequest) 
 		if c.FinishReason != nil {
 			finish = *c.FinishReason
 		}
-		if c.Message.ReasoningContent != "" {
-			r.Output = append(r.Output, openai.OutputItem{Type: "reasoning", ID: "rs_" + base, Status: openai.ResponseCompleted,
-				Content: []openai.OutputContent{{Type: "reasoning_text", Text: c.Message.ReasoningContent}}})
+		if rt := c.Message.ReasoningText(); rt != "" {
+			it := openai.OutputItem{Type: "reasoning", ID: "rs_" + base, Status: openai.ResponseCompleted,
+				Content: []openai.OutputContent{{Type: "reasoning_text", Text: rt}}}
+			if wantsEncryptedReasoning(req) {
+				it.EncryptedContent = encodeReasoning(rt)
+			}
+			r.Output = append(r.Output, it)
 		}
 		if text := c.Message.Content.String(); text != "" {
 			r.Output = append(r.Output, openai.OutputItem{Type: "message", ID: "msg_" + base, Status: itemStatus(finish),

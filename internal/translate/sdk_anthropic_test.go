@@ -284,3 +284,61 @@ func TestAnthropicErrorEnvelope_SDKReadsTypeAndMessage(t *testing.T) {
 		}
 	}
 }
+
+// TestChatToAnthropicStream_SDKAccumulatesThinkingTextAndTools reads a
+// reasoning model's streamed answer (newer vLLM's "reasoning" deltas, text,
+// two tool calls, usage with cached tokens) with anthropic-sdk-go, then
+// sends the accumulated message back the way Claude Code does, with tool
+// results, and checks the next chat request.
+func TestChatToAnthropicStream_SDKAccumulatesThinkingTextAndTools(t *testing.T) {
+	msg, err := sdkAccumulate(t, translateStream(t, "stream_chat_to_anthropic", "reasoning_text_parallel_tools_cached.in.sse"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(msg.Content) != 4 || msg.StopReason != asdk.StopReasonToolUse {
+		t.Fatalf("stop %q, content %s", msg.StopReason, msg.RawJSON())
+	}
+	th := msg.Content[0].AsThinking()
+	if th.Thinking != "Need the file and the git status." || th.Signature != "" {
+		t.Errorf("thinking block = %+v", th)
+	}
+	if msg.Content[1].AsText().Text != "Reading both." {
+		t.Errorf("text block = %+v", msg.Content[1])
+	}
+	if a, b := msg.Content[2].AsToolUse(), msg.Content[3].AsToolUse(); a.Name != "Read" || string(a.Input) != `{"file_path": "/repo/main.go"}` ||
+		b.ID != "chatcmpl-tool-b2" || string(b.Input) != `{"command": "git status"}` {
+		t.Errorf("tool_use blocks = %s / %s", a.RawJSON(), b.RawJSON())
+	}
+	// prompt 1200 of which 1024 cached: Anthropic counts them apart.
+	if u := msg.Usage; u.InputTokens != 176 || u.CacheReadInputTokens != 1024 || u.OutputTokens != 61 {
+		t.Errorf("usage = in %d cacheRead %d out %d, want 176/1024/61", u.InputTokens, u.CacheReadInputTokens, u.OutputTokens)
+	}
+
+	params := asdk.MessageNewParams{Model: "qwen3-32b", MaxTokens: 32000, Messages: []asdk.MessageParam{
+		asdk.NewUserMessage(asdk.NewTextBlock("What does main.go do?")),
+		msg.ToParam(),
+		asdk.NewUserMessage(asdk.NewToolResultBlock("chatcmpl-tool-a1", "package main", false),
+			asdk.NewToolResultBlock("chatcmpl-tool-b2", "not a git repository", true)),
+	}}
+	body, err := json.Marshal(params)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := decodeMessagesRequest(t, string(body))
+	chat, err := AnthropicToChat(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := chat.Messages[1]
+	if a.ReasoningContent != "Need the file and the git status." || a.Content.String() != "Reading both." || len(a.ToolCalls) != 2 {
+		t.Errorf("assistant turn = %s", mustJSON(a))
+	}
+	if r := chat.Messages[3]; r.Role != "tool" || r.ToolCallID != "chatcmpl-tool-b2" || r.Content.String() != "Error: not a git repository" {
+		t.Errorf("second tool result = %s", mustJSON(r))
+	}
+	// The same history sent to an anthropic backend loses the unsigned
+	// thinking block, which Anthropic would reject.
+	if !DropUnsignedThinking(req) || len(req.Messages[1].Content.Blocks) != 3 {
+		t.Errorf("unsigned thinking kept: %s", mustJSON(req.Messages[1]))
+	}
+}

@@ -258,3 +258,84 @@ func TestResponsesRequest_DecodesSDKParams(t *testing.T) {
 		t.Errorf("chat request from SDK params %s = %s", body, mustJSON(chat))
 	}
 }
+
+// TestChatToResponsesStream_SDKReadsReasoningAndFunctionCalls reads a
+// reasoning model's streamed answer with openai-go's Responses event types,
+// then sends the output back the way Codex does (store false: the reasoning
+// item with only its encrypted_content, the calls and their outputs) and
+// checks that the model's reasoning reaches the next chat request.
+func TestChatToResponsesStream_SDKReadsReasoningAndFunctionCalls(t *testing.T) {
+	evs := sdkResponsesEvents(t, translateStream(t, "stream_chat_to_responses", "reasoning_text_parallel_tools_cached.in.sse"))
+	var reasoningDeltas string
+	var doneItems []oresp.ResponseOutputItemUnion
+	for _, ev := range evs {
+		switch ev.Type {
+		case "response.reasoning_text.delta":
+			reasoningDeltas += ev.Delta
+			if !ev.JSON.ContentIndex.Valid() {
+				t.Errorf("reasoning delta without content_index (Codex drops it): %s", ev.RawJSON())
+			}
+		case "response.output_item.done":
+			doneItems = append(doneItems, ev.Item)
+		}
+	}
+	if reasoningDeltas != "Need the file and the git status." {
+		t.Errorf("reasoning deltas = %q", reasoningDeltas)
+	}
+	final := evs[len(evs)-1].AsResponseCompleted().Response
+	if len(final.Output) != 4 || len(doneItems) != 4 {
+		t.Fatalf("output = %s", final.RawJSON())
+	}
+	rs := final.Output[0].AsReasoning()
+	if len(rs.Content) != 1 || rs.Content[0].Text != reasoningDeltas || rs.EncryptedContent == "" || rs.Summary == nil {
+		t.Errorf("reasoning item = %s", rs.RawJSON())
+	}
+	if final.OutputText() != "Reading both." {
+		t.Errorf("output text = %q", final.OutputText())
+	}
+	calls := []oresp.ResponseFunctionToolCall{final.Output[2].AsFunctionCall(), final.Output[3].AsFunctionCall()}
+	if calls[0].Name != "Read" || calls[1].CallID != "chatcmpl-tool-b2" || calls[1].Arguments != `{"command": "git status"}` {
+		t.Errorf("calls = %+v", calls)
+	}
+	if u := final.Usage; u.InputTokens != 1200 || u.InputTokensDetails.CachedTokens != 1024 || u.OutputTokens != 61 {
+		t.Errorf("usage = %+v", u)
+	}
+
+	reasoning := oresp.ResponseReasoningItemParam{ID: rs.ID, Summary: []oresp.ResponseReasoningItemSummaryParam{},
+		EncryptedContent: osdk.String(rs.EncryptedContent)}
+	input := oresp.ResponseInputParam{
+		oresp.ResponseInputItemParamOfMessage("What does main.go do?", oresp.EasyInputMessageRoleUser),
+		{OfReasoning: &reasoning},
+	}
+	text := final.Output[1].AsMessage().ToParam()
+	input = append(input, oresp.ResponseInputItemUnionParam{OfOutputMessage: &text})
+	for _, c := range calls {
+		p := c.ToParam()
+		input = append(input, oresp.ResponseInputItemUnionParam{OfFunctionCall: &p})
+	}
+	for _, c := range calls {
+		out := oresp.ResponseInputItemParamOfFunctionCallOutput("ok")
+		out.OfFunctionCallOutput.CallID = osdk.String(c.CallID)
+		input = append(input, out)
+	}
+	body, err := json.Marshal(oresp.ResponseNewParams{Model: "qwen3-32b", Store: osdk.Bool(false),
+		Input: oresp.ResponseNewParamsInputUnion{OfInputItemList: input}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var req openai.ResponsesRequest
+	if err := json.Unmarshal(body, &req); err != nil {
+		t.Fatalf("decode %s: %v", body, err)
+	}
+	chat, err := ResponsesToChat(&req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(chat.Messages) != 4 {
+		t.Fatalf("chat messages = %s", mustJSON(chat.Messages))
+	}
+	a := chat.Messages[1]
+	if a.ReasoningContent != reasoningDeltas || a.Content.String() != "Reading both." || len(a.ToolCalls) != 2 || a.ToolCalls[1].ID != "chatcmpl-tool-b2" {
+		t.Errorf("assistant turn = %s", mustJSON(a))
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 
 	"llmgate/internal/api/anthropic"
@@ -79,6 +80,7 @@ type ChatToAnthropicStream struct {
 	nextIndex int    // index of the next block to start
 
 	tools       map[int]*streamTool // upstream tool index -> state
+	waiting     []int               // tool calls buffered while another is open, in order of arrival
 	finish      string
 	matchedStop string
 	outChars    int // characters of output, for an estimate when usage is absent
@@ -124,7 +126,8 @@ func (x *toolIndexer) index(tc openai.ToolCall) int {
 
 type streamTool struct {
 	id, name string
-	pending  strings.Builder // arguments received before the name was known
+	pending  strings.Builder // arguments received before its block opened
+	args     strings.Builder // arguments streamed in its open block
 	started  bool
 	closed   bool
 }
@@ -170,11 +173,13 @@ func (t *ChatToAnthropicStream) Feed(data []byte) ([]Event, error) {
 			reasoning = d.Reasoning
 		}
 		if reasoning != nil && *reasoning != "" {
+			evs = t.flushWaiting(evs)
 			evs = t.ensureBlock(evs, "thinking", -1)
 			evs = t.delta(evs, anthropic.BlockDelta{Type: anthropic.DeltaThinking, Thinking: reasoning})
 			t.outChars += len(*reasoning)
 		}
 		if d.Content != nil && *d.Content != "" {
+			evs = t.flushWaiting(evs)
 			evs = t.ensureBlock(evs, "text", -1)
 			evs = t.delta(evs, anthropic.BlockDelta{Type: anthropic.DeltaText, Text: d.Content})
 			t.outChars += len(*d.Content)
@@ -255,9 +260,13 @@ func (t *ChatToAnthropicStream) delta(evs []Event, d anthropic.BlockDelta) []Eve
 }
 
 // toolDelta handles one tool call fragment. Calls are streamed one after the
-// other, as Anthropic does; a fragment for a call whose block was already
-// closed cannot be delivered and ends the stream with an error rather than
-// corrupting the call's arguments.
+// other, as Anthropic does. Engines send parallel calls one after another
+// too; one that starts a call while the open call's arguments are not yet a
+// complete JSON value is interleaving them, so the new call is buffered and
+// streamed as a whole once the open one completes (or the stream ends). A
+// fragment for a call whose block was already closed cannot be delivered
+// and ends the stream with an error rather than corrupting the call's
+// arguments.
 func (t *ChatToAnthropicStream) toolDelta(evs []Event, tc openai.ToolCall) ([]Event, error) {
 	idx := t.indexer.index(tc)
 	st := t.tools[idx]
@@ -265,9 +274,13 @@ func (t *ChatToAnthropicStream) toolDelta(evs []Event, tc openai.ToolCall) ([]Ev
 		st = &streamTool{}
 		t.tools[idx] = st
 	}
+	args := tc.Function.Arguments
 	if st.closed {
+		if strings.TrimSpace(args) == "" {
+			return evs, nil
+		}
 		return evs, upstreamStreamError(apierror.KindUpstream,
-			fmt.Sprintf("the backend interleaved fragments of parallel tool call %d, which cannot be streamed as Anthropic content blocks; disable parallel tool calls or streaming", idx))
+			fmt.Sprintf("the backend sent more arguments for tool call %d after they were complete, which cannot be streamed as Anthropic content blocks; disable parallel tool calls or streaming", idx))
 	}
 	if tc.ID != "" && st.id == "" {
 		st.id = tc.ID
@@ -275,24 +288,81 @@ func (t *ChatToAnthropicStream) toolDelta(evs []Event, tc openai.ToolCall) ([]Ev
 	if tc.Function.Name != "" && !st.started {
 		st.name += tc.Function.Name
 	}
-	args := tc.Function.Arguments
-	if !st.started {
-		if st.name == "" {
-			st.pending.WriteString(args) // wait for the name to open the block
+	if st.started {
+		evs = t.argsDelta(evs, st, args)
+		if len(t.waiting) > 0 && json.Valid([]byte(st.args.String())) {
+			evs = t.closeOpen(evs)
+			evs = t.flushWaiting(evs)
+		}
+		return evs, nil
+	}
+	st.pending.WriteString(args)
+	if st.name == "" {
+		return evs, nil // wait for the name to open the block
+	}
+	if t.open >= 0 && t.openKind == "tool_use" {
+		if open := t.tools[t.openTool]; !json.Valid([]byte(open.args.String())) {
+			if !slices.Contains(t.waiting, idx) {
+				t.waiting = append(t.waiting, idx)
+			}
 			return evs, nil
 		}
-		if st.id == "" {
-			st.id = fmt.Sprintf("toolu_%s_%d", strings.TrimPrefix(t.msgID, "msg_"), idx)
-		}
-		args = st.pending.String() + args
-		st.pending.Reset()
 	}
+	if len(t.waiting) > 0 && !slices.Contains(t.waiting, idx) {
+		t.waiting = append(t.waiting, idx) // keep the order calls arrived in
+		return t.flushWaiting(evs), nil
+	}
+	return t.startTool(evs, idx), nil
+}
+
+// startTool opens the block of tool call idx with the arguments buffered so
+// far.
+func (t *ChatToAnthropicStream) startTool(evs []Event, idx int) []Event {
+	st := t.tools[idx]
+	if st.id == "" {
+		st.id = fmt.Sprintf("toolu_%s_%d", strings.TrimPrefix(t.msgID, "msg_"), idx)
+	}
+	t.waiting = slices.DeleteFunc(t.waiting, func(i int) bool { return i == idx })
 	evs = t.ensureBlock(evs, "tool_use", idx)
-	if args != "" {
-		evs = t.delta(evs, anthropic.BlockDelta{Type: anthropic.DeltaInputJSON, PartialJSON: &args})
-		t.outChars += len(args)
+	args := st.pending.String()
+	st.pending.Reset()
+	return t.argsDelta(evs, st, args)
+}
+
+func (t *ChatToAnthropicStream) argsDelta(evs []Event, st *streamTool, args string) []Event {
+	if args == "" {
+		return evs
 	}
-	return evs, nil
+	st.args.WriteString(args)
+	t.outChars += len(args)
+	return t.delta(evs, anthropic.BlockDelta{Type: anthropic.DeltaInputJSON, PartialJSON: &args})
+}
+
+// flushWaiting streams the buffered tool calls that can be: each whole,
+// closed when complete; the last one stays open when its arguments are not
+// yet a complete JSON value. A call whose name has not arrived stays
+// buffered.
+func (t *ChatToAnthropicStream) flushWaiting(evs []Event) []Event {
+	for len(t.waiting) > 0 {
+		if t.open >= 0 && t.openKind == "tool_use" {
+			if !json.Valid([]byte(t.tools[t.openTool].args.String())) {
+				return evs
+			}
+			evs = t.closeOpen(evs)
+		}
+		next := -1
+		for _, i := range t.waiting {
+			if t.tools[i].name != "" {
+				next = i
+				break
+			}
+		}
+		if next < 0 {
+			return evs
+		}
+		evs = t.startTool(evs, next)
+	}
+	return evs
 }
 
 // Finish ends the client stream. With upstreamErr nil (the upstream sent
@@ -312,6 +382,13 @@ func (t *ChatToAnthropicStream) Finish(upstreamErr error) []Event {
 		evs = t.start(evs, "")
 	}
 	if upstreamErr == nil {
+		// Buffered calls are complete now: each is streamed whole.
+		for len(t.waiting) > 0 {
+			evs = t.closeOpen(evs)
+			if evs = t.flushWaiting(evs); len(t.waiting) > 0 && t.open < 0 {
+				break // only calls without a name are left
+			}
+		}
 		// A tool call whose name never arrived still has to reach the client.
 		for _, st := range t.tools {
 			if !st.started && st.pending.Len() > 0 {

@@ -64,10 +64,18 @@ type ChatToResponsesStream struct {
 	curTool  int // upstream tool index of the open function_call
 
 	tools    map[int]bool // upstream tool indices already streamed
+	waiting  []*waitingCall
 	finish   string
 	usage    *openai.Usage
 	outChars int
 	indexer  toolIndexer
+}
+
+// waitingCall is a function call buffered while another one is streaming.
+type waitingCall struct {
+	idx          int
+	callID, name string
+	args         strings.Builder
 }
 
 // NewChatToResponsesStream returns a translator for the client's request
@@ -151,33 +159,19 @@ func (t *ChatToResponsesStream) Feed(data []byte) ([]Event, error) {
 			reasoning = d.Reasoning
 		}
 		if reasoning != nil && *reasoning != "" {
+			evs = t.flushWaiting(evs, true)
 			evs = t.ensureItem(evs, itemReasoning, -1, "", "")
 			evs = t.textDelta(evs, evReasoningDelta, *reasoning)
 		}
 		if d.Content != nil && *d.Content != "" {
+			evs = t.flushWaiting(evs, true)
 			evs = t.ensureItem(evs, itemMessage, -1, "", "")
 			evs = t.textDelta(evs, evTextDelta, *d.Content)
 		}
 		for _, tc := range d.ToolCalls {
-			idx := t.indexer.index(tc)
-			if !(t.cur != nil && t.cur.Type == itemFunctionCall && t.curTool == idx) {
-				if t.tools[idx] {
-					return evs, upstreamStreamError(apierror.KindUpstream,
-						fmt.Sprintf("the backend interleaved fragments of parallel tool call %d; disable parallel tool calls or streaming", idx))
-				}
-				callID := tc.ID
-				if callID == "" {
-					callID = fmt.Sprintf("call_%s_%d", t.base, idx)
-				}
-				evs = t.ensureItem(evs, itemFunctionCall, idx, callID, tc.Function.Name)
-			} else if tc.Function.Name != "" && t.cur.Name == "" {
-				t.cur.Name = tc.Function.Name
-			}
-			if a := tc.Function.Arguments; a != "" {
-				t.curText.WriteString(a)
-				t.outChars += len(a)
-				evs = t.emit(evs, evArgsDelta, openai.ResponsesArgumentsEvent{Type: evArgsDelta, SequenceNumber: t.next(),
-					ItemID: t.cur.ID, OutputIndex: t.curIndex, Delta: ptr(a)})
+			var err error
+			if evs, err = t.toolDelta(evs, tc); err != nil {
+				return evs, err
 			}
 		}
 		if ch.FinishReason != nil && *ch.FinishReason != "" {
@@ -185,6 +179,80 @@ func (t *ChatToResponsesStream) Feed(data []byte) ([]Event, error) {
 		}
 	}
 	return evs, nil
+}
+
+// toolDelta handles one tool call fragment. Calls are streamed one item
+// after the other; a call that starts while the open call's arguments are
+// not yet a complete JSON value (an engine interleaving parallel calls) is
+// buffered and streamed whole once the open one completes or the stream
+// ends. Arguments for a call already done are an error.
+func (t *ChatToResponsesStream) toolDelta(evs []Event, tc openai.ToolCall) ([]Event, error) {
+	idx := t.indexer.index(tc)
+	a := tc.Function.Arguments
+	if t.cur != nil && t.cur.Type == itemFunctionCall && t.curTool == idx {
+		if tc.Function.Name != "" && t.cur.Name == "" {
+			t.cur.Name = tc.Function.Name
+		}
+		evs = t.argsDelta(evs, a)
+		if len(t.waiting) > 0 && json.Valid([]byte(t.curText.String())) {
+			evs = t.flushWaiting(evs, true)
+		}
+		return evs, nil
+	}
+	if t.tools[idx] {
+		if strings.TrimSpace(a) == "" {
+			return evs, nil
+		}
+		return evs, upstreamStreamError(apierror.KindUpstream,
+			fmt.Sprintf("the backend sent more arguments for tool call %d after they were complete; disable parallel tool calls or streaming", idx))
+	}
+	for _, w := range t.waiting {
+		if w.idx == idx {
+			if tc.Function.Name != "" && w.name == "" {
+				w.name = tc.Function.Name
+			}
+			w.args.WriteString(a)
+			return evs, nil
+		}
+	}
+	callID := tc.ID
+	if callID == "" {
+		callID = fmt.Sprintf("call_%s_%d", t.base, idx)
+	}
+	if len(t.waiting) > 0 || t.cur != nil && t.cur.Type == itemFunctionCall && !json.Valid([]byte(t.curText.String())) {
+		w := &waitingCall{idx: idx, callID: callID, name: tc.Function.Name}
+		w.args.WriteString(a)
+		t.waiting = append(t.waiting, w)
+		return t.flushWaiting(evs, false), nil
+	}
+	evs = t.ensureItem(evs, itemFunctionCall, idx, callID, tc.Function.Name)
+	return t.argsDelta(evs, a), nil
+}
+
+func (t *ChatToResponsesStream) argsDelta(evs []Event, a string) []Event {
+	if a == "" {
+		return evs
+	}
+	t.curText.WriteString(a)
+	t.outChars += len(a)
+	return t.emit(evs, evArgsDelta, openai.ResponsesArgumentsEvent{Type: evArgsDelta, SequenceNumber: t.next(),
+		ItemID: t.cur.ID, OutputIndex: t.curIndex, Delta: ptr(a)})
+}
+
+// flushWaiting streams buffered calls, each as a whole item, once the open
+// function call is complete (always when force, as before another kind of
+// item or at the end). The last one streamed stays open.
+func (t *ChatToResponsesStream) flushWaiting(evs []Event, force bool) []Event {
+	for len(t.waiting) > 0 {
+		if t.cur != nil && t.cur.Type == itemFunctionCall && !force && !json.Valid([]byte(t.curText.String())) {
+			return evs
+		}
+		w := t.waiting[0]
+		t.waiting = t.waiting[1:]
+		evs = t.ensureItem(evs, itemFunctionCall, w.idx, w.callID, w.name)
+		evs = t.argsDelta(evs, w.args.String())
+	}
+	return evs
 }
 
 func (t *ChatToResponsesStream) textDelta(evs []Event, name, text string) []Event {
@@ -216,9 +284,13 @@ func (t *ChatToResponsesStream) ensureItem(evs []Event, typ string, toolIdx int,
 	t.curText.Reset()
 	evs = t.emit(evs, evItemAdded, openai.ResponsesOutputItemEvent{Type: evItemAdded, SequenceNumber: t.next(),
 		OutputIndex: t.curIndex, Item: *it})
-	if typ == itemMessage {
+	switch typ {
+	case itemMessage:
 		evs = t.emit(evs, evPartAdded, openai.ResponsesContentPartEvent{Type: evPartAdded, SequenceNumber: t.next(),
 			ItemID: it.ID, OutputIndex: t.curIndex, ContentIndex: 0, Part: openai.OutputContent{Type: contentOutputText}})
+	case itemReasoning:
+		evs = t.emit(evs, evPartAdded, openai.ResponsesContentPartEvent{Type: evPartAdded, SequenceNumber: t.next(),
+			ItemID: it.ID, OutputIndex: t.curIndex, ContentIndex: 0, Part: openai.OutputContent{Type: contentReasoning}})
 	}
 	return evs
 }
@@ -248,9 +320,15 @@ func (t *ChatToResponsesStream) closeItem(evs []Event, status string) []Event {
 			ItemID: it.ID, OutputIndex: t.curIndex, Part: part})
 		it.Content = []openai.OutputContent{part}
 	case itemReasoning:
+		part := openai.OutputContent{Type: contentReasoning, Text: text}
 		evs = t.emit(evs, evReasoningDone, openai.ResponsesTextEvent{Type: evReasoningDone, SequenceNumber: t.next(), ItemID: it.ID,
 			OutputIndex: t.curIndex, Text: ptr(text), Logprobs: []json.RawMessage{}})
-		it.Content = []openai.OutputContent{{Type: contentReasoning, Text: text}}
+		evs = t.emit(evs, evPartDone, openai.ResponsesContentPartEvent{Type: evPartDone, SequenceNumber: t.next(),
+			ItemID: it.ID, OutputIndex: t.curIndex, Part: part})
+		it.Content = []openai.OutputContent{part}
+		if wantsEncryptedReasoning(t.req) {
+			it.EncryptedContent = encodeReasoning(text)
+		}
 	case itemFunctionCall:
 		evs = t.emit(evs, evArgsDone, openai.ResponsesArgumentsEvent{Type: evArgsDone, SequenceNumber: t.next(),
 			ItemID: it.ID, OutputIndex: t.curIndex, Arguments: ptr(text)})
@@ -294,6 +372,7 @@ func (t *ChatToResponsesStream) Finish(upstreamErr error) []Event {
 		t.resp.Usage = t.finalUsage()
 		return t.lifecycle(evs, evRespFailed)
 	}
+	evs = t.flushWaiting(evs, true)
 	evs = t.closeItem(evs, itemStatus(t.finish))
 	setTerminalStatus(t.resp, t.finish)
 	t.resp.Usage = t.finalUsage()

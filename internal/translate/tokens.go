@@ -27,13 +27,23 @@ const (
 // character), a fixed 1,600 tokens per image, 4 tokens of framing per
 // message, and for tools their JSON definitions plus 350 tokens of tool-use
 // preamble. It counts the system prompt, text, thinking, tool_use inputs,
-// tool_result contents and documents. Expect +-25% on English prose; the
-// result is at least 1.
+// tool_result contents and documents. System messages inside messages are
+// counted as AnthropicToChat sends them: as part of the one leading system
+// message (no framing of their own), and not at all once their clear_at has
+// taken effect. Expect +-25% on English prose; the result is at least 1.
 func EstimateAnthropicInputTokens(req *anthropic.MessagesRequest) int {
 	n := 0
 	n += contentTokens(&req.System)
+	lastUser := lastUserIndex(req.Messages)
 	for i := range req.Messages {
-		n += messageOverhead + contentTokens(&req.Messages[i].Content)
+		m := &req.Messages[i]
+		if m.Role == anthropic.RoleSystem {
+			if !systemCleared(m, i, lastUser) {
+				n += contentTokens(&m.Content)
+			}
+			continue
+		}
+		n += messageOverhead + contentTokens(&m.Content)
 	}
 	if len(req.Tools) > 0 {
 		n += toolsOverhead
@@ -68,6 +78,12 @@ func contentTokens(c *anthropic.Content) int {
 				}
 			}
 		default:
+			if b.Raw != nil {
+				// A block type the gateway does not model: its JSON is
+				// the best measure of what it holds.
+				n += textTokens(string(b.Raw))
+				continue
+			}
 			n += textTokens(b.Text) + textTokens(b.Thinking) + textTokens(b.Name) + textTokens(string(b.Input))
 			n += contentTokens(b.Content)
 		}

@@ -35,7 +35,9 @@ func eventNames(evs []Event) string {
 func TestAnthropicToChat_RejectsInvalidInputWithParam(t *testing.T) {
 	for _, tc := range []struct{ name, body, param string }{
 		{"no messages", `{"model":"m","max_tokens":5,"messages":[]}`, "messages"},
-		{"system role in messages", `{"model":"m","max_tokens":5,"messages":[{"role":"system","content":"x"}]}`, "messages[0].role"},
+		{"unknown role in messages", `{"model":"m","max_tokens":5,"messages":[{"role":"tool","content":"x"}]}`, "messages[0].role"},
+		{"non-text block in a system message", `{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"q"},{"role":"system","content":[{"type":"image","source":{"type":"url","url":"u"}}]}]}`, "messages[1].content[0].type"},
+		{"output format without schema", `{"model":"m","max_tokens":5,"output_config":{"format":{"type":"json_schema"}},"messages":[{"role":"user","content":"x"}]}`, "output_config.format"},
 		{"tool choice without name", `{"model":"m","max_tokens":5,"tools":[{"name":"f","input_schema":{}}],"tool_choice":{"type":"tool"},"messages":[{"role":"user","content":"x"}]}`, "tool_choice.name"},
 		{"unknown tool choice", `{"model":"m","max_tokens":5,"tool_choice":{"type":"maybe"},"messages":[{"role":"user","content":"x"}]}`, "tool_choice.type"},
 		{"tool_use without id", `{"model":"m","max_tokens":5,"messages":[{"role":"assistant","content":[{"type":"tool_use","name":"f","input":{}}]}]}`, "messages[0].content[0]"},
@@ -141,13 +143,49 @@ func TestChatToAnthropicStream_ToolNameArrivingLateKeepsBufferedArguments(t *tes
 	}
 }
 
-func TestChatToAnthropicStream_InterleavedToolFragmentsEndWithError(t *testing.T) {
+func TestChatToAnthropicStream_InterleavedParallelCallsAreBufferedNotCorrupted(t *testing.T) {
 	tr := NewChatToAnthropicStream("m", 1)
-	_, _ = tr.Feed(chunkJSON(`{"tool_calls":[{"index":0,"id":"a","function":{"name":"f","arguments":"{"}}]}`, ""))
+	var all []Event
+	for _, d := range []string{
+		`{"tool_calls":[{"index":0,"id":"a","function":{"name":"f","arguments":"{\"x\":"}}]}`,
+		`{"tool_calls":[{"index":1,"id":"b","function":{"name":"g","arguments":"{\"y\""}}]}`,
+		`{"tool_calls":[{"index":0,"function":{"arguments":"1}"}}]}`,
+		`{"tool_calls":[{"index":1,"function":{"arguments":":2}"}}]}`,
+		`{"tool_calls":[{"index":2,"id":"c","function":{"name":"h","arguments":"{}"}}]}`,
+	} {
+		evs, err := tr.Feed(chunkJSON(d, ""))
+		if err != nil {
+			t.Fatal(err)
+		}
+		all = append(all, evs...)
+	}
+	all = append(all, tr.Finish(nil)...)
+	msg, err := sdkAccumulate(t, renderEvents(all))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []struct{ id, name, input string }{{"a", "f", `{"x":1}`}, {"b", "g", `{"y":2}`}, {"c", "h", `{}`}}
+	if len(msg.Content) != len(want) {
+		t.Fatalf("content = %s", msg.RawJSON())
+	}
+	for i, w := range want {
+		b := msg.Content[i].AsToolUse()
+		if b.ID != w.id || b.Name != w.name || string(b.Input) != w.input {
+			t.Errorf("block %d = %s %s %s, want %v", i, b.ID, b.Name, b.Input, w)
+		}
+	}
+}
+
+func TestChatToAnthropicStream_ArgumentsAfterACompleteCallEndWithError(t *testing.T) {
+	tr := NewChatToAnthropicStream("m", 1)
+	_, _ = tr.Feed(chunkJSON(`{"tool_calls":[{"index":0,"id":"a","function":{"name":"f","arguments":"{}"}}]}`, ""))
 	_, _ = tr.Feed(chunkJSON(`{"tool_calls":[{"index":1,"id":"b","function":{"name":"g","arguments":"{}"}}]}`, ""))
-	_, err := tr.Feed(chunkJSON(`{"tool_calls":[{"index":0,"function":{"arguments":"}"}}]}`, ""))
-	if err == nil || !strings.Contains(err.Error(), "interleaved") {
-		t.Fatalf("err = %v, want an interleaving error", err)
+	if _, err := tr.Feed(chunkJSON(`{"tool_calls":[{"index":0,"function":{"arguments":" "}}]}`, "")); err != nil {
+		t.Fatalf("whitespace after a complete call: %v", err)
+	}
+	_, err := tr.Feed(chunkJSON(`{"tool_calls":[{"index":0,"function":{"arguments":"{\"late\":1}"}}]}`, ""))
+	if err == nil || !strings.Contains(err.Error(), "after they were complete") {
+		t.Fatalf("err = %v, want an error for arguments after the call was complete", err)
 	}
 	evs := tr.Finish(err)
 	if evs[len(evs)-1].Name != "error" {

@@ -7,12 +7,21 @@ package anthropic
 import (
 	"bytes"
 	"encoding/json"
+	"reflect"
+	"strings"
 
 	"llmgate/internal/api/openai"
+	"llmgate/internal/jsonscan"
 )
 
 // MessagesRequest is the body of POST /v1/messages. POST
 // /v1/messages/count_tokens takes the same body without max_tokens.
+//
+// The fields the gateway interprets are typed; every other member (beta
+// fields such as context_management, container, mcp_servers, speed, a
+// top-level cache_control, and fields of API versions newer than this
+// type) is kept in Extra and written back on encoding, so a request that is
+// decoded and re-encoded for an anthropic backend loses nothing.
 type MessagesRequest struct {
 	Model         string          `json:"model"`
 	MaxTokens     int             `json:"max_tokens,omitempty"`
@@ -28,6 +37,96 @@ type MessagesRequest struct {
 	ToolChoice    *ToolChoice     `json:"tool_choice,omitempty"`
 	Thinking      *ThinkingConfig `json:"thinking,omitempty"`
 	ServiceTier   string          `json:"service_tier,omitempty"`
+	// OutputConfig is {"effort": ..., "format": ...}.
+	OutputConfig *OutputConfig `json:"output_config,omitempty"`
+	// OutputFormat is the structured-outputs beta's
+	// {"type":"json_schema","schema":{...}}, which output_config.format
+	// replaced.
+	OutputFormat json.RawMessage `json:"output_format,omitempty"`
+
+	// Extra holds the members not named above.
+	Extra openai.Extra `json:"-"`
+}
+
+var requestFields = openai.FieldNames(reflect.TypeFor[MessagesRequest]())
+
+// UnmarshalJSON decodes the named fields and keeps the others in Extra.
+func (r *MessagesRequest) UnmarshalJSON(b []byte) error {
+	type plain MessagesRequest
+	var p plain
+	if err := json.Unmarshal(b, &p); err != nil {
+		return err
+	}
+	*r = MessagesRequest(p)
+	_ = jsonscan.Fields(b, func(key []byte, val jsonscan.Span) bool {
+		switch k := openai.MemberName(key); {
+		case strings.EqualFold(k, "tools"):
+			keepUnknownToolFields(b[val.Start:val.End], r.Tools)
+		case !requestFields.Has(k):
+			if r.Extra == nil {
+				r.Extra = openai.Extra{}
+			}
+			r.Extra[k] = bytes.Clone(b[val.Start:val.End])
+		}
+		return true
+	})
+	return nil
+}
+
+// keepUnknownToolFields fills the Extra of each tool from the JSON array arr
+// the tools were decoded from.
+func keepUnknownToolFields(arr []byte, tools []Tool) {
+	_ = jsonscan.Elements(arr, func(i int, val jsonscan.Span) bool {
+		if i >= len(tools) {
+			return false
+		}
+		tools[i].Extra = openai.UnknownFields(arr[val.Start:val.End], toolFields)
+		return true
+	})
+}
+
+// MarshalJSON writes the named fields, then the members of Extra.
+func (r MessagesRequest) MarshalJSON() ([]byte, error) {
+	type plain MessagesRequest
+	b, err := json.Marshal(plain(r))
+	if err != nil {
+		return nil, err
+	}
+	return openai.AppendFields(b, r.Extra, requestFields), nil
+}
+
+// OutputConfig configures the output: Effort is "low", "medium", "high",
+// "xhigh" or "max"; Format is {"type":"json_schema","schema":{...}}. On a
+// role "system" message only Effort is allowed (it applies from that turn).
+type OutputConfig struct {
+	Effort string          `json:"effort,omitempty"`
+	Format json.RawMessage `json:"format,omitempty"`
+	// Extra keeps members such as task_budget.
+	Extra openai.Extra `json:"-"`
+}
+
+var outputConfigFields = openai.FieldNames(reflect.TypeFor[OutputConfig]())
+
+// UnmarshalJSON decodes the named fields and keeps the others in Extra.
+func (c *OutputConfig) UnmarshalJSON(b []byte) error {
+	type plain OutputConfig
+	var p plain
+	if err := json.Unmarshal(b, &p); err != nil {
+		return err
+	}
+	*c = OutputConfig(p)
+	c.Extra = openai.UnknownFields(b, outputConfigFields)
+	return nil
+}
+
+// MarshalJSON writes the named fields, then the members of Extra.
+func (c OutputConfig) MarshalJSON() ([]byte, error) {
+	type plain OutputConfig
+	b, err := json.Marshal(plain(c))
+	if err != nil {
+		return nil, err
+	}
+	return openai.AppendFields(b, c.Extra, outputConfigFields), nil
 }
 
 // Metadata is the request metadata object.
@@ -36,21 +135,39 @@ type Metadata struct {
 }
 
 // ThinkingConfig enables extended thinking: {"type":"enabled","budget_tokens":N},
-// {"type":"disabled"} or {"type":"adaptive"}.
+// {"type":"disabled"} or {"type":"adaptive"}. Display ("summarized",
+// "omitted") is a newer option of the same object.
 type ThinkingConfig struct {
 	Type         string `json:"type"`
 	BudgetTokens int    `json:"budget_tokens,omitempty"`
+	Display      string `json:"display,omitempty"`
 }
 
 // Tool is a tool offered to the model. Client tools have no type (or
 // "custom") and an input_schema; server tools (web_search_..., bash_...) have
-// a versioned type.
+// a versioned type and options of their own, kept in Extra with the other
+// members not named here (defer_loading, input_examples, allowed_callers).
 type Tool struct {
 	Type         string          `json:"type,omitempty"`
 	Name         string          `json:"name"`
 	Description  string          `json:"description,omitempty"`
 	InputSchema  json.RawMessage `json:"input_schema,omitempty"`
+	Strict       *bool           `json:"strict,omitempty"`
 	CacheControl json.RawMessage `json:"cache_control,omitempty"`
+
+	Extra openai.Extra `json:"-"`
+}
+
+var toolFields = openai.FieldNames(reflect.TypeFor[Tool]())
+
+// MarshalJSON writes the named fields, then the members of Extra.
+func (t Tool) MarshalJSON() ([]byte, error) {
+	type plain Tool
+	b, err := json.Marshal(plain(t))
+	if err != nil {
+		return nil, err
+	}
+	return openai.AppendFields(b, t.Extra, toolFields), nil
 }
 
 // ToolChoice is {"type":"auto"|"any"|"tool"|"none"}; Name is set for "tool".
@@ -60,11 +177,23 @@ type ToolChoice struct {
 	DisableParallelToolUse *bool  `json:"disable_parallel_tool_use,omitempty"`
 }
 
-// MessageParam is one input message.
+// MessageParam is one input message. Role is "user", "assistant" or
+// "system"; a system message (as Claude Code sends inside messages) may say
+// when it stops applying (ClearAt "next_user_message": once a later user
+// message exists) and carry a per-turn OutputConfig (effort only).
 type MessageParam struct {
-	Role    string  `json:"role"` // "user" or "assistant"
-	Content Content `json:"content"`
+	Role         string        `json:"role"`
+	Content      Content       `json:"content"`
+	ClearAt      string        `json:"clear_at,omitempty"`
+	OutputConfig *OutputConfig `json:"output_config,omitempty"`
 }
+
+// Message roles.
+const (
+	RoleUser      = "user"
+	RoleAssistant = "assistant"
+	RoleSystem    = "system"
+)
 
 // Content is either a plain string or a list of content blocks. It is used
 // for message content, system prompts and tool_result content.
@@ -91,27 +220,119 @@ func (c Content) MarshalJSON() ([]byte, error) {
 	}
 }
 
-// UnmarshalJSON reads a string, an array of blocks, or null.
+// UnmarshalJSON reads a string, an array of blocks, or null. Members of a
+// block its type does not name go to the block's Extra; a block of a type
+// this package does not model is kept whole in its Raw.
 func (c *Content) UnmarshalJSON(b []byte) error {
-	return openai.DecodeStringOrList(b, &c.Text, &c.Blocks, "content must be a string or an array of content blocks")
+	const what = "content must be a string or an array of content blocks"
+	err := openai.DecodeStringOrList(b, &c.Text, &c.Blocks, what)
+	if c.Text != nil || c.Blocks == nil {
+		return err
+	}
+	if err != nil {
+		// A block of another type whose fields clash with ours
+		// (search_result's source is a string): decode block by block.
+		if c.Blocks, err = decodeBlocks(b); err != nil {
+			return err
+		}
+	}
+	keepUnknownBlockFields(b, c.Blocks)
+	return nil
+}
+
+// decodeBlocks decodes the array of blocks arr one block at a time, so that
+// a block of an unmodelled type that does not fit ContentBlock's fields is
+// kept (by its type, then in Raw) rather than failing the request.
+func decodeBlocks(arr []byte) ([]ContentBlock, error) {
+	var blocks []ContentBlock
+	var err error
+	scanErr := jsonscan.Elements(arr, func(_ int, val jsonscan.Span) bool {
+		elem := arr[val.Start:val.End]
+		var blk ContentBlock
+		if derr := json.Unmarshal(elem, &blk); derr != nil {
+			var t struct {
+				Type string `json:"type"`
+			}
+			if json.Unmarshal(elem, &t) != nil || t.Type == "" || IsModelled(t.Type) {
+				err = derr
+				return false
+			}
+			blk = ContentBlock{Type: t.Type}
+		}
+		blocks = append(blocks, blk)
+		return true
+	})
+	if err == nil {
+		err = scanErr
+	}
+	if blocks == nil {
+		blocks = []ContentBlock{}
+	}
+	return blocks, err
+}
+
+// keepUnknownBlockFields fills Extra (of each block and of its source) and
+// Raw from the JSON array arr the blocks were decoded from.
+func keepUnknownBlockFields(arr []byte, blocks []ContentBlock) {
+	_ = jsonscan.Elements(arr, func(i int, val jsonscan.Span) bool {
+		if i >= len(blocks) {
+			return false
+		}
+		b := &blocks[i]
+		elem := arr[val.Start:val.End]
+		if !IsModelled(b.Type) {
+			b.Raw = bytes.Clone(elem)
+			return true
+		}
+		_ = jsonscan.Fields(elem, func(key []byte, v jsonscan.Span) bool {
+			switch k := openai.MemberName(key); {
+			case strings.EqualFold(k, "source") && b.Source != nil:
+				b.Source.Extra = openai.UnknownFields(elem[v.Start:v.End], sourceFields)
+			case !blockFields.Has(k):
+				if b.Extra == nil {
+					b.Extra = openai.Extra{}
+				}
+				b.Extra[k] = bytes.Clone(elem[v.Start:v.End])
+			}
+			return true
+		})
+		return true
+	})
 }
 
 // SystemPrompt is the top-level system prompt: a string or text blocks.
 type SystemPrompt = Content
 
-// ImageSource is the source of an image or document block.
+// ImageSource is the source of an image or document block. Members not
+// named here (a document's "content" source) are kept in Extra.
 type ImageSource struct {
-	Type      string `json:"type"` // "base64", "url", "text", "file"
+	Type      string `json:"type"` // "base64", "url", "text", "file", "content"
 	MediaType string `json:"media_type,omitempty"`
 	Data      string `json:"data,omitempty"`
 	URL       string `json:"url,omitempty"`
 	FileID    string `json:"file_id,omitempty"`
+
+	Extra openai.Extra `json:"-"`
+}
+
+var sourceFields = openai.FieldNames(reflect.TypeFor[ImageSource]())
+
+// MarshalJSON writes the named fields, then the members of Extra.
+func (s ImageSource) MarshalJSON() ([]byte, error) {
+	type plain ImageSource
+	b, err := json.Marshal(plain(s))
+	if err != nil {
+		return nil, err
+	}
+	return openai.AppendFields(b, s.Extra, sourceFields), nil
 }
 
 // ContentBlock is any content block, input or output. Type selects which
 // fields are meaningful; MarshalJSON writes exactly the fields of that type
 // (including empty ones the SDKs expect, such as "text":"" in a streamed
-// block start).
+// block start). Members not named here are kept in Extra; a block of a type
+// this package does not model (server tool results, search_result,
+// compaction, ...) is kept whole in Raw and written back byte for byte.
 type ContentBlock struct {
 	Type string `json:"type"`
 	// text
@@ -134,26 +355,50 @@ type ContentBlock struct {
 	Title  string       `json:"title,omitempty"`
 
 	CacheControl json.RawMessage `json:"cache_control,omitempty"`
+
+	// Extra holds the members not named above.
+	Extra openai.Extra `json:"-"`
+	// Raw is the whole block when its type is not one of text, image,
+	// document, thinking, redacted_thinking, tool_use and tool_result (the
+	// fields it shares with those are decoded too, where they fit).
+	Raw json.RawMessage `json:"-"`
+}
+
+var blockFields = openai.FieldNames(reflect.TypeFor[ContentBlock]())
+
+// IsModelled reports whether this package models blocks of type typ (the
+// others are kept in Raw).
+func IsModelled(typ string) bool {
+	switch typ {
+	case "text", "image", "document", "thinking", "redacted_thinking", "tool_use", "tool_result":
+		return true
+	}
+	return false
 }
 
 // MarshalJSON writes the fields that belong to the block's type.
 func (b ContentBlock) MarshalJSON() ([]byte, error) {
+	if b.Raw != nil {
+		return b.Raw, nil
+	}
+	var out []byte
+	var err error
 	switch b.Type {
 	case "text":
-		return json.Marshal(struct {
+		out, err = json.Marshal(struct {
 			Type         string          `json:"type"`
 			Text         string          `json:"text"`
 			Citations    json.RawMessage `json:"citations,omitempty"`
 			CacheControl json.RawMessage `json:"cache_control,omitempty"`
 		}{b.Type, b.Text, b.Citations, b.CacheControl})
 	case "thinking":
-		return json.Marshal(struct {
+		out, err = json.Marshal(struct {
 			Type      string `json:"type"`
 			Thinking  string `json:"thinking"`
 			Signature string `json:"signature"`
 		}{b.Type, b.Thinking, b.Signature})
 	case "redacted_thinking":
-		return json.Marshal(struct {
+		out, err = json.Marshal(struct {
 			Type string `json:"type"`
 			Data string `json:"data"`
 		}{b.Type, b.Data})
@@ -162,7 +407,7 @@ func (b ContentBlock) MarshalJSON() ([]byte, error) {
 		if len(bytes.TrimSpace(in)) == 0 {
 			in = json.RawMessage(`{}`)
 		}
-		return json.Marshal(struct {
+		out, err = json.Marshal(struct {
 			Type         string          `json:"type"`
 			ID           string          `json:"id"`
 			Name         string          `json:"name"`
@@ -171,8 +416,12 @@ func (b ContentBlock) MarshalJSON() ([]byte, error) {
 		}{b.Type, b.ID, b.Name, in, b.CacheControl})
 	default:
 		type plain ContentBlock // no MarshalJSON: avoids recursion
-		return json.Marshal(plain(b))
+		out, err = json.Marshal(plain(b))
 	}
+	if err != nil {
+		return nil, err
+	}
+	return openai.AppendFields(out, b.Extra, blockFields), nil
 }
 
 // Message is a response of POST /v1/messages and the message of a

@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"reflect"
 )
 
-// ChatCompletionRequest is the body of POST /v1/chat/completions. Fields the
-// gateway does not interpret are kept in Extra by callers that need a full
-// round trip; most of the gateway passes bodies through without decoding them.
+// ChatCompletionRequest is the body of POST /v1/chat/completions. Members
+// the type does not name are kept in Extra when decoding and written back
+// when encoding, so a decoded request forwards engine-specific parameters
+// untouched; most of the gateway passes bodies through without decoding them.
 type ChatCompletionRequest struct {
 	Model               string          `json:"model"`
 	Messages            []ChatMessage   `json:"messages"`
@@ -29,6 +31,40 @@ type ChatCompletionRequest struct {
 	ReasoningEffort     string          `json:"reasoning_effort,omitempty"`
 	// IgnoreEOS is a vLLM extension used by benchmarks to force max_tokens.
 	IgnoreEOS bool `json:"ignore_eos,omitempty"`
+	// TopK is a sampling parameter of vLLM, SGLang, llama.cpp and Ollama
+	// (not of OpenAI's API).
+	TopK *int `json:"top_k,omitempty"`
+
+	// Extra holds the members not named above (chat_template_kwargs, ...).
+	Extra Extra `json:"-"`
+}
+
+var chatRequestFields = FieldNames(reflect.TypeFor[ChatCompletionRequest]())
+
+// IsChatRequestField reports whether name is a member ChatCompletionRequest
+// names (and so always writes from its typed field, never from Extra).
+func IsChatRequestField(name string) bool { return chatRequestFields.Has(name) }
+
+// UnmarshalJSON decodes the named fields and keeps the others in Extra.
+func (r *ChatCompletionRequest) UnmarshalJSON(b []byte) error {
+	type plain ChatCompletionRequest // no methods: no recursion
+	var p plain
+	if err := json.Unmarshal(b, &p); err != nil {
+		return err
+	}
+	*r = ChatCompletionRequest(p)
+	r.Extra = UnknownFields(b, chatRequestFields)
+	return nil
+}
+
+// MarshalJSON writes the named fields, then the members of Extra.
+func (r ChatCompletionRequest) MarshalJSON() ([]byte, error) {
+	type plain ChatCompletionRequest
+	b, err := json.Marshal(plain(r))
+	if err != nil {
+		return nil, err
+	}
+	return AppendFields(b, r.Extra, chatRequestFields), nil
 }
 
 // StreamOptions controls extra stream content.
@@ -72,6 +108,18 @@ type ChatMessage struct {
 	// ReasoningContent is emitted by reasoning models served by vLLM, SGLang
 	// and DeepSeek.
 	ReasoningContent string `json:"reasoning_content,omitempty"`
+	// Reasoning is the same text under the name newer vLLM releases (and
+	// Ollama) use.
+	Reasoning string `json:"reasoning,omitempty"`
+}
+
+// ReasoningText returns the message's chain of thought, whichever field
+// carried it.
+func (m *ChatMessage) ReasoningText() string {
+	if m.ReasoningContent != "" {
+		return m.ReasoningContent
+	}
+	return m.Reasoning
 }
 
 // Content is a message content: either a plain string or a list of parts.
@@ -123,6 +171,10 @@ type ContentPart struct {
 	Type     string    `json:"type"` // "text", "image_url", "input_audio", ...
 	Text     string    `json:"text,omitempty"`
 	ImageURL *ImageURL `json:"image_url,omitempty"`
+	// CacheControl is the Anthropic prompt-caching marker some clients put
+	// on chat content parts (as OpenRouter and LiteLLM accept it); it is
+	// kept for anthropic backends and never set on requests to chat ones.
+	CacheControl json.RawMessage `json:"cache_control,omitempty"`
 }
 
 // ImageURL references an image by URL or data: URI.

@@ -90,6 +90,11 @@ type InputItem struct {
 	Arguments string `json:"arguments,omitempty"`
 	// function_call_output: a string or a list of content parts
 	Output ResponsesContent `json:"output,omitzero"`
+	// reasoning: summary parts (summary_text) and the opaque
+	// encrypted_content the server returned with the item; its raw
+	// reasoning_text parts are in Content.
+	Summary          []ResponsesContentPart `json:"summary,omitempty"`
+	EncryptedContent string                 `json:"encrypted_content,omitempty"`
 }
 
 // ResponsesContent is a string or a list of content parts.
@@ -201,6 +206,9 @@ type OutputItem struct {
 	Name      string          `json:"name,omitempty"`
 	Arguments string          `json:"arguments,omitempty"`
 	Summary   []OutputContent `json:"summary,omitempty"`
+	// EncryptedContent is the opaque state of a reasoning item, returned
+	// when the request's include lists "reasoning.encrypted_content".
+	EncryptedContent string `json:"encrypted_content,omitempty"`
 }
 
 // MarshalJSON writes the fields of the item's type.
@@ -231,12 +239,13 @@ func (it OutputItem) MarshalJSON() ([]byte, error) {
 		}{it.Type, it.ID, it.Status, it.CallID, it.Name, it.Arguments})
 	case "reasoning":
 		return json.Marshal(struct {
-			Type    string          `json:"type"`
-			ID      string          `json:"id"`
-			Status  string          `json:"status,omitempty"`
-			Summary []OutputContent `json:"summary"`
-			Content []OutputContent `json:"content,omitempty"`
-		}{it.Type, it.ID, it.Status, nonNil(it.Summary), it.Content})
+			Type             string          `json:"type"`
+			ID               string          `json:"id"`
+			Status           string          `json:"status,omitempty"`
+			Summary          []OutputContent `json:"summary"`
+			Content          []OutputContent `json:"content,omitempty"`
+			EncryptedContent string          `json:"encrypted_content,omitempty"`
+		}{it.Type, it.ID, it.Status, nonNil(it.Summary), it.Content, it.EncryptedContent})
 	default:
 		type plain OutputItem
 		return json.Marshal(plain(it))

@@ -1,0 +1,218 @@
+package relay_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"llmgate/internal/codec"
+	"llmgate/internal/config"
+	"llmgate/internal/ctxlen"
+	"llmgate/internal/keys"
+	"llmgate/internal/relay"
+	"llmgate/internal/router"
+)
+
+// contextEngine is an OpenAI-dialect engine with a 1000-token context,
+// reported the way source says, whose tokenizer counts promptTokens.
+type contextEngine struct {
+	*httptest.Server
+	mu     sync.Mutex
+	bodies []map[string]any
+}
+
+func newContextEngine(t *testing.T, source string, promptTokens int) *contextEngine {
+	e := &contextEngine{}
+	e.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		raw, _ := io.ReadAll(r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		switch {
+		case r.URL.Path == "/v1/models" && source == "vllm":
+			fmt.Fprint(w, `{"data":[{"id":"m","max_model_len":1000}]}`)
+		case r.URL.Path == "/props" && source == "llama.cpp":
+			fmt.Fprint(w, `{"default_generation_settings":{"n_ctx":1000}}`)
+		case r.URL.Path == "/get_model_info" && source == "sglang":
+			fmt.Fprint(w, `{"context_length":1000}`)
+		case r.URL.Path == "/api/show" && source == "ollama":
+			fmt.Fprint(w, `{"parameters":"num_ctx 1000"}`)
+		case r.URL.Path == "/tokenize":
+			fmt.Fprintf(w, `{"count":%d,"max_model_len":1000,"tokens":[]}`, promptTokens)
+		case strings.HasPrefix(r.URL.Path, "/v1/") && r.Method == http.MethodPost:
+			var body map[string]any
+			_ = json.Unmarshal(raw, &body)
+			e.mu.Lock()
+			e.bodies = append(e.bodies, body)
+			e.mu.Unlock()
+			if strings.HasSuffix(r.URL.Path, "/completions") && !strings.HasSuffix(r.URL.Path, "/chat/completions") {
+				fmt.Fprint(w, `{"choices":[{"index":0,"text":"ok","finish_reason":"stop"}],"usage":{"prompt_tokens":300,"completion_tokens":1,"total_tokens":301}}`)
+				return
+			}
+			fmt.Fprint(w, `{"id":"c","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}],"usage":{"prompt_tokens":300,"completion_tokens":1,"total_tokens":301}}`)
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	t.Cleanup(e.Close)
+	return e
+}
+
+func (e *contextEngine) last() map[string]any {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if len(e.bodies) == 0 {
+		return nil
+	}
+	return e.bodies[len(e.bodies)-1]
+}
+
+// fitRelay serves one model through a relay that knows context lengths.
+func fitRelay(t *testing.T, modelYAML string) (*httptest.Server, *recAdmission, *recLedger) {
+	cfg, err := config.Load(strings.NewReader(modelYAML), "fit.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	table := router.NewWithOptions(cfg, router.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	t.Cleanup(table.Close)
+	learner := ctxlen.New()
+	r, _ := table.Route("m")
+	learner.Lookup(context.Background(), r.ContextWindow, r.Deployments[0].Backend, r.Deployments[0].UpstreamModel) // as the gateway does at start
+	adm, led := &recAdmission{}, &recLedger{}
+	rl := relay.New(relay.Options{Ledger: led, Admission: adm, Contexts: learner, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	paths := map[string]codec.Dialect{}
+	for _, c := range clients {
+		paths[c.path] = c.dialect
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		d := paths[r.URL.Path]
+		body, _ := io.ReadAll(r.Body)
+		req, err := codec.Decode(d, body)
+		if err != nil {
+			codec.WriteError(d, w, err)
+			return
+		}
+		rl.Serve(w, r, &relay.Call{ID: "fit", Start: time.Now(), Principal: keys.Principal{Master: true}, Req: req, Table: table})
+	}))
+	t.Cleanup(srv.Close)
+	return srv, adm, led
+}
+
+func post(t *testing.T, url, body string) (int, http.Header, string) {
+	resp, err := http.Post(url, "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, resp.Header, string(b)
+}
+
+// TestFit_LowersTheOutputLimitToTheContextInEveryDialect: agents ask for
+// 32000 output tokens whatever the model. On a 1000-token model with a
+// 300-token prompt, the backend gets 700 in every limit field that asked
+// for more, the client is told in a header, and the admission reserves
+// 700 — whichever way the context length was learned.
+func TestFit_LowersTheOutputLimitToTheContextInEveryDialect(t *testing.T) {
+	for _, source := range []string{"vllm", "llama.cpp", "sglang", "ollama", "config"} {
+		eng := newContextEngine(t, source, 300)
+		window := ""
+		if source == "config" {
+			window = ", context_window: 1000"
+		}
+		srv, adm, _ := fitRelay(t, fmt.Sprintf("backends:\n  e: {url: %s/v1}\nmodels:\n  m: {backend: e%s}\n", eng.URL, window))
+		for _, tc := range []struct {
+			path, body string
+			fields     []string // limit fields the backend must get as 700
+		}{
+			{"/v1/chat/completions", `{"model":"m","max_tokens":32000,"messages":[{"role":"user","content":"hi"}]}`, []string{"max_tokens"}},
+			{"/v1/chat/completions", `{"model":"m","stream":true,"max_completion_tokens":32000,"max_tokens":32000,"messages":[{"role":"user","content":"hi"}]}`, []string{"max_tokens", "max_completion_tokens"}},
+			{"/v1/completions", `{"model":"m","max_tokens":32000,"prompt":"hi"}`, []string{"max_tokens"}},
+			{"/v1/responses", `{"model":"m","max_output_tokens":32000,"input":"hi","store":false}`, []string{"max_tokens"}},
+			{"/v1/messages", `{"model":"m","max_tokens":32000,"messages":[{"role":"user","content":"hi"}]}`, []string{"max_tokens"}},
+		} {
+			n := len(adm.Requests())
+			status, h, body := post(t, srv.URL+tc.path, tc.body)
+			if status != 200 {
+				t.Fatalf("%s %s: %d %s", source, tc.path, status, body)
+			}
+			if got := h.Get(relay.OutputLimitHeader); !strings.HasPrefix(got, "32000->700; context=1000; prompt=300; prompt_source=tokenizer") {
+				t.Errorf("%s %s: %s header %q", source, tc.path, relay.OutputLimitHeader, got)
+			}
+			sent := eng.last()
+			for _, f := range tc.fields {
+				if v, _ := sent[f].(float64); v != 700 {
+					t.Errorf("%s %s: backend got %s=%v, want 700: %v", source, tc.path, f, sent[f], sent)
+				}
+			}
+			if a := adm.Requests(); len(a) != n+1 || a[n].OutputTokens != 700 {
+				t.Errorf("%s %s: admitted %+v, want 700 output tokens", source, tc.path, a[n:])
+			}
+		}
+		// A limit that fits is left alone.
+		_, h, _ := post(t, srv.URL+"/v1/chat/completions", `{"model":"m","max_tokens":100,"messages":[{"role":"user","content":"hi"}]}`)
+		if v, _ := eng.last()["max_tokens"].(float64); v != 100 || h.Get(relay.OutputLimitHeader) != "" {
+			t.Errorf("%s: a fitting limit was changed: %v %q", source, eng.last()["max_tokens"], h.Get(relay.OutputLimitHeader))
+		}
+	}
+}
+
+func TestFit_OffOrAPromptThatFillsTheContextIsA400NamingTheNumbers(t *testing.T) {
+	eng := newContextEngine(t, "vllm", 300)
+	srv, _, led := fitRelay(t, fmt.Sprintf("backends:\n  e: {url: %s/v1}\nmodels:\n  m: {backend: e, fit_output_limit: false}\n", eng.URL))
+	status, _, body := post(t, srv.URL+"/v1/chat/completions", `{"model":"m","max_tokens":32000,"messages":[{"role":"user","content":"hi"}]}`)
+	for _, want := range []string{"context_length_exceeded", "1000 tokens", "300 tokens", "32000", "lower the output limit to 700 or less", "fit_output_limit"} {
+		if status != 400 || !strings.Contains(body, want) {
+			t.Fatalf("fitting off: %d %s, want a 400 containing %q", status, body, want)
+		}
+	}
+	status, _, body = post(t, srv.URL+"/v1/messages", `{"model":"m","max_tokens":32000,"messages":[{"role":"user","content":"hi"}]}`)
+	if status != 400 || !strings.Contains(body, `"type":"error"`) || !strings.Contains(body, "lower the output limit to 700") {
+		t.Fatalf("fitting off, Messages: %d %s", status, body)
+	}
+	if len(led.Records()) != 2 || led.Records()[0].Status != 400 {
+		t.Fatalf("refusals must be booked: %+v", led.Records())
+	}
+
+	full := newContextEngine(t, "vllm", 1200)
+	srv, _, _ = fitRelay(t, fmt.Sprintf("backends:\n  e: {url: %s/v1}\nmodels:\n  m: {backend: e}\n", full.URL))
+	long := strings.Repeat("lorem ipsum ", 300) // 3600 bytes, counted as 1200 tokens
+	status, _, body = post(t, srv.URL+"/v1/chat/completions", `{"model":"m","max_tokens":10,"messages":[{"role":"user","content":"`+long+`"}]}`)
+	if status != 400 || !strings.Contains(body, "the prompt alone fills the context") {
+		t.Fatalf("prompt larger than the context: %d %s", status, body)
+	}
+}
+
+// TestFit_AnthropicBackendWithAConfiguredContext: Anthropic backends list
+// no context length; with context_window set, a Messages request passed
+// through gets its max_tokens fitted from an estimate of the prompt.
+func TestFit_AnthropicBackendWithAConfiguredContext(t *testing.T) {
+	var mu sync.Mutex
+	var got map[string]any
+	an := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		raw, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		_ = json.Unmarshal(raw, &got)
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprint(w, `{"id":"m1","type":"message","role":"assistant","model":"c","content":[{"type":"text","text":"ok"}],"stop_reason":"end_turn","usage":{"input_tokens":5,"output_tokens":1}}`)
+	}))
+	defer an.Close()
+	srv, _, _ := fitRelay(t, fmt.Sprintf("backends:\n  an: {url: %s, dialect: anthropic}\nmodels:\n  m: {backend: an, context_window: 2000}\n", an.URL))
+	body := `{"model":"m","max_tokens":32000,"messages":[{"role":"user","content":"hi"}]}`
+	status, h, resp := post(t, srv.URL+"/v1/messages", body)
+	if status != 200 || !strings.Contains(h.Get(relay.OutputLimitHeader), "prompt_source=estimate") {
+		t.Fatalf("%d %s header %q", status, resp, h.Get(relay.OutputLimitHeader))
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if v, _ := got["max_tokens"].(float64); v <= 0 || v >= 2000 {
+		t.Fatalf("the backend got max_tokens %v, want it fitted below 2000", got["max_tokens"])
+	}
+}
