@@ -175,10 +175,12 @@ func claudeToolResult(events []map[string]any, sentinel string) bool {
 }
 
 // Codex: `codex exec --json` in its read-only sandbox. Codex reads the key
-// from LLMGATE_API_KEY (connect's env_key). Without --disable plugins it
-// syncs the curated plugin marketplace (git clone from github.com, then
-// api.github.com and chatgpt.com); analytics.enabled=false stops the
-// ab.chatgpt.com events that otherwise also delay its exit.
+// from LLMGATE_API_KEY (connect's env_key). Without --disable plugins
+// 0.171.0 syncs its curated plugin marketplace on every run (git clone of
+// github.com, then api.github.com and chatgpt.com); analytics.enabled=false
+// stops the events to ab.chatgpt.com that also hold up its exit by seconds.
+// check_for_update_on_startup=false: exec was not seen checking, but the
+// TUI does, and a later version's exec might.
 var codex = &client{
 	name: "codex", key: "CODEX", pkg: "@openai/codex", bin: "codex",
 	env: func(e *env) []string { return []string{"LLMGATE_API_KEY=" + e.gateway.key} },
@@ -215,7 +217,7 @@ var codex = &client{
 }
 
 var codexArgs = []string{"exec", "--json", "--skip-git-repo-check", "--sandbox", "read-only",
-	"--disable", "plugins", "-c", "analytics.enabled=false"}
+	"--disable", "plugins", "-c", "analytics.enabled=false", "-c", "check_for_update_on_startup=false"}
 
 func codexItems(events []map[string]any, typ string) []map[string]any {
 	var out []map[string]any
@@ -254,9 +256,11 @@ func checkCodexTurn(t *testing.T, events []map[string]any) {
 
 // opencode: `opencode run --format json`. It reads the key from
 // LLMGATE_API_KEY ({env:LLMGATE_API_KEY} in the config connect wrote).
-// OPENCODE_DISABLE_MODELS_FETCH stops the models.dev catalogue download
-// (models.opencode.ai), OPENCODE_DISABLE_AUTOUPDATE the update check,
-// OPENCODE_DISABLE_LSP_DOWNLOAD language-server downloads.
+// OPENCODE_DISABLE_MODELS_FETCH stops the download of the models.dev
+// catalogue from models.opencode.ai on every start. The update check and
+// language-server downloads were not seen in `run`, but the TUI does the
+// first and touching a source file the second: OPENCODE_DISABLE_AUTOUPDATE
+// and OPENCODE_DISABLE_LSP_DOWNLOAD keep them off.
 var opencode = &client{
 	name: "opencode", key: "OPENCODE", pkg: "opencode-ai", bin: "opencode",
 	env: func(e *env) []string {
