@@ -36,9 +36,10 @@ import (
 	"time"
 )
 
-// runTimeout bounds every client run: a client that waits on a network it
-// cannot reach, or loops, fails here instead of hanging CI.
-const runTimeout = 120 * time.Second
+// defaultRunTimeout bounds every client run: a client that waits on a
+// network it cannot reach, or loops, fails here instead of hanging CI.
+// LLMGATE_AGENTS_RUN_TIMEOUT (a Go duration) changes it for slow machines.
+const defaultRunTimeout = 120 * time.Second
 
 // defaultModel is the demo model the clients use: the fastest preset, with
 // vLLM's 32k context (the case issue 18 is about).
@@ -50,6 +51,7 @@ type env struct {
 	out     string // where logs and recorded requests are kept
 	tmp     string // the clients' homes and working directories
 	bin     string // llmgate
+	timeout time.Duration
 	model   string
 	runID   string
 	gateway *gateway
@@ -76,6 +78,14 @@ func setup(t *testing.T) *env {
 	e := &env{root: root, model: os.Getenv("LLMGATE_AGENTS_MODEL"), runID: randomHex(4)}
 	if e.model == "" {
 		e.model = defaultModel
+	}
+	e.timeout = defaultRunTimeout
+	if v := os.Getenv("LLMGATE_AGENTS_RUN_TIMEOUT"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			t.Fatalf("LLMGATE_AGENTS_RUN_TIMEOUT=%q: want a positive Go duration such as 180s", v)
+		}
+		e.timeout = d
 	}
 	e.out = os.Getenv("LLMGATE_AGENTS_OUT")
 	if e.out == "" {
@@ -150,6 +160,7 @@ func renderScript(src, dst string, vars map[string]string) error {
 func checkInstalled(t *testing.T) {
 	t.Helper()
 	pins := pinnedVersions(t)
+	home := t.TempDir() // --version must not touch the real home either
 	for _, c := range clients {
 		bin, err := filepath.Abs(filepath.Join("node_modules", ".bin", c.bin))
 		if err != nil {
@@ -159,7 +170,9 @@ func checkInstalled(t *testing.T) {
 			t.Fatalf("%s is not installed (%v): run npm ci --prefix test/agents", c.pkg, err)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		out, err := exec.CommandContext(ctx, bin, "--version").CombinedOutput()
+		cmd := exec.CommandContext(ctx, bin, "--version")
+		cmd.Env = sandbox{home: home}.baseEnv()
+		out, err := cmd.CombinedOutput()
 		cancel()
 		if err != nil || !strings.Contains(string(out), pins[c.pkg]) {
 			t.Fatalf("%s --version: want %s, got %q (err %v); rerun npm ci --prefix test/agents (install scripts must run)",
@@ -298,7 +311,7 @@ type result struct {
 }
 
 // runClient configures one client with llmgate connect and runs its
-// plain prompts and agent turn, each under runTimeout.
+// plain prompts and agent turn, each under e.timeout.
 func runClient(t *testing.T, e *env, c *client) {
 	sb := sandboxFor(e.tmp, c)
 	out := filepath.Join(e.out, c.name)
@@ -339,7 +352,7 @@ func runClient(t *testing.T, e *env, c *client) {
 			args := append(append([]string{}, r.args...), prompt)
 			bin, _ := filepath.Abs(filepath.Join("node_modules", ".bin", c.bin))
 			from := rec.count()
-			res := execClient(bin, args, env, sb.work)
+			res := execClient(bin, args, env, sb.work, e.timeout)
 			res.exchanges = rec.snapshot(from)
 			_ = os.WriteFile(filepath.Join(out, r.name+".stdout"), res.stdout, 0o644)
 			_ = os.WriteFile(filepath.Join(out, r.name+".stderr"), res.stderr, 0o644)
@@ -362,9 +375,9 @@ func runClient(t *testing.T, e *env, c *client) {
 }
 
 // execClient runs a client in its own process group, killed whole when
-// runTimeout passes.
-func execClient(bin string, args, env []string, dir string) *result {
-	ctx, cancel := context.WithTimeout(context.Background(), runTimeout)
+// the timeout passes.
+func execClient(bin string, args, env []string, dir string, timeout time.Duration) *result {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Env, cmd.Dir = env, dir
@@ -375,9 +388,14 @@ func execClient(bin string, args, env []string, dir string) *result {
 	cmd.WaitDelay = 5 * time.Second
 	start := time.Now()
 	err := cmd.Run()
+	if cmd.Process != nil {
+		// Whatever the client left running in its group (a server, a shell)
+		// goes with it; ESRCH when nothing is left is fine.
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	}
 	res := &result{stdout: stdout.Bytes(), stderr: stderr.Bytes(), took: time.Since(start), err: err}
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-		res.err = fmt.Errorf("no exit within %v (killed): %v", runTimeout, err)
+		res.err = fmt.Errorf("no exit within %v (killed): %v", timeout, err)
 	}
 	return res
 }
