@@ -363,7 +363,7 @@ func runClient(t *testing.T, e *env, c *client) {
 				}
 			}()
 			if res.err != nil {
-				t.Fatalf("%s exited with %v", c.bin, res.err)
+				t.Fatalf("%s failed: %v", c.bin, res.err)
 			}
 			r.check(t, e, res)
 		})
