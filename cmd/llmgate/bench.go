@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -96,46 +97,46 @@ otherwise (results are still written).`,
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.config, "config", "", "YAML or JSON file listing targets")
-	fl.StringVar(&f.baseURL, "base-url", "", "API base URL, e.g. http://127.0.0.1:8000/v1 (default $LLMGATE_BASE_URL or $OPENAI_BASE_URL)")
-	fl.StringVar(&f.apiKey, "api-key", "", "API key (default $LLMGATE_API_KEY, then $OPENAI_API_KEY)")
-	fl.StringSliceVar(&f.models, "model", nil, "model to benchmark; repeat or comma-separate for several targets (default: the first the server lists)")
-	fl.StringVar(&f.endpoint, "endpoint", "chat", "chat or completions")
-	fl.StringArrayVar(&f.headers, "header", nil, "extra request header KEY=VALUE (repeatable)")
-	fl.IntSliceVar(&f.concurrency, "concurrency", nil, "closed-loop concurrency levels, e.g. 1,4,8,16")
-	fl.StringSliceVar(&f.rates, "request-rate", nil, "open-loop request rates in req/s, e.g. 2,8,inf")
-	fl.IntVar(&f.maxConcurrency, "max-concurrency", 0, "cap on in-flight requests in open-loop cells (0 = none)")
-	fl.StringVar(&f.burstiness, "burstiness", "1", "open-loop arrival shape: 1 = Poisson, <1 burstier, >1 smoother, inf = constant rate")
-	fl.IntVar(&f.numRequests, "num-requests", 100, "requests per cell (0 with --duration)")
-	fl.DurationVar(&f.duration, "duration", 0, "run each cell this long instead of --num-requests")
-	fl.IntVar(&f.warmup, "warmup", -1, "warm-up requests per cell, discarded (-1 = one per connection)")
-	fl.StringVar(&f.dataset, "dataset", "random", "random, fixed, sharegpt or jsonl")
+	fl.StringVar(&f.baseURL, "base-url", "", "Base URL of the OpenAI-compatible API to benchmark, e.g. http://127.0.0.1:8000/v1; when not given, $LLMGATE_BASE_URL, else $OPENAI_BASE_URL")
+	fl.StringVar(&f.apiKey, "api-key", "", "API key sent as a bearer token; when not given, $LLMGATE_API_KEY, else $OPENAI_API_KEY")
+	fl.StringSliceVar(&f.models, "model", nil, "Model to benchmark; repeat or comma-separate for several targets; when not given, the first the server lists")
+	fl.StringVar(&f.endpoint, "endpoint", "chat", "Chat or completions")
+	fl.StringArrayVar(&f.headers, "header", nil, "Extra request header KEY=VALUE (repeatable)")
+	fl.IntSliceVar(&f.concurrency, "concurrency", nil, "Closed-loop concurrency levels, e.g. 1,4,8,16")
+	fl.StringSliceVar(&f.rates, "request-rate", nil, "Open-loop request rates in req/s, e.g. 2,8,inf")
+	fl.IntVar(&f.maxConcurrency, "max-concurrency", 0, "Cap on in-flight requests in open-loop cells (0 = none)")
+	fl.StringVar(&f.burstiness, "burstiness", "1", "Open-loop arrival shape: 1 = Poisson, <1 burstier, >1 smoother, inf = constant rate")
+	fl.IntVar(&f.numRequests, "num-requests", 100, "Requests per cell (0 with --duration)")
+	fl.DurationVar(&f.duration, "duration", 0, "Run each cell this long instead of --num-requests")
+	fl.IntVar(&f.warmup, "warmup", -1, "Warm-up requests per cell, discarded (-1 = one per connection)")
+	fl.StringVar(&f.dataset, "dataset", "random", "Random, fixed, sharegpt or jsonl")
 	fl.StringVar(&f.datasetPath, "dataset-path", "", "ShareGPT JSON or JSONL file")
-	fl.StringVar(&f.prompt, "prompt", "", "prompt for --dataset fixed")
-	fl.IntVar(&f.inputLen, "input-len", 256, "random prompts: input length in tokens (approximate)")
-	fl.IntVar(&f.outputLen, "output-len", 128, "output tokens (max_tokens) per request")
-	fl.Float64Var(&f.rangeRatio, "range-ratio", 0, "random prompts: lengths drawn from [len·(1−r), len·(1+r)]")
-	fl.Float64Var(&f.temperature, "temperature", 0, "sampling temperature")
-	fl.BoolVar(&f.ignoreEOS, "ignore-eos", false, "send ignore_eos so vLLM-compatible servers generate exactly max_tokens")
-	fl.BoolVar(&f.continuousUsage, "continuous-usage", false, "ask vLLM for usage in every chunk (exact per-token ITL)")
+	fl.StringVar(&f.prompt, "prompt", "", "Prompt for --dataset fixed")
+	fl.IntVar(&f.inputLen, "input-len", 256, "Random prompts: input length in tokens (approximate)")
+	fl.IntVar(&f.outputLen, "output-len", 128, "Output tokens (max_tokens) per request")
+	fl.Float64Var(&f.rangeRatio, "range-ratio", 0, "Random prompts: lengths drawn from [len·(1−r), len·(1+r)]")
+	fl.Float64Var(&f.temperature, "temperature", 0, "Sampling temperature")
+	fl.BoolVar(&f.ignoreEOS, "ignore-eos", false, "Send ignore_eos so vLLM-compatible servers generate exactly max_tokens")
+	fl.BoolVar(&f.continuousUsage, "continuous-usage", false, "Ask vLLM for usage in every chunk (exact per-token ITL)")
 	fl.StringVar(&f.extraBody, "extra-body", "", "JSON object merged into every request body")
-	fl.DurationVar(&f.timeout, "timeout", 10*time.Minute, "per-request timeout")
+	fl.DurationVar(&f.timeout, "timeout", 10*time.Minute, "Per-request timeout")
 	fl.StringSliceVar(&f.goodput, "goodput", nil, "SLOs for goodput, e.g. ttft:500 tpot:50 e2el:10000 (ms)")
-	fl.Uint64Var(&f.seed, "seed", 0, "seed for prompts and arrivals")
-	fl.BoolVar(&f.sweep, "sweep", false, "closed-loop sweep 1,2,4,... until throughput saturates")
-	fl.IntVar(&f.sweepMax, "sweep-max", 256, "highest concurrency the sweep tries")
-	fl.Float64Var(&f.sweepGain, "sweep-gain", 0.10, "sweep stops when doubling concurrency adds less than this fraction of throughput")
-	fl.StringVar(&f.outDir, "out", "", "directory for results.csv, results.json, report.html and requests.jsonl")
-	fl.StringVar(&f.csvPath, "csv", "", "write the CSV here")
-	fl.StringVar(&f.jsonPath, "json", "", "write the JSON report here")
-	fl.StringVar(&f.htmlPath, "html", "", "write the HTML report here")
-	fl.StringVar(&f.requestsPath, "requests-jsonl", "", "write one JSON line per request here")
-	fl.BoolVarP(&f.quiet, "quiet", "q", false, "no live progress on stderr")
+	fl.Uint64Var(&f.seed, "seed", 0, "Seed for prompts and arrivals")
+	fl.BoolVar(&f.sweep, "sweep", false, "Closed-loop sweep 1,2,4,... until throughput saturates")
+	fl.IntVar(&f.sweepMax, "sweep-max", 256, "Highest concurrency the sweep tries")
+	fl.Float64Var(&f.sweepGain, "sweep-gain", 0.10, "Sweep stops when doubling concurrency adds less than this fraction of throughput")
+	fl.StringVar(&f.outDir, "out", "", "Directory for results.csv, results.json, report.html and requests.jsonl")
+	fl.StringVar(&f.csvPath, "csv", "", "Write the CSV here")
+	fl.StringVar(&f.jsonPath, "json", "", "Write the JSON report here")
+	fl.StringVar(&f.htmlPath, "html", "", "Write the HTML report here")
+	fl.StringVar(&f.requestsPath, "requests-jsonl", "", "Write one JSON line per request here")
+	fl.BoolVarP(&f.quiet, "quiet", "q", false, "No live progress on stderr")
 	cmd.AddCommand(newBenchCompareCmd(), newBenchSelfTestCmd())
 	return cmd
 }
 
 func runBench(cmd *cobra.Command, f *benchFlags) error {
-	bench.Version = version
+	bench.Version = currentBuild().String()
 	o, err := f.options(cmd.Context(), cmd.Flags().Changed("num-requests"))
 	if err != nil {
 		return err
@@ -177,7 +178,11 @@ func runBench(cmd *cobra.Command, f *benchFlags) error {
 		}
 	}
 	if len(dead) > 0 {
-		return fmt.Errorf("every request failed in %d cell(s): %s", len(dead), strings.Join(dead, "; "))
+		msg := fmt.Sprintf("every request failed in %d cell(s): %s", len(dead), strings.Join(dead, "; "))
+		if noAPIKey(o.Targets) {
+			msg += " (no API key was sent: pass --api-key KEY or set LLMGATE_API_KEY)"
+		}
+		return errors.New(msg)
 	}
 	return nil
 }
@@ -218,8 +223,15 @@ func (f *benchFlags) options(ctx context.Context, numRequestsSet bool) (bench.Op
 				}
 			}
 			ids, err := bench.ListModels(ctx, base, key)
+			var se *bench.StatusError
+			if errors.As(err, &se) && (se.Status == http.StatusUnauthorized || se.Status == http.StatusForbidden) {
+				if key == "" {
+					return o, fmt.Errorf("%s wants an API key (%w): pass --api-key KEY or set LLMGATE_API_KEY", base, err)
+				}
+				return o, fmt.Errorf("%s refused the API key (%w): pass a valid one with --api-key or LLMGATE_API_KEY", base, err)
+			}
 			if err != nil {
-				return o, fmt.Errorf("no --model given and %w; pass --model", err)
+				return o, fmt.Errorf("no --model given and %w; pass --model to name the models", err)
 			}
 			if len(ids) == 0 {
 				return o, errors.New("no --model given and the server lists no models; pass --model")
@@ -279,6 +291,16 @@ func (f *benchFlags) options(ctx context.Context, numRequestsSet bool) (bench.Op
 	o.Sweep, o.SweepMax, o.SweepGain = f.sweep, f.sweepMax, f.sweepGain
 	o.KeepRequests = f.requestsPath != "" || f.outDir != ""
 	return o, nil
+}
+
+// noAPIKey reports whether no target sends an API key.
+func noAPIKey(ts []bench.Target) bool {
+	for _, t := range ts {
+		if t.APIKey != "" {
+			return false
+		}
+	}
+	return true
 }
 
 func parseRate(s string) (float64, error) {
@@ -357,7 +379,7 @@ better or worse (lower latency and higher throughput are better).`,
 			return bench.WriteComparison(cmd.OutOrStdout(), reps[0], reps[1], threshold)
 		},
 	}
-	cmd.Flags().Float64Var(&threshold, "threshold", 5, "percent change marked better/worse")
+	cmd.Flags().Float64Var(&threshold, "threshold", 5, "Percent change marked better/worse")
 	return cmd
 }
 
@@ -411,9 +433,9 @@ from: above the reported figure, timings from that machine are not trustworthy.`
 			return nil
 		},
 	}
-	cmd.Flags().IntVar(&streams, "streams", 64, "concurrent streams")
-	cmd.Flags().DurationVar(&step, "step", 2*time.Second, "time per offered rate")
-	cmd.Flags().BoolVar(&allCore, "all-cores", false, "let the client use every core instead of one")
-	cmd.Flags().StringSliceVar(&rates, "rates", nil, "offered chunk rates to try (default 10000,25000,50000,75000,100000,150000,200000)")
+	cmd.Flags().IntVar(&streams, "streams", 64, "Concurrent streams")
+	cmd.Flags().DurationVar(&step, "step", 2*time.Second, "Time per offered rate")
+	cmd.Flags().BoolVar(&allCore, "all-cores", false, "Let the client use every core instead of one")
+	cmd.Flags().StringSliceVar(&rates, "rates", nil, "Offered chunk rates to try; when not given, 10000,25000,50000,75000,100000,150000,200000")
 	return cmd
 }

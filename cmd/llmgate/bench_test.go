@@ -126,3 +126,25 @@ func TestParseRate_AcceptsNumbersAndInf(t *testing.T) {
 		}
 	}
 }
+
+func TestBenchCLI_WithoutAKeySaysToPassTheKey(t *testing.T) {
+	cleanCLIEnv(t)
+	t.Setenv("OPENAI_API_KEY", "")
+	d := startTestDemo(t)
+	// No --model: listing the models needs the key, and the message says so.
+	_, _, err := runCLI(t, "bench", "--base-url", d.g.URL(), "--concurrency", "1", "--num-requests", "1", "-q")
+	if err == nil || !strings.Contains(err.Error(), "wants an API key") || !strings.Contains(err.Error(), "pass --api-key KEY or set LLMGATE_API_KEY") ||
+		strings.Contains(err.Error(), "pass --model") {
+		t.Errorf("no key, no model: err = %v", err)
+	}
+	_, _, err = runCLI(t, "bench", "--base-url", d.g.URL(), "--api-key", "sk-lg-not-a-key", "--concurrency", "1", "--num-requests", "1", "-q")
+	if err == nil || !strings.Contains(err.Error(), "refused the API key") {
+		t.Errorf("wrong key: err = %v", err)
+	}
+	// With --model every request fails with 401; the message names the key.
+	_, _, err = runCLI(t, "bench", "--base-url", d.g.URL(), "--model", "qwen2.5-7b-instruct", "--concurrency", "1",
+		"--num-requests", "1", "--warmup", "0", "-q")
+	if err == nil || !strings.Contains(err.Error(), "every request failed") || !strings.Contains(err.Error(), "no API key was sent: pass --api-key KEY or set LLMGATE_API_KEY") {
+		t.Errorf("no key, with a model: err = %v", err)
+	}
+}

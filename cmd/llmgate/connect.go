@@ -122,13 +122,13 @@ what it assumed.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&o.BaseURL, "base-url", "", "gateway URL, with or without /v1 (default LLMGATE_BASE_URL or "+connect.DefaultBaseURL+")")
-	f.StringVar(&o.APIKey, "api-key", "", "gateway key (default LLMGATE_API_KEY)")
-	f.StringVar(&o.Model, "model", "", "model the tool should use (default LLMGATE_MODEL)")
-	f.BoolVar(&print, "print", false, "print the resulting file instead of writing it")
-	f.StringVar(&o.Path, "file", "", "write this file instead of the tool's default (e.g. .claude/settings.json in a project)")
-	f.IntVar(&o.ContextLength, "context-length", 0, "context length of --model in tokens (default: from the gateway's /v1/models)")
-	f.BoolVar(&offline, "offline", false, "do not read the gateway's /v1/models (no context lengths unless --context-length)")
-	f.StringVar(&o.Command, "command", "", "cline: the llmgate executable to start (default: this one's absolute path)")
+	f.StringVar(&o.BaseURL, "base-url", "", "Base URL of the OpenAI-compatible API the tool calls (normally the gateway), with or without /v1; when not given, $LLMGATE_BASE_URL, else "+connect.DefaultBaseURL)
+	f.StringVar(&o.APIKey, "api-key", "", "API key the tool sends (a virtual key of the gateway); when not given, $LLMGATE_API_KEY")
+	f.StringVar(&o.Model, "model", "", "Model the tool should use; when not given, $LLMGATE_MODEL")
+	f.BoolVar(&print, "print", false, "Print the resulting file instead of writing it")
+	f.StringVar(&o.Path, "file", "", "Write this file instead of the tool's default (e.g. .claude/settings.json in a project)")
+	f.IntVar(&o.ContextLength, "context-length", 0, "Context length of --model in tokens; when not given, read from the gateway's /v1/models")
+	f.BoolVar(&offline, "offline", false, "Do not read the gateway's /v1/models (no context lengths unless --context-length)")
+	f.StringVar(&o.Command, "command", "", "Cline: the llmgate executable to start; when not given, this one's absolute path")
 	return cmd
 }

@@ -65,12 +65,12 @@ Exit status: 0 when no check failed (warnings do not fail), 1 otherwise.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&o.BaseURL, "base-url", "", "endpoint base URL, e.g. http://127.0.0.1:4000/v1 (default from the environment)")
-	f.StringVar(&o.APIKey, "api-key", "", "API key (default from the environment; prefer the environment, flags show in ps)")
-	f.StringVar(&o.Model, "model", "", "model to test (default from the environment, else the first listed)")
-	f.BoolVar(&asJSON, "json", false, "print the report as JSON")
-	f.BoolVar(&o.RequireAnthropic, "anthropic", false, "fail, not warn, when the Anthropic Messages endpoint is missing")
-	f.BoolVar(&o.SkipClients, "no-clients", false, "do not read client configuration files")
-	f.DurationVar(&o.Timeout, "timeout", 20*time.Second, "time-out for each generation request (connection steps use at most 5s)")
+	f.StringVar(&o.BaseURL, "base-url", "", "Base URL of the OpenAI-compatible API to diagnose, e.g. http://127.0.0.1:4000/v1; when not given, $LLMGATE_BASE_URL, $OPENAI_BASE_URL, $OPENAI_API_BASE or $ANTHROPIC_BASE_URL")
+	f.StringVar(&o.APIKey, "api-key", "", "API key; when not given, the key variable of the base URL's family: $LLMGATE_API_KEY, $OPENAI_API_KEY, $ANTHROPIC_AUTH_TOKEN or $ANTHROPIC_API_KEY (prefer the environment: flags show in ps)")
+	f.StringVar(&o.Model, "model", "", "Model to test; when not given, $LLMGATE_MODEL, $OPENAI_MODEL or $ANTHROPIC_MODEL, else the first listed")
+	f.BoolVar(&asJSON, "json", false, "Print the report as JSON")
+	f.BoolVar(&o.RequireAnthropic, "anthropic", false, "Fail, not warn, when the Anthropic Messages endpoint is missing")
+	f.BoolVar(&o.SkipClients, "no-clients", false, "Do not read client configuration files")
+	f.DurationVar(&o.Timeout, "timeout", 20*time.Second, "Time-out for each generation request (connection steps use at most 5s)")
 	return cmd
 }

@@ -7,7 +7,6 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"os"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -18,31 +17,22 @@ import (
 )
 
 // enginesClient talks to a running gateway's engines admin API.
-type enginesClient struct {
-	url string
-	key string
-}
+type enginesClient struct{ gatewayFlags }
 
 func (c *enginesClient) register(cmd *cobra.Command) {
-	def := os.Getenv("LLMGATE_URL")
-	if def == "" {
-		def = "http://127.0.0.1:4000"
-	}
-	cmd.PersistentFlags().StringVar(&c.url, "url", def, "the gateway's address (default $LLMGATE_URL, else http://127.0.0.1:4000)")
-	cmd.PersistentFlags().StringVar(&c.key, "key", "", "master key (default $LLMGATE_MASTER_KEY)")
+	c.gatewayFlags.register(cmd.PersistentFlags(), "$LLMGATE_URL, else "+defaultGatewayURL)
+	deprecatedAlias(cmd.PersistentFlags(), &c.masterKey, "key", "master-key")
 }
 
 // do sends a request and decodes a JSON answer into out; errors carry the
 // gateway's own message.
 func (c *enginesClient) do(ctx context.Context, method, path string, out any) error {
-	key := c.key
+	key := c.key()
 	if key == "" {
-		key = strings.TrimSpace(os.Getenv("LLMGATE_MASTER_KEY"))
+		return fmt.Errorf("no master key: set LLMGATE_MASTER_KEY or pass --master-key")
 	}
-	if key == "" {
-		return fmt.Errorf("no master key: set LLMGATE_MASTER_KEY or pass --key")
-	}
-	base := strings.TrimSuffix(strings.TrimSuffix(c.url, "/"), "/v1")
+	url, _ := c.resolveURL(nil)
+	base := strings.TrimSuffix(strings.TrimSuffix(url, "/"), "/v1")
 	req, err := http.NewRequestWithContext(ctx, method, base+path, nil)
 	if err != nil {
 		return fmt.Errorf("--url: %w", err)
@@ -83,7 +73,7 @@ its admin API. Needs the master key. Without a subcommand, lists the engines.`,
 		RunE: func(cmd *cobra.Command, _ []string) error { return listEngines(cmd, &c, asJSON) },
 	}
 	c.register(cmd)
-	cmd.PersistentFlags().BoolVar(&asJSON, "json", false, "print JSON")
+	cmd.PersistentFlags().BoolVar(&asJSON, "json", false, "Print JSON")
 
 	list := &cobra.Command{
 		Use:   "list",
@@ -100,7 +90,7 @@ its admin API. Needs the master key. Without a subcommand, lists the engines.`,
 			return engineAction(cmd, &c, "load", args[0], timeout, asJSON)
 		},
 	}
-	load.Flags().DurationVar(&timeout, "timeout", 15*time.Minute, "give up waiting after this long")
+	load.Flags().DurationVar(&timeout, "timeout", 15*time.Minute, "Give up waiting after this long")
 	unload := &cobra.Command{
 		Use:   "unload NAME",
 		Short: "Stop an engine once its requests in flight finish",
@@ -132,7 +122,7 @@ its admin API. Needs the master key. Without a subcommand, lists the engines.`,
 			return nil
 		},
 	}
-	logs.Flags().IntVarP(&lines, "lines", "n", 100, "number of lines (0 = all kept)")
+	logs.Flags().IntVarP(&lines, "lines", "n", 100, "Number of lines (0 = all kept)")
 	cmd.AddCommand(list, load, unload, logs)
 	return cmd
 }

@@ -6,9 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
-	"net/http/httptest"
-	"os"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -17,77 +14,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"llmgate/internal/admin"
-	"llmgate/internal/config"
 	"llmgate/internal/gateway"
-	"llmgate/internal/keys"
-	"llmgate/internal/store"
 )
-
-// dbFlags locate the database for commands that work on it directly, or a
-// running gateway's admin API with --url.
-type dbFlags struct {
-	config   string
-	database string
-	url      string
-}
-
-func (d *dbFlags) register(cmd *cobra.Command) {
-	cmd.PersistentFlags().StringVarP(&d.config, "config", "c", "", "config file (default $LLMGATE_CONFIG)")
-	cmd.PersistentFlags().StringVar(&d.database, "database", "", "database: SQLite file or postgres:// URL (default: the config's, else llmgate.db)")
-	cmd.PersistentFlags().StringVar(&d.url, "url", "", "use the admin API of a running gateway (e.g. http://127.0.0.1:4000) with $LLMGATE_MASTER_KEY")
-}
-
-func (d *dbFlags) open(ctx context.Context) (store.Store, error) {
-	db := d.database
-	if db == "" {
-		cfg, err := loadConfig(d.config)
-		if err != nil {
-			return nil, err
-		}
-		if cfg != nil {
-			db = cfg.Database
-		}
-	}
-	if db == "" {
-		db = config.DefaultDatabase
-	}
-	return gateway.OpenStore(ctx, db)
-}
-
-// client returns an admin API client: over HTTP with --url, else bound
-// in process to the admin handler on the local database, so both modes
-// run the same code. close releases the database.
-func (d *dbFlags) client(ctx context.Context) (c *admin.Client, closeFn func(), err error) {
-	if d.url != "" {
-		mk := strings.TrimSpace(os.Getenv("LLMGATE_MASTER_KEY"))
-		if mk == "" {
-			return nil, nil, errors.New("--url needs the gateway's master key in LLMGATE_MASTER_KEY")
-		}
-		return admin.NewClient(d.url, mk), func() {}, nil
-	}
-	st, err := d.open(ctx)
-	if err != nil {
-		return nil, nil, err
-	}
-	as, ok := st.(admin.Store)
-	if !ok {
-		st.Close()
-		return nil, nil, errors.New("this database does not support key management")
-	}
-	h := admin.New(admin.Options{Store: as, Auth: func(*http.Request) (keys.Principal, error) { return keys.Principal{Master: true}, nil }})
-	c = admin.NewClient("http://local", "")
-	c.HTTP = &http.Client{Transport: handlerTransport{h}}
-	return c, func() { st.Close() }, nil
-}
-
-// handlerTransport serves requests with a handler in process.
-type handlerTransport struct{ h http.Handler }
-
-func (t handlerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
-	rec := httptest.NewRecorder()
-	t.h.ServeHTTP(rec, r)
-	return rec.Result(), nil
-}
 
 // keySpecFlags are the settable fields of a key.
 type keySpecFlags struct {
@@ -99,16 +27,16 @@ type keySpecFlags struct {
 
 func (f *keySpecFlags) register(cmd *cobra.Command) {
 	fl := cmd.Flags()
-	fl.StringVar(&f.name, "name", "", "a name for the key (app or person)")
-	fl.StringVar(&f.owner, "owner", "", "owner or team")
-	fl.StringVar(&f.models, "models", "", "comma-separated allowed models; glob patterns allowed (empty: all)")
-	fl.StringVar(&f.expires, "expires", "", "lifetime such as 30d or 12h from now ('never' clears it)")
-	fl.IntVar(&f.rpm, "rpm", 0, "requests per minute (0 = unlimited)")
-	fl.IntVar(&f.tpm, "tpm", 0, "tokens per minute (0 = unlimited)")
-	fl.IntVar(&f.conc, "max-concurrency", 0, "concurrent requests (0 = unlimited)")
-	fl.Float64Var(&f.budget, "budget", 0, "budget in USD (0 = none)")
-	fl.StringVar(&f.period, "budget-period", "", "budget reset period: none, daily or monthly")
-	fl.StringArrayVar(&f.metadata, "metadata", nil, "metadata as key=value (repeatable)")
+	fl.StringVar(&f.name, "name", "", "A name for the key (app or person)")
+	fl.StringVar(&f.owner, "owner", "", "Owner or team")
+	fl.StringVar(&f.models, "models", "", "Comma-separated allowed models; glob patterns allowed (empty: all)")
+	fl.StringVar(&f.expires, "expires", "", "Lifetime such as 30d or 12h from now ('never' clears it)")
+	fl.IntVar(&f.rpm, "rpm", 0, "Requests per minute (0 = unlimited)")
+	fl.IntVar(&f.tpm, "tpm", 0, "Tokens per minute (0 = unlimited)")
+	fl.IntVar(&f.conc, "max-concurrency", 0, "Concurrent requests (0 = unlimited)")
+	fl.Float64Var(&f.budget, "budget", 0, "Budget in USD (0 = none)")
+	fl.StringVar(&f.period, "budget-period", "", "Budget reset period: none, daily or monthly")
+	fl.StringArrayVar(&f.metadata, "metadata", nil, "Metadata as key=value (repeatable)")
 }
 
 // spec returns the fields whose flags were set.
@@ -171,13 +99,18 @@ func (f *keySpecFlags) spec(cmd *cobra.Command) (admin.KeySpec, error) {
 func newKeysCmd() *cobra.Command {
 	var d dbFlags
 	cmd := &cobra.Command{Use: "keys", Short: "Manage virtual API keys (create, list, show, update, revoke, rotate)",
-		Long: "Manage virtual API keys on the local database, or on a running gateway with --url (admin API, master key\n" +
-			"from LLMGATE_MASTER_KEY). Changes reach every running replica within a second."}
-	d.register(cmd)
+		Long: `Manage virtual API keys. The commands talk to the running gateway: --url, else
+$LLMGATE_URL, else the listen address of the config (-c or $LLMGATE_CONFIG), else
+` + defaultGatewayURL + `, with the master key from --master-key or $LLMGATE_MASTER_KEY.
+A key created there works on its first request. When no gateway answers they work on
+its database file instead (the config's database, else llmgate.db) and say which file;
+--database FILE picks the database directly. Changes reach every running replica
+within a second.`}
+	d.register(cmd.PersistentFlags())
 	var asJSON bool
 	run := func(fn func(ctx context.Context, c *admin.Client, out io.Writer, args []string) error) func(*cobra.Command, []string) error {
 		return func(cmd *cobra.Command, args []string) error {
-			c, closeFn, err := d.client(cmd.Context())
+			c, closeFn, err := d.client(cmd.Context(), cmd.ErrOrStderr())
 			if err != nil {
 				return err
 			}
@@ -277,7 +210,12 @@ func newKeysCmd() *cobra.Command {
 				return errors.New("reset-master works on the database only (drop --url)")
 			}
 			ctx := cmd.Context()
-			st, err := d.open(ctx)
+			db, err := d.databaseName()
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.ErrOrStderr(), "llmgate: using the database %s\n", describeDatabase(db))
+			st, err := gateway.OpenStore(ctx, db)
 			if err != nil {
 				return err
 			}
@@ -291,7 +229,7 @@ func newKeysCmd() *cobra.Command {
 		},
 	}
 	for _, c := range []*cobra.Command{create, list, show, update, rotate} {
-		c.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+		c.Flags().BoolVar(&asJSON, "json", false, "Print JSON")
 	}
 	cmd.AddCommand(create, list, show, update, revoke, rotate, reset)
 	return cmd

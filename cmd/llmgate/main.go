@@ -3,15 +3,14 @@
 // endpoint diagnostics and client configuration.
 package main
 
+//go:generate go run . gen-docs -o ../../docs/cli.md
+
 import (
 	"fmt"
 	"os"
 
 	"github.com/spf13/cobra"
 )
-
-// version is set at build time with -ldflags "-X main.version=...".
-var version = "dev"
 
 func main() {
 	root := newRootCmd()
@@ -25,10 +24,11 @@ func newRootCmd() *cobra.Command {
 	root := &cobra.Command{
 		Use:           "llmgate",
 		Short:         "One endpoint for every model: gateway, benchmark, simulator and diagnostics",
-		Version:       version,
+		Version:       currentBuild().describe(),
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
+	root.SetVersionTemplate("{{.Version}}")
 	root.AddCommand(
 		newServeCmd(),
 		newKeysCmd(),
@@ -40,6 +40,9 @@ func newRootCmd() *cobra.Command {
 		newMCPCmd(),
 		newModelsCmd(),
 		newEnginesCmd(),
+		newVersionCmd(),
+		newGenDocsCmd(),
 	)
+	finishTree(root)
 	return root
 }

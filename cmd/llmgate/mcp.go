@@ -24,7 +24,7 @@ func newMCPCmd() *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "mcp",
-		Short: "serve the models behind an endpoint as MCP tools over stdio (list_models, chat, compare)",
+		Short: "Serve the models behind an endpoint as MCP tools over stdio (list_models, chat, compare)",
 		Long: `Serve the models behind an OpenAI-compatible endpoint (llmgate serve, vLLM, SGLang,
 llama.cpp, Ollama, a cloud API) as Model Context Protocol tools over stdin/stdout:
 
@@ -62,7 +62,7 @@ Logs go to stderr; stdout carries the protocol only.`,
 				sdkLevel = level
 			}
 			sdkLog := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: sdkLevel}))
-			srv, err := mcpserver.New(cfg, version, log, sdkLog)
+			srv, err := mcpserver.New(cfg, currentBuild().String(), log, sdkLog)
 			if err != nil {
 				return err
 			}
@@ -82,10 +82,10 @@ Logs go to stderr; stdout carries the protocol only.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&cfg.BaseURL, "base-url", "", "OpenAI-compatible API root (env "+mcpserver.EnvBaseURL+", default "+mcpserver.DefaultBaseURL+")")
-	f.StringVar(&cfg.APIKey, "api-key", "", "API key sent as a bearer token (env "+mcpserver.EnvAPIKey+"; prefer the env, flags show in ps)")
-	f.StringVar(&cfg.Model, "model", "", "default model for chat (env "+mcpserver.EnvModel+")")
-	f.DurationVar(&cfg.Timeout, "timeout", mcpserver.DefaultTimeout, "time-out of one upstream request (env "+mcpserver.EnvTimeout+")")
-	f.StringVar(&logLevel, "log-level", "info", "stderr log level: debug, info, warn or error")
+	f.StringVar(&cfg.BaseURL, "base-url", "", "Base URL of the OpenAI-compatible API whose models become tools; when not given, $"+mcpserver.EnvBaseURL+", else "+mcpserver.DefaultBaseURL)
+	f.StringVar(&cfg.APIKey, "api-key", "", "API key sent as a bearer token; when not given, $"+mcpserver.EnvAPIKey+" (prefer the environment: flags show in ps)")
+	f.StringVar(&cfg.Model, "model", "", "Default model for chat; when not given, $"+mcpserver.EnvModel)
+	f.DurationVar(&cfg.Timeout, "timeout", mcpserver.DefaultTimeout, "Time-out of one upstream request; $"+mcpserver.EnvTimeout+" overrides the default")
+	f.StringVar(&logLevel, "log-level", "info", "Stderr log level: debug, info, warn or error")
 	return cmd
 }

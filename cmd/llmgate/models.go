@@ -23,8 +23,8 @@ import (
 )
 
 type modelsFlags struct {
-	url     string
-	key     string
+	gatewayFlags
+	apiKey  string
 	config  string
 	probe   bool
 	json    bool
@@ -33,23 +33,20 @@ type modelsFlags struct {
 
 func newModelsCmd() *cobra.Command {
 	var f modelsFlags
-	defURL := os.Getenv("LLMGATE_URL")
-	if defURL == "" {
-		defURL = "http://127.0.0.1:4000"
-	}
 	cmd := &cobra.Command{
 		Use:   "models",
 		Short: "List models with their deployments and health (from a running gateway or a config file)",
 		Long: `List every public model with its deployments: backend, upstream model, weight,
 priority, and health.
 
-Against a running gateway (the default, or --url) it reads GET /v1/models?health=1
-with the master key (--key, default $LLMGATE_MASTER_KEY, then $LLMGATE_API_KEY):
-breaker state, requests in flight, recent latency, active health checks.
+Against a running gateway (--url, else $LLMGATE_URL, else ` + defaultGatewayURL + `) it reads
+GET /v1/models?health=1 with the master key (--master-key or $LLMGATE_MASTER_KEY) or a
+virtual key (--api-key or $LLMGATE_API_KEY): breaker state, requests in flight, recent
+latency, active health checks.
 
 With -c/--config (or $LLMGATE_CONFIG when --url is not given) it reads the file
 instead and shows what each model routes to; --probe checks every backend once
-(its health path, else GET <base>/models).
+(its health path, else GET <base>/models) and exits with status 1 when any fails.
 
 'llmgate models presets' lists the provider and engine presets.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -66,30 +63,34 @@ instead and shows what each model routes to; --probe checks every backend once
 			return modelsFromGateway(ctx, cmd.OutOrStdout(), f)
 		},
 	}
-	cmd.Flags().StringVar(&f.url, "url", defURL, "the gateway's address (default $LLMGATE_URL, else http://127.0.0.1:4000)")
-	cmd.Flags().StringVar(&f.key, "key", "", "master or virtual key (default $LLMGATE_MASTER_KEY, then $LLMGATE_API_KEY)")
-	cmd.Flags().StringVarP(&f.config, "config", "c", "", "read this config file instead of asking a gateway")
-	cmd.Flags().BoolVar(&f.probe, "probe", false, "with --config: check every backend once")
-	cmd.Flags().BoolVar(&f.json, "json", false, "print JSON")
-	cmd.Flags().DurationVar(&f.timeout, "timeout", 5*time.Second, "time-out for the gateway request or each probe")
+	fl := cmd.Flags()
+	f.gatewayFlags.register(fl, "$LLMGATE_URL, else "+defaultGatewayURL)
+	fl.StringVar(&f.apiKey, "api-key", "", "A virtual API key, used without --master-key; when not given, $LLMGATE_API_KEY")
+	deprecatedAlias(fl, &f.masterKey, "key", "master-key")
+	fl.StringVarP(&f.config, "config", "c", "", "Read this config file instead of asking a gateway")
+	fl.BoolVar(&f.probe, "probe", false, "With --config: check every backend once; exit status 1 when any fails")
+	fl.BoolVar(&f.json, "json", false, "Print JSON")
+	fl.DurationVar(&f.timeout, "timeout", 5*time.Second, "Time-out for the gateway request or each probe")
 	cmd.AddCommand(newModelsPresetsCmd())
 	return cmd
 }
 
 // modelsFromGateway prints the health a running gateway reports.
 func modelsFromGateway(ctx context.Context, w io.Writer, f modelsFlags) error {
-	key := f.key
-	for _, v := range []string{"LLMGATE_MASTER_KEY", "LLMGATE_API_KEY"} {
-		if key == "" {
-			key = strings.TrimSpace(os.Getenv(v))
-		}
+	key := f.key()
+	if key == "" {
+		key = strings.TrimSpace(f.apiKey)
 	}
-	base := strings.TrimSuffix(strings.TrimRight(f.url, "/"), "/v1")
+	if key == "" {
+		key = strings.TrimSpace(os.Getenv("LLMGATE_API_KEY"))
+	}
+	url, _ := f.resolveURL(nil)
+	base := strings.TrimSuffix(strings.TrimRight(url, "/"), "/v1")
 	ctx, cancel := context.WithTimeout(ctx, f.timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/v1/models?health=1", nil)
 	if err != nil {
-		return fmt.Errorf("--url %q: %w", f.url, err)
+		return fmt.Errorf("--url %q: %w", url, err)
 	}
 	if key != "" {
 		req.Header.Set("Authorization", "Bearer "+key)
@@ -110,7 +111,7 @@ func modelsFromGateway(ctx context.Context, w io.Writer, f modelsFlags) error {
 			msg = strings.TrimSpace(string(body))
 		}
 		if resp.StatusCode == http.StatusUnauthorized && key == "" {
-			msg += " (pass --key or set LLMGATE_MASTER_KEY)"
+			msg += " (pass --master-key or set LLMGATE_MASTER_KEY)"
 		}
 		return fmt.Errorf("gateway answered %d: %s", resp.StatusCode, msg)
 	}
@@ -221,7 +222,10 @@ func modelsFromConfig(ctx context.Context, w io.Writer, f modelsFlags) error {
 	if f.json {
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
-		return enc.Encode(out)
+		if err := enc.Encode(out); err != nil {
+			return err
+		}
+		return probeFailures(probes)
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	head := "MODEL\tDEPLOYMENT\tWEIGHT\tPRIO\tBASE URL\tPRESET"
@@ -248,8 +252,30 @@ func modelsFromConfig(ctx context.Context, w io.Writer, f modelsFlags) error {
 			fmt.Fprintln(tw, line)
 		}
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	return probeFailures(probes)
 }
+
+// probeFailures is an error naming the backends whose probe failed, so
+// that `models --probe` exits non-zero when any did.
+func probeFailures(probes map[string]string) error {
+	var failed []string
+	for name, p := range probes {
+		if strings.HasPrefix(p, probeFailed) {
+			failed = append(failed, name)
+		}
+	}
+	if len(failed) == 0 {
+		return nil
+	}
+	sort.Strings(failed)
+	return fmt.Errorf("%d of %d backend probes failed: %s (see the PROBE column)", len(failed), len(probes), strings.Join(failed, ", "))
+}
+
+// probeFailed starts the PROBE column of a backend that did not answer.
+const probeFailed = "FAIL: "
 
 // probeBackend checks one backend once: its configured health path, else
 // GET <base>/models.
@@ -269,7 +295,7 @@ func probeBackend(ctx context.Context, cb *config.Backend, timeout time.Duration
 	defer cancel()
 	start := time.Now()
 	if err := b.Probe(ctx, url); err != nil {
-		return "FAIL: " + truncateNote(err.Error())
+		return probeFailed + truncateNote(err.Error())
 	}
 	return fmt.Sprintf("ok (%dms)", time.Since(start).Milliseconds())
 }

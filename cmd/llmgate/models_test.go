@@ -58,7 +58,7 @@ func TestModelsCmd_ShowsHealthFromARunningGateway(t *testing.T) {
 			resp.Body.Close()
 		}
 	}
-	out, err := runModels(t, "--url", g.URL(), "--key", "sk-lg-models-test")
+	out, err := runModels(t, "--url", g.URL(), "--master-key", "sk-lg-models-test")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +67,7 @@ func TestModelsCmd_ShowsHealthFromARunningGateway(t *testing.T) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
 	}
-	_, err = runModels(t, "--url", g.URL(), "--key", "sk-lg-wrong-wrong-wrong")
+	_, err = runModels(t, "--url", g.URL(), "--master-key", "sk-lg-wrong-wrong-wrong")
 	if err == nil || !strings.Contains(err.Error(), "401") {
 		t.Errorf("wrong key: err = %v", err)
 	}
@@ -86,14 +86,28 @@ func TestModelsCmd_ReadsAConfigAndProbes(t *testing.T) {
 	if err := os.WriteFile(path, []byte(src), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	// ds cannot answer here (a made-up key, or no route to the internet):
+	// the table is still printed, and the exit status says a probe failed.
 	out, err := runModels(t, "-c", path, "--probe", "--timeout", "300ms")
-	if err != nil {
-		t.Fatal(err)
+	if err == nil || err.Error() != "1 of 2 backend probes failed: ds (see the PROBE column)" {
+		t.Errorf("err = %v, want one failed probe named", err)
 	}
-	for _, want := range []string{"q (lowest_latency)", "local/q", "engine vllm", "ok (", "ds/deepseek-chat", "https://api.deepseek.com/v1", "deepseek"} {
+	for _, want := range []string{"q (lowest_latency)", "local/q", "engine vllm", "ok (", "ds/deepseek-chat", "https://api.deepseek.com/v1", "deepseek", "FAIL: "} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
+	}
+	if _, err := runModels(t, "-c", path, "--probe", "--timeout", "300ms", "--json"); err == nil {
+		t.Error("--json: a failed probe must fail the command too")
+	}
+
+	// Every probe answering: exit status 0.
+	src = fmt.Sprintf("backends:\n  local: {engine: vllm, url: %s}\nmodels:\n  q: {backend: local}\n", up.URL)
+	if err := os.WriteFile(path, []byte(src), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := runModels(t, "-c", path, "--probe", "--timeout", "300ms"); err != nil || !strings.Contains(out, "ok (") {
+		t.Errorf("all probes ok: err = %v\n%s", err, out)
 	}
 }
 

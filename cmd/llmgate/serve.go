@@ -45,13 +45,13 @@ backends whose keys are set (OPENAI_API_KEY, DEEPSEEK_API_KEY,
 DASHSCOPE_API_KEY), and prints what it found.`,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runServe(cmd.Context(), f, cmd.ErrOrStderr()) },
 	}
-	cmd.Flags().StringVarP(&f.config, "config", "c", "", "config file (default $LLMGATE_CONFIG; none = discover backends)")
-	cmd.Flags().StringVar(&f.listen, "listen", "", "listen address (overrides the config; default 127.0.0.1:4000)")
-	cmd.Flags().StringVar(&f.database, "database", "", "SQLite file (overrides the config; default llmgate.db)")
-	cmd.Flags().BoolVar(&f.demo, "demo", false, "start simulated engines and a demo key: try everything without a GPU")
-	cmd.Flags().StringVar(&f.dataDir, "data", "", "demo data directory (default: a new temporary directory)")
-	cmd.Flags().StringVar(&f.simScript, "sim-script", "", "demo: answer chat requests with the canned turns of this YAML or JSON file (see llmgate sim --help)")
-	cmd.Flags().BoolVar(&f.logJSON, "log-json", false, "log as JSON")
+	cmd.Flags().StringVarP(&f.config, "config", "c", "", "Config file; when not given, $LLMGATE_CONFIG; with neither, discover backends")
+	cmd.Flags().StringVar(&f.listen, "listen", "", "Listen address, overriding the config's; when neither gives one, "+config.DefaultListen)
+	cmd.Flags().StringVar(&f.database, "database", "", "Database: a SQLite file or a postgres:// URL, overriding the config's; when neither gives one, "+config.DefaultDatabase)
+	cmd.Flags().BoolVar(&f.demo, "demo", false, "Start simulated engines and a demo key: try everything without a GPU")
+	cmd.Flags().StringVar(&f.dataDir, "data", "", "Demo data directory; when not given, a new temporary directory, removed at exit")
+	cmd.Flags().StringVar(&f.simScript, "sim-script", "", "Demo: answer chat requests with the canned turns of this YAML or JSON file (see llmgate sim --help)")
+	cmd.Flags().BoolVar(&f.logJSON, "log-json", false, "Log as JSON")
 	return cmd
 }
 
@@ -121,7 +121,7 @@ func runServe(ctx context.Context, f serveFlags, out io.Writer) error {
 		return err
 	}
 	if zero {
-		printDiscovery(out, g.URL(), found)
+		printDiscovery(out, g.URL(), found, selfInvocation())
 	}
 	log.Info("llmgate listening", "url", g.URL(), "models", len(cfg.Models), "database", cfg.Database)
 	if !zero {
@@ -130,12 +130,18 @@ func runServe(ctx context.Context, f serveFlags, out io.Writer) error {
 	return waitAndClose(ctx, g, log)
 }
 
-func waitAndClose(ctx context.Context, g *gateway.Gateway, log *slog.Logger) error {
+// waitAndClose waits for ctx to end, then closes the gateway and runs
+// after (for what must outlive the requests in flight).
+func waitAndClose(ctx context.Context, g *gateway.Gateway, log *slog.Logger, after ...func()) error {
 	<-ctx.Done()
 	log.Info("shutting down: finishing requests in flight and flushing the usage ledger")
 	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := g.Close(sctx); err != nil && !errors.Is(err, context.Canceled) {
+	err := g.Close(sctx)
+	for _, f := range after {
+		f()
+	}
+	if err != nil && !errors.Is(err, context.Canceled) {
 		return err
 	}
 	return nil
@@ -176,7 +182,7 @@ func warnProxy(log *slog.Logger) {
 	}
 }
 
-func printDiscovery(w io.Writer, url string, found []discover.Found) {
+func printDiscovery(w io.Writer, url string, found []discover.Found, self string) {
 	if len(found) == 0 {
 		fmt.Fprintf(w, `
   No backends found: nothing answered GET /v1/models on 127.0.0.1 ports 8000, 30000,
@@ -189,9 +195,9 @@ func printDiscovery(w io.Writer, url string, found []discover.Found) {
       models:
         my-model: {backend: local-vllm}
 
-  and run 'llmgate serve -c llmgate.yaml'. To try llmgate without a GPU: 'llmgate serve --demo'.
+  and run '%[1]s serve -c llmgate.yaml'. To try llmgate without a GPU: '%[1]s serve --demo'.
 
-`)
+`, self)
 		return
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
@@ -200,5 +206,5 @@ func printDiscovery(w io.Writer, url string, found []discover.Found) {
 		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", f.Backend, f.URL, f.Source, strings.Join(f.Models, ", "))
 	}
 	tw.Flush()
-	fmt.Fprintf(w, "\n  Base URL: %s\n  API key:  the master key (LLMGATE_MASTER_KEY, or the one printed at first start),\n            or a key from 'llmgate keys create'\n\n", url)
+	fmt.Fprintf(w, "\n  Base URL: %s\n  API key:  the master key (LLMGATE_MASTER_KEY, or the one printed at first start),\n            or a key from '%s keys create'\n\n", url, self)
 }

@@ -27,7 +27,7 @@ func newSimCmd() *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "sim --model NAME [--model NAME2 ...] [--listen 127.0.0.1:8000]",
-		Short: "run a simulated vLLM server (continuous batching timing model, no GPU)",
+		Short: "Run a simulated vLLM server (continuous batching timing model, no GPU)",
 		Long: `Run an OpenAI-compatible server that answers like vLLM, field for field, with the
 timing of a continuous-batching engine: at most --max-num-seqs sequences run at once, the
 rest wait in a FIFO queue; prefill cost grows with prompt tokens; each decode step costs
@@ -147,32 +147,32 @@ after_tool, reasoning, id (of a call). See the sim package documentation.`,
 	}
 	d, _ := sim.PresetFor(sim.DefaultPreset)
 	f := cmd.Flags()
-	f.StringArrayVar(&models, "model", nil, "served model name (repeat for several models, one engine each)")
-	f.StringVar(&listen, "listen", "127.0.0.1:8000", "address to listen on")
-	f.StringVar(&preset, "preset", sim.DefaultPreset, "preset for model names that match none")
-	f.BoolVar(&listAll, "list-presets", false, "print the presets and exit")
-	f.StringVar(&cfg.APIKey, "api-key", "", "require this API key on /v1 routes (default $VLLM_API_KEY)")
-	f.DurationVar(&cfg.StartupDelay, "startup-delay", 0, "answer /health with 503 for this long, as if loading weights")
-	f.Float64Var(&cfg.Faults.Fail429Rate, "fail-429-rate", 0, "fraction of requests answered with 429")
-	f.Float64Var(&cfg.Faults.Fail500Rate, "fail-500-rate", 0, "fraction of requests answered with 500")
-	f.Float64Var(&cfg.Faults.CutStreamRate, "cut-stream-rate", 0, "fraction of streams dropped mid-way without [DONE]")
-	f.Int64Var(&cfg.Seed, "seed", 0, "seed for fault injection and unseeded sampling (0 = random)")
-	f.IntVar(&cfg.QueueFullStatus, "queue-full-status", 503, "status for requests beyond --max-queue: 503 or 429")
-	f.IntVar(&m.MaxNumSeqs, "max-num-seqs", d.MaxNumSeqs, "most sequences running at once")
-	f.IntVar(&m.MaxQueue, "max-queue", d.MaxQueue, "most requests waiting; 0 = unbounded")
-	f.IntVar(&m.MaxModelLen, "max-model-len", d.MaxModelLen, "context length (prompt + max_tokens)")
-	f.IntVar(&m.MaxNumBatchedTokens, "max-num-batched-tokens", d.MaxNumBatchedTokens, "token budget per step (chunked prefill); 0 = none")
-	f.DurationVar(&m.PrefillBase, "prefill-base", d.PrefillBase, "fixed cost of a step that prefills")
-	f.DurationVar(&m.PrefillPerToken, "prefill-per-token", d.PrefillPerToken, "cost per prompt token prefilled")
-	f.DurationVar(&m.DecodeBase, "decode-base", d.DecodeBase, "fixed cost of every step")
-	f.DurationVar(&m.DecodePerSeq, "decode-per-seq", d.DecodePerSeq, "extra step cost per sequence in the batch")
-	f.IntVar(&m.MeanOutputTokens, "mean-output-tokens", d.MeanOutputTokens, "mean length of a natural ending (without ignore_eos)")
-	f.IntVar(&m.EmbeddingDim, "embedding-dim", d.EmbeddingDim, "length of embedding vectors")
-	f.BoolVar(&m.Reasoning, "reasoning", false, "answer with reasoning_content first, as with --reasoning-parser (default: the preset's; qwen3-32b reasons)")
-	f.IntVar(&m.MeanReasoningTokens, "mean-reasoning-tokens", 192, "mean length of the reasoning of reasoning models")
-	f.Float64Var(&cfg.ToolCallRate, "tool-call-rate", 0, "fraction of tool_choice \"auto\" requests with tools answered by a tool call")
-	f.IntVar(&cfg.MaxParallelToolCalls, "max-parallel-tool-calls", 0, "allow up to this many calls per answer (unless parallel_tool_calls is false); 0 or 1 = one")
-	f.StringVar(&script, "script", "", "answer chat requests with the canned turns of this YAML or JSON file")
+	f.StringArrayVar(&models, "model", nil, "Served model name (repeat for several models, one engine each)")
+	f.StringVar(&listen, "listen", "127.0.0.1:8000", "Address to listen on")
+	f.StringVar(&preset, "preset", sim.DefaultPreset, "Preset for model names that match none")
+	f.BoolVar(&listAll, "list-presets", false, "Print the presets and exit")
+	f.StringVar(&cfg.APIKey, "api-key", "", "Require this API key on /v1 routes; when not given, $VLLM_API_KEY")
+	f.DurationVar(&cfg.StartupDelay, "startup-delay", 0, "Answer /health with 503 for this long, as if loading weights")
+	f.Float64Var(&cfg.Faults.Fail429Rate, "fail-429-rate", 0, "Fraction of requests answered with 429")
+	f.Float64Var(&cfg.Faults.Fail500Rate, "fail-500-rate", 0, "Fraction of requests answered with 500")
+	f.Float64Var(&cfg.Faults.CutStreamRate, "cut-stream-rate", 0, "Fraction of streams dropped mid-way without [DONE]")
+	f.Int64Var(&cfg.Seed, "seed", 0, "Seed for fault injection and unseeded sampling (0 = random)")
+	f.IntVar(&cfg.QueueFullStatus, "queue-full-status", 503, "Status for requests beyond --max-queue: 503 or 429")
+	f.IntVar(&m.MaxNumSeqs, "max-num-seqs", d.MaxNumSeqs, "Most sequences running at once")
+	f.IntVar(&m.MaxQueue, "max-queue", d.MaxQueue, "Most requests waiting; 0 = unbounded")
+	f.IntVar(&m.MaxModelLen, "max-model-len", d.MaxModelLen, "Context length (prompt + max_tokens)")
+	f.IntVar(&m.MaxNumBatchedTokens, "max-num-batched-tokens", d.MaxNumBatchedTokens, "Token budget per step (chunked prefill); 0 = none")
+	f.DurationVar(&m.PrefillBase, "prefill-base", d.PrefillBase, "Fixed cost of a step that prefills")
+	f.DurationVar(&m.PrefillPerToken, "prefill-per-token", d.PrefillPerToken, "Cost per prompt token prefilled")
+	f.DurationVar(&m.DecodeBase, "decode-base", d.DecodeBase, "Fixed cost of every step")
+	f.DurationVar(&m.DecodePerSeq, "decode-per-seq", d.DecodePerSeq, "Extra step cost per sequence in the batch")
+	f.IntVar(&m.MeanOutputTokens, "mean-output-tokens", d.MeanOutputTokens, "Mean length of a natural ending (without ignore_eos)")
+	f.IntVar(&m.EmbeddingDim, "embedding-dim", d.EmbeddingDim, "Length of embedding vectors")
+	f.BoolVar(&m.Reasoning, "reasoning", false, "Answer with reasoning_content first, as with --reasoning-parser; when not given, the preset's (qwen3-32b reasons)")
+	f.IntVar(&m.MeanReasoningTokens, "mean-reasoning-tokens", 192, "Mean length of the reasoning of reasoning models")
+	f.Float64Var(&cfg.ToolCallRate, "tool-call-rate", 0, "Fraction of tool_choice \"auto\" requests with tools answered by a tool call")
+	f.IntVar(&cfg.MaxParallelToolCalls, "max-parallel-tool-calls", 0, "Allow up to this many calls per answer (unless parallel_tool_calls is false); 0 or 1 = one")
+	f.StringVar(&script, "script", "", "Answer chat requests with the canned turns of this YAML or JSON file")
 	return cmd
 }
 

@@ -14,34 +14,39 @@ import (
 
 func newUsageCmd() *cobra.Command {
 	var d dbFlags
-	var since, until, by, key, model, format string
+	var since, until, by, keyID, model, format string
 	cmd := &cobra.Command{
 		Use:   "usage",
 		Short: "Show usage by key, model, backend or day: requests, errors, tokens, cost, p50/p95 latency",
-		Long: "Summarize the usage ledger from the local database, or from a running gateway with --url.\n" +
-			"Whole hours come from hourly rollups, so summaries stay fast on large ledgers; latency\n" +
-			"percentiles come from a histogram and are within about 5% of the exact value.",
+		Long: `Summarize the usage ledger. Like 'llmgate keys', it asks the running gateway (--url,
+else $LLMGATE_URL, else the config's listen address, else ` + defaultGatewayURL + `) with the
+master key from --master-key or $LLMGATE_MASTER_KEY, and reads the database file when
+no gateway answers (saying which file), or the one --database names.
+Whole hours come from hourly rollups, so summaries stay fast on large ledgers; latency
+percentiles come from a histogram and are within about 5% of the exact value.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if format != "table" && format != "json" && format != "csv" {
 				return fmt.Errorf("--format must be table, json or csv")
 			}
-			c, closeFn, err := d.client(cmd.Context())
+			c, closeFn, err := d.client(cmd.Context(), cmd.ErrOrStderr())
 			if err != nil {
 				return err
 			}
 			defer closeFn()
-			q := admin.UsageQuery{Since: since, Until: until, By: splitList(by), Key: key, Model: model}
+			q := admin.UsageQuery{Since: since, Until: until, By: splitList(by), Key: keyID, Model: model}
 			return printUsage(cmd.Context(), c, q, format, cmd.OutOrStdout())
 		},
 	}
-	d.register(cmd)
-	cmd.Flags().StringVar(&since, "since", "24h", "how far back: 24h, 7d, 90m, or an RFC 3339 time")
-	cmd.Flags().StringVar(&until, "until", "", "end of the range (default now): a duration back from now or an RFC 3339 time")
-	cmd.Flags().StringVar(&by, "by", "key,model", "group by: key, model, backend, day (comma-separated)")
-	cmd.Flags().StringVar(&key, "key", "", "only this key id")
-	cmd.Flags().StringVar(&model, "model", "", "only this model")
-	cmd.Flags().StringVar(&format, "format", "table", "table, json or csv")
+	d.register(cmd.Flags())
+	fl := cmd.Flags()
+	fl.StringVar(&since, "since", "24h", "How far back: 24h, 7d, 90m, or an RFC 3339 time")
+	fl.StringVar(&until, "until", "", "End of the range, a duration back from now or an RFC 3339 time; when not given, now")
+	fl.StringVar(&by, "by", "key,model", "Group by: key, model, backend, day (comma-separated)")
+	fl.StringVar(&keyID, "key-id", "", "Only this key id (as 'llmgate keys list' shows it)")
+	deprecatedAlias(fl, &keyID, "key", "key-id")
+	fl.StringVar(&model, "model", "", "Only this model")
+	fl.StringVar(&format, "format", "table", "Output format: table, json or csv")
 	return cmd
 }
 

@@ -35,6 +35,10 @@ type Options struct {
 	// change; other replicas pick it up by polling the key version.
 	Reload func(context.Context) error
 	Logger *slog.Logger
+	// KeyListHint ends the "no such key" message with where to find key
+	// ids; default "GET /admin/keys lists the ids" (the CLI on a database
+	// file says "llmgate keys list" instead).
+	KeyListHint string
 }
 
 // Handler serves /admin/keys and /admin/usage.
@@ -51,6 +55,9 @@ var Paths = []string{"/admin/keys", "/admin/keys/", "/admin/usage"}
 func New(opt Options) *Handler {
 	if opt.Logger == nil {
 		opt.Logger = slog.Default()
+	}
+	if opt.KeyListHint == "" {
+		opt.KeyListHint = "GET /admin/keys lists the ids"
 	}
 	h := &Handler{opt: opt, mux: http.NewServeMux(), now: time.Now}
 	h.mux.HandleFunc("GET /admin/keys", h.listKeys)
@@ -97,7 +104,7 @@ func badRequest(format string, args ...any) *apierror.Error {
 
 func (h *Handler) fail(w http.ResponseWriter, err error) {
 	if errors.Is(err, keys.ErrNotFound) {
-		err = apierror.New(http.StatusNotFound, apierror.KindNotFound, "key_not_found", "no such key (or it is revoked); GET /admin/keys lists the ids")
+		err = apierror.New(http.StatusNotFound, apierror.KindNotFound, "key_not_found", "no such key (or it is revoked); "+h.opt.KeyListHint)
 	}
 	var e *apierror.Error
 	if !errors.As(err, &e) {

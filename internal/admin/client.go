@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"strings"
 	"time"
@@ -21,6 +23,25 @@ type Client struct {
 	// MasterKey authenticates every call.
 	MasterKey string
 	HTTP      *http.Client
+	// local marks a client bound in process to a handler (NewLocalClient):
+	// its errors are the handler's messages alone, since there is no
+	// server, URL or HTTP status to speak of.
+	local bool
+}
+
+// NewLocalClient returns a client that serves its calls with h in
+// process, as the CLI does on a database file with no gateway running.
+func NewLocalClient(h http.Handler) *Client {
+	return &Client{BaseURL: "http://local", HTTP: &http.Client{Transport: handlerTransport{h}}, local: true}
+}
+
+// handlerTransport serves requests with a handler in process.
+type handlerTransport struct{ h http.Handler }
+
+func (t handlerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	rec := httptest.NewRecorder()
+	t.h.ServeHTTP(rec, r)
+	return rec.Result(), nil
 }
 
 // NewClient returns a client for the gateway at base.
@@ -63,6 +84,9 @@ func (c *Client) do(ctx context.Context, method, path string, body any, out any)
 			} `json:"error"`
 		}
 		if json.Unmarshal(data, &env) == nil && env.Error.Message != "" {
+			if c.local {
+				return errors.New(env.Error.Message)
+			}
 			return fmt.Errorf("admin API: %s (HTTP %d)", env.Error.Message, resp.StatusCode)
 		}
 		return fmt.Errorf("admin API: HTTP %d: %s", resp.StatusCode, strings.TrimSpace(string(data)))

@@ -67,6 +67,15 @@ func (t *Target) Backend() string {
 	return host
 }
 
+// StatusError is a server's answer other than 200, with the message of
+// its error body.
+type StatusError struct {
+	Status  int
+	Message string
+}
+
+func (e *StatusError) Error() string { return fmt.Sprintf("HTTP %d: %s", e.Status, e.Message) }
+
 // ListModels returns the model ids served at baseURL (GET {base}/models),
 // used when no model is named, as vLLM's bench does.
 func ListModels(ctx context.Context, baseURL, apiKey string) ([]string, error) {
@@ -88,7 +97,7 @@ func ListModels(ctx context.Context, baseURL, apiKey string) ([]string, error) {
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 2048))
-		return nil, fmt.Errorf("list models: HTTP %d: %s", resp.StatusCode, errorMessage(b))
+		return nil, fmt.Errorf("list models: %w", &StatusError{Status: resp.StatusCode, Message: errorMessage(b)})
 	}
 	var list struct {
 		Data []struct {

@@ -253,7 +253,7 @@ func (r *Request) TokenizeBody(upstreamModel string) (body []byte, ok bool) {
 		// translation requires; the tokenizer does not look at it.
 		m := *r.Messages
 		m.MaxTokens, m.Stream = 1, false
-		chat, err := translate.AnthropicToChat(&m)
+		chat, err := translate.AnthropicToChatWith(&m, r.chatOpts)
 		if err != nil {
 			return nil, false
 		}

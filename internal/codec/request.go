@@ -107,6 +107,9 @@ type Request struct {
 	// fitted: OutputLimit was lowered to fit the model's context; every
 	// limit field above it is rewritten to it.
 	fitted bool
+	// chatOpts shape the translation to chat (the model's reasoning
+	// mapping, where system messages go).
+	chatOpts translate.ChatOptions
 
 	hubOnce sync.Once
 	hub     *openai.ChatCompletionRequest
@@ -366,13 +369,13 @@ func (r *Request) Hub() (*openai.ChatCompletionRequest, error) {
 			}
 			r.hub = &c
 		case Messages:
-			r.hub, r.hubErr = translate.AnthropicToChat(r.Messages)
+			r.hub, r.hubErr = translate.AnthropicToChatWith(r.Messages, r.chatOpts)
 		case Responses:
 			in := r.ResponsesReq
 			if r.responsesIn != nil {
 				in = r.responsesIn
 			}
-			r.hub, r.hubErr = translate.ResponsesToChat(in)
+			r.hub, r.hubErr = translate.ResponsesToChatWith(in, r.chatOpts)
 		default:
 			r.hubErr = apierror.InvalidRequest("unsupported_endpoint", "%s requests cannot be translated", r.Dialect.Name())
 		}
@@ -402,11 +405,22 @@ func (r *Request) WithOutputLimit(n int) *Request {
 	return c
 }
 
+// WithChatOptions returns a copy of r translated to chat with the model's
+// options (r itself when they are the defaults, or nothing is translated).
+func (r *Request) WithChatOptions(o translate.ChatOptions) *Request {
+	if o == (translate.ChatOptions{}) || r.Dialect != Messages && r.Dialect != Responses && r.Dialect != CountTokens {
+		return r
+	}
+	c := r.clone()
+	c.chatOpts = o
+	return c
+}
+
 // clone copies the decoded request; derived forms are computed again.
 func (r *Request) clone() *Request {
 	return &Request{Dialect: r.Dialect, Body: r.Body, Model: r.Model, Stream: r.Stream, WantsUsage: r.WantsUsage,
 		OutputLimit: r.OutputLimit, Choices: r.Choices, AnthropicBeta: r.AnthropicBeta, fields: r.fields,
-		Messages: r.Messages, ResponsesReq: r.ResponsesReq, responsesIn: r.responsesIn, fitted: r.fitted}
+		Messages: r.Messages, ResponsesReq: r.ResponsesReq, responsesIn: r.responsesIn, fitted: r.fitted, chatOpts: r.chatOpts}
 }
 
 // PromptEstimate estimates the request's input tokens from its size (about

@@ -6,13 +6,10 @@ package config
 import (
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/url"
 	"os"
-	"regexp"
 	"sort"
 	"strings"
 	"time"
@@ -168,39 +165,15 @@ type Model struct {
 	// leaves after its prompt (default on); off, such a request is a 400
 	// naming the numbers.
 	FitOutputLimit *bool `yaml:"fit_output_limit"`
+	// Reasoning and SystemMessages shape the requests translated for the
+	// model (see translation.go).
+	Reasoning      *Reasoning `yaml:"reasoning"`
+	SystemMessages string     `yaml:"system_messages"`
 	line           int
 }
 
 // FitsOutput reports whether output limits are fitted to the context.
 func (m *Model) FitsOutput() bool { return m.FitOutputLimit == nil || *m.FitOutputLimit }
-
-// Duration is a time.Duration that reads "30s", "2m" or a number of seconds.
-type Duration time.Duration
-
-// UnmarshalYAML accepts Go duration strings and plain numbers of seconds.
-func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
-	var s string
-	if err := n.Decode(&s); err != nil {
-		return err
-	}
-	if v, err := time.ParseDuration(s); err == nil {
-		*d = Duration(v)
-		return nil
-	}
-	if days, ok := strings.CutSuffix(s, "d"); ok { // retention: 90d
-		var n float64
-		if _, err := fmt.Sscanf(days, "%g", &n); err == nil && n >= 0 {
-			*d = Duration(time.Duration(n * 24 * float64(time.Hour)))
-			return nil
-		}
-	}
-	var secs float64
-	if _, err := fmt.Sscanf(s, "%g", &secs); err == nil {
-		*d = Duration(time.Duration(secs * float64(time.Second)))
-		return nil
-	}
-	return fmt.Errorf("invalid duration %q: use a value like 30s, 2m or 90d", s)
-}
 
 // tlsSettingError names the backend setting at fault (".ca_file") and why.
 type tlsSettingError struct{ key, msg string }
@@ -284,19 +257,6 @@ func (e *LineError) Error() string {
 	return b.String()
 }
 
-var envRef = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)(:-([^}]*))?\}`)
-
-// ExpandEnv replaces ${NAME} and ${NAME:-default} using lookup.
-func ExpandEnv(s string, lookup func(string) (string, bool)) string {
-	return envRef.ReplaceAllStringFunc(s, func(m string) string {
-		sub := envRef.FindStringSubmatch(m)
-		if v, ok := lookup(sub[1]); ok && v != "" {
-			return v
-		}
-		return sub[3]
-	})
-}
-
 // Load reads, expands, defaults and validates a configuration. source names
 // the file in error messages.
 func Load(r io.Reader, source string) (*Config, error) {
@@ -309,10 +269,13 @@ func LoadWithEnv(r io.Reader, source string, lookup func(string) (string, bool))
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", source, err)
 	}
-	data = expandText(data, lookup)
+	data, err = expandText(data, source, lookup)
+	if err != nil {
+		return nil, err
+	}
 	var root yaml.Node
 	if err := yaml.Unmarshal(data, &root); err != nil {
-		return nil, &LineError{Source: source, Msg: strings.TrimPrefix(err.Error(), "yaml: ")}
+		return nil, syntaxError(data, err, source)
 	}
 	cfg := &Config{Source: source, lookup: lookup}
 	if len(root.Content) == 0 { // empty file
@@ -326,12 +289,11 @@ func LoadWithEnv(r io.Reader, source string, lookup func(string) (string, bool))
 	if err := checkKnownKeys(doc, source); err != nil {
 		return nil, err
 	}
+	if err := checkTypes(doc, source); err != nil {
+		return nil, err
+	}
 	if err := doc.Decode(cfg); err != nil {
-		var te *yaml.TypeError
-		if errors.As(err, &te) && len(te.Errors) > 0 {
-			return nil, &LineError{Source: source, Msg: te.Errors[0]}
-		}
-		return nil, &LineError{Source: source, Msg: err.Error()}
+		return nil, decodeError(err, source)
 	}
 	cfg.Source = source
 	cfg.lookup = lookup
@@ -344,49 +306,6 @@ func LoadWithEnv(r io.Reader, source string, lookup func(string) (string, bool))
 		return nil, err
 	}
 	return cfg, nil
-}
-
-// expandText expands ${ENV} references before YAML parsing, as Docker
-// Compose does, so that references work inside flow mappings like
-// "{api_key: ${KEY}}" where braces are YAML syntax. A reference that forms a
-// whole scalar is inserted as a double-quoted string, so values with YAML
-// special characters stay one string; values never contain newlines that
-// would shift line numbers, since quoting escapes them.
-func expandText(data []byte, lookup func(string) (string, bool)) []byte {
-	src := string(data)
-	var b strings.Builder
-	last := 0
-	for _, loc := range envRef.FindAllStringSubmatchIndex(src, -1) {
-		start, end := loc[0], loc[1]
-		if src[start:end] == PortPlaceholder {
-			continue // an engine's port, filled in when it starts
-		}
-		b.WriteString(src[last:start])
-		val := ExpandEnv(src[start:end], lookup)
-		if wholeScalar(src, start, end) {
-			q, _ := json.Marshal(val)
-			b.Write(q)
-		} else {
-			b.WriteString(strings.ReplaceAll(val, "\n", " "))
-		}
-		last = end
-	}
-	b.WriteString(src[last:])
-	return []byte(b.String())
-}
-
-// wholeScalar reports whether src[start:end] stands alone as a YAML value:
-// after "key: " or "- " and before a separator or the end of the line.
-func wholeScalar(src string, start, end int) bool {
-	before := strings.TrimRight(src[:start], " \t")
-	if !(strings.HasSuffix(before, ":") || strings.HasSuffix(before, "-") || strings.HasSuffix(before, "[") || strings.HasSuffix(before, ",")) {
-		return false
-	}
-	if start > 0 && src[start-1] != ' ' && src[start-1] != '[' && src[start-1] != ',' {
-		return false
-	}
-	rest := strings.TrimLeft(src[end:], " \t")
-	return rest == "" || strings.ContainsAny(rest[:1], ",}]#\r\n")
 }
 
 var knownKeys = map[string][]string{
@@ -597,6 +516,9 @@ func (c *Config) Validate() error {
 	for _, name := range sortedKeys(c.Models) {
 		m := c.Models[name]
 		key := "models." + name
+		if _, err := m.ChatOptions(); err != nil {
+			return le(m.line, key, "%v", err)
+		}
 		if len(m.Deployments) > 0 || m.Backend == "" {
 			if err := c.validateRouting(m, key, backendNames); err != nil {
 				return err

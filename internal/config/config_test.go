@@ -1,6 +1,7 @@
 package config
 
 import (
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -59,8 +60,8 @@ func TestLoad_ErrorsNameKeyAndLine(t *testing.T) {
 		{"missing url", "backends:\n  a: {api_key: k}\n", `x.yaml:2: backends.a.url: is required`},
 		{"bad scheme", "backends:\n  a: {url: 127.0.0.1:8000}\n", `backends.a.url: URL "127.0.0.1:8000" must start with http:// or https://`},
 		{"bad dialect", "backends:\n  a: {url: http://x, dialect: grpc}\n", `backends.a.dialect: must be openai or anthropic`},
-		{"yaml syntax", "backends:\n  a: {url: [\n", `x.yaml: `},
-		{"bad duration", "backends:\n  a: {url: http://x, timeout: soon}\n", `invalid duration "soon"`},
+		{"yaml syntax", "backends:\n  a: {url: [\n", `x.yaml:2: invalid YAML: `},
+		{"bad duration", "backends:\n  a: {url: http://x, timeout: soon}\n", `x.yaml:2: backends.a.timeout: "soon" is not a duration`},
 		{"bad socket_io", "socket_io: fast\n", `x.yaml:1: socket_io: must be raw or standard, not "fast"`},
 		{"bad http_server", "listen: 127.0.0.1:4000\nhttp_server: nginx\n", `x.yaml:2: http_server: must be builtin or stdlib, not "nginx"`},
 		{"negative responses_ttl", "listen: 127.0.0.1:4000\nresponses_ttl: -1h\n", `x.yaml:2: responses_ttl: must not be negative`},
@@ -117,8 +118,13 @@ func TestNormalizeBaseURL(t *testing.T) {
 
 func TestExpandEnv_DefaultsAndMissing(t *testing.T) {
 	lookup := env(map[string]string{"A": "1", "EMPTY": ""})
-	if got := ExpandEnv("${A}-${B:-two}-${EMPTY:-three}-${C}", lookup); got != "1-two-three-" {
-		t.Fatalf("got %q", got)
+	if got, err := ExpandEnv("${A}-${B:-two}-${EMPTY:-three}-${EMPTY}-${C:-}-$${A}", lookup); err != nil || got != "1-two-three---${A}" {
+		t.Fatalf("got %q, %v", got, err)
+	}
+	_, err := ExpandEnv("x ${C} y", lookup)
+	var unset *UnsetVarError
+	if !errors.As(err, &unset) || unset.Name != "C" {
+		t.Fatalf("unset ${C}: err = %v, want an UnsetVarError naming C", err)
 	}
 }
 

@@ -93,7 +93,7 @@ func (c *Command) UnmarshalYAML(n *yaml.Node) error {
 	}
 	args, err := SplitCommand(s)
 	if err != nil {
-		return fmt.Errorf("line %d: cmd: %v", n.Line, err)
+		return err
 	}
 	*c = args
 	return nil

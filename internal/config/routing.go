@@ -256,6 +256,10 @@ func checkNested(body *yaml.Node, kind, path, source string, check func(m *yaml.
 					return err
 				}
 			}
+		case kind == "model" && k.Value == "reasoning" && v.Kind == yaml.MappingNode:
+			if err := check(v, "reasoning", path+".reasoning"); err != nil {
+				return err
+			}
 		case kind == "backend" && k.Value == "health_check" && v.Kind == yaml.MappingNode:
 			if err := check(v, "health_check", path+".health_check"); err != nil {
 				return err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 
+	"llmgate/internal/server"
 	"llmgate/internal/usage"
 )
 
@@ -35,4 +36,27 @@ func (a accessLog) Observe(r usage.Record) {
 		}
 		a.log.LogAttrs(ctx, level, "request", attrs...)
 	}
+}
+
+// unrecorded writes the access line of a request without a ledger record
+// (refused before a model was resolved, a models list, an unknown route),
+// in the same shape.
+func (a accessLog) unrecorded(e server.AccessEntry) {
+	level := slog.LevelInfo
+	if e.Status >= 500 {
+		level = slog.LevelWarn
+	}
+	ctx := context.Background()
+	if !a.log.Enabled(ctx, level) {
+		return
+	}
+	attrs := []slog.Attr{
+		slog.String("request_id", e.RequestID), slog.String("key_id", e.KeyID), slog.String("method", e.Method),
+		slog.String("path", e.Path), slog.Int("status", e.Status),
+		slog.Float64("latency_ms", float64(e.Latency.Microseconds())/1000),
+	}
+	if e.Code != "" {
+		attrs = append(attrs, slog.String("error", e.Code))
+	}
+	a.log.LogAttrs(ctx, level, "request", attrs...)
 }

@@ -93,42 +93,63 @@ func OpenStore(ctx context.Context, database string) (store.Store, error) {
 }
 
 // Start opens everything and begins serving. Close stops it gracefully.
-func Start(ctx context.Context, opt Options) (*Gateway, error) {
+//
+// The listener is opened first: a gateway that cannot serve (port taken,
+// bad certificate) stops before it touches the database, so a master key
+// is generated, stored and shown only by a start that then serves.
+func Start(ctx context.Context, opt Options) (g *Gateway, err error) {
 	cfg := opt.Config
 	log := opt.Logger
 	if log == nil {
 		log = slog.Default()
 	}
+	var undo []func() // run in reverse when Start fails
+	defer func() {
+		if err != nil {
+			for i := len(undo) - 1; i >= 0; i-- {
+				undo[i]()
+			}
+		}
+	}()
+	var certs *certReloader
+	if cfg.TLSCertFile != "" {
+		if certs, err = newCertReloader(cfg.TLSCertFile, cfg.TLSKeyFile, log); err != nil {
+			return nil, err
+		}
+	}
+	ln := opt.Listener
+	if ln == nil {
+		if ln, err = net.Listen("tcp", cfg.Listen); err != nil {
+			return nil, fmt.Errorf("listen on %s: %w (is another llmgate or server using the port? set listen: in the config or --listen)", cfg.Listen, err)
+		}
+	}
+	undo = append(undo, func() { ln.Close() })
 	st, err := OpenStore(ctx, cfg.Database)
 	if err != nil {
 		return nil, err
 	}
-	g := &Gateway{Config: cfg, Store: st, log: log, served: make(chan error, 1)}
+	undo = append(undo, func() { st.Close() })
+	g = &Gateway{Config: cfg, Store: st, log: log, served: make(chan error, 1), ln: ln, Addr: ln.Addr().String()}
+	if certs != nil {
+		g.scheme = "https"
+	}
 	masterHash, err := ensureMaster(ctx, st, opt)
 	if err != nil {
-		st.Close()
 		return nil, err
 	}
-	g.Verifier, err = keys.NewVerifier(ctx, st, masterHash, log)
-	if err != nil {
-		st.Close()
+	if g.Verifier, err = keys.NewVerifier(ctx, st, masterHash, log); err != nil {
 		return nil, err
 	}
 	g.Ledger = usage.NewLedger(st, g.withSpool(opt.LedgerOptions), log)
+	undo = append(undo, func() { g.Ledger.Close(ctx) })
 	if err := g.startObservability(ctx, &opt); err != nil {
-		g.Ledger.Close(ctx)
-		st.Close()
 		return nil, err
 	}
 	if err := g.startAccounting(ctx, &opt); err != nil {
-		g.Ledger.Close(ctx)
-		st.Close()
 		return nil, err
 	}
-	g.Engines, err = engine.New(cfg, engine.Options{Logger: log})
-	if err != nil {
-		g.Ledger.Close(ctx)
-		st.Close()
+	undo = append(undo, g.stopAccounting)
+	if g.Engines, err = engine.New(cfg, engine.Options{Logger: log}); err != nil {
 		return nil, err
 	}
 	table := router.NewWithOptions(cfg, router.Options{Logger: log})
@@ -139,34 +160,14 @@ func Start(ctx context.Context, opt Options) (*Gateway, error) {
 	if on, ttl := cfg.ResponsesStorage(); on {
 		sopt.Responses, sopt.ResponsesTTL = g.Store, ttl
 	}
+	if cfg.AccessLogOn() {
+		sopt.AccessLog = accessLog{log: log}.unrecorded
+	}
 	g.Server = server.New(sopt)
 	engines := g.Engines.Handler(g.Server.Authenticate)
 	g.Server.Handle(engine.AdminPrefix, engines)
 	g.Server.Handle(engine.AdminPrefix+"/", engines)
 	g.mountAdmin()
-
-	var certs *certReloader
-	if cfg.TLSCertFile != "" {
-		if certs, err = newCertReloader(cfg.TLSCertFile, cfg.TLSKeyFile, log); err != nil {
-			g.stopAccounting()
-			g.Ledger.Close(ctx)
-			st.Close()
-			return nil, err
-		}
-		g.scheme = "https"
-	}
-	ln := opt.Listener
-	if ln == nil {
-		ln, err = net.Listen("tcp", cfg.Listen)
-		if err != nil {
-			g.stopAccounting()
-			g.Ledger.Close(ctx)
-			st.Close()
-			return nil, fmt.Errorf("listen on %s: %w (is another llmgate or server using the port? set listen: in the config or --listen)", cfg.Listen, err)
-		}
-	}
-	g.ln = ln
-	g.Addr = ln.Addr().String()
 	g.mountObservability()
 	rawio.SetEnabled(cfg.SocketIO != config.SocketIOStandard)
 	g.HTTP = newHTTPServer(cfg.HTTPServer, g.Server, log, certs)

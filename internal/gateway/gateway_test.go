@@ -382,7 +382,7 @@ func TestGateway_Errors(t *testing.T) {
 		{"bare key", "/v1/chat/completions", "", chatBody("qwen", false, ""), []string{"Authorization", testMaster}, 401, "authentication_error", []string{"bare key without the Bearer scheme"}},
 		{"unknown key", "/v1/chat/completions", "sk-lg-nope-nope-nope", chatBody("qwen", false, ""), nil, 401, "authentication_error", []string{"invalid API key", "llmgate keys create"}},
 		{"backend key used", "/v1/chat/completions", "sk-proj-abcdefghijkl", chatBody("qwen", false, ""), nil, 401, "authentication_error", []string{"a backend's own key does not work here"}},
-		{"unknown model", "/v1/chat/completions", testMaster, chatBody("qwne", false, ""), nil, 404, "invalid_request_error", []string{`model "qwne" is not served`, `did you mean "qwen"?`, "available models:"}},
+		{"unknown model", "/v1/chat/completions", testMaster, chatBody("qwne", false, ""), nil, 404, "invalid_request_error", []string{`model "qwne" is not served by this gateway; did you mean "qwen"? Available models: `}},
 		{"missing model", "/v1/chat/completions", testMaster, `{"messages":[]}`, nil, 400, "invalid_request_error", []string{`no "model" field`}},
 		{"v1 twice", "/v1/v1/chat/completions", testMaster, chatBody("qwen", false, ""), nil, 404, "invalid_request_error", []string{"/v1 twice", "base URL already ends in /v1"}},
 		{"no v1", "/chat/completions", testMaster, chatBody("qwen", false, ""), nil, 404, "invalid_request_error", []string{"lacks the /v1 prefix"}},
@@ -509,5 +509,36 @@ func TestGateway_MasterKeyGeneratedOnceAndOnlyHashStored(t *testing.T) {
 	}
 	if _, err := g2.Verifier.Verify(secret); err != nil {
 		t.Fatalf("master key lost across restart: %v", err)
+	}
+}
+
+// TestGateway_MasterKeyNotGeneratedWhenTheListenFails: with the port taken,
+// serve used to print "Generated master key (shown once)", store its hash
+// and then fail; the next successful start printed no key, and the key was
+// lost. Now nothing is generated until the listener is open.
+func TestGateway_MasterKeyNotGeneratedWhenTheListenFails(t *testing.T) {
+	t.Setenv("LLMGATE_MASTER_KEY", "")
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := &config.Config{Database: filepath.Join(t.TempDir(), "m.db"), Listen: taken.Addr().String()}
+	cfg.ApplyDefaults()
+	var notice bytes.Buffer
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	if _, err := Start(context.Background(), Options{Config: cfg, Notice: &notice, Logger: quiet}); err == nil || !strings.Contains(err.Error(), "listen on") {
+		t.Fatalf("start on a taken port: %v", err)
+	}
+	if notice.Len() != 0 {
+		t.Fatalf("a start that cannot serve printed: %q", notice.String())
+	}
+	taken.Close()
+	g, err := Start(context.Background(), Options{Config: cfg, Notice: &notice, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close(context.Background())
+	if !strings.Contains(notice.String(), "Generated master key") {
+		t.Fatalf("the first start that serves must print the new master key, printed: %q", notice.String())
 	}
 }

@@ -269,7 +269,9 @@ func spanNames(spans tracetest.SpanStubs) []string {
 	return out
 }
 
-func TestAccessLog_OneJSONLinePerRequestWithRequestIDModelAndTokens(t *testing.T) {
+// loggedGW starts a gateway in front of a fake vLLM whose log (JSON) is
+// kept; read it with mu held once the gateway is closed.
+func loggedGW(t *testing.T) (*env, *sync.Mutex, *strings.Builder) {
 	up := newFakeVLLM(t)
 	cfg, err := config.Load(strings.NewReader(fmt.Sprintf("backends:\n  vllm: {url: %s}\nmodels:\n  qwen: {backend: vllm, upstream_model: up-a}\n", up.URL)), "test.yaml")
 	if err != nil {
@@ -277,15 +279,19 @@ func TestAccessLog_OneJSONLinePerRequestWithRequestIDModelAndTokens(t *testing.T
 	}
 	cfg.Database = filepath.Join(t.TempDir(), "llmgate.db")
 	cfg.Listen = "127.0.0.1:0"
-	var mu sync.Mutex
-	var buf strings.Builder
+	mu, buf := &sync.Mutex{}, &strings.Builder{}
 	w := writerFunc(func(p []byte) (int, error) { mu.Lock(); defer mu.Unlock(); return buf.Write(p) })
 	g, err := Start(context.Background(), Options{Config: cfg, MasterKey: testMaster, Logger: slog.New(slog.NewJSONHandler(w, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer g.Close(context.Background())
-	e := &env{t: t, g: g, base: g.URL()}
+	t.Cleanup(func() { g.Close(context.Background()) })
+	return &env{t: t, g: g, base: g.URL()}, mu, buf
+}
+
+func TestAccessLog_OneJSONLinePerRequestWithRequestIDModelAndTokens(t *testing.T) {
+	e, mu, buf := loggedGW(t)
+	g := e.g
 	if r := e.do(http.MethodPost, "/v1/chat/completions", testMaster, chatBody("qwen", false, ""), "X-Request-Id", "log-test-1"); r.status != 200 {
 		t.Fatalf("chat: %d %s", r.status, r.body)
 	}
@@ -332,5 +338,56 @@ func TestMetrics_LimiterRefusalsAreCounted(t *testing.T) {
 	}
 	if v := sample(e.scrape(), "llmgate_limiter_refusals_total", map[string]string{"status": "429"}); v < 1 {
 		t.Fatalf("llmgate_limiter_refusals_total{status=429} = %v after a refusal, want >= 1", v)
+	}
+}
+
+// TestAccessLog_RequestsRefusedBeforeRoutingAreLoggedToo: a 401, an
+// unknown model and an unknown route (404), invalid JSON (400) and a wrong
+// method (405) each get one line with the status, the reason code and the
+// key id ("none" before a key was verified), never the key.
+func TestAccessLog_RequestsRefusedBeforeRoutingAreLoggedToo(t *testing.T) {
+	e, mu, buf := loggedGW(t)
+	g := e.g
+	const badKey = "sk-lg-not-a-key-at-all-123"
+	e.do(http.MethodPost, "/v1/chat/completions", badKey, chatBody("qwen", false, ""), "X-Request-Id", "al-401")
+	e.do(http.MethodPost, "/v1/chat/completions", testMaster, chatBody("nope", false, ""), "X-Request-Id", "al-404-model")
+	e.do(http.MethodPost, "/v1/chat/completions", testMaster, `{"model":"qwen",,}`, "X-Request-Id", "al-400")
+	e.do(http.MethodGet, "/v1/chat/completions", testMaster, "", "X-Request-Id", "al-405")
+	e.do(http.MethodPost, "/v1/v1/chat/completions", testMaster, "{}", "X-Request-Id", "al-404-route")
+	if err := g.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	lines := map[string]string{}
+	for _, l := range strings.Split(buf.String(), "\n") {
+		if strings.Contains(l, `"msg":"request"`) {
+			for _, id := range []string{"al-401", "al-404-model", "al-400", "al-405", "al-404-route"} {
+				if strings.Contains(l, `"request_id":"`+id+`"`) {
+					lines[id] += l
+				}
+			}
+		}
+	}
+	for id, want := range map[string][]string{
+		"al-401":       {`"status":401`, `"error":"invalid_api_key"`, `"key_id":"none"`},
+		"al-404-model": {`"status":404`, `"error":"model_not_found"`, `"key_id":"master"`},
+		"al-400":       {`"status":400`, `"error":"invalid_json"`, `"key_id":"master"`},
+		"al-405":       {`"status":405`, `"error":"method_not_allowed"`},
+		"al-404-route": {`"status":404`, `"error":"unknown_route"`, `"path":"/v1/v1/chat/completions"`},
+	} {
+		line := lines[id]
+		if strings.Count(line, `"msg":"request"`) != 1 {
+			t.Errorf("%s: want one access line, got %q", id, line)
+			continue
+		}
+		for _, w := range want {
+			if !strings.Contains(line, w) {
+				t.Errorf("%s: access line %q lacks %s", id, line, w)
+			}
+		}
+		if strings.Contains(line, badKey) || strings.Contains(line, testMaster) {
+			t.Errorf("%s: a key leaked into the log: %s", id, line)
+		}
 	}
 }

@@ -73,8 +73,13 @@ func (e *contextEngine) last() map[string]any {
 	return e.bodies[len(e.bodies)-1]
 }
 
-// fitRelay serves one model through a relay that knows context lengths.
+// fitRelay serves model m through a relay that knows context lengths.
 func fitRelay(t *testing.T, modelYAML string) (*httptest.Server, *recAdmission, *recLedger) {
+	return fitRelayModels(t, modelYAML)
+}
+
+// fitRelayModels is fitRelay for a config with several models.
+func fitRelayModels(t *testing.T, modelYAML string) (*httptest.Server, *recAdmission, *recLedger) {
 	cfg, err := config.Load(strings.NewReader(modelYAML), "fit.yaml")
 	if err != nil {
 		t.Fatal(err)
@@ -82,8 +87,10 @@ func fitRelay(t *testing.T, modelYAML string) (*httptest.Server, *recAdmission, 
 	table := router.NewWithOptions(cfg, router.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	t.Cleanup(table.Close)
 	learner := ctxlen.New()
-	r, _ := table.Route("m")
-	learner.Lookup(context.Background(), r.ContextWindow, r.Deployments[0].Backend, r.Deployments[0].UpstreamModel) // as the gateway does at start
+	for _, name := range table.Models() { // as the gateway does at start
+		r, _ := table.Route(name)
+		learner.Lookup(context.Background(), r.ContextWindow, r.Deployments[0].Backend, r.Deployments[0].UpstreamModel)
+	}
 	adm, led := &recAdmission{}, &recLedger{}
 	rl := relay.New(relay.Options{Ledger: led, Admission: adm, Contexts: learner, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	paths := map[string]codec.Dialect{}
@@ -214,5 +221,30 @@ func TestFit_AnthropicBackendWithAConfiguredContext(t *testing.T) {
 	defer mu.Unlock()
 	if v, _ := got["max_tokens"].(float64); v <= 0 || v >= 2000 {
 		t.Fatalf("the backend got max_tokens %v, want it fitted below 2000", got["max_tokens"])
+	}
+}
+
+// TestTranslate_ModelReasoningSettingReachesTheBackend: a model configured
+// with a reasoning preset gets the client's thinking request in the
+// engine's own parameter; one without gets nothing extra.
+func TestTranslate_ModelReasoningSettingReachesTheBackend(t *testing.T) {
+	eng := newContextEngine(t, "none", 10)
+	srv, _, _ := fitRelayModels(t, fmt.Sprintf("backends:\n  e: {url: %s/v1}\nmodels:\n  m: {backend: e, reasoning: {preset: qwen3}}\n  plain: {backend: e}\n", eng.URL))
+	for _, tc := range []struct {
+		model, thinking string
+		want            any
+	}{
+		{"m", `{"type":"disabled"}`, false},
+		{"m", `{"type":"enabled","budget_tokens":2048}`, true},
+		{"plain", `{"type":"disabled"}`, nil},
+	} {
+		body := fmt.Sprintf(`{"model":%q,"max_tokens":100,"thinking":%s,"messages":[{"role":"system","content":"be brief"},{"role":"user","content":"hi"}]}`, tc.model, tc.thinking)
+		if status, _, resp := post(t, srv.URL+"/v1/messages", body); status != 200 {
+			t.Fatalf("%s: %d %s", tc.model, status, resp)
+		}
+		kw, _ := eng.last()["chat_template_kwargs"].(map[string]any)
+		if got := kw["enable_thinking"]; got != tc.want {
+			t.Errorf("%s thinking %s: backend got chat_template_kwargs %v, want enable_thinking=%v", tc.model, tc.thinking, eng.last()["chat_template_kwargs"], tc.want)
+		}
 	}
 }

@@ -79,7 +79,13 @@ type Call struct {
 
 	settled atomic.Bool  // the record was written
 	rec     usage.Record // the record, once settled
+	refused string       // the error code of a refusal without a record
 }
+
+// Recorded reports whether the request has its ledger record; when not
+// (it was refused before a model was resolved), refusal is the error code
+// the client got.
+func (c *Call) Recorded() (recorded bool, refusal string) { return c.settled.Load(), c.refused }
 
 // Result is the outcome of one attempt, returned by value; the request's
 // record is built from the result of its last attempt.
@@ -168,6 +174,7 @@ func (rl *Relay) resolve(ctx context.Context, w http.ResponseWriter, c *Call) er
 		return err
 	}
 	c.route = route
+	c.Req = c.Req.WithChatOptions(route.Chat)
 	prompt := c.Req.PromptEstimate()
 	if c.Req.Dialect == codec.Responses && rl.opt.Responses != nil {
 		extra, err := rl.prepareResponses(ctx, c)
@@ -236,6 +243,7 @@ func (rl *Relay) refuse(w http.ResponseWriter, c *Call, err error) {
 	if c.route != nil {
 		rl.settle(c, res)
 	}
+	c.refused = res.Err.Code
 	codec.WriteError(c.Req.Dialect, w, res.Err)
 	rl.observe(c)
 }

@@ -20,6 +20,7 @@ import (
 	"llmgate/internal/apierror"
 	"llmgate/internal/config"
 	"llmgate/internal/provider"
+	"llmgate/internal/translate"
 )
 
 // Deployment is one place a public model is served: a backend and the model
@@ -58,8 +59,11 @@ type Route struct {
 	// the backend); FitOutput lowers output limits that do not fit it.
 	ContextWindow int
 	FitOutput     bool
-	fallbacks     []*Route
-	dialects      []string
+	// Chat shapes the requests translated for the model (reasoning
+	// mapping, system messages).
+	Chat      translate.ChatOptions
+	fallbacks []*Route
+	dialects  []string
 }
 
 // Dialects returns the distinct backend dialects of the route's
@@ -167,6 +171,7 @@ func NewWithOptions(cfg *config.Config, opt Options) *Table {
 	}
 	for name, m := range cfg.Models {
 		r := &Route{Model: name, Fallbacks: m.Fallbacks, Balancing: m.Balancing, ContextWindow: m.ContextWindow, FitOutput: m.FitsOutput()}
+		r.Chat, _ = m.ChatOptions() // validated with the config
 		deps := m.Deployments
 		if len(deps) == 0 && m.Backend != "" { // a config that skipped ApplyDefaults
 			deps = []*config.Deployment{{Backend: m.Backend, UpstreamModel: m.UpstreamModel, Weight: 1}}
@@ -300,26 +305,33 @@ func (t *Table) NotFoundFor(model string, allowed func(string) bool) error {
 			}
 		}
 	}
+	// One sentence in clauses joined by "; ", except that after a
+	// question the next clause starts a new sentence:
+	// model "qwne" is not served by this gateway; did you mean "qwen"? Available models: …
 	var msg strings.Builder
 	if model == "" {
 		msg.WriteString(`the request has no "model" field; `)
 	} else {
-		fmt.Fprintf(&msg, "model %q is not served by this gateway", model)
+		fmt.Fprintf(&msg, "model %q is not served by this gateway; ", model)
 		if near := config.Nearest(model, names); near != "" {
-			fmt.Fprintf(&msg, "; did you mean %q?", near)
+			fmt.Fprintf(&msg, "did you mean %q? ", near)
 		}
-		msg.WriteString(" ")
 	}
+	var rest string
 	switch {
 	case len(names) == 0 && allowed != nil:
-		msg.WriteString("this API key may use none of the models served here: ask the gateway admin to widen its model list")
+		rest = "this API key may use none of the models served here: ask the gateway admin to widen its model list"
 	case len(names) == 0:
-		msg.WriteString("no models are configured: add a backend and models to the config file (see llmgate serve --help)")
+		rest = "no models are configured: add a backend and models to the config file (see llmgate serve --help)"
 	case len(names) <= 20:
-		fmt.Fprintf(&msg, "available models: %s", strings.Join(names, ", "))
+		rest = "available models: " + strings.Join(names, ", ")
 	default:
-		fmt.Fprintf(&msg, "available models include: %s, … (GET /v1/models lists all %d)", strings.Join(names[:20], ", "), len(names))
+		rest = fmt.Sprintf("available models include: %s, … (GET /v1/models lists all %d)", strings.Join(names[:20], ", "), len(names))
 	}
+	if strings.HasSuffix(msg.String(), "? ") {
+		rest = strings.ToUpper(rest[:1]) + rest[1:]
+	}
+	msg.WriteString(rest)
 	status, code := http.StatusNotFound, "model_not_found"
 	if model == "" {
 		status, code = http.StatusBadRequest, "missing_model"

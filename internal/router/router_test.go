@@ -2,6 +2,7 @@ package router
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"net/http"
@@ -464,5 +465,26 @@ func TestBreaker_YAMLSettingsTakeEffect(t *testing.T) {
 	}
 	if len(s.calls) != 30 {
 		t.Fatalf("breaker disabled: %d of 30 requests reached the backend, want all", len(s.calls))
+	}
+}
+
+func TestNotFoundFor_MessageIsPunctuatedSentences(t *testing.T) {
+	tb, _ := table(t, threeBackends+"models:\n  qwen: {backend: a}\n  llama: {backend: b}\n")
+	cases := []struct {
+		model   string
+		allowed func(string) bool
+		want    string
+	}{
+		{"qwne", nil, `model "qwne" is not served by this gateway; did you mean "qwen"? Available models: llama, qwen`},
+		{"mistral-large", nil, `model "mistral-large" is not served by this gateway; available models: llama, qwen`},
+		{"", nil, `the request has no "model" field; available models: llama, qwen`},
+		{"gpt-4", func(string) bool { return false }, `model "gpt-4" is not served by this gateway; this API key may use none of the models served here: ask the gateway admin to widen its model list`},
+	}
+	for _, c := range cases {
+		err := tb.NotFoundFor(c.model, c.allowed)
+		var e *apierror.Error
+		if !errors.As(err, &e) || e.Message != c.want {
+			t.Errorf("NotFoundFor(%q):\n got  %v\n want %s", c.model, err, c.want)
+		}
 	}
 }

@@ -126,6 +126,7 @@ func anthropicRequest(r *http.Request) bool { return r.Header.Get("Anthropic-Ver
 
 // modelsError renders a models error in the envelope of the client's API.
 func (s *Server) modelsError(w http.ResponseWriter, r *http.Request, err error) {
+	refused(w, err)
 	if anthropicRequest(r) {
 		anthropic.WriteError(w, err)
 		return
@@ -215,6 +216,9 @@ func (s *Server) anthropicModelList(w http.ResponseWriter, r *http.Request, rout
 func (s *Server) handleNotFound(w http.ResponseWriter, r *http.Request) {
 	p := r.URL.Path
 	host := "http://" + r.Host
+	if r.TLS != nil {
+		host = "https://" + r.Host
+	}
 	var msg string
 	switch {
 	case strings.Contains(p, "/v1/v1"):
@@ -223,11 +227,16 @@ func (s *Server) handleNotFound(w http.ResponseWriter, r *http.Request) {
 	case knownSuffix(p) != "":
 		msg = fmt.Sprintf("no route %s: the path lacks the /v1 prefix; set the client's base URL to %s/v1 (the endpoint is %s)", p, host, "/v1"+knownSuffix(p))
 	case p == "/" || p == "":
-		msg = fmt.Sprintf("this is llmgate; the OpenAI-compatible API is at %s/v1 (POST /v1/chat/completions, GET /v1/models)", host)
+		msg = fmt.Sprintf("this is llmgate: the OpenAI-compatible API is at %s/v1 (POST /v1/chat/completions, GET /v1/models), the Anthropic Messages API at %s/v1/messages", host, host)
+		if s.console {
+			msg += fmt.Sprintf(", and the web console at %s/ui/", host)
+		}
 	default:
 		msg = fmt.Sprintf("no route %s %s: llmgate serves POST /v1/chat/completions, /v1/completions, /v1/embeddings, /v1/rerank, /v1/messages, /v1/responses and GET /v1/models under %s/v1", r.Method, p, host)
 	}
-	openai.WriteError(w, apierror.New(http.StatusNotFound, apierror.KindNotFound, "unknown_route", msg))
+	e := apierror.New(http.StatusNotFound, apierror.KindNotFound, "unknown_route", msg)
+	refused(w, e)
+	openai.WriteError(w, e)
 }
 
 var endpointSuffixes = []string{"/chat/completions", "/completions", "/embeddings", "/rerank", "/models", "/messages", "/responses"}

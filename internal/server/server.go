@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -53,20 +54,39 @@ type Options struct {
 	// Contexts knows the models' context lengths (output limits are
 	// fitted to them, /v1/models lists them).
 	Contexts *ctxlen.Learner
+	// AccessLog, when set, is called for every request that leaves no
+	// ledger record (those with one reach the Observer): a refusal before
+	// a model was resolved (401, 404, 400, 405), a models list, an unknown
+	// route. Health checks, /metrics and the console's files are not
+	// included.
+	AccessLog func(AccessEntry)
+}
+
+// AccessEntry is what the access log says of a request without a ledger
+// record. KeyID is "none" before a key was verified; the key itself is
+// never included.
+type AccessEntry struct {
+	Method, Path, RequestID string
+	Status                  int
+	Code                    string // the error code, for a refusal
+	KeyID                   string
+	Latency                 time.Duration
 }
 
 // Server serves the gateway API.
 type Server struct {
-	table    atomic.Pointer[router.Table]
-	verifier *keys.Verifier
-	log      *slog.Logger
-	maxBody  int64
-	ready    func() error
-	mux      *http.ServeMux
-	handler  http.Handler
-	relay    *relay.Relay
-	contexts *ctxlen.Learner
-	started  time.Time
+	table     atomic.Pointer[router.Table]
+	verifier  *keys.Verifier
+	log       *slog.Logger
+	maxBody   int64
+	ready     func() error
+	mux       *http.ServeMux
+	handler   http.Handler
+	relay     *relay.Relay
+	contexts  *ctxlen.Learner
+	accessLog func(AccessEntry)
+	console   bool // the web console is mounted at /ui/
+	started   time.Time
 
 	idPrefix string
 	idSeq    atomic.Uint64
@@ -82,7 +102,7 @@ func New(opt Options) *Server {
 	}
 	var rb [4]byte
 	_, _ = rand.Read(rb[:])
-	s := &Server{verifier: opt.Verifier, log: opt.Logger, maxBody: opt.MaxBodyBytes, contexts: opt.Contexts,
+	s := &Server{verifier: opt.Verifier, log: opt.Logger, maxBody: opt.MaxBodyBytes, contexts: opt.Contexts, accessLog: opt.AccessLog,
 		ready: opt.Ready, started: time.Now(), idPrefix: "req_" + hex.EncodeToString(rb[:]) + "_"}
 	s.table.Store(opt.Table)
 	var responses *respstore.Store
@@ -93,6 +113,9 @@ func New(opt Options) *Server {
 		Responses: responses, Contexts: opt.Contexts, Logger: opt.Logger})
 	s.routes(responses)
 	s.handler = http.Handler(s.mux)
+	if s.accessLog != nil {
+		s.handler = s.logUnrecorded(s.handler)
+	}
 	for i := len(opt.Middleware) - 1; i >= 0; i-- {
 		s.handler = opt.Middleware[i](s.handler)
 	}
@@ -122,7 +145,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // Handle mounts an extra handler (admin API, console, metrics) on the
 // server's mux. Call it before serving.
-func (s *Server) Handle(pattern string, h http.Handler) { s.mux.Handle(pattern, h) }
+func (s *Server) Handle(pattern string, h http.Handler) {
+	if strings.HasPrefix(pattern, "/ui") {
+		s.console = true // GET / points to it
+	}
+	s.mux.Handle(pattern, h)
+}
 
 // Authenticate exposes the gateway's key check to mounted handlers.
 func (s *Server) Authenticate(r *http.Request) (keys.Principal, error) { return s.authenticate(r) }
@@ -172,14 +200,20 @@ func (s *Server) endpoint(method string, dialect func(*http.Request) codec.Diale
 		d := dialect(r)
 		if r.Method != method {
 			w.Header().Set("Allow", method)
-			codec.WriteError(d, w, apierror.Newf(http.StatusMethodNotAllowed, apierror.KindInvalidRequest, "method_not_allowed",
-				"%s %s is not supported: use %s", r.Method, r.URL.Path, method))
+			e := apierror.Newf(http.StatusMethodNotAllowed, apierror.KindInvalidRequest, "method_not_allowed",
+				"%s %s is not supported: use %s", r.Method, r.URL.Path, method)
+			refused(w, e)
+			codec.WriteError(d, w, e)
 			return
 		}
 		p, err := s.authenticate(r)
 		if err != nil {
+			refused(w, err)
 			codec.WriteError(d, w, err)
 			return
+		}
+		if aw, ok := w.(*accessWriter); ok {
+			aw.keyID = p.KeyID()
 		}
 		h(w, r, p)
 	})
@@ -188,8 +222,7 @@ func (s *Server) endpoint(method string, dialect func(*http.Request) codec.Diale
 // serveModel reads, decodes and relays a request of dialect d.
 func (s *Server) serveModel(d codec.Dialect) func(http.ResponseWriter, *http.Request, keys.Principal) {
 	return func(w http.ResponseWriter, r *http.Request, p keys.Principal) {
-		c := &relay.Call{ID: s.requestID(r), Start: time.Now(), Principal: p, Table: s.Table()}
-		w.Header()["X-Request-Id"] = []string{c.ID}
+		c := &relay.Call{ID: s.idOf(w, r), Start: time.Now(), Principal: p, Table: s.Table()}
 		buf := getBuf()
 		defer putBuf(buf) // after the relay: the request value points into it
 		err := s.readBody(w, r, buf)
@@ -197,6 +230,7 @@ func (s *Server) serveModel(d codec.Dialect) func(http.ResponseWriter, *http.Req
 			c.Req, err = codec.Decode(d, buf.Bytes())
 		}
 		if err != nil {
+			refused(w, err)
 			codec.WriteError(d, w, err)
 			return
 		}
@@ -204,6 +238,9 @@ func (s *Server) serveModel(d codec.Dialect) func(http.ResponseWriter, *http.Req
 			c.Req.AnthropicBeta = r.Header.Get("Anthropic-Beta")
 		}
 		s.relay.Serve(w, r, c)
+		if aw, ok := w.(*accessWriter); ok {
+			aw.recorded, aw.code = c.Recorded()
+		}
 	}
 }
 
@@ -245,6 +282,18 @@ func tooLarge(limit int64) error {
 		"request body is larger than the gateway's limit of %d MiB: send a smaller request, or raise max_body_bytes in the config", limit>>20)
 }
 
+// idOf returns the request's id, set on the answer's X-Request-Id the
+// first time it is asked for.
+func (s *Server) idOf(w http.ResponseWriter, r *http.Request) string {
+	h := w.Header()
+	if v := h["X-Request-Id"]; len(v) == 1 {
+		return v[0]
+	}
+	id := s.requestID(r)
+	h["X-Request-Id"] = []string{id}
+	return id
+}
+
 // requestID returns the client's x-request-id when it is sane, else a new one.
 func (s *Server) requestID(r *http.Request) string {
 	if id := r.Header.Get("X-Request-Id"); id != "" && len(id) <= 128 && printable(id) {
@@ -280,4 +329,66 @@ func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "application/json")
 	_, _ = w.Write([]byte(`{"status":"ready"}`))
+}
+
+// accessWriter notes what the access log says of a request that leaves no
+// ledger record.
+type accessWriter struct {
+	http.ResponseWriter
+	status   int
+	code     string
+	keyID    string
+	recorded bool // the relay settled a record: the Observer logs it
+}
+
+func (a *accessWriter) WriteHeader(status int) {
+	if a.status == 0 {
+		a.status = status
+	}
+	a.ResponseWriter.WriteHeader(status)
+}
+
+func (a *accessWriter) Write(b []byte) (int, error) {
+	if a.status == 0 {
+		a.status = http.StatusOK
+	}
+	return a.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach the server's writer.
+func (a *accessWriter) Unwrap() http.ResponseWriter { return a.ResponseWriter }
+
+// refused notes the error code of a refusal for the access log.
+func refused(w http.ResponseWriter, err error) {
+	if aw, ok := w.(*accessWriter); ok {
+		aw.code = apierror.From(err).Code
+	}
+}
+
+// quietPaths are not access-logged: probes and scrapes every few seconds.
+func quietPath(p string) bool {
+	return p == "/healthz" || p == "/readyz" || p == "/metrics" || strings.HasPrefix(p, "/ui/") || p == "/ui"
+}
+
+// logUnrecorded gives every request without a ledger record its access
+// log line.
+func (s *Server) logUnrecorded(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if quietPath(r.URL.Path) {
+			next.ServeHTTP(w, r)
+			return
+		}
+		start := time.Now()
+		id := s.idOf(w, r)
+		aw := &accessWriter{ResponseWriter: w, keyID: "none"}
+		next.ServeHTTP(aw, r)
+		if aw.recorded {
+			return
+		}
+		if aw.status == 0 {
+			aw.status = http.StatusOK
+		}
+		s.accessLog(AccessEntry{Method: r.Method, Path: r.URL.Path, RequestID: id, Status: aw.status,
+			Code: aw.code, KeyID: aw.keyID, Latency: time.Since(start)})
+	})
 }

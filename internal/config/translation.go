@@ -1,0 +1,68 @@
+package config
+
+import (
+	"fmt"
+	"strings"
+
+	"llmgate/internal/translate"
+)
+
+// Reasoning tells how a model takes a client's thinking request (Anthropic
+// thinking / output_config.effort, Responses reasoning.effort) on a chat
+// backend: a preset named after vLLM's --reasoning-parser, or the request
+// fields themselves. Without it a model gets no extra parameters.
+type Reasoning struct {
+	Preset      string `yaml:"preset"`       // qwen3, glm45, deepseek_v3, granite, gpt_oss
+	Switch      string `yaml:"switch"`       // e.g. chat_template_kwargs.enable_thinking
+	Effort      string `yaml:"effort"`       // e.g. reasoning_effort
+	Budget      string `yaml:"budget"`       // a field taking a token budget
+	DropHistory bool   `yaml:"drop_history"` // leave earlier turns' reasoning out
+}
+
+// Values of system_messages.
+const (
+	SystemMessagesMerge   = "merge"
+	SystemMessagesInPlace = "in_place"
+)
+
+func init() {
+	knownKeys["model"] = append(knownKeys["model"], "reasoning", "system_messages")
+	knownKeys["reasoning"] = []string{"preset", "switch", "effort", "budget", "drop_history"}
+}
+
+// ChatOptions are the options a model's translated requests are built
+// with: its reasoning mapping and where system messages go.
+func (m *Model) ChatOptions() (translate.ChatOptions, error) {
+	var o translate.ChatOptions
+	switch m.SystemMessages {
+	case "", SystemMessagesMerge:
+	case SystemMessagesInPlace:
+		o.SystemInPlace = true
+	default:
+		return o, fmt.Errorf("system_messages must be %s or %s, not %q", SystemMessagesMerge, SystemMessagesInPlace, m.SystemMessages)
+	}
+	r := m.Reasoning
+	if r == nil {
+		return o, nil
+	}
+	if r.Preset != "" {
+		p, ok := translate.ReasoningPreset(r.Preset)
+		if !ok {
+			return o, fmt.Errorf("reasoning.preset %q is not known: use one of %s, or set switch/effort/budget", r.Preset, strings.Join(translate.ReasoningPresetNames(), ", "))
+		}
+		o.Reasoning = p
+	}
+	for _, f := range []struct {
+		v   string
+		dst *string
+	}{{r.Switch, &o.Reasoning.Switch}, {r.Effort, &o.Reasoning.Effort}, {r.Budget, &o.Reasoning.Budget}} {
+		if f.v != "" {
+			*f.dst = f.v // explicit paths override the preset's
+		}
+	}
+	o.Reasoning.DropHistory = o.Reasoning.DropHistory || r.DropHistory
+	if err := o.Reasoning.Validate(); err != nil {
+		return o, fmt.Errorf("reasoning: %w", err)
+	}
+	return o, nil
+}
