@@ -52,7 +52,14 @@ type Learner struct {
 	now func() time.Time
 
 	mu    sync.Mutex
-	cache map[string]*entry
+	cache map[key]*entry
+}
+
+// key names a deployment: a backend (kept across reloads while its
+// settings stay) and the model name it serves.
+type key struct {
+	b        *provider.Backend
+	upstream string
 }
 
 type entry struct {
@@ -63,7 +70,7 @@ type entry struct {
 
 // New returns a Learner.
 func New() *Learner {
-	return &Learner{now: time.Now, cache: map[string]*entry{}}
+	return &Learner{now: time.Now, cache: map[key]*entry{}}
 }
 
 // Lookup returns the context length of a model served by b as upstream:
@@ -77,10 +84,10 @@ func (l *Learner) Lookup(ctx context.Context, configured int, b *provider.Backen
 	if b == nil || b.Dialect == config.DialectAnthropic {
 		return Length{} // Anthropic's API lists no context lengths: configure context_window
 	}
-	key := b.Name + "\x00" + b.BaseURL + "\x00" + upstream
+	k := key{b, upstream}
 	for {
 		l.mu.Lock()
-		e := l.cache[key]
+		e := l.cache[k]
 		now := l.now()
 		if e != nil && e.once == nil && now.Before(e.until) {
 			l.mu.Unlock()
@@ -97,7 +104,7 @@ func (l *Learner) Lookup(ctx context.Context, configured int, b *provider.Backen
 			}
 		}
 		e = &entry{once: make(chan struct{})}
-		l.cache[key] = e
+		l.cache[k] = e
 		l.mu.Unlock()
 
 		got := fetch(ctx, b, upstream)
@@ -121,9 +128,8 @@ func (l *Learner) Learn(configured int, b *provider.Backend, upstream string) {
 	if configured > 0 || b == nil || b.Dialect == config.DialectAnthropic {
 		return
 	}
-	key := b.Name + "\x00" + b.BaseURL + "\x00" + upstream
 	l.mu.Lock()
-	e := l.cache[key]
+	e := l.cache[key{b, upstream}]
 	due := e == nil || e.once == nil && !l.now().Before(e.until)
 	l.mu.Unlock()
 	if due {
@@ -142,7 +148,7 @@ func (l *Learner) Known(configured int, b *provider.Backend, upstream string) Le
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if e := l.cache[b.Name+"\x00"+b.BaseURL+"\x00"+upstream]; e != nil && e.once == nil {
+	if e := l.cache[key{b, upstream}]; e != nil && e.once == nil {
 		return e.len
 	}
 	return Length{}
