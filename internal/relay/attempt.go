@@ -33,7 +33,7 @@ func (rl *Relay) attempt(ctx context.Context, w http.ResponseWriter, c *Call, de
 	return rl.relay(ctx, w, c, dep, n)
 }
 
-func target(c *Call, dep router.Deployment) codec.Target {
+func target(dep router.Deployment) codec.Target {
 	return codec.Target{Backend: dep.Backend.Name, Dialect: dep.Backend.Dialect, UpstreamModel: dep.UpstreamModel}
 }
 
@@ -46,7 +46,7 @@ func (rl *Relay) relay(ctx context.Context, w http.ResponseWriter, c *Call, dep 
 		rl.logAttempt(c, dep, n, t0, res)
 		endSpan(res)
 	}()
-	t := target(c, dep)
+	t := target(dep)
 	out, err := c.Req.Outbound(t)
 	if err != nil {
 		return res.failed(err)
