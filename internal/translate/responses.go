@@ -336,7 +336,8 @@ func chatToolChoice(raw json.RawMessage) (json.RawMessage, error) {
 // "reasoning.encrypted_content", an encrypted_content that carries the text
 // back in the next request), text a message item, each tool call a
 // function_call item. finish_reason length gives status "incomplete" with
-// reason max_output_tokens, content_filter reason content_filter.
+// reason max_output_tokens, content_filter reason content_filter; the last
+// output item, the one that was cut, is then "incomplete" too.
 func ChatToResponses(resp *openai.ChatCompletion, req *openai.ResponsesRequest) *openai.Response {
 	r := baseResponse(responseID(resp.ID), resp.Created, resp.Model, req)
 	base := strings.TrimPrefix(resp.ID, "chatcmpl-")
@@ -355,7 +356,7 @@ func ChatToResponses(resp *openai.ChatCompletion, req *openai.ResponsesRequest) 
 			r.Output = append(r.Output, it)
 		}
 		if text := c.Message.Content.String(); text != "" {
-			r.Output = append(r.Output, openai.OutputItem{Type: "message", ID: "msg_" + base, Status: itemStatus(finish),
+			r.Output = append(r.Output, openai.OutputItem{Type: "message", ID: "msg_" + base, Status: openai.ResponseCompleted,
 				Role: "assistant", Content: []openai.OutputContent{{Type: "output_text", Text: text}}})
 		}
 		for i, tc := range c.Message.ToolCalls {
@@ -366,6 +367,13 @@ func ChatToResponses(resp *openai.ChatCompletion, req *openai.ResponsesRequest) 
 			r.Output = append(r.Output, openai.OutputItem{Type: "function_call", ID: "fc_" + callID, Status: openai.ResponseCompleted,
 				CallID: callID, Name: tc.Function.Name, Arguments: tc.Function.Arguments})
 		}
+	}
+	// A token limit or a filter cut the item the answer ended in, and only
+	// that one (the stream translator marks its open item the same way): a
+	// function call cut mid-arguments must not read "completed", or a
+	// client runs it with truncated arguments.
+	if n := len(r.Output); n > 0 {
+		r.Output[n-1].Status = itemStatus(finish)
 	}
 	setTerminalStatus(r, finish)
 	if resp.Usage != nil {

@@ -53,6 +53,10 @@ func (b backendKind) model(scenario string) string {
 	return b.prefix + "-" + scenario
 }
 
+// simMaxParallelToolCalls lets a forced tool call from the simulator hold
+// up to this many calls when the client allows parallel calls.
+const simMaxParallelToolCalls = 3
+
 var scenarios = []string{"text", "tool", "tools2", "reason", "cut", "errmid", "ratelimit", "image"}
 
 // The tool scenarios: one call, and two parallel calls.
@@ -76,7 +80,8 @@ type env struct {
 func newEnv(t *testing.T) *env {
 	t.Helper()
 	e := &env{oa: newOpenAIFake(t), an: newAnthropicFake(t)}
-	simAddr, stop, err := sim.Listen(context.Background(), "127.0.0.1:0", sim.Config{Models: []sim.ModelConfig{simModel}, APIKey: upstreamKey, Seed: 7})
+	simAddr, stop, err := sim.Listen(context.Background(), "127.0.0.1:0", sim.Config{Models: []sim.ModelConfig{simModel}, APIKey: upstreamKey, Seed: 7,
+		MaxParallelToolCalls: simMaxParallelToolCalls})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,6 +97,7 @@ func newEnv(t *testing.T) *env {
 			fmt.Fprintf(&sb, "  %s: {backend: %s, upstream_model: %s}\n", b.model(s), b.prefix, s)
 		}
 	}
+	fmt.Fprintf(&sb, "  %s: {backend: an, upstream_model: %s}\n", anthropicBackend.model(forcedScenario), forcedScenario)
 	cfg, err := config.Load(strings.NewReader(sb.String()), "conformance.yaml")
 	if err != nil {
 		t.Fatalf("config: %v\n%s", err, sb.String())

@@ -159,9 +159,16 @@ func (f *anthropicFake) handle(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	stream, _ := body["stream"].(bool)
-	var blocks []map[string]any // final content blocks
+	var blocks []map[string]any    // final content blocks
+	var pieces map[string][]string // input_json_delta pieces by tool_use id, when not the scripted city split
 	stop := "end_turn"
 	switch model {
+	case "forced":
+		var problem string
+		if blocks, stop, pieces, problem = forcedTurn(body); problem != "" {
+			anthropicError(w, http.StatusBadRequest, "invalid_request_error", problem)
+			return
+		}
 	case "text", "cut", "errmid":
 		blocks = []map[string]any{{"type": "text", "text": textAnswer}}
 	case "image":
@@ -240,13 +247,182 @@ func (f *anthropicFake) handle(w http.ResponseWriter, r *http.Request) {
 		case "tool_use":
 			s.event("content_block_start", mustJSON(map[string]any{"type": "content_block_start", "index": i,
 				"content_block": map[string]any{"type": "tool_use", "id": b["id"], "name": b["name"], "input": map[string]any{}}}))
-			delta(i, map[string]any{"type": "input_json_delta", "partial_json": ""})
-			delta(i, map[string]any{"type": "input_json_delta", "partial_json": `{"city": `})
-			delta(i, map[string]any{"type": "input_json_delta", "partial_json": `"` + b["input"].(map[string]any)["city"].(string) + `"}`})
+			parts, ok := pieces[b["id"].(string)]
+			if !ok {
+				parts = []string{"", `{"city": `, `"` + b["input"].(map[string]any)["city"].(string) + `"}`}
+			}
+			for _, p := range parts {
+				delta(i, map[string]any{"type": "input_json_delta", "partial_json": p})
+			}
 		}
 		s.event("content_block_stop", mustJSON(map[string]any{"type": "content_block_stop", "index": i}))
 	}
 	s.event("message_delta", mustJSON(map[string]any{"type": "message_delta", "delta": map[string]any{"stop_reason": stop, "stop_sequence": nil},
 		"usage": map[string]any{"output_tokens": fakeCompletionTokens}}))
 	s.event("message_stop", `{"type":"message_stop"}`)
+}
+
+// forcedTurn answers the "forced" scenario as Anthropic's API answers a
+// request that offers tools. With tool_choice {"type":"any"} or
+// {"type":"tool","name":…} it calls a tool: the named one, or the first
+// offered; two calls when the choice is "any" and parallel tool use is not
+// disabled. Each call's input is built from the tool's input_schema
+// (forcedInput), and streamed in three input_json_delta pieces. Without a
+// forcing tool_choice it answers in text quoting the tool results of the
+// last user message (forcedAnswer), so a test can check that they arrived.
+// The history is checked as the real API checks it (every tool_use answered
+// by a tool_result first in the next user message, no empty text blocks),
+// and every tool_use that comes back must be the one this fake issued:
+// same id, name and input.
+func forcedTurn(body map[string]any) (blocks []map[string]any, stop string, pieces map[string][]string, problem string) {
+	toolList, _ := body["tools"].([]any)
+	if len(toolList) == 0 {
+		return nil, "", nil, "fake: the forced scenario needs tools, got none"
+	}
+	schemas := map[string]map[string]any{}
+	var names []string
+	for i, tl := range toolList {
+		tool, _ := tl.(map[string]any)
+		name, _ := tool["name"].(string)
+		schema, _ := tool["input_schema"].(map[string]any)
+		if name == "" || schema == nil || schema["type"] != "object" {
+			return nil, "", nil, fmt.Sprintf("fake: tools.%d: want a name and an input_schema of type object, got %s", i, mustJSON(tool))
+		}
+		schemas[name] = schema
+		names = append(names, name)
+	}
+	msgs, _ := body["messages"].([]any)
+	for i, m := range msgs {
+		msg, _ := m.(map[string]any)
+		var ids []string
+		for j, b := range blocksOf(msg["content"]) {
+			if b["type"] == "text" && b["text"] == "" {
+				return nil, "", nil, fmt.Sprintf("fake: messages.%d.content.%d: text content blocks must be non-empty", i, j)
+			}
+			if b["type"] != "tool_use" {
+				continue
+			}
+			id, _ := b["id"].(string)
+			name, _ := b["name"].(string)
+			var k int
+			if _, err := fmt.Sscanf(id, "toolu_f%d", &k); err != nil || k < 1 || schemas[name] == nil {
+				return nil, "", nil, fmt.Sprintf("fake: messages.%d.content.%d: a tool_use this fake did not issue: %s", i, j, mustJSON(b))
+			}
+			want, err := forcedInput(schemas[name], k-1)
+			if err != nil || !jsonEqual(mustJSON(b["input"]), mustJSON(want)) {
+				return nil, "", nil, fmt.Sprintf("fake: messages.%d.content.%d: the tool_use input came back mangled: %s, issued %s", i, j, mustJSON(b), mustJSON(want))
+			}
+			ids = append(ids, id)
+		}
+		if len(ids) == 0 {
+			continue
+		}
+		if msg["role"] != "assistant" {
+			return nil, "", nil, fmt.Sprintf("fake: messages.%d: tool_use blocks in a %v message", i, msg["role"])
+		}
+		if i+1 >= len(msgs) {
+			return nil, "", nil, fmt.Sprintf("fake: messages.%d: `tool_use` ids were found without `tool_result` blocks immediately after: %v", i, ids)
+		}
+		next, _ := msgs[i+1].(map[string]any)
+		nb := blocksOf(next["content"])
+		if next["role"] != "user" || len(nb) < len(ids) {
+			return nil, "", nil, fmt.Sprintf("fake: messages.%d: `tool_use` ids were found without `tool_result` blocks immediately after: %v; next %s", i, ids, mustJSON(next))
+		}
+		for j, id := range ids {
+			// The results come first in the user message, in the order of the calls.
+			if nb[j]["type"] != "tool_result" || nb[j]["tool_use_id"] != id || textOf(nb[j]["content"]) == "" || nb[j]["is_error"] == true {
+				return nil, "", nil, fmt.Sprintf("fake: messages.%d.content.%d: want the tool_result of %s, got %s", i+1, j, id, mustJSON(nb[j]))
+			}
+		}
+	}
+	for i, m := range msgs {
+		msg, _ := m.(map[string]any)
+		for j, b := range blocksOf(msg["content"]) {
+			if b["type"] != "tool_result" {
+				continue
+			}
+			issued := false
+			if i > 0 {
+				prev, _ := msgs[i-1].(map[string]any)
+				for _, pb := range blocksOf(prev["content"]) {
+					issued = issued || (pb["type"] == "tool_use" && pb["id"] == b["tool_use_id"])
+				}
+			}
+			if !issued {
+				return nil, "", nil, fmt.Sprintf("fake: messages.%d.content.%d: unexpected `tool_use_id` found in `tool_result` blocks: %v", i, j, b["tool_use_id"])
+			}
+		}
+	}
+	choice, _ := body["tool_choice"].(map[string]any)
+	n, tool := 0, names[0]
+	switch choice["type"] {
+	case "any":
+		n = 2
+		if choice["disable_parallel_tool_use"] == true {
+			n = 1
+		}
+	case "tool":
+		tool, _ = choice["name"].(string)
+		if schemas[tool] == nil {
+			return nil, "", nil, fmt.Sprintf("fake: tool_choice.name: tool %q is not among the tools %v", tool, names)
+		}
+		n = 1
+	}
+	if n == 0 {
+		last, _ := msgs[len(msgs)-1].(map[string]any)
+		var results []string
+		for _, b := range blocksOf(last["content"]) {
+			if b["type"] == "tool_result" {
+				results = append(results, textOf(b["content"]))
+			}
+		}
+		return []map[string]any{{"type": "text", "text": forcedAnswer(results)}}, "end_turn", nil, ""
+	}
+	pieces = map[string][]string{}
+	for k := range n {
+		input, err := forcedInput(schemas[tool], k)
+		if err != nil {
+			return nil, "", nil, "fake: " + err.Error()
+		}
+		id := fmt.Sprintf("toolu_f%d", k+1)
+		blocks = append(blocks, map[string]any{"type": "tool_use", "id": id, "name": tool, "input": input})
+		js := mustJSON(input)
+		pieces[id] = []string{"", js[:len(js)/3], js[len(js)/3 : 2*len(js)/3], js[2*len(js)/3:]}
+	}
+	return blocks, "tool_use", pieces, ""
+}
+
+// forcedInput builds the input of the k-th call (from 0) from a tool's
+// input_schema: every required property, an enum's (k mod n)-th value, a
+// city name for strings, k+1 for numbers. Schemas beyond that are refused,
+// so a test that needs more extends this fake rather than passing silently.
+func forcedInput(schema map[string]any, k int) (map[string]any, error) {
+	props, _ := schema["properties"].(map[string]any)
+	required, _ := schema["required"].([]any)
+	cities := []string{"Paris", "Tokyo", "Lima"}
+	input := map[string]any{}
+	for _, r := range required {
+		name, _ := r.(string)
+		p, _ := props[name].(map[string]any)
+		enum, _ := p["enum"].([]any)
+		switch {
+		case len(enum) > 0:
+			input[name] = enum[k%len(enum)]
+		case p["type"] == "string":
+			input[name] = cities[k%len(cities)]
+		case p["type"] == "integer" || p["type"] == "number":
+			input[name] = k + 1
+		default:
+			return nil, fmt.Errorf("no input for property %q of schema %s", name, mustJSON(schema))
+		}
+	}
+	return input, nil
+}
+
+// forcedAnswer is the forced scenario's text answer to tool results.
+func forcedAnswer(results []string) string {
+	if len(results) == 0 {
+		return "No tool result to answer."
+	}
+	return "Tool results: " + strings.Join(results, " | ")
 }

@@ -29,6 +29,9 @@ import (
 //	        imageAnswer
 //	cut     a few text deltas, then the connection is dropped
 //	errmid  a few text deltas, then an in-band error event
+//	forced  (Anthropic fake only) tool_use blocks as tool_choice forces
+//	        them, inputs built from each tool's input_schema, one call or two
+//	        in parallel; text quoting the tool results otherwise (forcedTurn)
 //
 // Both fakes also check the gateway's credentials and answer 401 otherwise.
 

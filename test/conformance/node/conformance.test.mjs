@@ -315,15 +315,20 @@ async function responsesTurn(client, params, stream) {
   const s = client.responses.stream(params);
   const types = [];
   let text = '';
+  const args = {}; // function_call_arguments deltas by item id
   for await (const ev of s) {
     types.push(ev.type);
     if (ev.type === 'response.output_text.delta') text += ev.delta;
+    if (ev.type === 'response.function_call_arguments.delta') args[ev.item_id] = (args[ev.item_id] ?? '') + ev.delta;
   }
   assert.equal(types[0], 'response.created');
   assert.equal(types.at(-1), 'response.completed');
   const r = await s.finalResponse();
   checkResponse(r);
   assert.equal(r.output_text, text, 'streamed deltas add up to output_text');
+  for (const it of r.output.filter((o) => o.type === 'function_call')) {
+    assert.equal(args[it.id], it.arguments, `streamed arguments of ${it.id} add up to the completed ones`);
+  }
   return r;
 }
 
@@ -434,3 +439,201 @@ test('openai sdk responses: previous_response_id continues a stored conversation
     return true;
   });
 });
+
+// ---------------- Forced tool calls, every SDK and API ----------------
+//
+// The round trip an agent makes (mirrors forced_tools_go_test.go): offer
+// tools, force a call, let the SDK parse it (finalChatCompletion,
+// finalResponse, finalMessage when streaming), send the result back in the
+// API's own way, get a text answer. On the simulator ("sim": arguments
+// drawn from the offered schema, up to 3 parallel calls) and on the
+// scripted Anthropic upstream's "forced" scenario ("an-forced": tool_use
+// built from input_schema, input_json_delta streaming, and a text answer
+// quoting the tool results in order).
+
+const MAX_PARALLEL = 3; // simMaxParallelToolCalls in env_test.go
+const FORCED_MAX_TOKENS = 512; // room for the simulator's text to end by itself
+const UNITS = ['celsius', 'fahrenheit'];
+const weatherFn = {
+  name: 'get_weather',
+  description: 'Current weather for a city',
+  schema: {
+    type: 'object',
+    properties: { city: { type: 'string', minLength: 1, description: 'City name' }, unit: { type: 'string', enum: UNITS } },
+    required: ['city', 'unit'],
+    additionalProperties: false,
+  },
+};
+const timeFn = {
+  name: 'get_time',
+  description: 'Local time in a city',
+  schema: { type: 'object', properties: { city: { type: 'string', minLength: 1 } }, required: ['city'], additionalProperties: false },
+};
+const forcedBackends = [
+  { prefix: 'sim', scripted: false, model: 'sim' },
+  { prefix: 'an', scripted: true, model: 'an-forced' },
+];
+// named: get_weather named among two tools (get_time first); otherwise the
+// one tool is required. parallel: several calls allowed and expected.
+const forcings = [
+  { name: 'required', named: false, parallel: false },
+  { name: 'named', named: true, parallel: false },
+  { name: 'parallel', named: false, parallel: true },
+];
+const forcedTools = (f) => (f.named ? [timeFn, weatherFn] : [weatherFn]);
+const forcedAnswer = (results) => `Tool results: ${results.join(' | ')}`;
+
+// forcedFirstTurn runs the first turn until the number of calls fits the
+// forcing: exactly one, or several when parallel (two from the scripted
+// upstream). The simulator draws the number of calls from the prompt
+// (temperature 0), so a parallel test on it tries a few wordings.
+async function forcedFirstTurn(b, f, run) {
+  for (let i = 0; i < 8; i++) {
+    const prompt = i === 0 ? 'What is the weather in Paris?' : `What is the weather in Paris? (take ${i + 1})`;
+    const [res, n] = await run(prompt);
+    if (!f.parallel && n === 1) return res;
+    if (f.parallel && b.scripted && n === 2) return res;
+    if (f.parallel && !b.scripted && n >= 2 && n <= MAX_PARALLEL) return res;
+    if (!(f.parallel && !b.scripted && n === 1)) assert.fail(`${n} tool calls (${f.name} on ${b.prefix})`);
+  }
+  assert.fail('with parallel calls allowed, the simulator made a single call for 8 prompts in a row');
+}
+
+// checkForcedCall checks a call as the SDK parsed it: get_weather, its
+// arguments an object valid against the offered schema (required city,
+// unit from the enum, nothing else), and returns the tool's result.
+function checkForcedCall(name, args) {
+  assert.equal(name, weatherFn.name);
+  const v = typeof args === 'string' ? JSON.parse(args) : args;
+  assert.ok(v && typeof v === 'object' && !Array.isArray(v), `arguments ${JSON.stringify(args)} are an object`);
+  assert.deepEqual(Object.keys(v).sort(), ['city', 'unit'], `arguments ${JSON.stringify(v)} hold the required properties and no other`);
+  assert.ok(typeof v.city === 'string' && v.city.length > 0, `city ${JSON.stringify(v.city)}`);
+  assert.ok(UNITS.includes(v.unit), `unit ${JSON.stringify(v.unit)} is one of ${UNITS}`);
+  return JSON.stringify({ city: v.city, unit: v.unit, temperature: 18, sky: 'clear' });
+}
+
+function checkForcedAnswer(b, text, results) {
+  assert.ok(text.length > 0, 'a text answer to the tool results');
+  if (b.scripted) assert.equal(text, forcedAnswer(results));
+}
+
+const checkUsage = (what, a, b, total) => {
+  assert.ok(a > 0 && b > 0, `${what}: usage ${a}+${b}`);
+  if (total !== undefined) assert.equal(total, a + b, `${what}: total tokens`);
+};
+
+for (const b of forcedBackends) {
+  for (const f of forcings) {
+    for (const stream of modes) {
+      test(`openai sdk chat: forced tool call (${f.name}) round trip on ${b.prefix}, ${modeName(stream)}`, async () => {
+        const client = openai();
+        let params;
+        const first = await forcedFirstTurn(b, f, async (prompt) => {
+          params = {
+            ...chatParams(b.model, prompt),
+            max_tokens: FORCED_MAX_TOKENS,
+            temperature: 0,
+            tools: forcedTools(f).map((t) => ({ type: 'function', function: { name: t.name, description: t.description, parameters: t.schema } })),
+            tool_choice: f.named ? { type: 'function', function: { name: weatherFn.name } } : 'required',
+            parallel_tool_calls: f.parallel,
+          };
+          const [c] = await chatTurn(client, params, stream);
+          return [c, c.choices[0].message.tool_calls?.length ?? 0];
+        });
+        const ch = first.choices[0];
+        assert.equal(ch.finish_reason, 'tool_calls');
+        checkUsage('first turn', first.usage.prompt_tokens, first.usage.completion_tokens, first.usage.total_tokens);
+        const calls = ch.message.tool_calls;
+        assert.equal(new Set(calls.map((c) => c.id)).size, calls.length, 'unique call ids');
+        const results = calls.map((c) => {
+          assert.equal(c.type, 'function');
+          return checkForcedCall(c.function.name, c.function.arguments);
+        });
+        params.messages = [...params.messages, ch.message, ...calls.map((c, i) => ({ role: 'tool', tool_call_id: c.id, content: results[i] }))];
+        params.tool_choice = 'auto';
+        const [second] = await chatTurn(client, params, stream);
+        assert.equal(second.choices[0].finish_reason, 'stop');
+        assert.ok(!second.choices[0].message.tool_calls?.length, 'no tool call in the answer to the results');
+        checkForcedAnswer(b, second.choices[0].message.content, results);
+        checkUsage('second turn', second.usage.prompt_tokens, second.usage.completion_tokens, second.usage.total_tokens);
+      });
+
+      for (const stored of [false, true]) {
+        const how = stored ? 'previous_response_id' : 'full input resent';
+        test(`openai sdk responses: forced function call (${f.name}) round trip by ${how} on ${b.prefix}, ${modeName(stream)}`, async () => {
+          const client = openai();
+          let params;
+          const first = await forcedFirstTurn(b, f, async (prompt) => {
+            params = {
+              ...responsesParams(b.model, prompt),
+              store: stored,
+              max_output_tokens: FORCED_MAX_TOKENS,
+              temperature: 0,
+              tools: forcedTools(f).map((t) => ({ type: 'function', name: t.name, description: t.description, parameters: t.schema, strict: false })),
+              tool_choice: f.named ? { type: 'function', name: weatherFn.name } : 'required',
+              parallel_tool_calls: f.parallel,
+            };
+            const r = await responsesTurn(client, params, stream);
+            return [r, r.output.filter((o) => o.type === 'function_call').length];
+          });
+          assert.equal(first.status, 'completed');
+          checkUsage('first turn', first.usage.input_tokens, first.usage.output_tokens, first.usage.total_tokens);
+          const calls = first.output.filter((o) => o.type === 'function_call');
+          const results = calls.map((c) => {
+            assert.ok(c.call_id, 'call_id');
+            assert.equal(c.status, 'completed');
+            return checkForcedCall(c.name, c.arguments);
+          });
+          const outputs = calls.map((c, i) => ({ type: 'function_call_output', call_id: c.call_id, output: results[i] }));
+          const next = { ...params, tool_choice: 'auto' };
+          if (stored) {
+            next.previous_response_id = first.id;
+            next.input = outputs;
+          } else {
+            // As Codex resends a stateless conversation: the input, the calls, their outputs.
+            next.input = [...params.input, ...calls.map((c) => ({ type: 'function_call', call_id: c.call_id, name: c.name, arguments: c.arguments })), ...outputs];
+          }
+          const second = await responsesTurn(client, next, stream);
+          assert.equal(second.status, 'completed');
+          assert.equal(second.output.filter((o) => o.type === 'function_call').length, 0, 'no function call in the answer to the outputs');
+          checkForcedAnswer(b, second.output_text, results);
+          checkUsage('second turn', second.usage.input_tokens, second.usage.output_tokens, second.usage.total_tokens);
+        });
+      }
+
+      test(`anthropic sdk: forced tool use (${f.name}) round trip on ${b.prefix}, ${modeName(stream)}`, async () => {
+        const client = anthropic();
+        let params;
+        const first = await forcedFirstTurn(b, f, async (prompt) => {
+          params = {
+            ...messagesParams(b.model, prompt),
+            max_tokens: FORCED_MAX_TOKENS,
+            temperature: 0,
+            tools: forcedTools(f).map((t) => ({ name: t.name, description: t.description, input_schema: t.schema })),
+            tool_choice: f.named ? { type: 'tool', name: weatherFn.name } : { type: 'any', disable_parallel_tool_use: !f.parallel },
+          };
+          const msg = await anthropicTurn(client, params, stream);
+          return [msg, msg.content.filter((c) => c.type === 'tool_use').length];
+        });
+        assert.equal(first.stop_reason, 'tool_use');
+        checkUsage('first turn', first.usage.input_tokens, first.usage.output_tokens);
+        const uses = first.content.filter((c) => c.type === 'tool_use');
+        const results = uses.map((u) => {
+          assert.ok(u.id, 'tool_use id');
+          return checkForcedCall(u.name, u.input);
+        });
+        params.messages = [
+          ...params.messages,
+          { role: 'assistant', content: first.content },
+          { role: 'user', content: uses.map((u, i) => ({ type: 'tool_result', tool_use_id: u.id, content: results[i] })) },
+        ];
+        params.tool_choice = { type: 'auto' };
+        const second = await anthropicTurn(client, params, stream);
+        assert.equal(second.stop_reason, 'end_turn');
+        assert.equal(second.content.filter((c) => c.type === 'tool_use').length, 0, 'no tool use in the answer to the results');
+        checkForcedAnswer(b, textOf(second), results);
+        checkUsage('second turn', second.usage.input_tokens, second.usage.output_tokens);
+      });
+    }
+  }
+}
