@@ -147,10 +147,14 @@ type outcome struct {
 	status   int  // 0: no answer (connection refused or cut before the headers)
 	complete bool // the whole answer arrived: the JSON body read to its end, or the stream up to [DONE]
 	err      error
+	wrong    string // what was wrong with the answer: the gateway's fault, never the kill's
 }
 
+// ok reports a whole 200 answer with nothing wrong in it.
+func (o outcome) ok() bool { return o.complete && o.status == http.StatusOK && o.wrong == "" }
+
 func newClient() *http.Client {
-	return &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64, MaxConnsPerHost: 0}}
+	return &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
 }
 
 // send makes one chat request with X-Request-Id id and reads the answer to
@@ -177,8 +181,7 @@ func send(c *http.Client, base, key, id string, stream bool) outcome {
 	defer resp.Body.Close()
 	o.status = resp.StatusCode
 	if id != "" && resp.Header.Get("X-Request-Id") != id {
-		o.err = fmt.Errorf("answer echoes X-Request-Id %q, want %q", resp.Header.Get("X-Request-Id"), id)
-		return o
+		o.wrong = fmt.Sprintf("answer echoes X-Request-Id %q, want %q", resp.Header.Get("X-Request-Id"), id)
 	}
 	if !stream || resp.StatusCode != http.StatusOK {
 		// The client reports a body shorter than its Content-Length as
@@ -192,8 +195,7 @@ func send(c *http.Client, base, key, id string, stream bool) outcome {
 			Choices []json.RawMessage `json:"choices"`
 		}
 		if resp.StatusCode == http.StatusOK && (json.Unmarshal(b, &v) != nil || len(v.Choices) == 0) {
-			o.err = fmt.Errorf("200 with a body that is not a chat completion: %.200s", b)
-			return o
+			o.wrong = fmt.Sprintf("200 with a whole body that is not a chat completion: %.200s", b)
 		}
 		o.complete = true
 		return o

@@ -51,8 +51,8 @@ func TestDeletedDatabase_NotReadyWithin5sAndItsRecordsWaitInTheSpool(t *testing.
 	if code, body := get(t, g.Base+"/readyz"); code != 200 {
 		t.Fatalf("readyz before: %d %s", code, body)
 	}
-	if o := send(c, g.Base, master, "before-delete", false); !o.complete || o.status != 200 {
-		t.Fatalf("request before the delete: %d %v", o.status, o.err)
+	if o := send(c, g.Base, master, "before-delete", false); !o.ok() {
+		t.Fatalf("request before the delete: %d %v %s", o.status, o.err, o.wrong)
 	}
 
 	if err := os.RemoveAll(data); err != nil { // rm -rf of the database's directory
@@ -79,8 +79,8 @@ func TestDeletedDatabase_NotReadyWithin5sAndItsRecordsWaitInTheSpool(t *testing.
 
 	const whileGone = 5
 	for i := 0; i < whileGone; i++ {
-		if o := send(c, g.Base, master, fmt.Sprintf("while-gone-%d", i), i%2 == 0); !o.complete || o.status != 200 {
-			t.Fatalf("request %d while the database is gone: %d %v", i, o.status, o.err)
+		if o := send(c, g.Base, master, fmt.Sprintf("while-gone-%d", i), i%2 == 0); !o.ok() {
+			t.Fatalf("request %d while the database is gone: %d %v %s", i, o.status, o.err, o.wrong)
 		}
 	}
 	g.Stop(t)
@@ -169,8 +169,8 @@ func TestNewKey_CreatedByAnotherProcessWorksOnItsFirstRequest(t *testing.T) {
 		}
 		o := send(c, g.Base, is.Key, "", false)
 		t.Logf("key created through %s: first request %d after %v", via.name, o.status, time.Since(created).Round(time.Microsecond))
-		if o.status != http.StatusOK || !o.complete {
-			t.Errorf("first request of a key created through %s: %d %v", via.name, o.status, o.err)
+		if !o.ok() {
+			t.Errorf("first request of a key created through %s: %d %v %s", via.name, o.status, o.err, o.wrong)
 		}
 	}
 }
@@ -203,8 +203,8 @@ func TestDuplicateRequestID_OneRecordPerRequest(t *testing.T) {
 			}
 			wg.Wait()
 			for i, o := range outcomes {
-				if !o.complete || o.status != 200 {
-					t.Fatalf("request %d: %d %v", i, o.status, o.err)
+				if !o.ok() {
+					t.Fatalf("request %d: %d %v %s", i, o.status, o.err, o.wrong)
 				}
 			}
 			g.Stop(t)

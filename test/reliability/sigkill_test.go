@@ -147,6 +147,9 @@ func checkRecords(t *testing.T, rounds []*roundFigures, records map[string]int) 
 		for _, o := range f.outcomes {
 			ours[o.id] = true
 			s++
+			if o.wrong != "" {
+				t.Errorf("request %s: %s", o.id, o.wrong)
+			}
 			n := records[o.id]
 			if n > 0 {
 				fo++
