@@ -77,6 +77,7 @@ func killUnderLoad(t *testing.T, slots []*slot) []*roundFigures {
 		wg    sync.WaitGroup
 		run   = testenv.Unique()
 	)
+	t.Cleanup(func() { stop.Store(true); wg.Wait() }) // also when a restart fails the test
 	for c := 0; c < killClients; c++ {
 		wg.Add(1)
 		go func() {
