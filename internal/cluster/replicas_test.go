@@ -1,18 +1,15 @@
 package cluster_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
 	"math"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -26,40 +23,21 @@ const master = "sk-lg-cluster-test-master"
 
 // replica is one llmgate serve process.
 type replica struct {
+	*testenv.Gateway
 	name string
-	cmd  *exec.Cmd
 	base string
-	out  *syncBuffer
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 func buildBinary(t *testing.T) string {
-	bin := filepath.Join(t.TempDir(), "llmgate")
-	cmd := exec.Command("go", "build", "-o", bin, "llmgate/cmd/llmgate")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
+	bin, err := testenv.BuildLLMGate(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
 	}
 	return bin
 }
 
-// startReplica starts llmgate serve; env entries (KEY=value) override the
-// defaults, which turn the console off.
+// startReplica starts llmgate serve with its own spool directory; env
+// entries (KEY=value) are added to the environment.
 func startReplica(t *testing.T, bin, name, config string, env ...string) *replica {
 	dir := t.TempDir()
 	cfgPath := filepath.Join(dir, "llmgate.yaml")
@@ -67,49 +45,12 @@ func startReplica(t *testing.T, bin, name, config string, env ...string) *replic
 	if err := os.WriteFile(cfgPath, []byte(config), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	addr := freePort(t)
-	r := &replica{name: name, base: "http://" + addr, out: &syncBuffer{}}
-	r.cmd = exec.Command(bin, "serve", "--config", cfgPath, "--listen", addr)
-	r.cmd.Env = append(append(os.Environ(), "LLMGATE_MASTER_KEY="+master, "LLMGATE_CONSOLE=off"), env...)
-	r.cmd.Stdout, r.cmd.Stderr = r.out, r.out
-	if err := r.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { r.stop(t) })
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		resp, err := http.Get(r.base + "/healthz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				return r
-			}
-		}
-		if time.Now().After(deadline) || r.cmd.ProcessState != nil {
-			t.Fatalf("replica %s did not start: %v\n%s", name, err, r.out.String())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	g := testenv.StartGateway(t, bin, name, cfgPath, master, env...)
+	return &replica{Gateway: g, name: name, base: g.Base}
 }
 
 // stop sends SIGTERM and waits for the graceful shutdown (ledger flush).
-func (r *replica) stop(t *testing.T) {
-	if r.cmd.Process == nil || r.cmd.ProcessState != nil {
-		return
-	}
-	_ = r.cmd.Process.Signal(syscall.SIGTERM)
-	done := make(chan error, 1)
-	go func() { done <- r.cmd.Wait() }()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Errorf("replica %s exited with %v\n%s", r.name, err, r.out.String())
-		}
-	case <-time.After(40 * time.Second):
-		_ = r.cmd.Process.Kill()
-		t.Errorf("replica %s did not shut down within 40s\n%s", r.name, r.out.String())
-	}
-}
+func (r *replica) stop(t *testing.T) { r.Stop(t) }
 
 type result struct {
 	status int

@@ -1,0 +1,151 @@
+package testenv
+
+import (
+	"bytes"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// BuildLLMGate builds the llmgate binary into dir and returns its path.
+func BuildLLMGate(dir string) (string, error) {
+	bin := filepath.Join(dir, "llmgate")
+	cmd := exec.Command("go", "build", "-o", bin, "llmgate/cmd/llmgate")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build: %v\n%s", err, out)
+	}
+	return bin, nil
+}
+
+// SyncBuffer is a bytes.Buffer a process may write while a test reads it.
+type SyncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *SyncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *SyncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// FreeAddr returns a loopback address nothing listens on at the moment.
+func FreeAddr(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// Gateway is one `llmgate serve` process started by a test.
+type Gateway struct {
+	Name string
+	Addr string // host:port it listens on
+	Base string // http://Addr
+	Log  *SyncBuffer
+	cmd  *exec.Cmd
+	done chan struct{} // closed when the process has exited
+	err  error         // its exit status, set before done closes
+}
+
+// StartGateway runs `bin serve --config config --listen <a free address>`
+// with the master key master and the console off, waits until /healthz
+// answers 200 (30 s at most) and stops it gracefully when the test ends.
+// env entries (KEY=value) are added to the environment.
+func StartGateway(t testing.TB, bin, name, config, master string, env ...string) *Gateway {
+	t.Helper()
+	g := &Gateway{Name: name, Addr: FreeAddr(t), Log: &SyncBuffer{}, done: make(chan struct{})}
+	g.Base = "http://" + g.Addr
+	g.cmd = exec.Command(bin, "serve", "--config", config, "--listen", g.Addr)
+	g.cmd.Env = append(append(os.Environ(), "LLMGATE_MASTER_KEY="+master, "LLMGATE_CONSOLE=off"), env...)
+	g.cmd.Stdout, g.cmd.Stderr = g.Log, g.Log
+	if err := g.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		g.err = g.cmd.Wait()
+		close(g.done)
+	}()
+	t.Cleanup(func() { g.Stop(t) })
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := http.Get(g.Base + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return g
+			}
+		}
+		select {
+		case <-g.done:
+			t.Fatalf("gateway %s exited at start (%v):\n%s", name, g.err, g.Log.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("gateway %s did not answer /healthz within 30s: %v\n%s", name, err, g.Log.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// PID returns the process id.
+func (g *Gateway) PID() int { return g.cmd.Process.Pid }
+
+// Exited reports whether the process has exited.
+func (g *Gateway) Exited() bool {
+	select {
+	case <-g.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// Stop sends SIGTERM and waits (40 s at most) for the graceful shutdown,
+// which flushes the ledger; a non-zero exit fails the test. Stopping a
+// gateway that has exited does nothing.
+func (g *Gateway) Stop(t testing.TB) {
+	t.Helper()
+	if g.Exited() {
+		return
+	}
+	_ = g.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-g.done:
+		if g.err != nil {
+			t.Errorf("gateway %s exited with %v\n%s", g.Name, g.err, g.Log.String())
+		}
+	case <-time.After(40 * time.Second):
+		_ = g.cmd.Process.Kill()
+		<-g.done
+		t.Errorf("gateway %s did not shut down within 40s\n%s", g.Name, g.Log.String())
+	}
+}
+
+// Kill sends SIGKILL and waits until the process is gone.
+func (g *Gateway) Kill(t testing.TB) {
+	t.Helper()
+	if g.Exited() {
+		return
+	}
+	if err := g.cmd.Process.Signal(syscall.SIGKILL); err != nil && !g.Exited() {
+		t.Fatalf("kill gateway %s: %v", g.Name, err)
+	}
+	<-g.done
+}
