@@ -26,8 +26,12 @@ func TestGateway_DeletedDatabaseMakesReadyzNotReadyWithin5s(t *testing.T) {
 	for {
 		r := e.do("GET", "/readyz", "", "")
 		if r.status == 503 {
-			if !strings.Contains(r.body, "deleted") {
-				t.Fatalf("readyz says %s, want the reason", r.body)
+			if strings.Contains(r.body, e.db) || !strings.Contains(r.body, "usage ledger") {
+				t.Fatalf("readyz without a key says %s: want a reason that names no file", r.body)
+			}
+			r = e.do("GET", "/readyz", testMaster, "")
+			if r.status != 503 || !strings.Contains(r.body, "deleted") {
+				t.Fatalf("readyz to the master key says %s, want the reason", r.body)
 			}
 			t.Logf("not ready %s after the delete: %s", time.Since(start).Round(time.Millisecond), r.body)
 			break

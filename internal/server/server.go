@@ -428,7 +428,13 @@ func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
 func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
 	if s.ready != nil {
 		if err := s.ready(); err != nil {
-			openai.WriteError(w, apierror.Newf(http.StatusServiceUnavailable, apierror.KindOverloaded, "not_ready", "not ready: %v", err))
+			// /readyz needs no key; the reason (which may name files) is
+			// shown to the master key and always logged.
+			msg := "not ready: the usage ledger cannot write to its database (the gateway log says why; ask with the master key to see it here)"
+			if p, aerr := s.authenticate(r); aerr == nil && p.Master {
+				msg = "not ready: " + err.Error()
+			}
+			openai.WriteError(w, apierror.New(http.StatusServiceUnavailable, apierror.KindOverloaded, "not_ready", msg))
 			return
 		}
 	}
