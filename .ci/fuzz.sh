@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Runs the Go fuzz targets of the HTTP edge (or, with FUZZ_PACKAGES=all,
+# Runs the Go fuzz targets of the HTTP edge and of the request decoder
+# (FuzzDecode_AgreesWithEveryDecoder: what the gateway reads of a body's
+# decision fields is what Go and Python backends read) (or, with FUZZ_PACKAGES=all,
 # of the whole repository) for a bounded time each, and fails when any of
 # them finds an input that fails (the input is then in the package's
 # testdata/fuzz/<Target>/ and printed below).
@@ -29,7 +31,7 @@ PARALLEL="${FUZZ_PARALLEL:-2}" # the fuzzing workers; the CI machine has 2 cores
 
 fuzztime() {
   case "$1" in
-    FuzzDifferential | FuzzH1ClientResponse) echo "$FUZZTIME_HTTP" ;;
+    FuzzDifferential | FuzzH1ClientResponse | FuzzDecode_AgreesWithEveryDecoder) echo "$FUZZTIME_HTTP" ;;
     *) echo "$FUZZTIME" ;;
   esac
 }
@@ -48,7 +50,7 @@ trap 'rm -rf "$out"' EXIT
 failed=()
 flakes=()
 summary=()
-FUZZ_PACKAGES="${FUZZ_PACKAGES:-./internal/h1server ./internal/provider}"
+FUZZ_PACKAGES="${FUZZ_PACKAGES:-./internal/h1server ./internal/provider ./internal/codec}"
 if [ "$FUZZ_PACKAGES" = all ]; then
   mapfile -t pkgs < <(grep -rl --include='*_test.go' '^func Fuzz' ./internal ./cmd 2>/dev/null | xargs -n1 dirname | sort -u)
 else

@@ -20,6 +20,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"unicode/utf8"
 
 	"llmgate/internal/api/anthropic"
 	"llmgate/internal/api/openai"
@@ -277,7 +278,7 @@ func (r *Request) readFields() error {
 	b, f := r.Body, &r.fields
 	if s := f[fModel]; s.Valid() && !jsonscan.IsNull(b, s) {
 		m, ok := jsonscan.String(b, s)
-		if !ok {
+		if !ok || !utf8.ValidString(m) { // Go decoders read invalid UTF-8 as U+FFFD, Python refuses it
 			return param(apierror.InvalidRequest("invalid_model", `"model" must be a string naming one of the gateway's models (GET /v1/models lists them)`), "model")
 		}
 		r.Model = m
