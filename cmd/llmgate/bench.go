@@ -87,7 +87,7 @@ The API key defaults to LLMGATE_API_KEY, then OPENAI_API_KEY.
 Exit status: 0 when every cell measured at least one successful request, 1
 otherwise (results are still written).`,
 		Example: `  llmgate bench --base-url http://127.0.0.1:8000/v1 --model Qwen/Qwen2.5-7B-Instruct --concurrency 1,4,8,16 --out results/
-  llmgate bench --config targets.yaml --request-rate 2,4,8 --burstiness 1 --num-requests 200 --goodput ttft:500 tpot:50
+  llmgate bench --config targets.yaml --request-rate 2,4,8 --burstiness 1 --num-requests 200 --goodput ttft:500,tpot:50
   llmgate bench --base-url http://127.0.0.1:8000/v1 --model m --sweep --num-requests 64
   llmgate bench compare before/results.json after/results.json`,
 		Args: cobra.NoArgs,
@@ -120,7 +120,7 @@ otherwise (results are still written).`,
 	fl.BoolVar(&f.continuousUsage, "continuous-usage", false, "Ask vLLM for usage in every chunk (exact per-token ITL)")
 	fl.StringVar(&f.extraBody, "extra-body", "", "JSON object merged into every request body")
 	fl.DurationVar(&f.timeout, "timeout", 10*time.Minute, "Per-request timeout")
-	fl.StringSliceVar(&f.goodput, "goodput", nil, "SLOs for goodput, e.g. ttft:500 tpot:50 e2el:10000 (ms)")
+	fl.StringSliceVar(&f.goodput, "goodput", nil, "SLOs for goodput in ms, comma-separated or repeated, e.g. ttft:500,tpot:50,e2el:10000")
 	fl.Uint64Var(&f.seed, "seed", 0, "Seed for prompts and arrivals")
 	fl.BoolVar(&f.sweep, "sweep", false, "Closed-loop sweep 1,2,4,... until throughput saturates")
 	fl.IntVar(&f.sweepMax, "sweep-max", 256, "Highest concurrency the sweep tries")

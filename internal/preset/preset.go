@@ -24,7 +24,7 @@ type Provider struct {
 	// Auth names how the key is sent: "bearer" (Authorization: Bearer) or
 	// "x-api-key" (Anthropic).
 	Auth string
-	// Notes are known quirks, shown by llmgate models and the README.
+	// Notes are known quirks, shown by llmgate models presets and docs/routing.md.
 	Notes string
 }
 

@@ -34,8 +34,8 @@ var disabled atomic.Bool
 // SetEnabled switches the raw path on or off for connections wrapped from
 // now on (default on). Under heavy host contention (a VM whose CPUs the
 // hypervisor often gives away) the runtime's hand-off of a processor during
-// system calls can matter more than the thread wake-ups saved: see the
-// README's Performance section.
+// system calls can matter more than the thread wake-ups saved: see
+// docs/performance.md.
 func SetEnabled(on bool) { disabled.Store(!on) }
 
 // Conn is a net.Conn whose Read and Write are raw system calls.
