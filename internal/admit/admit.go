@@ -36,7 +36,10 @@ import (
 	"llmgate/internal/usage"
 )
 
-// DefaultOutputTokens is reserved for requests that do not set max_tokens.
+// DefaultOutputTokens is reserved when a request's output is unbounded as
+// far as the gateway knows (policy.UnknownOutput). The gateway's relay
+// always passes a bound (codec.DefaultOutputTokens when neither a limit nor
+// the model's context is known); other callers may not.
 const DefaultOutputTokens = 1024
 
 // ModelPolicy holds a model's prices and limits (across all keys).

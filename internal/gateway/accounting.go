@@ -21,19 +21,23 @@ type accounting struct {
 	wg     sync.WaitGroup
 }
 
-// withSpool gives the ledger an on-disk spool for database outages, unless
-// the caller chose one.
-func (g *Gateway) withSpool(o usage.Options) usage.Options {
+// withSpool gives the ledger its on-disk journal (spool_dir), which makes
+// each record durable before its answer's last bytes, unless the caller
+// chose one. A spool that cannot be opened (another gateway holds it, the
+// directory is not writable) stops the start.
+func (g *Gateway) withSpool(o usage.Options) (usage.Options, error) {
 	if o.Spool != nil {
-		return o
+		return o, nil
 	}
-	sp, err := usage.OpenSpool(g.Config.Spool())
+	dir := g.Config.Spool()
+	sp, err := usage.OpenSpool(dir)
 	if err != nil {
-		g.log.Error("usage spool unavailable: records wait in memory and a crash loses the ones not yet stored", "err", err)
-		return o
+		// Without its journal a gateway would answer requests whose usage
+		// records a crash can lose: refuse to start instead.
+		return o, fmt.Errorf("usage spool %s: %w (each gateway process needs its own writable spool_dir)", dir, err)
 	}
 	o.Spool, o.SpoolSync = sp, g.Config.SpoolFsync
-	return o
+	return o, nil
 }
 
 // startAccounting builds the limiter (Redis when configured) and the

@@ -142,7 +142,11 @@ func Start(ctx context.Context, opt Options) (g *Gateway, err error) {
 	if g.Verifier, err = keys.NewVerifier(ctx, st, masterHash, log); err != nil {
 		return nil, err
 	}
-	g.Ledger = usage.NewLedger(st, g.withSpool(opt.LedgerOptions), log)
+	lopt, err := g.withSpool(opt.LedgerOptions)
+	if err != nil {
+		return nil, err
+	}
+	g.Ledger = usage.NewLedger(st, lopt, log)
 	undo = append(undo, func() { g.Ledger.Close(ctx) })
 	if err := g.startObservability(ctx, &opt); err != nil {
 		return nil, err

@@ -572,3 +572,22 @@ func TestLedger_DuplicateClientRequestIDsAreSeparateRecords(t *testing.T) {
 		t.Fatalf("X-Request-Id %q, want a gateway-made id", id)
 	}
 }
+
+// TestGateway_ASecondProcessOnOneSpoolDirDoesNotStart: without its own
+// journal a gateway would answer requests whose records a crash loses.
+func TestGateway_ASecondProcessOnOneSpoolDirDoesNotStart(t *testing.T) {
+	dir := t.TempDir()
+	start := func(db string) (*Gateway, error) {
+		cfg := &config.Config{Database: filepath.Join(dir, db), Listen: "127.0.0.1:0", SpoolDir: filepath.Join(dir, "spool")}
+		cfg.ApplyDefaults()
+		return Start(context.Background(), Options{Config: cfg, MasterKey: testMaster, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	}
+	g, err := start("a.db")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close(context.Background())
+	if _, err := start("b.db"); err == nil || !strings.Contains(err.Error(), "own writable spool_dir") {
+		t.Fatalf("a second gateway on the same spool_dir: %v, want a refusal naming spool_dir", err)
+	}
+}
