@@ -274,6 +274,12 @@ func printKey(out io.Writer, k *admin.Key) {
 	if k.SpentUSD != nil {
 		fmt.Fprintf(tw, "Spent this period\t$%.4f\n", *k.SpentUSD)
 	}
+	if k.ReservedUSD != nil {
+		fmt.Fprintf(tw, "Reserved in flight\t$%.4f\n", *k.ReservedUSD)
+		if k.SpentUSD != nil && k.BudgetUSD > 0 {
+			fmt.Fprintf(tw, "Budget left\t$%.4f\n", max(0, k.BudgetUSD-*k.SpentUSD-*k.ReservedUSD))
+		}
+	}
 	fmt.Fprintf(tw, "Created\t%s\n", k.CreatedAt.Format(time.RFC3339))
 	if k.ExpiresAt != nil {
 		fmt.Fprintf(tw, "Expires\t%s\n", k.ExpiresAt.Format(time.RFC3339))

@@ -19,10 +19,14 @@ type Features struct {
 	// (LLMGATE_METRICS_KEY); empty leaves /metrics open, as most exporters
 	// are, which is why the gateway listens on loopback by default.
 	MetricsKey string `yaml:"metrics_key"`
+	// MetricsKeyLabels labels per-request metrics with the key id (default
+	// on; LLMGATE_METRICS_KEY_LABELS). Off, /metrics shows no key ids and
+	// counts requests, tokens and cost across keys only.
+	MetricsKeyLabels *bool `yaml:"metrics_key_labels"`
 }
 
 func init() {
-	knownKeys[""] = append(knownKeys[""], "access_log", "console", "metrics_key")
+	knownKeys[""] = append(knownKeys[""], "access_log", "console", "metrics_key", "metrics_key_labels")
 	knownKeys["model"] = append(knownKeys["model"], "context_window", "fit_output_limit")
 }
 
@@ -32,14 +36,17 @@ func (f Features) AccessLogOn() bool { return f.AccessLog == nil || *f.AccessLog
 // ConsoleOn reports whether the web console is served.
 func (f Features) ConsoleOn() bool { return f.Console == nil || *f.Console }
 
+// MetricsKeyLabelsOn reports whether metrics carry key ids.
+func (f Features) MetricsKeyLabelsOn() bool { return f.MetricsKeyLabels == nil || *f.MetricsKeyLabels }
+
 // ApplyEnv applies the environment's overrides of the feature switches:
-// LLMGATE_ACCESS_LOG and LLMGATE_CONSOLE (on/off, true/false, 1/0) and
-// LLMGATE_METRICS_KEY. An unreadable switch is an error naming it.
+// LLMGATE_ACCESS_LOG, LLMGATE_CONSOLE and LLMGATE_METRICS_KEY_LABELS
+// (on/off, true/false, 1/0) and LLMGATE_METRICS_KEY. An unreadable switch is an error naming it.
 func (c *Config) ApplyEnv(lookup func(string) (string, bool)) error {
 	for _, sw := range []struct {
 		env string
 		dst **bool
-	}{{"LLMGATE_ACCESS_LOG", &c.AccessLog}, {"LLMGATE_CONSOLE", &c.Console}} {
+	}{{"LLMGATE_ACCESS_LOG", &c.AccessLog}, {"LLMGATE_CONSOLE", &c.Console}, {"LLMGATE_METRICS_KEY_LABELS", &c.MetricsKeyLabels}} {
 		v, ok := lookup(sw.env)
 		if !ok || strings.TrimSpace(v) == "" {
 			continue
