@@ -41,7 +41,8 @@ func (a *Admission) BudgetSeeds(ctx context.Context, ks KeyLister, q usage.Queri
 			}
 		}
 		window, ttl := a.windows.get(p, now)
-		out = append(out, limit.BudgetSeed{ScopeID: a.keyScope(k.ID), Window: window, Nanos: nanos(spent[p][k.ID]), TTL: ttl})
+		out = append(out, limit.BudgetSeed{ScopeID: a.keyScope(k.ID), Window: window, Nanos: nanos(spent[p][k.ID]), TTL: ttl,
+			BudgetNanos: nanos(k.BudgetUSD)})
 	}
 	return out, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"strconv"
 	"sync"
+	"time"
 )
 
 // fallback enforces this replica's share of every limit while Redis is
@@ -12,13 +13,19 @@ import (
 //
 //   - RPM, TPM and concurrency limits are divided by the replica count n
 //     (rounded up, so the sum exceeds a limit by less than n). Each rate
-//     bucket starts from 1/n of the level this replica last saw in Redis
-//     rather than full, so an outage does not hand out a fresh minute.
+//     bucket starts from 1/n of the level this replica last saw in Redis,
+//     less the most the other replicas took between two of its looks in
+//     the last 10 s (they may have taken that much unseen just before Redis
+//     went away), rather than full: an outage hands out no fresh minute.
 //   - A budget's base is the larger of the shared spend this replica last
-//     saw (settled and reserved, all replicas) and the ledger's last figure;
-//     each replica may then spend 1/n of what the base leaves. A ledger
-//     figure read during the outage that exceeds base plus this replica's
-//     own settled spend (the larger wins) becomes the new base.
+//     saw (settled and reserved, all replicas) and the ledger's last figure.
+//     Other replicas may have admitted requests this one has not seen in
+//     the moment before Redis went away; they are assumed to be at most what
+//     the others held reserved in flight at this replica's operations over
+//     the last 10 s (their peak), which is held back. Each replica may then
+//     spend 1/n of what is left. A ledger figure read during the outage that
+//     exceeds base plus this replica's own settled spend (the larger wins)
+//     becomes the new base.
 //
 // Requests already in flight when Redis went away are not counted against
 // the local concurrency share; their reservations are in the base.
@@ -35,6 +42,7 @@ type fallback struct {
 // fbBudget is one budget window as the fallback counts it.
 type fbBudget struct {
 	base              int64 // shared spend when the outage began (or the ledger's since)
+	unseen            int64 // held back for others' admissions this replica did not see
 	settled, reserved int64 // this replica's, since then
 }
 
@@ -69,6 +77,9 @@ func (f *fallback) budget(key string, s *Scope) *fbBudget {
 		return b
 	}
 	b := &fbBudget{base: f.knownSpend(key, s.ID, s.BudgetWindow)}
+	if sn, ok := f.r.snapshot(s.ID); ok && sn.hasSpent && sn.window == s.BudgetWindow && time.Since(sn.peakAt) <= peakWindow {
+		b.unseen = sn.othersPeak
+	}
 	f.budgets[key] = b
 	return b
 }
@@ -96,7 +107,14 @@ func (f *fallback) acquire(r *Redis, req Request) (Lease, Decision) {
 		if !f.preset[s.ID] {
 			f.preset[s.ID] = true
 			if sn, ok := r.snapshot(s.ID); ok {
-				f.mem.preset(s.ID, ss.RPM, ss.TPM, sn.rl/float64(f.n), sn.tl/float64(f.n), sn.at)
+				rl, tl := sn.rl, sn.tl
+				if time.Since(sn.reqPeakAt) <= peakWindow {
+					rl -= sn.reqPeak
+				}
+				if time.Since(sn.tokPeakAt) <= peakWindow {
+					tl -= sn.tokPeak
+				}
+				f.mem.preset(s.ID, ss.RPM, ss.TPM, max(0, rl)/float64(f.n), tl/float64(f.n), sn.at)
 			}
 		}
 		if s.BudgetNanos == 0 {
@@ -104,7 +122,7 @@ func (f *fallback) acquire(r *Redis, req Request) (Lease, Decision) {
 		}
 		keys[i] = r.spendKey(s.ID, s.BudgetWindow)
 		b := f.budget(keys[i], s)
-		if room := (s.BudgetNanos - b.base) / f.n; b.settled+b.reserved+req.CostNanos > room {
+		if room := (s.BudgetNanos - b.base - b.unseen) / f.n; b.settled+b.reserved+req.CostNanos > room {
 			spent := b.base + b.settled + b.reserved
 			f.mu.Unlock()
 			return Lease{}, Decision{Scope: s.ID, Limit: LimitBudget, BudgetNanos: s.BudgetNanos, SpentNanos: spent}
@@ -162,12 +180,25 @@ func (f *fallback) release(l *Lease, actualTokens, actualCost int64) {
 	f.mu.Unlock()
 }
 
+// room is what this replica may still spend of a budget window on its
+// local share.
+func (f *fallback) room(key string, s BudgetSeed) int64 {
+	if s.BudgetNanos <= 0 {
+		return 0
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	b := f.budget(key, &Scope{ID: s.ScopeID, BudgetWindow: s.Window, BudgetNanos: s.BudgetNanos})
+	return max(0, (s.BudgetNanos-b.base-b.unseen)/f.n-b.settled-b.reserved)
+}
+
 // seed takes a ledger figure read during the outage: the larger of it and
 // what the fallback counts as settled wins.
 func (f *fallback) seed(key string, nanos int64) {
 	f.mu.Lock()
 	if b := f.budgets[key]; b != nil && nanos > b.base+b.settled {
-		b.base, b.settled = nanos, 0
+		// What was in flight when Redis went away has settled by now.
+		b.base, b.settled, b.unseen = nanos, 0, 0
 	}
 	f.mu.Unlock()
 }

@@ -129,6 +129,9 @@ type BudgetSeed struct {
 	Nanos           int64
 	// TTL is how long the window's counter must live; 0 = forever.
 	TTL time.Duration
+	// BudgetNanos is the budget itself (0 = unknown), which sets what a
+	// replica on its local share may still spend.
+	BudgetNanos int64
 }
 
 // Limiter checks and takes capacity.

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -22,10 +23,11 @@ import (
 // this process renews its leases every LeaseTTL/3, so the slots of a
 // replica that dies expire within LeaseTTL.
 //
-// Budget counters are hashes: "s" holds settled spend and "r:<replica>"
-// each replica's reservations in flight. Every replica also knows its own
-// reservations and its settled costs that Redis has not seen, so that it can
-// put them back after Redis lost them (see redis_sync.go: restarts are
+// Budget counters are hashes: "s" holds settled spend, "r:<replica>" each
+// replica's reservations in flight, and "u:<replica>" costs a replica
+// settled while Redis could not count them, until the ledger surely has
+// them. Every replica knows its own part, so that it can put it back after
+// Redis lost it (see redis_sync.go: restarts are
 // noticed through an epoch marker, outages fall back to local shares of each
 // limit, and both end with the counters corrected from the ledger).
 type Redis struct {
@@ -34,6 +36,7 @@ type Redis struct {
 	lease     time.Duration
 	replica   string
 	rfield    string // this replica's reservation field in budget hashes
+	ufield    string // its field of settled costs the ledger may not have yet
 	seq       atomic.Uint64
 	log       *slog.Logger
 	failOpen  bool
@@ -65,6 +68,14 @@ type Redis struct {
 	resyncCh chan struct{} // closed when the running resync ends
 	failLog  bool          // the last resync failure was logged (resyncMu)
 
+	// Used by the one running resync only: since when (Redis ms, local
+	// time) this replica is coming back to the shared counters, and the
+	// restart it saw on the way, if any.
+	recoverAt     int64
+	recoverSince  time.Time
+	sawRestart    bool
+	restartReason string
+
 	stop chan struct{}
 	done chan struct{}
 }
@@ -73,6 +84,8 @@ type Redis struct {
 type localBudget struct {
 	inflight int64         // reservations of its requests in flight
 	unsynced int64         // settled costs Redis has not counted
+	held     int64         // unsynced costs put into Redis at the last resync
+	heldAt   time.Time     // ... and when
 	ttl      time.Duration // the counter's lifetime
 }
 
@@ -80,11 +93,21 @@ type localBudget struct {
 // for the local fallback to start from.
 type snapshot struct {
 	mu       sync.Mutex
-	at       int64 // local Unix ns
+	redisAt  int64 // Redis time (ms) of the levels
+	at       int64 // local Unix ns of the levels
 	rl, tl   float64
 	window   string
 	spent    int64 // settled + reserved, all replicas
+	spentAt  int64 // Redis time (ms) of spent
 	hasSpent bool
+	// othersPeak is the most other replicas held reserved in flight at
+	// this replica's operations since peakAt.
+	othersPeak int64
+	peakAt     time.Time
+	// reqPeak and tokPeak are the most requests and tokens other replicas
+	// took from the rate buckets between two of this replica's looks.
+	reqPeak, tokPeak     float64
+	reqPeakAt, tokPeakAt time.Time
 }
 
 var _ Limiter = (*Redis)(nil)
@@ -159,7 +182,7 @@ func NewRedis(ctx context.Context, url string, opt RedisOptions) (*Redis, error)
 		log: opt.Logger, failOpen: opt.FailOpen, fixedN: int64(opt.Replicas), heartbeat: opt.Heartbeat,
 		active: map[string][]string{}, budgets: map[string]*localBudget{}, lastSeed: map[string]int64{},
 		stop: make(chan struct{}), done: make(chan struct{})}
-	r.rfield = "r:" + r.replica
+	r.rfield, r.ufield = "r:"+r.replica, "u:"+r.replica
 	r.live.Store(1)
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	err = r.join(pctx)
@@ -214,8 +237,9 @@ local lease = tonumber(ARGV[5])
 local rf = ARGV[6]
 local n = (#KEYS - 1) / 3
 local rl, tl, sp = {}, {}, {}
-for i = 1, n do rl[i], tl[i], sp[i] = 0, 0, -1 end
-local res = {1, 0, 0, 0}
+local oth = {}
+for i = 1, n do rl[i], tl[i], sp[i], oth[i] = 0, 0, -1, 0 end
+local res = {1, 0, 0, 0, now}
 for i = 1, n do
   local a = 6 + (i - 1) * 5
   local rpm, tpm, mc, budget = tonumber(ARGV[a+1]), tonumber(ARGV[a+2]), tonumber(ARGV[a+3]), tonumber(ARGV[a+4])
@@ -247,13 +271,18 @@ for i = 1, n do
   if code == 0 and tpm > 0 and tl[i] < math.min(tokens, tpm) then code = 3 end
   if budget > 0 then
     -- Spend is settled ("s") plus every replica's reservations ("r:...").
-    local spent = 0
-    for _, v in ipairs(redis.call('HVALS', bk)) do spent = spent + tonumber(v) end
+    -- Other replicas' reservations ("r:" but not ours) are returned too.
+    local spent, h = 0, redis.call('HGETALL', bk)
+    for j = 1, #h, 2 do
+      local v = tonumber(h[j + 1])
+      spent = spent + v
+      if h[j] ~= rf and string.sub(h[j], 1, 2) == 'r:' then oth[i] = oth[i] + v end
+    end
     sp[i] = spent
     if code == 0 and spent + cost > budget then code = 4 end
   end
   if code ~= 0 then
-    res = {0, i, code, math.max(sp[i], 0)}
+    res = {0, i, code, math.max(sp[i], 0), now}
     break
   end
 end
@@ -287,16 +316,21 @@ for i = 1, n do
   res[#res + 1] = string.format('%.6f', rl[i])
   res[#res + 1] = string.format('%.6f', tl[i])
   res[#res + 1] = string.format('%.0f', sp[i])
+  res[#res + 1] = string.format('%.0f', oth[i])
 end
 return res
 `)
 
 // releaseScript frees the lease's slots, corrects the token bucket, adds
 // the actual cost to settled spend and drops the reservation from this
-// replica's field. A stale epoch changes nothing (-1): the caller keeps the
-// cost for its resync.
+// replica's field; it returns Redis's time and each budget's spend after
+// that. A stale epoch changes nothing ({-1}): the caller keeps the cost for
+// its resync.
 var releaseScript = redis.NewScript(`
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return {-1} end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local res = {1, now}
 local dtok = tonumber(ARGV[2])
 local actual = tonumber(ARGV[3])
 local reserved = tonumber(ARGV[4])
@@ -318,9 +352,20 @@ for i = 1, n do
       if redis.call('HINCRBY', bk, rf, '-' .. ARGV[4]) <= 0 then redis.call('HDEL', bk, rf) end
     end
     if ttl > 0 and redis.call('EXISTS', bk) == 1 then redis.call('EXPIRE', bk, ttl) end
+    local spent, oth, h = 0, 0, redis.call('HGETALL', bk)
+    for j = 1, #h, 2 do
+      local v = tonumber(h[j + 1])
+      spent = spent + v
+      if h[j] ~= rf and string.sub(h[j], 1, 2) == 'r:' then oth = oth + v end
+    end
+    res[#res + 1] = string.format('%.0f', spent)
+    res[#res + 1] = string.format('%.0f', oth)
+  else
+    res[#res + 1] = '-1'
+    res[#res + 1] = '0'
   end
 end
-return 1
+return res
 `)
 
 var renewScript = redis.NewScript(`
@@ -401,7 +446,7 @@ func (r *Redis) acquireShared(ctx context.Context, req Request) (Lease, Decision
 		r.forget(member)
 		return Lease{}, Decision{}, true, nil
 	}
-	if err != nil || len(vals) < 4+3*req.N {
+	if err != nil || len(vals) < 5+4*req.N {
 		r.forget(member)
 		if err == nil {
 			err = fmt.Errorf("unexpected limiter reply %v", vals)
@@ -410,14 +455,15 @@ func (r *Redis) acquireShared(ctx context.Context, req Request) (Lease, Decision
 	}
 	var rl, tl [MaxScopes]float64
 	for i := 0; i < req.N; i++ {
-		rl[i] = parseFloat(vals[4+3*i])
-		tl[i] = parseFloat(vals[5+3*i])
+		rl[i] = parseFloat(vals[5+4*i])
+		tl[i] = parseFloat(vals[6+4*i])
 	}
+	at := toInt(vals[4])
 	d := Decision{Allowed: toInt(vals[0]) == 1}
 	if !d.Allowed {
 		r.forget(member)
 		i := int(toInt(vals[1])) - 1
-		r.remember(&req, i+1, &rl, &tl, vals[4:])
+		r.remember(&req, i+1, false, at, &rl, &tl, vals[5:])
 		s := &req.Scopes[i]
 		d.Scope = s.ID
 		switch toInt(vals[2]) {
@@ -435,7 +481,7 @@ func (r *Redis) acquireShared(ctx context.Context, req Request) (Lease, Decision
 		fillHeaders(&d, &req, i+1, &rl, &tl)
 		return Lease{}, d, false, nil
 	}
-	r.remember(&req, req.N, &rl, &tl, vals[4:])
+	r.remember(&req, req.N, true, at, &rl, &tl, vals[5:])
 	r.reserve(&req, req.CostNanos)
 	fillHeaders(&d, &req, req.N, &rl, &tl)
 	return Lease{Scopes: req.Scopes, N: req.N, Tokens: req.Tokens, CostNanos: req.CostNanos, member: member, gen: r.gen}, d, false, nil
@@ -471,27 +517,98 @@ func (r *Redis) localBudget(key string, ttl time.Duration) *localBudget {
 }
 
 // remember keeps the shared figures of the first n scopes (those after a
-// refusing one were not read).
-func (r *Redis) remember(req *Request, n int, rl, tl *[MaxScopes]float64, per []any) {
-	now := time.Now().UnixNano()
+// refusing one were not read), as of Redis time at (ms): concurrent
+// requests return in any order, and only the newest figures are kept.
+// From two of its own looks at a rate bucket a replica also learns how
+// much the other replicas took in between (what refill does not explain),
+// and keeps the peak of that.
+func (r *Redis) remember(req *Request, n int, admitted bool, at int64, rl, tl *[MaxScopes]float64, per []any) {
+	now := time.Now()
 	for i := 0; i < n; i++ {
 		s := &req.Scopes[i]
-		sp := toInt(per[3*i+2])
+		sp, oth := toInt(per[4*i+2]), toInt(per[4*i+3])
 		if s.RPM == 0 && s.TPM == 0 && (s.BudgetNanos == 0 || sp < 0) {
 			continue
 		}
-		v, ok := r.snaps.Load(s.ID)
-		if !ok {
-			v, _ = r.snaps.LoadOrStore(s.ID, &snapshot{})
-		}
-		sn := v.(*snapshot)
+		sn := r.snap(s.ID)
 		sn.mu.Lock()
-		sn.at, sn.rl, sn.tl = now, rl[i], tl[i]
-		if s.BudgetNanos > 0 && sp >= 0 {
-			sn.window, sn.spent, sn.hasSpent = s.BudgetWindow, sp, true
+		if at > sn.redisAt && sn.redisAt > 0 {
+			dt := float64(at - sn.redisAt)
+			if s.RPM > 0 {
+				before := rl[i]
+				if admitted {
+					before++
+				}
+				took := min(float64(s.RPM), sn.rl+dt*float64(s.RPM)/60000) - before
+				notePeak(&sn.reqPeak, &sn.reqPeakAt, took, now)
+			}
+			if s.TPM > 0 {
+				before := tl[i]
+				if admitted {
+					before += float64(req.Tokens)
+				}
+				took := min(float64(s.TPM), sn.tl+dt*float64(s.TPM)/60000) - before
+				notePeak(&sn.tokPeak, &sn.tokPeakAt, took, now)
+			}
+		}
+		if at >= sn.redisAt {
+			if at > sn.redisAt || s.RPM > 0 && rl[i] < sn.rl || s.TPM > 0 && tl[i] < sn.tl {
+				sn.at, sn.rl, sn.tl = now.UnixNano(), rl[i], tl[i]
+			}
+			if s.BudgetNanos > 0 && sp >= 0 {
+				sn.keepSpent(at, s.BudgetWindow, sp, oth)
+			}
+			sn.redisAt = at
 		}
 		sn.mu.Unlock()
 	}
+}
+
+// notePeak keeps the largest v seen within peakWindow.
+func notePeak(peak *float64, at *time.Time, v float64, now time.Time) {
+	if v >= *peak || now.Sub(*at) > peakWindow {
+		*peak, *at = max(0, v), now
+	}
+}
+
+// rememberSpent keeps the budgets' spend a release returned.
+func (r *Redis) rememberSpent(l *Lease, at int64, per []any) {
+	for i := 0; i < l.N && 2*i+1 < len(per); i++ {
+		s := &l.Scopes[i]
+		if sp := toInt(per[2*i]); s.BudgetNanos > 0 && sp >= 0 {
+			sn := r.snap(s.ID)
+			sn.mu.Lock()
+			sn.keepSpent(at, s.BudgetWindow, sp, toInt(per[2*i+1]))
+			sn.mu.Unlock()
+		}
+	}
+}
+
+// keepSpent records a budget's spend as of Redis time at unless newer is
+// known (of figures from the same millisecond the larger is kept), and the
+// peak of other replicas' reservations over the last peakWindow.
+func (sn *snapshot) keepSpent(at int64, window string, sp, others int64) {
+	switch {
+	case !sn.hasSpent || window != sn.window || at > sn.spentAt:
+		sn.window, sn.spent, sn.spentAt, sn.hasSpent = window, sp, at, true
+	case at == sn.spentAt:
+		sn.spent = max(sn.spent, sp)
+	}
+	if now := time.Now(); others >= sn.othersPeak || now.Sub(sn.peakAt) > peakWindow {
+		sn.othersPeak, sn.peakAt = others, now
+	}
+}
+
+// peakWindow is how long the peak of other replicas' reservations in flight
+// is remembered (see fallback.budget).
+const peakWindow = 10 * time.Second
+
+func (r *Redis) snap(id string) *snapshot {
+	v, ok := r.snaps.Load(id)
+	if !ok {
+		v, _ = r.snaps.LoadOrStore(id, &snapshot{})
+	}
+	return v.(*snapshot)
 }
 
 func (r *Redis) snapshot(id string) (snapshot, bool) {
@@ -502,7 +619,9 @@ func (r *Redis) snapshot(id string) (snapshot, bool) {
 	sn := v.(*snapshot)
 	sn.mu.Lock()
 	defer sn.mu.Unlock()
-	return snapshot{at: sn.at, rl: sn.rl, tl: sn.tl, window: sn.window, spent: sn.spent, hasSpent: sn.hasSpent}, true
+	return snapshot{redisAt: sn.redisAt, at: sn.at, rl: sn.rl, tl: sn.tl, window: sn.window, spent: sn.spent, spentAt: sn.spentAt,
+		hasSpent: sn.hasSpent, othersPeak: sn.othersPeak, peakAt: sn.peakAt,
+		reqPeak: sn.reqPeak, tokPeak: sn.tokPeak, reqPeakAt: sn.reqPeakAt, tokPeakAt: sn.tokPeakAt}, true
 }
 
 func (r *Redis) forget(member string) {
@@ -549,9 +668,12 @@ func (r *Redis) Release(ctx context.Context, l Lease, actualTokens, actualCostNa
 		keys = append(keys, rk, ck, bk)
 		args = append(args, s.TPM, s.MaxConc, s.BudgetNanos, int64(s.BudgetTTL/time.Second))
 	}
-	v, err := releaseScript.Run(ctx, r.c, keys, args...).Int64()
-	if err != nil || v == -1 {
+	vals, err := releaseScript.Run(ctx, r.c, keys, args...).Slice()
+	stale := err == nil && (len(vals) < 2 || toInt(vals[0]) == -1)
+	if err != nil || stale {
 		r.unsynced(&l, actualCostNanos)
+	} else {
+		r.rememberSpent(&l, toInt(vals[1]), vals[2:])
 	}
 	r.gate.RUnlock()
 	switch {
@@ -560,7 +682,7 @@ func (r *Redis) Release(ctx context.Context, l Lease, actualTokens, actualCostNa
 		return nil
 	case err != nil:
 		return fmt.Errorf("redis limiter release: %w", err)
-	case v == -1:
+	case stale:
 		go func() {
 			rctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
@@ -605,29 +727,31 @@ func (r *Redis) unsynced(l *Lease, cost int64) {
 
 // tidy forgets a part with nothing in it; r.mu is held.
 func (r *Redis) tidy(k string, b *localBudget) {
-	if b.inflight == 0 && b.unsynced == 0 {
+	if b.inflight == 0 && b.unsynced == 0 && b.held == 0 {
 		delete(r.budgets, k)
 	}
 }
 
-// seedScript raises settled spend to the ledger's figure (plus, at a
-// resync, the costs this replica settled that Redis did not see) and, at a
-// resync, sets this replica's reservations to what it holds in flight. It
-// drops the reservations of replicas that stopped announcing themselves
-// (crashed with requests in flight), whose records reach the ledger when
-// their spool is replayed.
+// seedScript raises settled spend to the ledger's figure when that is
+// larger and, at a resync (ARGV[7] = '1'), sets this replica's fields:
+// its reservations in flight and the costs it settled that Redis did not
+// count and the ledger may not have yet. It drops the fields of replicas
+// that stopped announcing themselves (crashed with requests in flight),
+// whose records reach the ledger when their spool is replayed.
 var seedScript = redis.NewScript(`
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
 local bk, live = KEYS[2], KEYS[3]
-local ledger, add, rf, rme, assert, ttl = tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4], ARGV[5], ARGV[6], tonumber(ARGV[7])
-local s = tonumber(redis.call('HGET', bk, 's') or '0') + add
+local ledger, rf, rme, uf, ume, assert, ttl = tonumber(ARGV[2]), ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], tonumber(ARGV[8])
+local s = tonumber(redis.call('HGET', bk, 's') or '0')
 if ledger > s then s = ledger end
 redis.call('HSET', bk, 's', string.format('%.0f', s))
 if assert == '1' then
   if tonumber(rme) > 0 then redis.call('HSET', bk, rf, rme) else redis.call('HDEL', bk, rf) end
+  if tonumber(ume) > 0 then redis.call('HSET', bk, uf, ume) else redis.call('HDEL', bk, uf) end
 end
 for _, f in ipairs(redis.call('HKEYS', bk)) do
-  if f ~= 's' and f ~= rf and string.sub(f, 1, 2) == 'r:' and not redis.call('ZSCORE', live, string.sub(f, 3)) then
+  local kind = string.sub(f, 1, 2)
+  if (kind == 'r:' or kind == 'u:') and f ~= rf and f ~= uf and not redis.call('ZSCORE', live, string.sub(f, 3)) then
     redis.call('HDEL', bk, f)
   end
 end
@@ -650,7 +774,7 @@ func (r *Redis) SeedBudget(ctx context.Context, scopeID, window string, nanos in
 		return nil
 	}
 	v, err := seedScript.Run(ctx, r.c, []string{r.epochKey(), k, r.replicasKey()},
-		r.epoch, nanos, 0, r.rfield, 0, "0", int64(ttl/time.Second)).Int64()
+		r.epoch, nanos, r.rfield, 0, r.ufield, 0, "0", int64(ttl/time.Second)).Int64()
 	r.gate.RUnlock()
 	switch {
 	case err != nil && ctx.Err() == nil:
@@ -683,10 +807,10 @@ func (r *Redis) Spent(ctx context.Context, scopeID, window string) (Spend, error
 	var sp Spend
 	for f, v := range h {
 		n, _ := strconv.ParseInt(v, 10, 64)
-		if f == "s" {
-			sp.Settled = n
-		} else {
+		if strings.HasPrefix(f, "r:") {
 			sp.Reserved += n
+		} else { // "s" and "u:..."
+			sp.Settled += n
 		}
 	}
 	return sp, nil
