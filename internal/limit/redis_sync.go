@@ -444,7 +444,10 @@ func (r *Redis) doResync(why string) error {
 		}
 	}
 
-	pipe := r.c.Pipeline()
+	// One transaction: another replica's seed, which drops the fields of
+	// replicas not in the live set, must not run between these fields and
+	// the announcement that puts this replica in it.
+	pipe := r.c.TxPipeline()
 	var cmds []*redis.Cmd
 	for _, it := range items {
 		cmds = append(cmds, seedScript.Eval(ctx, pipe, []string{r.epochKey(), it.key, r.replicasKey()},
