@@ -17,9 +17,22 @@ import (
 // ledgerStub plays the usage ledger: the spend of budget windows as the
 // database has it.
 type ledgerStub struct {
-	mu    sync.Mutex
-	seeds map[[2]string]int64
-	reads int
+	mu      sync.Mutex
+	seeds   map[[2]string]int64
+	budgets map[[2]string]int64
+	reads   int
+}
+
+// setBudget records a window's budget too, as the gateway's ledger reader
+// does.
+func (l *ledgerStub) setBudget(scope, window string, nanos, budget int64) {
+	l.set(scope, window, nanos)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.budgets == nil {
+		l.budgets = map[[2]string]int64{}
+	}
+	l.budgets[[2]string{scope, window}] = budget
 }
 
 func (l *ledgerStub) set(scope, window string, nanos int64) {
@@ -37,7 +50,7 @@ func (l *ledgerStub) read(context.Context) ([]limit.BudgetSeed, error) {
 	l.reads++
 	var out []limit.BudgetSeed
 	for k, v := range l.seeds {
-		out = append(out, limit.BudgetSeed{ScopeID: k[0], Window: k[1], Nanos: v})
+		out = append(out, limit.BudgetSeed{ScopeID: k[0], Window: k[1], Nanos: v, BudgetNanos: l.budgets[k]})
 	}
 	return out, nil
 }
@@ -356,4 +369,53 @@ func TestRedis_StartsOnLocalSharesWhenRedisIsDownAndJoinsWhenItAnswers(t *testin
 	srv.Start()
 	waitFor(t, "join", 5*time.Second, a.Shared)
 	mustAcquire(t, a, req(s))
+}
+
+// TestRedis_ComesBackOnlyWithTheOthersAndReservesItsLocalShareMeanwhile:
+// after Redis restarted, a replica that knows of another one puts its part
+// into the counters - including what it may still spend on its local share
+// - and stays on that share until the other has announced itself too
+// (here it never does: the wait ends after three heartbeats).
+func TestRedis_ComesBackOnlyWithTheOthersAndReservesItsLocalShareMeanwhile(t *testing.T) {
+	srv := testenv.NewRedisServer(t)
+	ledger := &ledgerStub{}
+	a, _ := replica(t, srv.URL(), "t:", limit.RedisOptions{Heartbeat: 200 * time.Millisecond, Replicas: 2}, ledger)
+	ctx := context.Background()
+	s := limit.Scope{ID: "key:wait", BudgetNanos: 10_000, BudgetWindow: "all"}
+	if err := a.Release(ctx, mustAcquire(t, a, budgetReq(s, 1000)), 0, 1000); err != nil {
+		t.Fatal(err)
+	}
+	ledger.setBudget(s.ID, s.BudgetWindow, 1000, 10_000)
+	srv.Restart()
+	restarted := time.Now()
+	key := "t:spend:" + s.ID + ":" + s.BudgetWindow
+	reserved := func() (string, bool) {
+		h, _ := a.Client().HGetAll(ctx, key).Result()
+		for f, v := range h {
+			if strings.HasPrefix(f, "r:") {
+				return v, true
+			}
+		}
+		return "", false
+	}
+	// Its share of what is left: (10000 - 1000) / 2.
+	waitFor(t, "the local share reserved in the re-seeded counter", 3*time.Second, func() bool {
+		v, ok := reserved()
+		if ok && v != "4500" {
+			t.Fatalf("reserved %s while on the local share, want 4500", v)
+		}
+		return ok
+	})
+	if a.Shared() {
+		t.Fatal("back on the shared counters before the other replica announced itself")
+	}
+	waitFor(t, "back on the shared counters after the wait", 3*time.Second, a.Shared)
+	waited := time.Since(restarted)
+	if waited < 500*time.Millisecond {
+		t.Fatalf("back after %v, want at least three heartbeats (600ms) of waiting for the other replica", waited)
+	}
+	if v, ok := reserved(); ok {
+		t.Fatalf("reservation %s left after returning with nothing in flight", v)
+	}
+	t.Logf("waited %v for a replica that never came back; its local share was reserved meanwhile", waited.Round(time.Millisecond))
 }
