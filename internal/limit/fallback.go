@@ -76,7 +76,7 @@ func (f *fallback) budget(key string, s *Scope) *fbBudget {
 	if b := f.budgets[key]; b != nil {
 		return b
 	}
-	b := &fbBudget{base: f.knownSpend(key, s.ID, s.BudgetWindow)}
+	b := &fbBudget{base: f.knownSpend(s.ID, s.BudgetWindow)}
 	if sn, ok := f.r.snapshot(s.ID); ok && sn.hasSpent && sn.window == s.BudgetWindow && time.Since(sn.peakAt) <= peakWindow {
 		b.unseen = sn.othersPeak
 	}
@@ -86,15 +86,12 @@ func (f *fallback) budget(key string, s *Scope) *fbBudget {
 
 // knownSpend is the larger of the shared spend last seen and the ledger's
 // last figure.
-func (f *fallback) knownSpend(key, scopeID, window string) int64 {
+func (f *fallback) knownSpend(scopeID, window string) int64 {
 	var base int64
 	if sn, ok := f.r.snapshot(scopeID); ok && sn.hasSpent && sn.window == window {
 		base = sn.spent
 	}
-	f.r.mu.Lock()
-	base = max(base, f.r.lastSeed[key])
-	f.r.mu.Unlock()
-	return base
+	return max(base, f.r.seeded(scopeID, window))
 }
 
 // acquire admits on the local shares; the caller holds r's gate shared.
@@ -210,5 +207,5 @@ func (f *fallback) spent(r *Redis, key, scopeID, window string) Spend {
 	if b := f.budgets[key]; b != nil {
 		return Spend{Settled: b.base + b.settled, Reserved: b.reserved}
 	}
-	return Spend{Settled: f.knownSpend(key, scopeID, window)}
+	return Spend{Settled: f.knownSpend(scopeID, window)}
 }

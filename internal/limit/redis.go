@@ -54,7 +54,7 @@ type Redis struct {
 	mu       sync.Mutex
 	active   map[string][]string     // lease member -> concurrency keys
 	budgets  map[string]*localBudget // spend key -> this replica's part
-	lastSeed map[string]int64        // spend key -> the ledger's last figure
+	lastSeed map[string]ledgerFigure // scope ID -> the ledger's last figure
 
 	snaps sync.Map // scope ID -> *snapshot: the shared figures last seen
 
@@ -78,6 +78,29 @@ type Redis struct {
 
 	stop chan struct{}
 	done chan struct{}
+}
+
+// ledgerFigure is a budget window's spend as the ledger last said.
+type ledgerFigure struct {
+	window string
+	nanos  int64
+}
+
+// noteSeed keeps the ledger's figure of a scope's current window.
+func (r *Redis) noteSeed(scopeID, window string, nanos int64) {
+	r.mu.Lock()
+	r.lastSeed[scopeID] = ledgerFigure{window, nanos}
+	r.mu.Unlock()
+}
+
+// seeded is the ledger's last figure of a budget window (0 if unknown).
+func (r *Redis) seeded(scopeID, window string) int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if f := r.lastSeed[scopeID]; f.window == window {
+		return f.nanos
+	}
+	return 0
 }
 
 // localBudget is this replica's part of one budget window's counter.
@@ -159,7 +182,7 @@ func NewRedis(ctx context.Context, url string, opt RedisOptions) (*Redis, error)
 	_, _ = rand.Read(b[:])
 	r := &Redis{c: redis.NewClient(o), prefix: opt.Prefix, lease: opt.LeaseTTL, replica: hex.EncodeToString(b[:]),
 		log: opt.Logger, failOpen: opt.FailOpen, fixedN: int64(opt.Replicas), heartbeat: opt.Heartbeat,
-		active: map[string][]string{}, budgets: map[string]*localBudget{}, lastSeed: map[string]int64{},
+		active: map[string][]string{}, budgets: map[string]*localBudget{}, lastSeed: map[string]ledgerFigure{},
 		stop: make(chan struct{}), done: make(chan struct{})}
 	r.rfield, r.ufield = "r:"+r.replica, "u:"+r.replica
 	r.live.Store(1)
@@ -444,9 +467,7 @@ func (r *Redis) tidy(k string, b *localBudget) {
 // SeedBudget implements Limiter.
 func (r *Redis) SeedBudget(ctx context.Context, scopeID, window string, nanos int64, ttl time.Duration) error {
 	k := r.spendKey(scopeID, window)
-	r.mu.Lock()
-	r.lastSeed[k] = nanos
-	r.mu.Unlock()
+	r.noteSeed(scopeID, window, nanos)
 	r.gate.RLock()
 	if r.down.Load() {
 		if fb := r.fb.Load(); fb != nil {
@@ -478,9 +499,7 @@ func (r *Redis) Spent(ctx context.Context, scopeID, window string) (Spend, error
 		if fb := r.fb.Load(); fb != nil {
 			return fb.spent(r, k, scopeID, window), nil
 		}
-		r.mu.Lock()
-		defer r.mu.Unlock()
-		return Spend{Settled: r.lastSeed[k]}, nil
+		return Spend{Settled: r.seeded(scopeID, window)}, nil
 	}
 	h, err := r.c.HGetAll(ctx, k).Result()
 	if err != nil {

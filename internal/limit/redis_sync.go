@@ -407,12 +407,12 @@ func (r *Redis) doResync(why string) error {
 	// What this replica knows is frozen while the gate is held.
 	items := map[string]*resyncItem{}
 	fb := r.fb.Load()
-	r.mu.Lock()
 	for _, s := range seeds {
 		k := r.spendKey(s.ScopeID, s.Window)
 		items[k] = &resyncItem{key: k, ledger: s.Nanos, ttl: s.TTL}
-		r.lastSeed[k] = s.Nanos
+		r.noteSeed(s.ScopeID, s.Window, s.Nanos)
 	}
+	r.mu.Lock()
 	now := time.Now()
 	for k, b := range r.budgets {
 		it := items[k]
