@@ -272,7 +272,19 @@ func printKey(out io.Writer, k *admin.Key) {
 		fmt.Fprintf(tw, "Budget\tnone\n")
 	}
 	if k.SpentUSD != nil {
-		fmt.Fprintf(tw, "Spent this period\t$%.4f\n", *k.SpentUSD)
+		src := ""
+		if k.ReservedUSD == nil && k.BudgetUSD > 0 {
+			// Read from the database file: a running gateway also counts
+			// records not written yet and requests in flight.
+			src = " (ledger)"
+		}
+		fmt.Fprintf(tw, "Spent this period\t$%.4f%s\n", *k.SpentUSD, src)
+	}
+	if k.ReservedUSD != nil {
+		fmt.Fprintf(tw, "Reserved in flight\t$%.4f\n", *k.ReservedUSD)
+		if k.SpentUSD != nil && k.BudgetUSD > 0 {
+			fmt.Fprintf(tw, "Budget left\t$%.4f\n", max(0, k.BudgetUSD-*k.SpentUSD-*k.ReservedUSD))
+		}
 	}
 	fmt.Fprintf(tw, "Created\t%s\n", k.CreatedAt.Format(time.RFC3339))
 	if k.ExpiresAt != nil {

@@ -35,6 +35,11 @@ type Options struct {
 	// change; other replicas pick it up by polling the key version.
 	Reload func(context.Context) error
 	Logger *slog.Logger
+	// Spend, when set, returns what the limiter counts against a key's
+	// budget in its current window, in USD: settled spend and reservations
+	// of requests in flight (the running gateway's admission). Without it
+	// "show" reports the ledger's spend alone.
+	Spend func(ctx context.Context, k *keys.Key) (settledUSD, reservedUSD float64, err error)
 	// KeyListHint ends the "no such key" message with where to find key
 	// ids; default "GET /admin/keys lists the ids" (the CLI on a database
 	// file says "llmgate keys list" instead).
@@ -176,6 +181,18 @@ func (h *Handler) showKey(w http.ResponseWriter, r *http.Request) {
 		spent := 0.0
 		for _, row := range rows {
 			spent += row.CostUSD
+		}
+		// The budget is enforced against the limiter's count, which is
+		// never below the ledger's (the larger wins) and is ahead of it by
+		// records not yet written: show that figure, and what requests in
+		// flight hold, so that spent + reserved is what the budget sees.
+		if h.opt.Spend != nil && k.BudgetUSD > 0 {
+			if settled, reserved, err := h.opt.Spend(r.Context(), k); err == nil {
+				spent = max(spent, settled)
+				v.ReservedUSD = &reserved
+			} else {
+				h.opt.Logger.Warn("limiter spend unavailable for key show; showing the ledger's", "key", k.ID, "err", err)
+			}
 		}
 		v.SpentUSD = &spent
 	}

@@ -127,6 +127,38 @@ func TestAdmin_KeyLifecycleThroughTheAPI(t *testing.T) {
 	}
 }
 
+// TestAdmin_ShowSpendIsWhatTheBudgetIsEnforcedAgainst: right after a
+// budget refusal, before the ledger has necessarily written anything, "show"
+// reports the spend the refusal names, and nothing reserved.
+func TestAdmin_ShowSpendIsWhatTheBudgetIsEnforcedAgainst(t *testing.T) {
+	_, base := startGateway(t)
+	c := admin.NewClient(base, master)
+	ctx := context.Background()
+	budget := 0.01
+	is, err := c.CreateKey(ctx, admin.KeySpec{Name: ptr("budgeted"), BudgetUSD: &budget})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Each call reserves little (max_tokens 10) and costs $0.0035: three
+	// pass, the fourth finds $0.0105 of $0.01 spent.
+	for i := 0; i < 3; i++ {
+		if r := call(t, base, is.Secret, "m"); r.StatusCode != 200 {
+			t.Fatalf("call %d: %d %s", i, r.StatusCode, body(r))
+		}
+	}
+	r := call(t, base, is.Secret, "m")
+	if b := body(r); r.StatusCode != 429 || !strings.Contains(b, "$0.0105 of $0.0100 spent or reserved") {
+		t.Fatalf("fourth call: %d %s", r.StatusCode, b)
+	}
+	k, err := c.GetKey(ctx, is.Key.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k.SpentUSD == nil || k.ReservedUSD == nil || *k.SpentUSD < 0.0105-1e-9 || *k.SpentUSD > 0.0105+1e-9 || *k.ReservedUSD != 0 {
+		t.Fatalf("show: spent %v reserved %v, want $0.0105 and $0 - the figures the refusal was made on", k.SpentUSD, k.ReservedUSD)
+	}
+}
+
 func TestAdmin_ModelRPMNamesTheModel(t *testing.T) {
 	_, base := startGateway(t)
 	c := admin.NewClient(base, master)

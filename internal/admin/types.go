@@ -29,9 +29,17 @@ type Key struct {
 	ExpiresAt      *time.Time        `json:"expires_at,omitempty"`
 	RevokedAt      *time.Time        `json:"revoked_at,omitempty"`
 	Status         string            `json:"status"`
-	// SpentUSD is the ledger's spend in the current budget period (shown
-	// by "show", omitted in lists).
+	// SpentUSD is the spend in the current budget period (shown by "show",
+	// omitted in lists): from a running gateway, the figure its budget is
+	// enforced against - the larger of the ledger's spend and the limiter's
+	// settled count, which is ahead by records not yet written; from the
+	// database alone, the ledger's spend.
 	SpentUSD *float64 `json:"spent_usd,omitempty"`
+	// ReservedUSD is held by the key's requests in flight (their cost
+	// estimates), which the budget also counts: a new request is admitted
+	// while spent + reserved + its own estimate fit the budget. Shown by a
+	// running gateway for keys with a budget.
+	ReservedUSD *float64 `json:"reserved_usd,omitempty"`
 }
 
 // Issued is the answer to create and rotate: the key and its secret, shown

@@ -20,6 +20,7 @@ package admit
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math"
@@ -227,7 +228,7 @@ func (t *ticket) Done(rec *usage.Record) {
 		ctx, cancel = context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()
 	}
-	err := a.lim.Release(ctx, t.lease, int64(rec.PromptTokens+rec.CompletionTokens), micros(rec.CostUSD))
+	err := a.lim.Release(ctx, t.lease, int64(rec.PromptTokens+rec.CompletionTokens), nanos(rec.CostUSD))
 	if err != nil {
 		a.log.Warn("limiter release failed; concurrency slots expire with their lease", "request_id", rec.ID, "err", err)
 	}
@@ -239,7 +240,9 @@ func (t *ticket) Done(rec *usage.Record) {
 // the server holds no reference.
 var ticketPool = sync.Pool{New: func() any { return new(ticket) }}
 
-func micros(usd float64) int64 { return int64(math.Ceil(usd * 1e6)) }
+// nanos converts USD to the limiter's unit. Rounding (not ceiling) keeps a
+// counter's sum equal to the ledger's sum of the same costs.
+func nanos(usd float64) int64 { return int64(math.Round(usd * limit.NanosPerUSD)) }
 
 // Admit implements policy.Admission.
 func (a *Admission) Admit(ctx context.Context, req policy.AdmitRequest) (policy.Ticket, error) {
@@ -258,13 +261,13 @@ func (a *Admission) Admit(ctx context.Context, req policy.AdmitRequest) (policy.
 	prompt, out := a.estimate(req)
 	var lr limit.Request
 	lr.Tokens = prompt + out
-	lr.CostMicros = micros(policy.Cost(int(prompt), 0, int(out)))
+	lr.CostNanos = nanos(policy.Cost(int(prompt), 0, int(out)))
 	if keyLimited {
 		s := &lr.Scopes[lr.N]
 		lr.N++
 		s.ID, s.RPM, s.TPM, s.MaxConc = a.keyScope(k.ID), int64(k.RPM), int64(k.TPM), int64(k.MaxConc)
 		if k.BudgetUSD > 0 {
-			s.BudgetMicros = micros(k.BudgetUSD)
+			s.BudgetNanos = nanos(k.BudgetUSD)
 			s.BudgetWindow, s.BudgetTTL = a.windows.get(k.BudgetPeriod, a.now())
 		}
 	}
@@ -275,10 +278,12 @@ func (a *Admission) Admit(ctx context.Context, req policy.AdmitRequest) (policy.
 	}
 	lease, d, err := a.lim.Acquire(ctx, lr)
 	if err != nil {
-		// Fail open, as Envoy's rate limit filter does by default: an
-		// unreachable limiter must not take the gateway down. Logged at
-		// most once a second.
-		if now := a.now().Unix(); a.failLogs.Swap(now) != now {
+		// Fail open, as Envoy's rate limit filter does by default: a
+		// limiter that cannot decide must not take the gateway down. The
+		// Redis limiter decides locally while Redis is away, and returns
+		// ErrUnavailable only when configured to fail open (it logs that
+		// itself); anything else is logged at most once a second.
+		if now := a.now().Unix(); !errors.Is(err, limit.ErrUnavailable) && a.failLogs.Swap(now) != now {
 			a.log.Warn("limiter unavailable; admitting without limits", "err", err)
 		}
 		return free, nil
@@ -337,7 +342,7 @@ func (a *Admission) refusal(req policy.AdmitRequest, m *model, d *limit.Decision
 			period += ", resets " + end.Format("2006-01-02 15:04 UTC")
 		}
 		msg = fmt.Sprintf("budget exhausted for %s: $%.4f of $%.4f spent or reserved (%s budget); this request reserves up to $%.4f (set max_tokens to reserve less), or %s",
-			who, float64(d.SpentMicros)/1e6, float64(d.BudgetMicros)/1e6, period, costOf(m, tokens), fix)
+			who, float64(d.SpentNanos)/limit.NanosPerUSD, float64(d.BudgetNanos)/limit.NanosPerUSD, period, costOf(m, tokens), fix)
 	}
 	e := apierror.New(http.StatusTooManyRequests, apierror.KindRateLimit, code, msg)
 	h := http.Header{}

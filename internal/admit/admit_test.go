@@ -3,6 +3,7 @@ package admit_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"path/filepath"
 	"strings"
@@ -207,5 +208,51 @@ func BenchmarkAdmit_KeyAndModelLimits(b *testing.B) {
 			b.Fatal(err)
 		}
 		t.Done(&rec)
+	}
+}
+
+// TestAdmit_KeySpendEqualsTheLedgersSpend: what the limiter counts as
+// settled for a key and what the ledger sums for it are the same number,
+// also for prices with fractions of a micro-dollar per token (a counter in
+// micro-USD rounded every request up and drifted from the ledger).
+func TestAdmit_KeySpendEqualsTheLedgersSpend(t *testing.T) {
+	ctx := context.Background()
+	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "s.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	k := &keys.Key{ID: "key_eq", Hash: keys.Hash("eq"), BudgetUSD: 100, BudgetPeriod: "daily", CreatedAt: time.Now()}
+	if err := st.CreateKey(ctx, k); err != nil {
+		t.Fatal(err)
+	}
+	a := admit.New(admit.Options{Limiter: limit.NewMemory(), Models: map[string]admit.ModelPolicy{
+		"cheap": {InputPrice: 0.15, OutputPrice: 0.6, CachedInputPrice: 0.075}}})
+	var recs []usage.Record
+	for i := 0; i < 500; i++ {
+		tk, err := a.Admit(ctx, chatRequest(policy.AdmitRequest{Principal: keys.Principal{Key: k}, Model: "cheap", Endpoint: "chat"}, `{"max_tokens":50}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec := usage.Record{ID: fmt.Sprintf("r%d", i), Time: time.Now(), KeyID: k.ID, Model: "cheap", Status: 200,
+			PromptTokens: 7 + i%13, CachedTokens: i % 5, CompletionTokens: 3 + i%29}
+		tk.Done(&rec)
+		recs = append(recs, rec)
+	}
+	if err := st.InsertUsage(ctx, recs); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := st.Summary(ctx, usage.Filter{KeyID: k.ID, GroupBy: []string{"key"}})
+	if err != nil || len(rows) != 1 {
+		t.Fatalf("ledger: %v %v", rows, err)
+	}
+	settled, reserved, err := a.KeySpend(ctx, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("500 requests at $0.15/$0.60 per 1M: ledger $%.9f, limiter settled $%.9f, reserved $%.9f", rows[0].CostUSD, settled, reserved)
+	if reserved != 0 || math.Abs(settled-rows[0].CostUSD) > 500*0.5e-9 {
+		t.Fatalf("limiter settled $%.12f, reserved $%.12f; ledger $%.12f: they must agree within half a nano-dollar per request",
+			settled, reserved, rows[0].CostUSD)
 	}
 }

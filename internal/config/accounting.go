@@ -25,6 +25,9 @@ func (c *Config) validateAccounting() error {
 	if c.Redis != "" && !strings.HasPrefix(c.Redis, "redis://") && !strings.HasPrefix(c.Redis, "rediss://") {
 		return le(c.Line("redis"), "redis", "must be a URL like redis://127.0.0.1:6379/0, not "+quote(c.Redis))
 	}
+	if c.RedisReplicas < 0 {
+		return le(c.Line("redis_replicas"), "redis_replicas", "must be the number of replicas sharing Redis, or 0 to count them through Redis")
+	}
 	if c.Retention < 0 || (c.Retention > 0 && time.Duration(c.Retention) < time.Hour) {
 		return le(c.Line("retention"), "retention", "must be at least 1h (for example 90d), or 0 to keep every record")
 	}

@@ -10,6 +10,8 @@ import (
 func TestConfig_AccountingSettingsLoad(t *testing.T) {
 	src := `
 redis: redis://127.0.0.1:6379/0
+redis_fail_open: true
+redis_replicas: 3
 retention: 90d
 spool_dir: /tmp/spool
 spool_fsync: true
@@ -23,7 +25,7 @@ models:
 		t.Fatal(err)
 	}
 	m := cfg.Models["m"]
-	if cfg.Redis != "redis://127.0.0.1:6379/0" || time.Duration(cfg.Retention) != 90*24*time.Hour || cfg.Spool() != "/tmp/spool" || !cfg.SpoolFsync ||
+	if cfg.Redis != "redis://127.0.0.1:6379/0" || !cfg.RedisFailOpen || cfg.RedisReplicas != 3 || time.Duration(cfg.Retention) != 90*24*time.Hour || cfg.Spool() != "/tmp/spool" || !cfg.SpoolFsync ||
 		m.RPM != 600 || m.TPM != 100000 || m.MaxConcurrency != 8 {
 		t.Fatalf("settings not loaded: %+v %+v", cfg, m)
 	}
@@ -38,6 +40,7 @@ func TestConfig_AccountingErrorsNameTheLine(t *testing.T) {
 	cases := []struct{ src, want string }{
 		{"listen: 127.0.0.1:1\nredis: 127.0.0.1:6379\n", "c.yaml:2: redis: must be a URL like redis://"},
 		{"retention: 5m\n", "c.yaml:1: retention: must be at least 1h"},
+		{"redis_replicas: -2\n", "c.yaml:1: redis_replicas: must be the number of replicas"},
 		{"backends:\n  b: {url: http://x:1}\nmodels:\n  m: {backend: b, output_price: -1}\n", "c.yaml:4: models.m.output_price: must not be negative"},
 		{"rediss: redis://x\n", `unknown key "rediss"; did you mean "redis"?`},
 		{"backends:\n  b: {url: http://x:1}\nmodels:\n  m: {backend: b, rpn: 5}\n", `did you mean "rpm"?`},
@@ -58,5 +61,25 @@ func TestConfig_SpoolDefaultsNextToSQLite(t *testing.T) {
 	c = &Config{Database: "postgres://db/x"}
 	if got := c.Spool(); got != "llmgate-spool" {
 		t.Fatalf("spool for postgres = %q", got)
+	}
+}
+
+func TestConfig_MetricsKeyLabelsSwitchAndItsEnvironmentOverride(t *testing.T) {
+	cfg, err := Load(strings.NewReader("metrics_key_labels: false\n"), "c.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.MetricsKeyLabelsOn() {
+		t.Fatal("metrics_key_labels: false left key labels on")
+	}
+	env := map[string]string{"LLMGATE_METRICS_KEY_LABELS": "on"}
+	if err := cfg.ApplyEnv(func(k string) (string, bool) { v, ok := env[k]; return v, ok }); err != nil {
+		t.Fatal(err)
+	}
+	if !cfg.MetricsKeyLabelsOn() {
+		t.Fatal("LLMGATE_METRICS_KEY_LABELS=on did not override the file")
+	}
+	if !(&Config{}).MetricsKeyLabelsOn() {
+		t.Fatal("key labels must default to on")
 	}
 }

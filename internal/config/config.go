@@ -87,6 +87,14 @@ type Config struct {
 	// RedisPrefix starts every Redis key (default "llmgate:"), so several
 	// gateway deployments can share one Redis.
 	RedisPrefix string `yaml:"redis_prefix"`
+	// RedisFailOpen admits requests without any limit or budget while Redis
+	// is unreachable, instead of each replica enforcing its share of each
+	// limit locally (the default).
+	RedisFailOpen bool `yaml:"redis_fail_open"`
+	// RedisReplicas fixes the number of replicas sharing the limits, which
+	// sets each one's local share while Redis is unreachable; 0 (default)
+	// counts live replicas through heartbeats in Redis.
+	RedisReplicas int `yaml:"redis_replicas"`
 	// Retention deletes raw usage records older than this (hourly rollups
 	// are kept); zero keeps everything.
 	Retention Duration `yaml:"retention"`
@@ -344,7 +352,7 @@ func LoadWithEnv(r io.Reader, source string, lookup func(string) (string, bool))
 }
 
 var knownKeys = map[string][]string{
-	"":                {"listen", "database", "max_body_bytes", "log_format", "http_server", "socket_io", "upstream_client", "max_connections", "tls_cert_file", "tls_key_file", "backends", "models", "redis", "redis_prefix", "retention", "responses_ttl", "store_responses", "spool_dir", "spool_fsync", "routing"},
+	"":                {"listen", "database", "max_body_bytes", "log_format", "http_server", "socket_io", "upstream_client", "max_connections", "tls_cert_file", "tls_key_file", "backends", "models", "redis", "redis_prefix", "redis_fail_open", "redis_replicas", "retention", "responses_ttl", "store_responses", "spool_dir", "spool_fsync", "routing"},
 	"routing":         {"retry_backoff", "circuit_breaker"},
 	"circuit_breaker": {"enabled", "consecutive_failures", "failure_rate", "min_requests", "half_life", "open_for", "open_max", "timeout_weight", "rate_limit_wait", "rate_limit_max"},
 	"backend": {"url", "api_key", "dialect", "headers", "connect_timeout", "first_byte_timeout", "timeout", "ca_file", "client_cert_file", "client_key_file", "tls_skip_verify",

@@ -28,6 +28,10 @@ type Features struct {
 	// once (default DefaultMaxBodyReadsPerKey; 0 = no cap); beyond it a
 	// request is a 429 before its body is read.
 	MaxBodyReadsPerKey *int `yaml:"max_body_reads_per_key"`
+	// MetricsKeyLabels labels per-request metrics with the key id (default
+	// on; LLMGATE_METRICS_KEY_LABELS). Off, /metrics shows no key ids and
+	// counts requests, tokens and cost across keys only.
+	MetricsKeyLabels *bool `yaml:"metrics_key_labels"`
 }
 
 // Defaults of the body-reading limits.
@@ -51,7 +55,7 @@ func (f Features) BodyReadLimit() (time.Duration, int) {
 }
 
 func init() {
-	knownKeys[""] = append(knownKeys[""], "access_log", "console", "metrics_key", "body_read_timeout", "max_body_reads_per_key")
+	knownKeys[""] = append(knownKeys[""], "access_log", "console", "metrics_key", "body_read_timeout", "max_body_reads_per_key", "metrics_key_labels")
 	knownKeys["model"] = append(knownKeys["model"], "context_window", "fit_output_limit")
 }
 
@@ -61,14 +65,17 @@ func (f Features) AccessLogOn() bool { return f.AccessLog == nil || *f.AccessLog
 // ConsoleOn reports whether the web console is served.
 func (f Features) ConsoleOn() bool { return f.Console == nil || *f.Console }
 
+// MetricsKeyLabelsOn reports whether metrics carry key ids.
+func (f Features) MetricsKeyLabelsOn() bool { return f.MetricsKeyLabels == nil || *f.MetricsKeyLabels }
+
 // ApplyEnv applies the environment's overrides of the feature switches:
-// LLMGATE_ACCESS_LOG and LLMGATE_CONSOLE (on/off, true/false, 1/0) and
-// LLMGATE_METRICS_KEY. An unreadable switch is an error naming it.
+// LLMGATE_ACCESS_LOG, LLMGATE_CONSOLE and LLMGATE_METRICS_KEY_LABELS
+// (on/off, true/false, 1/0) and LLMGATE_METRICS_KEY. An unreadable switch is an error naming it.
 func (c *Config) ApplyEnv(lookup func(string) (string, bool)) error {
 	for _, sw := range []struct {
 		env string
 		dst **bool
-	}{{"LLMGATE_ACCESS_LOG", &c.AccessLog}, {"LLMGATE_CONSOLE", &c.Console}} {
+	}{{"LLMGATE_ACCESS_LOG", &c.AccessLog}, {"LLMGATE_CONSOLE", &c.Console}, {"LLMGATE_METRICS_KEY_LABELS", &c.MetricsKeyLabels}} {
 		v, ok := lookup(sw.env)
 		if !ok || strings.TrimSpace(v) == "" {
 			continue

@@ -8,6 +8,7 @@ import (
 
 	"llmgate/internal/admin"
 	"llmgate/internal/admit"
+	"llmgate/internal/keys"
 	"llmgate/internal/limit"
 	"llmgate/internal/usage"
 )
@@ -46,12 +47,17 @@ func (g *Gateway) withSpool(o usage.Options) (usage.Options, error) {
 func (g *Gateway) startAccounting(ctx context.Context, opt *Options) error {
 	cfg := g.Config
 	var lim limit.Limiter
+	var shared *limit.Redis
 	if cfg.Redis != "" {
-		r, err := limit.NewRedis(ctx, cfg.Redis, limit.RedisOptions{Prefix: cfg.RedisPrefix})
+		// An unreachable Redis is not an error: the limiter starts on this
+		// replica's local shares (or without limits, redis_fail_open) and
+		// joins Redis when it answers.
+		r, err := limit.NewRedis(ctx, cfg.Redis, limit.RedisOptions{Prefix: cfg.RedisPrefix, FailOpen: cfg.RedisFailOpen,
+			Replicas: cfg.RedisReplicas, Logger: g.log})
 		if err != nil {
 			return fmt.Errorf("redis: %w", err)
 		}
-		lim = r
+		lim, shared = r, r
 	} else {
 		lim = limit.NewMemory()
 	}
@@ -61,6 +67,12 @@ func (g *Gateway) startAccounting(ctx context.Context, opt *Options) error {
 			RPM: m.RPM, TPM: m.TPM, MaxConc: m.MaxConcurrency}
 	}
 	a := admit.New(admit.Options{Limiter: lim, Models: models, Logger: g.log})
+	if shared != nil {
+		// After a Redis restart or outage the limiter re-seeds every budget
+		// from the ledger at once, not at the next tick below.
+		shared.SetLedger(func(ctx context.Context) ([]limit.BudgetSeed, error) { return a.BudgetSeeds(ctx, g.Store, g.Store) })
+		g.limiterGauges(shared)
+	}
 	if err := a.SeedBudgets(ctx, g.Store, g.Store); err != nil {
 		g.log.Warn("budget spend not loaded from the ledger; will retry", "err", err)
 	}
@@ -96,13 +108,35 @@ func (g *Gateway) startAccounting(ctx context.Context, opt *Options) error {
 	return nil
 }
 
-// mountAdmin mounts the admin API (master key only).
+// limiterGauges tells Prometheus whether the shared limiter is in use and
+// how many replicas share it.
+func (g *Gateway) limiterGauges(r *limit.Redis) {
+	if g.Metrics == nil {
+		return
+	}
+	_ = g.Metrics.GaugeFunc("llmgate_limiter_redis_shared", "1 while limits use Redis's shared counters; 0 while Redis is unreachable and this replica enforces its local share (or none, redis_fail_open).",
+		func() float64 {
+			if r.Shared() {
+				return 1
+			}
+			return 0
+		})
+	_ = g.Metrics.GaugeFunc("llmgate_limiter_replicas", "Replicas this one counts as sharing the limits (redis_replicas, else live replicas seen through Redis); its local share while Redis is unreachable is 1/this.",
+		func() float64 { return float64(r.Replicas()) })
+}
+
+// mountAdmin mounts the admin API (master key only). Its key view shows
+// the spend the running admission enforces.
 func (g *Gateway) mountAdmin() {
 	st, ok := g.Store.(admin.Store)
 	if !ok {
 		return
 	}
-	h := admin.New(admin.Options{Store: st, Auth: g.Server.Authenticate, Reload: g.Verifier.Reload, Logger: g.log})
+	var spend func(context.Context, *keys.Key) (float64, float64, error)
+	if g.acct != nil {
+		spend = g.acct.adm.KeySpend
+	}
+	h := admin.New(admin.Options{Store: st, Auth: g.Server.Authenticate, Reload: g.Verifier.Reload, Logger: g.log, Spend: spend})
 	for _, p := range admin.Paths {
 		g.Server.Handle(p, h)
 	}

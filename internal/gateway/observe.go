@@ -19,7 +19,7 @@ import (
 // endpoint is configured, and puts their middleware in front of opt's:
 // tracing outermost (its span covers everything), then the in-flight gauge.
 func (g *Gateway) startObservability(ctx context.Context, opt *Options) error {
-	g.Metrics = metrics.New()
+	g.Metrics = metrics.NewWith(metrics.Options{KeyLabels: g.Config.MetricsKeyLabelsOn()})
 	tc := tracing.FromEnv()
 	stop, err := tracing.Setup(ctx, tc)
 	if err != nil {

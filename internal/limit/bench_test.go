@@ -12,7 +12,7 @@ import (
 // concurrency and a budget, limits high enough never to refuse.
 func benchReq() limit.Request {
 	return req(
-		limit.Scope{ID: "key:bench", RPM: 1 << 40, TPM: 1 << 50, MaxConc: 1 << 30, BudgetMicros: 1 << 60, BudgetWindow: "all"},
+		limit.Scope{ID: "key:bench", RPM: 1 << 40, TPM: 1 << 50, MaxConc: 1 << 30, BudgetNanos: 1 << 60, BudgetWindow: "all"},
 		limit.Scope{ID: "model:bench", RPM: 1 << 40, TPM: 1 << 50, MaxConc: 1 << 30},
 	)
 }

@@ -14,9 +14,17 @@
 // TPM reserves the request's estimated tokens at admission and corrects by
 // the real count at release; a bucket may go into debt, which delays later
 // requests. Concurrency is a count of slots (in Redis: leases that expire
-// unless renewed, so a crashed replica's slots free themselves). Budgets
-// count micro-USD: settled spend plus reservations in flight; a request is
-// admitted only if its reservation fits under the budget.
+// unless renewed, so a crashed replica's slots free themselves).
+//
+// Budgets count nano-USD in two parts: settled spend (what finished requests
+// cost) and reservations of requests in flight. A request is admitted only
+// if settled + reserved + its own reservation fits under the budget. Settled
+// spend is also known to the usage ledger, which is the durable record: a
+// counter that is missing or behind the ledger (a fresh process, a Redis that
+// restarted empty) is raised to the ledger's figure by SeedBudget, and the
+// larger of the two always wins, so no seeding ever lowers what is counted.
+// Nano-USD make a counter's sum equal the ledger's sum of float costs for
+// prices with up to three decimals per million tokens (see NanosPerUSD).
 package limit
 
 import (
@@ -35,8 +43,8 @@ type Scope struct {
 	RPM     int64
 	TPM     int64
 	MaxConc int64
-	// BudgetMicros is the budget in micro-USD; 0 = none.
-	BudgetMicros int64
+	// BudgetNanos is the budget in nano-USD; 0 = none.
+	BudgetNanos int64
 	// BudgetWindow names the current budget period ("d2026-11-30",
 	// "m2026-11", "all"); a new window starts from zero.
 	BudgetWindow string
@@ -52,9 +60,12 @@ type Request struct {
 	N      int
 	// Tokens is the estimated token count (prompt + expected output).
 	Tokens int64
-	// CostMicros is the estimated cost reserved against budgets.
-	CostMicros int64
+	// CostNanos is the estimated cost reserved against budgets.
+	CostNanos int64
 }
+
+// NanosPerUSD converts USD to the budget counters' unit.
+const NanosPerUSD = 1e9
 
 // Limits named in refusals.
 const (
@@ -77,8 +88,9 @@ type Decision struct {
 	// RetryAfter is when a retry can pass (0 = unknown, as for budgets
 	// that never reset).
 	RetryAfter time.Duration
-	// BudgetMicros and SpentMicros describe a budget refusal.
-	BudgetMicros, SpentMicros int64
+	// BudgetNanos and SpentNanos describe a budget refusal (spent includes
+	// reservations in flight).
+	BudgetNanos, SpentNanos int64
 
 	LimitRequests, RemainingRequests int64
 	ResetRequests                    time.Duration
@@ -88,12 +100,38 @@ type Decision struct {
 
 // Lease is an admitted request's hold on the limiter; pass it to Release.
 type Lease struct {
-	Scopes     [MaxScopes]Scope
-	N          int
-	Tokens     int64
-	CostMicros int64
-	// member identifies a concurrency lease in Redis.
+	Scopes    [MaxScopes]Scope
+	N         int
+	Tokens    int64
+	CostNanos int64
+	// member identifies a lease in Redis (its concurrency slots and its
+	// share of the replica's reservations).
 	member string
+	// fb is the local fallback that admitted the lease while Redis was
+	// unreachable, and gen the resync generation it was admitted in.
+	fb  *fallback
+	gen uint64
+}
+
+// Spend is a budget window's spend in nano-USD.
+type Spend struct {
+	// Settled is what finished requests cost (at least the ledger's figure
+	// once seeded).
+	Settled int64
+	// Reserved is held by requests in flight: their estimates until they
+	// finish.
+	Reserved int64
+}
+
+// BudgetSeed is the ledger's spend of one budget window, for SeedBudget.
+type BudgetSeed struct {
+	ScopeID, Window string
+	Nanos           int64
+	// TTL is how long the window's counter must live; 0 = forever.
+	TTL time.Duration
+	// BudgetNanos is the budget itself (0 = unknown), which sets what a
+	// replica on its local share may still spend.
+	BudgetNanos int64
 }
 
 // Limiter checks and takes capacity.
@@ -101,14 +139,16 @@ type Limiter interface {
 	// Acquire checks every scope of req and, if all pass, takes a request,
 	// the estimated tokens, a concurrency slot and the cost reservation.
 	Acquire(ctx context.Context, req Request) (Lease, Decision, error)
-	// Release frees the concurrency slot and corrects the token and budget
-	// counters from the estimates to the actual figures.
-	Release(ctx context.Context, l Lease, actualTokens, actualCostMicros int64) error
-	// SeedBudget sets a budget window's spend when the limiter has none
-	// yet (at startup, from the ledger); existing counters win.
-	SeedBudget(ctx context.Context, scopeID, window string, micros int64, ttl time.Duration) error
-	// Spent returns a budget window's settled plus reserved spend.
-	Spent(ctx context.Context, scopeID, window string) (int64, error)
+	// Release frees the concurrency slot, corrects the token bucket from
+	// the estimate to the actual count, and settles the budget: the
+	// reservation is dropped and the actual cost added to settled spend.
+	Release(ctx context.Context, l Lease, actualTokens, actualCostNanos int64) error
+	// SeedBudget raises a budget window's settled spend to nanos (the
+	// ledger's figure) when it counts less; the larger value wins, and
+	// reservations in flight are kept.
+	SeedBudget(ctx context.Context, scopeID, window string, nanos int64, ttl time.Duration) error
+	// Spent returns a budget window's settled spend and reservations.
+	Spent(ctx context.Context, scopeID, window string) (Spend, error)
 	Close() error
 }
 

@@ -21,7 +21,7 @@ type memScope struct {
 	reqLimit, tokLimit int64 // limits the levels were computed with
 	conc               int64
 	window             string
-	spent              int64
+	settled, reserved  int64 // nano-USD in window
 }
 
 var _ Limiter = (*Memory)(nil)
@@ -74,8 +74,8 @@ func (m *Memory) Acquire(_ context.Context, req Request) (Lease, Decision, error
 			}
 			tl[i] = refill(x.tokLevel+raised(x.tokLimit, s.TPM), x.tokLast, now, s.TPM)
 		}
-		if s.BudgetMicros > 0 && x.window != s.BudgetWindow {
-			x.window, x.spent = s.BudgetWindow, 0
+		if s.BudgetNanos > 0 && x.window != s.BudgetWindow {
+			x.window, x.settled, x.reserved = s.BudgetWindow, 0, 0
 		}
 		switch {
 		case s.MaxConc > 0 && x.conc >= s.MaxConc:
@@ -84,8 +84,8 @@ func (m *Memory) Acquire(_ context.Context, req Request) (Lease, Decision, error
 			d.Allowed, d.Limit, d.RetryAfter = false, LimitRequests, wait(rl[i], 1, s.RPM)
 		case s.TPM > 0 && tl[i] < float64(min(req.Tokens, s.TPM)):
 			d.Allowed, d.Limit, d.RetryAfter = false, LimitTokens, wait(tl[i], float64(min(req.Tokens, s.TPM)), s.TPM)
-		case s.BudgetMicros > 0 && x.spent+req.CostMicros > s.BudgetMicros:
-			d.Allowed, d.Limit, d.BudgetMicros, d.SpentMicros = false, LimitBudget, s.BudgetMicros, x.spent
+		case s.BudgetNanos > 0 && x.settled+x.reserved+req.CostNanos > s.BudgetNanos:
+			d.Allowed, d.Limit, d.BudgetNanos, d.SpentNanos = false, LimitBudget, s.BudgetNanos, x.settled+x.reserved
 		}
 		if !d.Allowed {
 			d.Scope = s.ID
@@ -106,12 +106,12 @@ func (m *Memory) Acquire(_ context.Context, req Request) (Lease, Decision, error
 		if s.MaxConc > 0 {
 			x.conc++
 		}
-		if s.BudgetMicros > 0 {
-			x.spent += req.CostMicros
+		if s.BudgetNanos > 0 {
+			x.reserved += req.CostNanos
 		}
 	}
 	fillHeaders(&d, &req, req.N, &rl, &tl)
-	return Lease{Scopes: req.Scopes, N: req.N, Tokens: req.Tokens, CostMicros: req.CostMicros}, d, nil
+	return Lease{Scopes: req.Scopes, N: req.N, Tokens: req.Tokens, CostNanos: req.CostNanos}, d, nil
 }
 
 // fillHeaders sets the x-ratelimit figures: for requests and for tokens
@@ -144,10 +144,10 @@ func fillHeaders(d *Decision, req *Request, n int, rl, tl *[MaxScopes]float64) {
 }
 
 // Release implements Limiter.
-func (m *Memory) Release(_ context.Context, l Lease, actualTokens, actualCostMicros int64) error {
+func (m *Memory) Release(_ context.Context, l Lease, actualTokens, actualCostNanos int64) error {
 	for i := 0; i < l.N; i++ {
 		s := &l.Scopes[i]
-		if s.MaxConc == 0 && s.TPM == 0 && s.BudgetMicros == 0 {
+		if s.MaxConc == 0 && s.TPM == 0 && s.BudgetNanos == 0 {
 			continue
 		}
 		x := m.get(s.ID)
@@ -158,8 +158,9 @@ func (m *Memory) Release(_ context.Context, l Lease, actualTokens, actualCostMic
 		if s.TPM > 0 && x.tokInit {
 			x.tokLevel = min(x.tokLevel-float64(actualTokens-l.Tokens), float64(s.TPM))
 		}
-		if s.BudgetMicros > 0 && x.window == s.BudgetWindow {
-			x.spent += actualCostMicros - l.CostMicros
+		if s.BudgetNanos > 0 && x.window == s.BudgetWindow {
+			x.reserved = max(0, x.reserved-l.CostNanos)
+			x.settled += actualCostNanos
 		}
 		x.mu.Unlock()
 	}
@@ -167,25 +168,42 @@ func (m *Memory) Release(_ context.Context, l Lease, actualTokens, actualCostMic
 }
 
 // SeedBudget implements Limiter.
-func (m *Memory) SeedBudget(_ context.Context, scopeID, window string, micros int64, _ time.Duration) error {
+func (m *Memory) SeedBudget(_ context.Context, scopeID, window string, nanos int64, _ time.Duration) error {
 	x := m.get(scopeID)
 	x.mu.Lock()
 	if x.window != window {
-		x.window, x.spent = window, micros
+		x.window, x.settled, x.reserved = window, nanos, 0
+	} else {
+		x.settled = max(x.settled, nanos)
 	}
 	x.mu.Unlock()
 	return nil
 }
 
 // Spent implements Limiter.
-func (m *Memory) Spent(_ context.Context, scopeID, window string) (int64, error) {
+func (m *Memory) Spent(_ context.Context, scopeID, window string) (Spend, error) {
 	x := m.get(scopeID)
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	if x.window != window {
-		return 0, nil
+		return Spend{}, nil
 	}
-	return x.spent, nil
+	return Spend{Settled: x.settled, Reserved: x.reserved}, nil
+}
+
+// preset starts a scope's buckets at the given levels as of at (Unix ns)
+// instead of full, unless the scope is already in use: the local fallback
+// begins from its share of what the shared buckets had left.
+func (m *Memory) preset(id string, rpm, tpm int64, reqLevel, tokLevel float64, at int64) {
+	x := m.get(id)
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if rpm > 0 && !x.reqInit {
+		x.reqInit, x.reqLevel, x.reqLast, x.reqLimit = true, min(reqLevel, float64(rpm)), at, rpm
+	}
+	if tpm > 0 && !x.tokInit {
+		x.tokInit, x.tokLevel, x.tokLast, x.tokLimit = true, min(tokLevel, float64(tpm)), at, tpm
+	}
 }
 
 // Close implements Limiter.

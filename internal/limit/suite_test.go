@@ -145,39 +145,72 @@ func runSuite(t *testing.T, newLimiter func(t *testing.T) limit.Limiter) {
 	})
 	t.Run("Budget_RefusesReservationsBeyondBudget", func(t *testing.T) {
 		l := newLimiter(t)
-		s := limit.Scope{ID: "key:budget", BudgetMicros: 1000, BudgetWindow: "d2026-01-01", BudgetTTL: time.Hour}
+		s := limit.Scope{ID: "key:budget", BudgetNanos: 1000, BudgetWindow: "d2026-01-01", BudgetTTL: time.Hour}
 		if err := l.SeedBudget(ctx, s.ID, s.BudgetWindow, 300, time.Hour); err != nil {
 			t.Fatal(err)
 		}
 		// A second seed must not overwrite live counters (another replica's).
 		_ = l.SeedBudget(ctx, s.ID, s.BudgetWindow, 0, time.Hour)
 		r := req(s)
-		r.CostMicros = 400
+		r.CostNanos = 400
 		a, d, _ := l.Acquire(ctx, r)
 		if !d.Allowed {
 			t.Fatalf("300+400 <= 1000 refused: %+v", d)
 		}
 		_, d, _ = l.Acquire(ctx, r)
-		if d.Allowed || d.Limit != limit.LimitBudget || d.SpentMicros != 700 || d.BudgetMicros != 1000 {
+		if d.Allowed || d.Limit != limit.LimitBudget || d.SpentNanos != 700 || d.BudgetNanos != 1000 {
 			t.Fatalf("700+400 > 1000 admitted or wrong figures: %+v", d)
 		}
 		if err := l.Release(ctx, a, 0, 50); err != nil { // cost less than reserved
 			t.Fatal(err)
 		}
-		if got, _ := l.Spent(ctx, s.ID, s.BudgetWindow); got != 350 {
-			t.Fatalf("spent = %d, want 350 after settling", got)
+		if got, _ := l.Spent(ctx, s.ID, s.BudgetWindow); got != (limit.Spend{Settled: 350}) {
+			t.Fatalf("spent = %+v, want 350 settled and nothing reserved after settling", got)
 		}
 		s.BudgetWindow = "d2026-01-02" // a new day starts from zero
 		r = req(s)
-		r.CostMicros = 900
+		r.CostNanos = 900
 		if _, d, _ := l.Acquire(ctx, r); !d.Allowed {
 			t.Fatalf("new window refused: %+v", d)
 		}
 	})
+	t.Run("Budget_SeedRaisesSettledSpendAndKeepsReservations", func(t *testing.T) {
+		l := newLimiter(t)
+		s := limit.Scope{ID: "key:seed", BudgetNanos: 2000, BudgetWindow: "all"}
+		r := req(s)
+		r.CostNanos = 400
+		lease, d, _ := l.Acquire(ctx, r)
+		if !d.Allowed {
+			t.Fatalf("refused: %+v", d)
+		}
+		// The ledger knows 500 settled (another replica's, or from before a
+		// Redis restart): it is larger than the counter's 0, so it wins.
+		if err := l.SeedBudget(ctx, s.ID, s.BudgetWindow, 500, 0); err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := l.Spent(ctx, s.ID, s.BudgetWindow); got != (limit.Spend{Settled: 500, Reserved: 400}) {
+			t.Fatalf("after seeding 500: %+v, want 500 settled + 400 reserved", got)
+		}
+		// A smaller figure (a ledger that has not caught up) changes nothing.
+		if err := l.SeedBudget(ctx, s.ID, s.BudgetWindow, 100, 0); err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Release(ctx, lease, 10, 300); err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := l.Spent(ctx, s.ID, s.BudgetWindow); got != (limit.Spend{Settled: 800}) {
+			t.Fatalf("after settling 300: %+v, want 800 settled", got)
+		}
+		// 800 + 1300 > 2000: refused, naming the spend.
+		r.CostNanos = 1300
+		if _, d, _ := l.Acquire(ctx, r); d.Allowed || d.Limit != limit.LimitBudget || d.SpentNanos != 800 {
+			t.Fatalf("want a budget refusal at 800 spent: %+v", d)
+		}
+	})
 	t.Run("Concurrent_BurstNeverExceedsLimit", func(t *testing.T) {
 		l := newLimiter(t)
-		r := req(limit.Scope{ID: "key:race", RPM: 60, MaxConc: 1000, BudgetMicros: 10_000, BudgetWindow: "all"})
-		r.CostMicros = 250 // budget fits 40
+		r := req(limit.Scope{ID: "key:race", RPM: 60, MaxConc: 1000, BudgetNanos: 10_000, BudgetWindow: "all"})
+		r.CostNanos = 250 // budget fits 40
 		var ok atomic.Int64
 		var wg sync.WaitGroup
 		start := time.Now()

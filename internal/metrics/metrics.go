@@ -3,6 +3,11 @@
 // one usage.Record the server already builds (a ledger decorator), in-flight
 // requests from a middleware, and state (ledger depth, breakers, engines)
 // from functions evaluated only when Prometheus scrapes.
+//
+// Requests, tokens and cost are labelled with the key id ("key_..."; the
+// master key is "master"), so anyone who can read /metrics sees which keys
+// exist and how much each one uses - never a key's name or secret. Options
+// KeyLabels false (metrics_key_labels: false) drops that label.
 package metrics
 
 import (
@@ -44,6 +49,7 @@ type Metrics struct {
 	inflight   prometheus.Gauge
 	refusals   *prometheus.CounterVec
 	inflightN  atomic.Int64
+	keyLabels  bool
 	stateMu    sync.Mutex
 	stateNames map[string]bool
 
@@ -78,13 +84,21 @@ func (m *Metrics) children(r *usage.Record, key string) *children {
 	}
 	st := strconv.Itoa(r.Status)
 	c = &children{
-		requests:   m.requests.WithLabelValues(r.Model, r.Backend, key, r.Endpoint, st),
-		prompt:     m.tokens.WithLabelValues(r.Model, r.Backend, key, "prompt"),
-		completion: m.tokens.WithLabelValues(r.Model, r.Backend, key, "completion"),
-		cached:     m.tokens.WithLabelValues(r.Model, r.Backend, key, "cached"),
-		cost:       m.cost.WithLabelValues(r.Model, key),
-		ttft:       m.ttft.WithLabelValues(r.Model, r.Backend),
-		latency:    m.latency.WithLabelValues(r.Model, r.Backend, statusClass(r.Status)),
+		ttft:    m.ttft.WithLabelValues(r.Model, r.Backend),
+		latency: m.latency.WithLabelValues(r.Model, r.Backend, statusClass(r.Status)),
+	}
+	if m.keyLabels {
+		c.requests = m.requests.WithLabelValues(r.Model, r.Backend, key, r.Endpoint, st)
+		c.prompt = m.tokens.WithLabelValues(r.Model, r.Backend, key, "prompt")
+		c.completion = m.tokens.WithLabelValues(r.Model, r.Backend, key, "completion")
+		c.cached = m.tokens.WithLabelValues(r.Model, r.Backend, key, "cached")
+		c.cost = m.cost.WithLabelValues(r.Model, key)
+	} else {
+		c.requests = m.requests.WithLabelValues(r.Model, r.Backend, r.Endpoint, st)
+		c.prompt = m.tokens.WithLabelValues(r.Model, r.Backend, "prompt")
+		c.completion = m.tokens.WithLabelValues(r.Model, r.Backend, "completion")
+		c.cached = m.tokens.WithLabelValues(r.Model, r.Backend, "cached")
+		c.cost = m.cost.WithLabelValues(r.Model)
 	}
 	m.seriesMu.Lock()
 	if len(m.series) < maxSeries {
@@ -94,21 +108,31 @@ func (m *Metrics) children(r *usage.Record, key string) *children {
 	return c
 }
 
-// New returns Metrics registered on a fresh registry.
-func New() *Metrics {
-	m := &Metrics{Registry: prometheus.NewRegistry(), stateNames: map[string]bool{}, series: map[seriesKey]*children{}}
-	m.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "llmgate_requests_total",
-		Help: "Model requests served, by public model, backend, key id, endpoint and HTTP status.",
-	}, []string{"model", "backend", "key", "endpoint", "status"})
-	m.tokens = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "llmgate_tokens_total",
-		Help: "Tokens by model, backend, key id and type (prompt, completion, cached); estimated counts included.",
-	}, []string{"model", "backend", "key", "type"})
-	m.cost = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "llmgate_cost_usd_total",
-		Help: "Cost in US dollars by model and key id, as priced by the gateway.",
-	}, []string{"model", "key"})
+// Options configures NewWith.
+type Options struct {
+	// KeyLabels labels requests, tokens and cost with the key id.
+	KeyLabels bool
+}
+
+// New returns Metrics with key labels, registered on a fresh registry.
+func New() *Metrics { return NewWith(Options{KeyLabels: true}) }
+
+// NewWith returns Metrics registered on a fresh registry.
+func NewWith(opt Options) *Metrics {
+	m := &Metrics{Registry: prometheus.NewRegistry(), stateNames: map[string]bool{}, series: map[seriesKey]*children{}, keyLabels: opt.KeyLabels}
+	reqLabels, tokLabels, costLabels := []string{"model", "backend", "key", "endpoint", "status"}, []string{"model", "backend", "key", "type"}, []string{"model", "key"}
+	reqHelp := "Model requests served, by public model, backend, key id, endpoint and HTTP status."
+	tokHelp := "Tokens by model, backend, key id and type (prompt, completion, cached); estimated counts included."
+	costHelp := "Cost in US dollars by model and key id, as priced by the gateway."
+	if !m.keyLabels {
+		reqLabels, tokLabels, costLabels = []string{"model", "backend", "endpoint", "status"}, []string{"model", "backend", "type"}, []string{"model"}
+		reqHelp = "Model requests served, by public model, backend, endpoint and HTTP status (per-key labels are off)."
+		tokHelp = "Tokens by model, backend and type (prompt, completion, cached); estimated counts included (per-key labels are off)."
+		costHelp = "Cost in US dollars by model, as priced by the gateway (per-key labels are off)."
+	}
+	m.requests = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "llmgate_requests_total", Help: reqHelp}, reqLabels)
+	m.tokens = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "llmgate_tokens_total", Help: tokHelp}, tokLabels)
+	m.cost = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "llmgate_cost_usd_total", Help: costHelp}, costLabels)
 	m.ttft = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "llmgate_time_to_first_token_seconds",
 		Help:    "Time from request arrival to the first token (streams) or the first response byte, successful requests only.",
@@ -140,7 +164,10 @@ func (m *Metrics) Handler() http.Handler {
 // Observe folds one finished request into the counters and histograms.
 func (m *Metrics) Observe(r usage.Record) {
 	key := r.KeyID
-	if key == "" {
+	switch {
+	case !m.keyLabels:
+		key = ""
+	case key == "":
 		key = "master"
 	}
 	c := m.children(&r, key)

@@ -116,3 +116,31 @@ func BenchmarkObserve(b *testing.B) {
 		m.Observe(rec)
 	}
 }
+
+func TestMetrics_KeyLabelsOffShowNoKeyIDs(t *testing.T) {
+	scrape := func(m *Metrics) string {
+		m.Observe(usage.Record{Model: "qwen", Backend: "a", KeyID: "key_secretive", Endpoint: "chat", Status: 200, PromptTokens: 3, CompletionTokens: 2, CostUSD: 0.25})
+		m.Observe(usage.Record{Model: "qwen", Backend: "a", KeyID: "key_other", Endpoint: "chat", Status: 200, PromptTokens: 3, CompletionTokens: 2, CostUSD: 0.25})
+		rec := httptest.NewRecorder()
+		m.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+		return rec.Body.String()
+	}
+	on := scrape(New())
+	if !strings.Contains(on, `key="key_secretive"`) || !strings.Contains(on, `key="key_other"`) {
+		t.Fatalf("key labels on by default, but the scrape has no key ids:\n%s", on)
+	}
+	off := scrape(NewWith(Options{KeyLabels: false}))
+	if strings.Contains(off, "key_secretive") || strings.Contains(off, `key="`) {
+		t.Fatalf("key labels off, but the scrape names keys:\n%s", off)
+	}
+	// The two keys' requests are counted together.
+	for _, want := range []string{
+		`llmgate_requests_total{backend="a",endpoint="chat",model="qwen",status="200"} 2`,
+		`llmgate_tokens_total{backend="a",model="qwen",type="prompt"} 6`,
+		`llmgate_cost_usd_total{model="qwen"} 0.5`,
+	} {
+		if !strings.Contains(off, want) {
+			t.Errorf("scrape without key labels lacks %s:\n%s", want, off)
+		}
+	}
+}

@@ -1,0 +1,421 @@
+package limit_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"llmgate/internal/limit"
+	"llmgate/internal/testenv"
+)
+
+// ledgerStub plays the usage ledger: the spend of budget windows as the
+// database has it.
+type ledgerStub struct {
+	mu      sync.Mutex
+	seeds   map[[2]string]int64
+	budgets map[[2]string]int64
+	reads   int
+}
+
+// setBudget records a window's budget too, as the gateway's ledger reader
+// does.
+func (l *ledgerStub) setBudget(scope, window string, nanos, budget int64) {
+	l.set(scope, window, nanos)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.budgets == nil {
+		l.budgets = map[[2]string]int64{}
+	}
+	l.budgets[[2]string{scope, window}] = budget
+}
+
+func (l *ledgerStub) set(scope, window string, nanos int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.seeds == nil {
+		l.seeds = map[[2]string]int64{}
+	}
+	l.seeds[[2]string{scope, window}] = nanos
+}
+
+func (l *ledgerStub) read(context.Context) ([]limit.BudgetSeed, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.reads++
+	var out []limit.BudgetSeed
+	for k, v := range l.seeds {
+		out = append(out, limit.BudgetSeed{ScopeID: k[0], Window: k[1], Nanos: v, BudgetNanos: l.budgets[k]})
+	}
+	return out, nil
+}
+
+// logBuffer collects a limiter's log lines.
+type logBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuffer) count(s string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return strings.Count(l.b.String(), s)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// replica is one gateway's limiter on a Redis shared with others.
+func replica(t *testing.T, url, prefix string, opt limit.RedisOptions, ledger *ledgerStub) (*limit.Redis, *logBuffer) {
+	t.Helper()
+	logs := &logBuffer{}
+	opt.Prefix = prefix
+	opt.Logger = slog.New(slog.NewTextHandler(logs, nil))
+	r, err := limit.NewRedis(context.Background(), url, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ledger != nil {
+		r.SetLedger(ledger.read)
+	}
+	t.Cleanup(func() { r.Close() })
+	return r, logs
+}
+
+// dropPrefix deletes every key of a test: for the limiter, Redis restarted
+// empty.
+func dropPrefix(t *testing.T, r *limit.Redis, prefix string) {
+	ctx := context.Background()
+	keys, err := r.Client().Keys(ctx, prefix+"*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(keys) > 0 {
+		r.Client().Del(ctx, keys...)
+	}
+}
+
+func cleanPrefix(t *testing.T, url, prefix string) {
+	t.Cleanup(func() {
+		r, err := limit.NewRedis(context.Background(), url, limit.RedisOptions{Prefix: prefix + "cleanup:"})
+		if err == nil {
+			dropPrefix(t, r, prefix)
+			r.Close()
+		}
+	})
+}
+
+func budgetReq(s limit.Scope, cost int64) limit.Request {
+	r := req(s)
+	r.CostNanos = cost
+	return r
+}
+
+func mustAcquire(t *testing.T, l limit.Limiter, r limit.Request) limit.Lease {
+	t.Helper()
+	lease, d, err := l.Acquire(context.Background(), r)
+	if err != nil || !d.Allowed {
+		t.Fatalf("refused: %+v %v", d, err)
+	}
+	return lease
+}
+
+func waitFor(t *testing.T, what string, within time.Duration, ok func() bool) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for !ok() {
+		if time.Since(start) > within {
+			t.Fatalf("%s: not within %v", what, within)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return time.Since(start)
+}
+
+func TestRedis_RestartEmptyReseedsFromLedgerAndKeepsReservationsInFlight(t *testing.T) {
+	url, prefix := testenv.Redis(t)
+	cleanPrefix(t, url, prefix)
+	ledger := &ledgerStub{}
+	opt := limit.RedisOptions{Heartbeat: 200 * time.Millisecond}
+	a, logs := replica(t, url, prefix, opt, ledger)
+	b, _ := replica(t, url, prefix, opt, ledger)
+	waitFor(t, "both replicas counted", 3*time.Second, func() bool { return a.Replicas() == 2 && b.Replicas() == 2 })
+	ctx := context.Background()
+	s := limit.Scope{ID: "key:restart", BudgetNanos: 10_000, BudgetWindow: "all"}
+
+	// 3000 settled (and in the ledger); A and B each hold 1000 in flight.
+	if err := a.Release(ctx, mustAcquire(t, a, budgetReq(s, 3000)), 0, 3000); err != nil {
+		t.Fatal(err)
+	}
+	ledger.set(s.ID, s.BudgetWindow, 3000)
+	inA := mustAcquire(t, a, budgetReq(s, 1000))
+	inB := mustAcquire(t, b, budgetReq(s, 1000))
+
+	dropPrefix(t, a, prefix) // Redis restarts empty
+	// A request notices at once (or the next heartbeat does); the replicas
+	// return to the shared counters once both have re-seeded.
+	_, _, _ = a.Acquire(ctx, req(limit.Scope{ID: "key:poke"}))
+	took := waitFor(t, "both replicas back on re-seeded counters", 5*time.Second, func() bool {
+		got, err := a.Spent(ctx, s.ID, s.BudgetWindow)
+		return a.Shared() && b.Shared() && err == nil && got == limit.Spend{Settled: 3000, Reserved: 2000}
+	})
+	// A's 6000 would pass on counters started from zero; on re-seeded ones
+	// 3000 + 1000 + 1000 + 6000 > 10000.
+	_, d, err := a.Acquire(ctx, budgetReq(s, 6000))
+	if err != nil || d.Allowed || d.Limit != limit.LimitBudget || d.SpentNanos != 5000 {
+		t.Fatalf("after the restart: %+v %v, want a budget refusal at 5000 spent (ledger 3000 + 2000 in flight)", d, err)
+	}
+	small := mustAcquire(t, b, budgetReq(s, 10))
+	// Requests admitted before the restart settle normally afterwards.
+	for _, l := range []struct {
+		r     *limit.Redis
+		lease limit.Lease
+	}{{a, inA}, {b, inB}, {b, small}} {
+		if err := l.r.Release(ctx, l.lease, 0, 800); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, _ := a.Spent(ctx, s.ID, s.BudgetWindow); got != (limit.Spend{Settled: 5400}) {
+		t.Fatalf("after settling: %+v, want 3000 + 3*800 settled, nothing reserved", got)
+	}
+	if n := logs.count("shared limits restored after redis restarted or lost its data"); n != 1 {
+		t.Fatalf("%d restart lines on A, want 1:\n%s", n, logs)
+	}
+	// A counter ahead of the ledger (records not yet written) keeps its
+	// figure: the larger wins.
+	if err := a.SeedBudget(ctx, s.ID, s.BudgetWindow, 3000, 0); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := a.Spent(ctx, s.ID, s.BudgetWindow); got.Settled != 5400 {
+		t.Fatalf("a smaller ledger figure lowered the counter: %+v", got)
+	}
+	t.Logf("Redis emptied: both replicas re-seeded and back on shared counters after %v", took.Round(time.Millisecond))
+}
+
+func TestRedis_IdleReplicaReseedsWithinAHeartbeatOfARestart(t *testing.T) {
+	url, prefix := testenv.Redis(t)
+	cleanPrefix(t, url, prefix)
+	ledger := &ledgerStub{}
+	ledger.set("key:idle", "all", 7000)
+	a, _ := replica(t, url, prefix, limit.RedisOptions{Heartbeat: 100 * time.Millisecond}, ledger)
+	ctx := context.Background()
+	if err := a.SeedBudget(ctx, "key:idle", "all", 7000, 0); err != nil {
+		t.Fatal(err)
+	}
+	dropPrefix(t, a, prefix)
+	took := waitFor(t, "counter re-seeded without any request", 3*time.Second, func() bool {
+		s, err := a.Client().HGet(ctx, prefix+"spend:key:idle:all", "s").Result()
+		return err == nil && s == "7000" && a.Shared()
+	})
+	t.Logf("an idle replica re-seeded the emptied counters after %v (heartbeat 100ms)", took.Round(time.Millisecond))
+}
+
+func TestRedis_RestartFromAnOldSnapshotIsNoticedByRunID(t *testing.T) {
+	srv := testenv.NewRedisServer(t)
+	ledger := &ledgerStub{}
+	a, logs := replica(t, srv.URL(), "t:", limit.RedisOptions{Heartbeat: 100 * time.Millisecond}, ledger)
+	ctx := context.Background()
+	s := limit.Scope{ID: "key:snap", BudgetNanos: 1_000_000, BudgetWindow: "all"}
+	if err := a.Release(ctx, mustAcquire(t, a, budgetReq(s, 100)), 0, 100); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Client().Save(ctx).Err(); err != nil { // the snapshot holds 100
+		t.Fatal(err)
+	}
+	if err := a.Release(ctx, mustAcquire(t, a, budgetReq(s, 900)), 0, 900); err != nil {
+		t.Fatal(err)
+	}
+	ledger.set(s.ID, s.BudgetWindow, 1000)
+	srv.Restart() // loads the snapshot: the epoch marker is back, the counter old
+	waitFor(t, "counter corrected to the ledger after a restart from a snapshot", 5*time.Second, func() bool {
+		got, err := a.Spent(ctx, s.ID, s.BudgetWindow)
+		return a.Shared() && err == nil && got.Settled == 1000
+	})
+	// Noticed by the heartbeat, or by the probe if a heartbeat fell into
+	// the restart.
+	if logs.count("shared limits restored after redis restarted (new run_id)") != 1 {
+		t.Fatalf("want one line saying Redis restarted:\n%s", logs)
+	}
+}
+
+func TestRedis_UnreachableFallsBackToLocalSharesAndRecoversFromTheLedger(t *testing.T) {
+	srv := testenv.NewRedisServer(t)
+	ledger := &ledgerStub{}
+	opt := limit.RedisOptions{Heartbeat: 100 * time.Millisecond}
+	a, logs := replica(t, srv.URL(), "t:", opt, ledger)
+	b, _ := replica(t, srv.URL(), "t:", opt, ledger)
+	waitFor(t, "both replicas counted", 3*time.Second, func() bool { return a.Replicas() == 2 && b.Replicas() == 2 })
+	ctx := context.Background()
+	rpm := limit.Scope{ID: "key:rpm", RPM: 20}
+	bud := limit.Scope{ID: "key:budget", BudgetNanos: 10_000, BudgetWindow: "all"}
+	for i := 0; i < 10; i++ { // 10 of the 20 used
+		mustAcquire(t, a, req(rpm))
+	}
+	if err := a.Release(ctx, mustAcquire(t, a, budgetReq(bud, 1100)), 0, 1100); err != nil {
+		t.Fatal(err)
+	}
+	ledger.set(bud.ID, bud.BudgetWindow, 1100)
+
+	srv.Freeze() // no answers, connections open: a hung server or a partition
+	// A's share: half of the 10 requests left (plus what refills meanwhile).
+	n := 0
+	for i := 0; i < 20; i++ {
+		if _, d, err := a.Acquire(ctx, req(rpm)); err == nil && d.Allowed {
+			n++
+		}
+	}
+	if a.Shared() || n < 5 || n > 6 {
+		t.Fatalf("unreachable Redis: shared=%v, %d of 20 admitted locally, want 5 (half of the 10 left) + at most 1 refilled", a.Shared(), n)
+	}
+	// Budget share: (10000 - 1100) / 2 = 4450, so four requests of 1000.
+	var leases []limit.Lease
+	for i := 0; i < 4; i++ {
+		leases = append(leases, mustAcquire(t, a, budgetReq(bud, 1000)))
+	}
+	_, d, _ := a.Acquire(ctx, budgetReq(bud, 1000))
+	if d.Allowed || d.Limit != limit.LimitBudget || d.SpentNanos != 5100 {
+		t.Fatalf("fifth request on a 4450 share: %+v, want a budget refusal at 5100 (1100 + 4000)", d)
+	}
+	for _, l := range leases {
+		if err := a.Release(ctx, l, 0, 1000); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if c := logs.count("enforces its own share"); c != 1 {
+		t.Fatalf("%d fall-back lines, want 1:\n%s", c, logs)
+	}
+
+	srv.Thaw() // Redis kept its data
+	took := waitFor(t, "recovery", 5*time.Second, a.Shared)
+	// The ledger may not have A's 4000 yet: they count on top of it.
+	got, err := a.Spent(ctx, bud.ID, bud.BudgetWindow)
+	if err != nil || got != (limit.Spend{Settled: 5100}) {
+		t.Fatalf("after recovery: %+v %v, want 1100 + the 4000 A settled while Redis was away", got, err)
+	}
+	// Once the ledger has them, they count once: no double counting stays.
+	ledger.set(bud.ID, bud.BudgetWindow, 5100)
+	held := waitFor(t, "A's outage costs counted once, from the ledger", 5*time.Second, func() bool {
+		got, err := a.Spent(ctx, bud.ID, bud.BudgetWindow)
+		if err != nil || got.Settled < 5100 {
+			t.Fatalf("spend fell below what was settled: %+v %v", got, err)
+		}
+		v, _ := a.Client().HGetAll(ctx, "t:spend:"+bud.ID+":"+bud.BudgetWindow).Result()
+		return len(v) == 1 && v["s"] == "5100"
+	})
+	if got, _ := a.Spent(ctx, bud.ID, bud.BudgetWindow); got != (limit.Spend{Settled: 5100}) {
+		t.Fatalf("after the ledger caught up: %+v, want 5100", got)
+	}
+	if c := logs.count("redis reachable again"); c != 1 {
+		t.Fatalf("%d recovery lines, want 1:\n%s", c, logs)
+	}
+	t.Logf("frozen Redis: %d of 20 admitted on A's share of RPM 20; budget share used 4000; recovered %v after the thaw; outage costs handed to the ledger after %v more",
+		n, took.Round(time.Millisecond), held.Round(time.Millisecond))
+}
+
+func TestRedis_FailOpenAdmitsWithoutLimitsWhileUnreachable(t *testing.T) {
+	srv := testenv.NewRedisServer(t)
+	ledger := &ledgerStub{}
+	a, logs := replica(t, srv.URL(), "t:", limit.RedisOptions{Heartbeat: 100 * time.Millisecond, FailOpen: true}, ledger)
+	s := limit.Scope{ID: "key:open", RPM: 1, BudgetNanos: 5000, BudgetWindow: "all"}
+	mustAcquire(t, a, budgetReq(s, 10))
+	ledger.set(s.ID, s.BudgetWindow, 4000)
+	srv.Kill()
+	_, _, err := a.Acquire(context.Background(), budgetReq(s, 10))
+	if !errors.Is(err, limit.ErrUnavailable) {
+		t.Fatalf("fail open: err = %v, want ErrUnavailable (the caller admits without limits)", err)
+	}
+	if logs.count("OFF on this replica") != 1 {
+		t.Fatalf("want one line saying limits are off:\n%s", logs)
+	}
+	srv.Start() // empty
+	waitFor(t, "recovery", 5*time.Second, a.Shared)
+	got, err := a.Spent(context.Background(), s.ID, s.BudgetWindow)
+	if err != nil || got.Settled != 4000 {
+		t.Fatalf("after recovery: %+v %v, want the ledger's 4000", got, err)
+	}
+}
+
+func TestRedis_StartsOnLocalSharesWhenRedisIsDownAndJoinsWhenItAnswers(t *testing.T) {
+	srv := testenv.NewRedisServer(t)
+	srv.Kill()
+	a, logs := replica(t, srv.URL(), "t:", limit.RedisOptions{Heartbeat: 100 * time.Millisecond, Replicas: 2}, nil)
+	if a.Shared() || logs.count("redis unreachable at start") != 1 {
+		t.Fatalf("shared=%v; logs:\n%s", a.Shared(), logs)
+	}
+	s := limit.Scope{ID: "key:start", RPM: 4}
+	n := 0
+	for i := 0; i < 4; i++ {
+		if _, d, _ := a.Acquire(context.Background(), req(s)); d.Allowed {
+			n++
+		}
+	}
+	if n != 2 {
+		t.Fatalf("admitted %d of 4 at RPM 4 with 2 replicas configured, want 2", n)
+	}
+	srv.Start()
+	waitFor(t, "join", 5*time.Second, a.Shared)
+	mustAcquire(t, a, req(s))
+}
+
+// TestRedis_ComesBackOnlyWithTheOthersAndReservesItsLocalShareMeanwhile:
+// after Redis restarted, a replica that knows of another one puts its part
+// into the counters - including what it may still spend on its local share
+// - and stays on that share until the other has announced itself too
+// (here it never does: the wait ends after three heartbeats).
+func TestRedis_ComesBackOnlyWithTheOthersAndReservesItsLocalShareMeanwhile(t *testing.T) {
+	srv := testenv.NewRedisServer(t)
+	ledger := &ledgerStub{}
+	a, _ := replica(t, srv.URL(), "t:", limit.RedisOptions{Heartbeat: 200 * time.Millisecond, Replicas: 2}, ledger)
+	ctx := context.Background()
+	s := limit.Scope{ID: "key:wait", BudgetNanos: 10_000, BudgetWindow: "all"}
+	if err := a.Release(ctx, mustAcquire(t, a, budgetReq(s, 1000)), 0, 1000); err != nil {
+		t.Fatal(err)
+	}
+	ledger.setBudget(s.ID, s.BudgetWindow, 1000, 10_000)
+	srv.Restart()
+	restarted := time.Now()
+	key := "t:spend:" + s.ID + ":" + s.BudgetWindow
+	reserved := func() (string, bool) {
+		h, _ := a.Client().HGetAll(ctx, key).Result()
+		for f, v := range h {
+			if strings.HasPrefix(f, "r:") {
+				return v, true
+			}
+		}
+		return "", false
+	}
+	// Its share of what is left: (10000 - 1000) / 2.
+	waitFor(t, "the local share reserved in the re-seeded counter", 3*time.Second, func() bool {
+		v, ok := reserved()
+		if ok && v != "4500" {
+			t.Fatalf("reserved %s while on the local share, want 4500", v)
+		}
+		return ok
+	})
+	if a.Shared() {
+		t.Fatal("back on the shared counters before the other replica announced itself")
+	}
+	waitFor(t, "back on the shared counters after the wait", 3*time.Second, a.Shared)
+	waited := time.Since(restarted)
+	if waited < 500*time.Millisecond {
+		t.Fatalf("back after %v, want at least three heartbeats (600ms) of waiting for the other replica", waited)
+	}
+	if v, ok := reserved(); ok {
+		t.Fatalf("reservation %s left after returning with nothing in flight", v)
+	}
+	t.Logf("waited %v for a replica that never came back; its local share was reserved meanwhile", waited.Round(time.Millisecond))
+}
