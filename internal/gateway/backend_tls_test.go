@@ -22,9 +22,13 @@ import (
 func TestGateway_BackendPrivateCAAndClientCert(t *testing.T) {
 	dir := t.TempDir()
 	clientCert, clientKey, clientPool := testenv.TLSCert(t, dir, 7)
-	var sawClientCert bool
+	var sawClientCert atomic.Bool // of the last chat request (not the gateway's context-length probes)
 	up := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		sawClientCert = r.TLS != nil && len(r.TLS.PeerCertificates) == 1 && r.TLS.PeerCertificates[0].SerialNumber.Int64() == 7
+		if !strings.HasSuffix(r.URL.Path, "/chat/completions") {
+			http.NotFound(w, r)
+			return
+		}
+		sawClientCert.Store(r.TLS != nil && len(r.TLS.PeerCertificates) == 1 && r.TLS.PeerCertificates[0].SerialNumber.Int64() == 7)
 		w.Header().Set("Content-Type", "application/json")
 		fmt.Fprint(w, `{"id":"c1","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}],"usage":{"prompt_tokens":1,"completion_tokens":1,"total_tokens":2}}`)
 	}))
@@ -56,11 +60,11 @@ func TestGateway_BackendPrivateCAAndClientCert(t *testing.T) {
 		t.Fatalf("a backend requiring a client certificate, none configured: %d %s, want a 502 naming client_cert_file", r.status, r.body)
 	}
 	require.Store(false)
-	if r := run(", ca_file: " + caFile); r.status != 200 || sawClientCert {
-		t.Fatalf("with ca_file: %d %s (client cert sent: %v)", r.status, r.body, sawClientCert)
+	if r := run(", ca_file: " + caFile); r.status != 200 || sawClientCert.Load() {
+		t.Fatalf("with ca_file: %d %s (client cert sent: %v)", r.status, r.body, sawClientCert.Load())
 	}
-	if r := run(", ca_file: " + caFile + ", client_cert_file: " + clientCert + ", client_key_file: " + clientKey); r.status != 200 || !sawClientCert {
-		t.Fatalf("with a client certificate: %d %s (client cert seen: %v)", r.status, r.body, sawClientCert)
+	if r := run(", ca_file: " + caFile + ", client_cert_file: " + clientCert + ", client_key_file: " + clientKey); r.status != 200 || !sawClientCert.Load() {
+		t.Fatalf("with a client certificate: %d %s (client cert seen: %v)", r.status, r.body, sawClientCert.Load())
 	}
 	if r := run(", tls_skip_verify: true"); r.status != 200 {
 		t.Fatalf("tls_skip_verify: %d %s", r.status, r.body)

@@ -117,6 +117,7 @@ func (d *dialectGW) fakeEngine(model string, proceed <-chan struct{}, fail error
 	d.t.Helper()
 	d.hookMu.Lock()
 	defer d.hookMu.Unlock()
+	<-d.g.learned // the start's context-length round reads Acquire
 	route, err := d.g.Server.Table().Route(model)
 	if err != nil {
 		d.t.Fatal(err)

@@ -78,8 +78,10 @@ type Gateway struct {
 	log    *slog.Logger
 	ln     net.Listener
 	scheme string // "https" when the listener serves TLS; "" for http
-	// contexts learns the models' context lengths from their backends.
+	// contexts learns the models' context lengths from their backends;
+	// learned is closed once the start's round of asking is over.
 	contexts *ctxlen.Learner
+	learned  chan struct{}
 	cancel   context.CancelFunc
 	served   chan error
 	acct     *accounting
@@ -131,7 +133,7 @@ func Start(ctx context.Context, opt Options) (g *Gateway, err error) {
 		return nil, err
 	}
 	undo = append(undo, func() { st.Close() })
-	g = &Gateway{Config: cfg, Store: st, log: log, served: make(chan error, 1), ln: ln, Addr: ln.Addr().String()}
+	g = &Gateway{Config: cfg, Store: st, log: log, served: make(chan error, 1), ln: ln, Addr: ln.Addr().String(), learned: make(chan struct{})}
 	if certs != nil {
 		g.scheme = "https"
 	}
@@ -191,6 +193,7 @@ func Start(ctx context.Context, opt Options) (g *Gateway, err error) {
 // start, so that output limits are fitted from the first request on (local
 // engines, which are not running yet, are asked when first used).
 func (g *Gateway) learnContexts(ctx context.Context, t *router.Table) {
+	defer close(g.learned)
 	for _, name := range t.Models() {
 		r, err := t.Route(name)
 		if err != nil || len(r.Deployments) == 0 || r.Deployments[0].Backend.Acquire != nil {
