@@ -81,6 +81,7 @@ type Admission struct {
 	log      *slog.Logger
 	now      func() time.Time
 	keyIDs   sync.Map // key ID -> "key:"+ID, so the hot path does not concatenate
+	refusals sync.Map // key ID -> refused: a recent key-scope refusal, for Precheck
 	windows  windowCache
 	failLogs atomic.Int64 // unix second of the last "limiter unavailable" log
 	local    bool         // the limiter is in process: no deadlines needed
@@ -352,6 +353,9 @@ func (a *Admission) refusal(req policy.AdmitRequest, m *model, d *limit.Decision
 	r := ratesOf(d)
 	r.set(h)
 	e.Header = h
+	if k := req.Principal.Key; k != nil && d.Scope == a.keyScope(k.ID) {
+		a.remember(k.ID, e, retry) // the next request of this key is refused before its body is read
+	}
 	return e
 }
 

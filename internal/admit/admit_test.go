@@ -256,3 +256,37 @@ func TestAdmit_KeySpendEqualsTheLedgersSpend(t *testing.T) {
 			settled, reserved, rows[0].CostUSD)
 	}
 }
+
+// TestPrecheck_RepeatsAKeysRefusalUntilItsRetryAfter: a key just refused
+// for its rate is refused again before its next body is read, without
+// asking the limiter, until the Retry-After has passed.
+func TestPrecheck_RepeatsAKeysRefusalUntilItsRetryAfter(t *testing.T) {
+	now := time.Now()
+	a := admit.New(admit.Options{Limiter: limit.NewMemory(), Models: prices, Now: func() time.Time { return now }})
+	k := &keys.Key{ID: "key_pre", RPM: 1}
+	p := keys.Principal{Key: k}
+	if err := a.Precheck(p); err != nil {
+		t.Fatalf("a key never refused: %v", err)
+	}
+	if _, e := ask(a, k, "qwen", `{"model":"qwen"}`); e != nil {
+		t.Fatalf("first request: %v", e)
+	}
+	if _, e := ask(a, k, "qwen", `{"model":"qwen"}`); e == nil || e.Code != "rate_limit_requests" {
+		t.Fatalf("second request within the minute: %v, want rate_limit_requests", e)
+	}
+	err := a.Precheck(p)
+	var e *apierror.Error
+	if !errors.As(err, &e) || e.Code != "rate_limit_requests" || e.Header.Get("Retry-After") == "" {
+		t.Fatalf("precheck right after the refusal: %v", err)
+	}
+	if other := a.Precheck(keys.Principal{Key: &keys.Key{ID: "key_other", RPM: 1}}); other != nil {
+		t.Fatalf("another key: %v", other)
+	}
+	if master := a.Precheck(keys.Principal{Master: true}); master != nil {
+		t.Fatalf("master: %v", master)
+	}
+	now = now.Add(6 * time.Second) // past maxPrecheck: the limiter decides again
+	if err := a.Precheck(p); err != nil {
+		t.Fatalf("precheck after the refusal's time: %v", err)
+	}
+}

@@ -23,6 +23,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"llmgate/internal/apierror"
+	"llmgate/internal/keys"
 	"llmgate/internal/policy"
 	"llmgate/internal/usage"
 )
@@ -248,6 +249,24 @@ func (a admission) Admit(ctx context.Context, req policy.AdmitRequest) (policy.T
 		a.m.Refused(reason, status)
 	}
 	return t, err
+}
+
+// Precheck passes a pre-body check through, counting its refusals too.
+func (a admission) Precheck(p keys.Principal) error {
+	pc, ok := a.next.(policy.Prechecker)
+	if !ok {
+		return nil
+	}
+	err := pc.Precheck(p)
+	if err != nil {
+		reason, status := "refused", 429
+		var ae *apierror.Error
+		if errors.As(err, &ae) {
+			reason, status = ae.Code, ae.Status
+		}
+		a.m.Refused(reason, status)
+	}
+	return err
 }
 
 // Admission decorates the server's Admission so that every refusal (rate

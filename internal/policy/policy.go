@@ -44,6 +44,16 @@ type Admission interface {
 	Admit(ctx context.Context, req AdmitRequest) (Ticket, error)
 }
 
+// Prechecker is an Admission that can refuse a key from what it already
+// knows, before the request's body is read: a key just refused for its
+// request rate, concurrency or budget is refused again at once, so it
+// cannot make the gateway read large bodies it will refuse anyway.
+// Precheck must be cheap (no network round trip) and must not take
+// anything from the limits.
+type Prechecker interface {
+	Precheck(p keys.Principal) error
+}
+
 // UnknownOutput is AdmitRequest.OutputTokens when the request sets no
 // output limit and the model's context length is unknown: the admission
 // then reserves its default.

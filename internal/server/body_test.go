@@ -14,8 +14,10 @@ import (
 	"testing"
 	"time"
 
+	"llmgate/internal/admit"
 	"llmgate/internal/config"
 	"llmgate/internal/keys"
+	"llmgate/internal/limit"
 	"llmgate/internal/router"
 	"llmgate/internal/server"
 )
@@ -33,7 +35,8 @@ func bodyServer(t *testing.T, opt server.Options) *httptest.Server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st := &memStore{keys: []*keys.Key{{ID: "key_narrow", Name: "narrow", Hash: keys.Hash(good), Models: []string{"a"}}}}
+	// The narrow key may use model a, once a minute.
+	st := &memStore{keys: []*keys.Key{{ID: "key_narrow", Name: "narrow", Hash: keys.Hash(good), Models: []string{"a"}, RPM: 1}}}
 	v, err := keys.NewVerifier(context.Background(), st, keys.HashBytes(master), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -131,5 +134,32 @@ func TestBody_ModelOutsideTheAllowListIsRefusedFromTheFirstBytes(t *testing.T) {
 	_, rd := rawRequest(t, srv, good, 1<<20, prefix) // the rest never comes
 	if code, body := status(t, rd); code != 403 || !strings.Contains(body, `may not use model \"b\"`) {
 		t.Fatalf("%d %s", code, body)
+	}
+}
+
+// TestBody_AKeyJustRefusedIsRefusedBeforeItsBodyIsRead: a key over its
+// request rate gets its next 429 before the gateway reads a body, so
+// repeating requests with large bodies costs the gateway nothing.
+func TestBody_AKeyJustRefusedIsRefusedBeforeItsBodyIsRead(t *testing.T) {
+	adm := admit.New(admit.Options{Limiter: limit.NewMemory()})
+	srv := bodyServer(t, server.Options{Admission: adm, BodyReadTimeout: 10 * time.Second})
+	send := func() int {
+		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/v1/chat/completions", strings.NewReader(`{"model":"a","messages":[{"role":"user","content":"hi"}]}`))
+		req.Header.Set("Authorization", "Bearer "+good)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if first, second := send(), send(); first != 200 || second != 429 {
+		t.Fatalf("first %d, second %d: want 200 then 429 (rpm 1)", first, second)
+	}
+	// The third declares a large body and sends only its start: the 429
+	// comes without the gateway waiting for the rest.
+	_, rd := rawRequest(t, srv, good, 8<<20, `{"model":"a","messages":[`)
+	if code, body := status(t, rd); code != 429 || !strings.Contains(body, "rate_limit_requests") {
+		t.Fatalf("third, body not sent: %d %s", code, body)
 	}
 }

@@ -90,6 +90,7 @@ type Server struct {
 	mux       *http.ServeMux
 	handler   http.Handler
 	relay     *relay.Relay
+	precheck  policy.Prechecker // refuses a key before its body is read; nil: none
 	contexts  *ctxlen.Learner
 	accessLog func(AccessEntry)
 	console   bool // the web console is mounted at /ui/
@@ -119,6 +120,7 @@ func New(opt Options) *Server {
 	}
 	s.relay = relay.New(relay.Options{Ledger: opt.Ledger, Observer: opt.Observer, Admission: opt.Admission,
 		Responses: responses, Contexts: opt.Contexts, Logger: opt.Logger})
+	s.precheck, _ = opt.Admission.(policy.Prechecker)
 	s.routes(responses)
 	s.handler = http.Handler(s.mux)
 	if s.accessLog != nil {
@@ -236,7 +238,13 @@ func (s *Server) serveModel(d codec.Dialect) func(http.ResponseWriter, *http.Req
 		}
 		buf := getBuf()
 		defer putBuf(buf) // after the relay: the request value points into it
-		err := s.readBody(w, r, buf, p)
+		var err error
+		if s.precheck != nil {
+			err = s.precheck.Precheck(p)
+		}
+		if err == nil {
+			err = s.readBody(w, r, buf, p)
+		}
 		if err != nil {
 			// The rest of the body is not read: the connection cannot be
 			// reused, and the server must not wait to drain it.
