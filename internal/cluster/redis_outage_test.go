@@ -69,7 +69,7 @@ func (w *waves) finish(t *testing.T, n int64, minRun, limit time.Duration) (ok, 
 // limiterLines are a replica's log lines about Redis and its limits.
 func limiterLines(r *replica) string {
 	var out []string
-	for _, l := range strings.Split(r.out.String(), "\n") {
+	for _, l := range strings.Split(r.Log.String(), "\n") {
 		if strings.Contains(l, "redis") || strings.Contains(l, "limit") {
 			out = append(out, l)
 		}
@@ -120,7 +120,7 @@ func waitGauge(t *testing.T, reps []*replica, name, want string) {
 	for _, r := range reps {
 		for gauge(r, name) != want {
 			if time.Now().After(deadline) {
-				t.Fatalf("replica %s: %s = %q, want %s\n%s", r.name, name, gauge(r, name), want, r.out.String())
+				t.Fatalf("replica %s: %s = %q, want %s\n%s", r.name, name, gauge(r, name), want, r.Log.String())
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
@@ -236,8 +236,8 @@ func TestReplicas_BudgetAndRPMHoldThroughARedisRestartAndARedisOutage(t *testing
 		t.Fatalf("(b) RPM %d: %d admitted (bound %d), %d refused", rpm, rpmOK, rpmBound, rpmRefused)
 	}
 	for _, r := range reps {
-		if !strings.Contains(r.out.String(), "enforces its own share of every limit") {
-			t.Fatalf("replica %s did not log its fall-back to local shares:\n%s", r.name, r.out.String())
+		if !strings.Contains(r.Log.String(), "enforces its own share of every limit") {
+			t.Fatalf("replica %s did not log its fall-back to local shares:\n%s", r.name, r.Log.String())
 		}
 	}
 
@@ -273,8 +273,8 @@ func TestReplicas_BudgetAndRPMHoldThroughARedisRestartAndARedisOutage(t *testing
 		t.Fatalf("keys show $%.6f spent, $%.6f reserved 10s after recovery; the ledger has $%.6f", *shown.SpentUSD, *shown.ReservedUSD, ledger)
 	}
 	for _, r := range reps {
-		if !strings.Contains(r.out.String(), "shared limits restored after redis restarted") {
-			t.Fatalf("replica %s did not log its return to the shared counters:\n%s", r.name, r.out.String())
+		if !strings.Contains(r.Log.String(), "shared limits restored after redis restarted") {
+			t.Fatalf("replica %s did not log its return to the shared counters:\n%s", r.name, r.Log.String())
 		}
 	}
 }

@@ -239,7 +239,9 @@ func (s *Server) serveModel(d codec.Dialect) func(http.ResponseWriter, *http.Req
 		buf := getBuf()
 		defer putBuf(buf) // after the relay: the request value points into it
 		var err error
-		if s.precheck != nil {
+		if s.precheck != nil && (r.ContentLength < 0 || r.ContentLength > precheckAbove) {
+			// A large body from a key just refused: refused without being
+			// read (and without a ledger record; the access log has it).
 			err = s.precheck.Precheck(p)
 		}
 		if err == nil {
@@ -280,6 +282,12 @@ func putBuf(b *bytes.Buffer) {
 		bufPool.Put(b)
 	}
 }
+
+// precheckAbove is the body size above which a key just refused for its
+// limits is refused again before the body is read. Smaller bodies are read
+// and decoded, so that their refusal names the model and has its ledger
+// record.
+const precheckAbove = 64 << 10
 
 // firstBytes is how much of a body is read before the rest, to refuse a
 // model outside the key's allow-list without reading a large body.
