@@ -493,7 +493,9 @@ func orchestrate(dur time.Duration, conns, rate int, skipTP bool) error {
 func startGateway(bin, dir, name, upstream string) (string, int, func(), error) {
 	addr := freePort()
 	cfgPath := filepath.Join(dir, "llmgate-"+name+".yaml")
-	cfg := fmt.Sprintf("listen: %s\ndatabase: %s\nbackends:\n  up: {url: http://%s/v1}\nmodels:\n  m: {backend: up}\n", addr, filepath.Join(dir, "llmgate-"+name+".db"), upstream)
+	// Each gateway its own database and spool (one process per spool_dir).
+	cfg := fmt.Sprintf("listen: %s\ndatabase: %s\nspool_dir: %s\nbackends:\n  up: {url: http://%s/v1}\nmodels:\n  m: {backend: up}\n",
+		addr, filepath.Join(dir, "llmgate-"+name+".db"), filepath.Join(dir, "spool-"+name), upstream)
 	if extra := strings.ReplaceAll(*gwYAML[name], `\n`, "\n"); extra != "" {
 		cfg += extra + "\n"
 		fmt.Printf("llmgate-%s config adds: %s\n", name, strings.ReplaceAll(extra, "\n", "; "))

@@ -5,7 +5,10 @@ import (
 	"errors"
 	"io"
 	"net"
+	"os"
+	"path/filepath"
 	"runtime"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -219,5 +222,30 @@ func TestWrap_TakesTheRawPathThroughAWrapperAndCloseWriteWorks(t *testing.T) {
 	got, err := io.ReadAll(srv)
 	if err != nil || string(got) != "hi" {
 		t.Fatalf("server read %q, %v: want the bytes, then EOF from the half-close", got, err)
+	}
+}
+
+func TestFile_AppendsAllBytes(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "journal")
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := NewFile(f)
+	var want []byte
+	for i := 0; i < 100; i++ {
+		line := []byte(strings.Repeat("x", i) + "\n")
+		if n, err := w.Write(line); err != nil || n != len(line) {
+			t.Fatalf("write %d: %d %v", i, n, err)
+		}
+		want = append(want, line...)
+	}
+	f.Close()
+	if _, err := w.Write([]byte("after close")); err == nil {
+		t.Fatal("a write to a closed file succeeded")
+	}
+	got, err := os.ReadFile(path)
+	if err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("file holds %d bytes, want %d (%v)", len(got), len(want), err)
 	}
 }
