@@ -3,7 +3,9 @@
 # processes on loopback, SIGKILLed under load (SQLite; one of two replicas
 # on PostgreSQL), sent 50 bodies that declare 32 MiB and trickle in, robbed
 # of their database directory, given keys by another process and duplicate
-# X-Request-Ids. Every test prints its figures; this script keeps the log
+# X-Request-Ids; and two replicas sharing a Redis that is restarted empty
+# and then stopped under load (internal/cluster, with its own redis-server;
+# it needs LLMGATE_TEST_REDIS too). Every test prints its figures; this script keeps the log
 # in .ci/out/reliability/test.log and ends with a summary. It needs
 # PostgreSQL (LLMGATE_TEST_PG; .ci/run starts it and sets it) and takes
 # 2-3 minutes on a 2-core machine, the build included.
@@ -22,8 +24,14 @@ go build -o "$OUT/llmgate" ./cmd/llmgate
 
 echo "=== reliability: run"
 set +e
-LLMGATE_RELIABILITY=1 LLMGATE_RELIABILITY_BIN="$PWD/$OUT/llmgate" \
-  go test -v -count=1 -timeout 20m ./test/reliability 2>&1 | tee "$OUT/test.log"
+{
+  LLMGATE_RELIABILITY=1 LLMGATE_RELIABILITY_BIN="$PWD/$OUT/llmgate" \
+    go test -v -count=1 -timeout 20m ./test/reliability
+  s1=$?
+  go test -v -count=1 -timeout 10m -run 'TestReplicas_BudgetAndRPMHoldThroughARedisRestartAndARedisOutage' ./internal/cluster
+  s2=$?
+  exit $(( s1 | s2 ))
+} 2>&1 | tee "$OUT/test.log"
 status=${PIPESTATUS[0]}
 set -e
 
