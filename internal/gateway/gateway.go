@@ -183,7 +183,11 @@ func Start(ctx context.Context, opt Options) (g *Gateway, err error) {
 	wctx, cancel := context.WithCancel(context.Background())
 	g.cancel = cancel
 	go g.Verifier.Watch(wctx, 500*time.Millisecond)
-	go func() { g.served <- g.HTTP.Serve(ln) }()
+	serveLn := ln
+	if cfg.HTTPServer != config.HTTPServerBuiltin {
+		serveLn = rawListener{ln} // the builtin server wraps its connections itself
+	}
+	go func() { g.served <- g.HTTP.Serve(serveLn) }()
 	g.Engines.Start()
 	go g.learnContexts(wctx, table)
 	return g, nil
@@ -214,6 +218,22 @@ type httpServer interface {
 	Serve(net.Listener) error
 	Shutdown(context.Context) error
 	Close() error
+}
+
+// rawListener hands net/http connections whose reads and writes are raw
+// system calls (socket_io: raw, see package rawio): net/http's read of each
+// request, and its background read while the handler runs, then no longer
+// wake the runtime's monitor thread after an idle spell. Deadlines, Close
+// and CloseWrite behave as on the plain connection; with socket_io:
+// standard, or a connection that is not TCP, the connection is unchanged.
+type rawListener struct{ net.Listener }
+
+func (l rawListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return rawio.Wrap(c), nil
 }
 
 // newHTTPServer returns the server for the listener. Both answer the

@@ -78,3 +78,35 @@ func TestHTTPServerBuiltin_MalformedRequestGetsTheErrorEnvelope(t *testing.T) {
 		t.Fatalf("%d %s", resp.StatusCode, b)
 	}
 }
+
+// The net/http server gets raw-I/O connections (socket_io: raw), and plain
+// ones with socket_io: standard.
+func TestRawListener_WrapsAcceptedTCPConnections(t *testing.T) {
+	t.Cleanup(func() { rawio.SetEnabled(true) })
+	for _, on := range []bool{true, false} {
+		rawio.SetEnabled(on)
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		sc, err := rawListener{ln}.Accept()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, raw := sc.(*rawio.Conn); raw != on {
+			t.Errorf("raw path %v: accepted %T", on, sc)
+		}
+		// The connection still carries bytes both ways and reports EOF.
+		go func() { c.Write([]byte("ping")); c.Close() }()
+		got, err := io.ReadAll(sc)
+		if err != nil || string(got) != "ping" {
+			t.Errorf("raw path %v: read %q, %v", on, got, err)
+		}
+		sc.Close()
+		ln.Close()
+	}
+}
