@@ -164,9 +164,14 @@ func (r *Reloader) warnRestartOnly(cfg *config.Config) {
 		{"body_read_timeout", prev.BodyReadTimeout, cfg.BodyReadTimeout},
 		{"max_body_reads_per_key", optInt(prev.MaxBodyReadsPerKey), optInt(cfg.MaxBodyReadsPerKey)},
 		{"engines", prev.Engines, cfg.Engines},
+		{"redis", prev.Redis, cfg.Redis},
+		{"redis_prefix", prev.RedisPrefix, cfg.RedisPrefix},
+		{"redis_fail_open", prev.RedisFailOpen, cfg.RedisFailOpen},
+		{"redis_replicas", prev.RedisReplicas, cfg.RedisReplicas},
+		{"retention", prev.Retention, cfg.Retention},
 	} {
 		if !reflect.DeepEqual(s.old, s.new) {
-			if s.key == "engines" { // too big to print
+			if s.key == "engines" || s.key == "redis" { // too big to print; a Redis URL may hold a password
 				r.log.Warn("config setting changed but needs a restart to take effect", "key", s.key)
 				continue
 			}

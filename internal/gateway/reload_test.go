@@ -178,3 +178,35 @@ func TestReload_NewEngineIsRejectedUntilRestart(t *testing.T) {
 		t.Fatalf("the running config was not kept: %d", code)
 	}
 }
+
+// Settings a reload cannot apply are named in a warning, and a Redis URL
+// (which may hold a password) is not printed.
+func TestReload_WarnsAboutRestartOnlySettings(t *testing.T) {
+	a := newUpstream(t, "a", answer)
+	path := filepath.Join(t.TempDir(), "llmgate.yaml")
+	good := fmt.Sprintf("backends:\n  a: {url: %s}\nmodels:\n  m: {backend: a}\n", a.URL)
+	if err := os.WriteFile(path, []byte(good), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	logs := &syncBuffer{}
+	gw, r := startFileGW(t, path, logs)
+	changed := good + "redis: redis://:s3cret@127.0.0.1:1/0\nredis_prefix: \"other:\"\nredis_fail_open: true\nredis_replicas: 3\nretention: 30d\n"
+	if err := os.WriteFile(path, []byte(changed), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	out := logs.String()
+	for _, key := range []string{"redis", "redis_prefix", "redis_fail_open", "redis_replicas", "retention"} {
+		if !strings.Contains(out, "needs a restart to take effect\" key="+key+" ") && !strings.Contains(out, "needs a restart to take effect\" key="+key+"\n") {
+			t.Errorf("no restart warning for %s:\n%s", key, out)
+		}
+	}
+	if strings.Contains(out, "s3cret") {
+		t.Errorf("the Redis password was logged:\n%s", out)
+	}
+	if code, _, _ := gw.chat("m", false); code != 200 {
+		t.Fatalf("after the reload: %d", code)
+	}
+}
