@@ -137,7 +137,7 @@ func AnthropicToChatWith(req *anthropic.MessagesRequest, opts ChatOptions) (*ope
 			}
 			continue
 		}
-		msgs, err := convertAnthropicMessage(m, fmt.Sprintf("messages[%d]", i))
+		msgs, err := convertAnthropicMessage(m, fmt.Sprintf("messages[%d]", i), req.Tools)
 		if err != nil {
 			return nil, err
 		}
@@ -147,7 +147,11 @@ func AnthropicToChatWith(req *anthropic.MessagesRequest, opts ChatOptions) (*ope
 		return nil, badRequest("messages", "messages must contain at least one user or assistant message")
 	}
 
+	referenced := referencedTools(req.Messages)
 	for i, t := range req.Tools {
+		if deferred(t) && !referenced[t.Name] {
+			continue // hidden from the model until a tool_reference loads it, as with Anthropic
+		}
 		if t.Type != "" && t.Type != "custom" {
 			return nil, badRequest(fmt.Sprintf("tools[%d].type", i),
 				"tools[%d] (%q) is an Anthropic server tool of type %q, which an OpenAI-compatible backend cannot run; remove it from tools or route this model to an anthropic backend", i, t.Name, t.Type)
@@ -277,7 +281,7 @@ func AnthropicIgnoredFields(req *anthropic.MessagesRequest, opts ChatOptions) []
 // convertAnthropicMessage turns one Anthropic message into one or more chat
 // messages (a user message with tool results becomes tool messages followed
 // by a user message for the rest of its content).
-func convertAnthropicMessage(m *anthropic.MessageParam, path string) ([]openai.ChatMessage, error) {
+func convertAnthropicMessage(m *anthropic.MessageParam, path string, defs []anthropic.Tool) ([]openai.ChatMessage, error) {
 	switch m.Role {
 	case anthropic.RoleUser, anthropic.RoleAssistant:
 	default:
@@ -303,7 +307,7 @@ func convertAnthropicMessage(m *anthropic.MessageParam, path string) ([]openai.C
 			if b.ToolUseID == "" {
 				return nil, badRequest(bp+".tool_use_id", "%s.tool_use_id is required", bp)
 			}
-			text, images, err := toolResultContent(b.Content, bp)
+			text, images, err := toolResultContent(b.Content, bp, defs)
 			if err != nil {
 				return nil, err
 			}
@@ -433,14 +437,18 @@ func imageURL(src *anthropic.ImageSource, path string) (string, error) {
 }
 
 // toolResultContent flattens tool_result content into text and image parts.
-func toolResultContent(c *anthropic.Content, path string) (string, []openai.ContentPart, error) {
+// A tool_reference block (the answer of a tool search, such as Claude
+// Code's ToolSearch over deferred MCP tools) becomes the referenced tool's
+// definition in a <functions> block, the form Claude Code's ToolSearch
+// describes to the model; the tool itself joins the chat request's tools.
+func toolResultContent(c *anthropic.Content, path string, defs []anthropic.Tool) (string, []openai.ContentPart, error) {
 	if c == nil {
 		return "", nil, nil
 	}
 	if c.Text != nil {
 		return *c.Text, nil, nil
 	}
-	var texts []string
+	var texts, refs []string
 	var images []openai.ContentPart
 	for k, b := range c.Blocks {
 		bp := fmt.Sprintf("%s.content[%d]", path, k)
@@ -459,11 +467,96 @@ func toolResultContent(c *anthropic.Content, path string) (string, []openai.Cont
 				return "", nil, err
 			}
 			texts = append(texts, p.Text)
+		case "tool_reference":
+			name := toolReferenceName(b)
+			if name == "" {
+				return "", nil, badRequest(bp+".tool_name", "%s: a tool_reference block needs the tool_name of a tool in tools", bp)
+			}
+			refs = append(refs, name)
 		default:
-			return "", nil, badRequest(bp+".type", "%s: tool_result content must be text, image, document or search_result blocks, got %q", bp, b.Type)
+			return "", nil, badRequest(bp+".type", "%s: tool_result content must be text, image, document, search_result or tool_reference blocks, got %q", bp, b.Type)
 		}
 	}
+	if len(refs) > 0 {
+		texts = append(texts, functionsBlock(refs, defs))
+	}
 	return strings.Join(texts, "\n\n"), images, nil
+}
+
+// deferred reports whether a tool is marked defer_loading: true.
+func deferred(t anthropic.Tool) bool {
+	v, ok := t.Extra["defer_loading"]
+	return ok && string(bytes.TrimSpace(v)) == "true"
+}
+
+// toolReferenceName is the tool_name of a tool_reference block.
+func toolReferenceName(b anthropic.ContentBlock) string {
+	var ref struct {
+		ToolName string `json:"tool_name"`
+	}
+	if len(b.Raw) > 0 {
+		_ = json.Unmarshal(b.Raw, &ref)
+	} else if v, ok := b.Extra["tool_name"]; ok {
+		_ = json.Unmarshal(v, &ref.ToolName)
+	}
+	return ref.ToolName
+}
+
+// referencedTools names the tools that tool_reference blocks in tool
+// results have loaded: a deferred tool is offered to the backend only then.
+func referencedTools(msgs []anthropic.MessageParam) map[string]bool {
+	var out map[string]bool
+	for i := range msgs {
+		for _, b := range msgs[i].Content.Blocks {
+			if b.Type != "tool_result" || b.Content == nil {
+				continue
+			}
+			for _, c := range b.Content.Blocks {
+				if c.Type != "tool_reference" {
+					continue
+				}
+				if name := toolReferenceName(c); name != "" {
+					if out == nil {
+						out = map[string]bool{}
+					}
+					out[name] = true
+				}
+			}
+		}
+	}
+	return out
+}
+
+// functionsBlock writes the definitions of the referenced tools as
+// <functions><function>{"description","name","parameters"}</function>…
+// (a name not in tools is listed by name only).
+func functionsBlock(names []string, defs []anthropic.Tool) string {
+	var sb strings.Builder
+	sb.WriteString("<functions>")
+	for _, name := range names {
+		fn := struct {
+			Description string          `json:"description,omitempty"`
+			Name        string          `json:"name"`
+			Parameters  json.RawMessage `json:"parameters,omitempty"`
+		}{Name: name}
+		for _, d := range defs {
+			if d.Name == name {
+				fn.Description, fn.Parameters = d.Description, d.InputSchema
+				break
+			}
+		}
+		b, err := json.Marshal(fn)
+		if err != nil { // an input_schema that is not JSON: the name alone
+			b, _ = json.Marshal(struct {
+				Name string `json:"name"`
+			}{name})
+		}
+		sb.WriteString("\n<function>")
+		sb.Write(b)
+		sb.WriteString("</function>")
+	}
+	sb.WriteString("\n</functions>")
+	return sb.String()
 }
 
 // assistantBlocks converts an assistant turn: text -> content, tool_use ->
