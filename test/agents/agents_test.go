@@ -5,7 +5,9 @@
 // --demo` with the simulator scripted by script.yaml. Each client is
 // configured only by `llmgate connect`, in a temporary home of its own, and
 // runs a plain prompt and an agent turn in which the scripted model asks
-// for a read-only tool on a file in the working directory. A recording
+// for a read-only tool on a file in the working directory; Claude Code
+// also runs `llmgate mcp` as an MCP client, from the entry connect cline
+// wrote, and calls its chat tool. A recording
 // proxy between each client and the gateway keeps every request, so the
 // test checks that the tool's result reached the gateway and the report
 // shows what each client sends; an HTTP proxy that refuses everything is
@@ -212,6 +214,7 @@ type gateway struct {
 }
 
 var (
+	wroteLine   = regexp.MustCompile(`(?m)^wrote (\S+)$`)
 	baseURLLine = regexp.MustCompile(`(?m)^\s*Base URL\s+(http://\S+)/v1\s*$`)
 	apiKeyLine  = regexp.MustCompile(`(?m)^\s*API key\s+(\S+)\s*$`)
 )
@@ -334,14 +337,20 @@ func runClient(t *testing.T, e *env, c *client) {
 	})
 
 	// The only configuration step: llmgate connect, pointed at the recorder.
-	connect := exec.Command(e.bin, "connect", c.name, "--base-url", rec.url, "--api-key", e.gateway.key, "--model", e.model)
-	connect.Env = sb.baseEnv()
-	connect.Dir = sb.work
-	cout, err := connect.CombinedOutput()
-	_ = os.WriteFile(filepath.Join(out, "connect.txt"), cout, 0o644)
-	t.Logf("llmgate connect %s:\n%s", c.name, cout)
-	if err != nil {
-		t.Fatalf("llmgate connect %s: %v", c.name, err)
+	wrote := map[string]string{}
+	for _, target := range append([]string{c.name}, c.alsoConnect...) {
+		connect := exec.Command(e.bin, "connect", target, "--base-url", rec.url, "--api-key", e.gateway.key, "--model", e.model)
+		connect.Env = sb.baseEnv()
+		connect.Dir = sb.work
+		cout, err := connect.CombinedOutput()
+		_ = os.WriteFile(filepath.Join(out, "connect-"+target+".txt"), cout, 0o644)
+		t.Logf("llmgate connect %s:\n%s", target, cout)
+		if err != nil {
+			t.Fatalf("llmgate connect %s: %v", target, err)
+		}
+		if m := wroteLine.FindSubmatch(cout); m != nil {
+			wrote[target] = string(m[1])
+		}
 	}
 
 	env := append(sb.baseEnv(), trap.proxyEnv()...)
@@ -349,7 +358,11 @@ func runClient(t *testing.T, e *env, c *client) {
 	for _, r := range c.runs {
 		t.Run(r.name, func(t *testing.T) {
 			prompt := r.prompt(e)
-			args := append(append([]string{}, r.args...), prompt)
+			args := append([]string{}, r.args...)
+			if r.argsFor != nil {
+				args = r.argsFor(e, wrote)
+			}
+			args = append(args, prompt)
 			bin, _ := filepath.Abs(filepath.Join("node_modules", ".bin", c.bin))
 			from := rec.count()
 			res := execClient(bin, args, env, sb.work, e.timeout)

@@ -20,6 +20,10 @@ type client struct {
 	// the network (telemetry, update checks, downloads).
 	env  func(e *env) []string
 	runs []run
+	// alsoConnect are more connect targets run in the client's sandbox,
+	// whose written files runs use (wrote[target]): Claude Code runs the
+	// "llmgate mcp" entry that connect cline writes, as an MCP client.
+	alsoConnect []string
 	// allowedEgress lists hosts the pinned version tries to reach with no
 	// switch to stop it; the test's proxy refuses them like every other.
 	allowedEgress []string
@@ -27,10 +31,13 @@ type client struct {
 
 // run is one invocation of a client.
 type run struct {
-	name   string
-	args   []string // before the prompt, which comes last
-	prompt func(e *env) string
-	check  func(t *testing.T, e *env, res *result)
+	name string
+	args []string // before the prompt, which comes last
+	// argsFor, when set, gives the arguments instead of args, from the
+	// files connect wrote (by target).
+	argsFor func(e *env, wrote map[string]string) []string
+	prompt  func(e *env) string
+	check   func(t *testing.T, e *env, res *result)
 }
 
 func plainPrompt(e *env) string {
@@ -60,7 +67,7 @@ var clients = []*client{claudeCode, codex, opencode}
 // in case the umbrella switch changes meaning. The key and base URL come
 // from the settings.json connect wrote.
 var claudeCode = &client{
-	name: "claude-code", key: "CLAUDE", pkg: "@anthropic-ai/claude-code", bin: "claude",
+	name: "claude-code", key: "CLAUDE", pkg: "@anthropic-ai/claude-code", bin: "claude", alsoConnect: []string{"cline"},
 	env: func(*env) []string {
 		return []string{"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1", "DISABLE_AUTOUPDATER=1"}
 	},
@@ -94,7 +101,45 @@ var claudeCode = &client{
 				gatewaySawToolResult(t, res, sentinel)
 				checkClaudeResult(t, lastOfType(events, "result"), agentAnswer(e, "claude-code"))
 			}},
+		// Claude Code as the MCP client of "llmgate mcp", started from the
+		// mcpServers entry connect cline wrote (Cline's file has the same
+		// shape). Claude Code defers MCP tools behind its ToolSearch tool:
+		// the scripted model searches, then calls the chat tool, whose
+		// request goes through the gateway to the simulator.
+		{name: "mcp-chat-tool", prompt: mcpPrompt,
+			argsFor: func(e *env, wrote map[string]string) []string {
+				return []string{"-p", "--output-format", "stream-json", "--verbose", "--mcp-config", wrote["cline"],
+					"--strict-mcp-config", "--allowedTools", "mcp__llmgate__chat", "--"}
+			},
+			check: func(t *testing.T, e *env, res *result) {
+				events := jsonLines(res.stdout)
+				inner := "MCP-INNER-ANSWER-" + e.runID
+				if claudeToolUse(events, "ToolSearch") {
+					t.Log("Claude Code loaded the deferred MCP tool with ToolSearch (a tool_reference result)")
+				}
+				if !claudeToolUse(events, "mcp__llmgate__chat") {
+					t.Error("no assistant event with an mcp__llmgate__chat tool_use")
+				}
+				if !claudeToolResult(events, inner) {
+					t.Errorf("no tool_result containing %s: the llmgate mcp chat tool did not answer", inner)
+				}
+				innerSeen := false
+				for _, ex := range res.exchanges {
+					if strings.HasSuffix(ex.URL, "/chat/completions") && strings.Contains(string(ex.Body), "[mcp-inner "+e.runID+"]") && ex.Status == 200 {
+						innerSeen = true
+					}
+				}
+				if !innerSeen {
+					t.Error("llmgate mcp's chat request never reached the gateway (no 200 POST /v1/chat/completions with the inner prompt)")
+				}
+				gatewaySawToolResult(t, res, inner)
+				checkClaudeResult(t, lastOfType(events, "result"), agentAnswer(e, "claude-code-mcp"))
+			}},
 	},
+}
+
+func mcpPrompt(e *env) string {
+	return fmt.Sprintf("Ask the other model for the code word with the llmgate chat tool. [mcp %s]", e.runID)
 }
 
 // checkClaudeResult checks Claude Code's final "result" object.
