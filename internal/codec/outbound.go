@@ -32,6 +32,9 @@ type Target struct {
 	Backend       string // name, for error messages
 	Dialect       string // config.DialectOpenAI or config.DialectAnthropic
 	UpstreamModel string
+	// DropParams are top-level members removed from the body (the
+	// backend's drop_params; never a decision field).
+	DropParams []string
 }
 
 // Outbound is the request one deployment gets.
@@ -62,6 +65,14 @@ func FormFor(d Dialect, backend string) Form {
 // usage chunk asked for; the other pairs send the hub translation built
 // from the decoded request.
 func (r *Request) Outbound(t Target) (Outbound, error) {
+	out, err := r.outbound(t)
+	if err == nil && len(t.DropParams) > 0 && !out.BesideV1 {
+		out.Body = jsonscan.Without(out.Body, t.DropParams)
+	}
+	return out, err
+}
+
+func (r *Request) outbound(t Target) (Outbound, error) {
 	anthropicBackend := t.Dialect == config.DialectAnthropic
 	switch {
 	case r.Dialect == CountTokens && anthropicBackend:

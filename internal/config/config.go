@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/url"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -158,6 +159,12 @@ type Backend struct {
 	ClientCertFile string `yaml:"client_cert_file"`
 	ClientKeyFile  string `yaml:"client_key_file"`
 	TLSSkipVerify  bool   `yaml:"tls_skip_verify"`
+	// DropParams are top-level request members removed before a request
+	// goes to this backend: parameters it rejects, such as top_k on
+	// OpenAI's API ("Unrecognized request argument"). Unset, the provider
+	// preset's list applies (openai: top_k); [] removes nothing. Fields the
+	// gateway decides on (GatewayDecidedFields) cannot be listed.
+	DropParams []string `yaml:"drop_params"`
 	// BaseURL is URL after normalization (set by Validate).
 	BaseURL string `yaml:"-"`
 	// TLS is the client TLS configuration those settings make (set by
@@ -351,12 +358,19 @@ func LoadWithEnv(r io.Reader, source string, lookup func(string) (string, bool))
 	return cfg, nil
 }
 
+// GatewayDecidedFields are the request members the gateway decides on
+// (routing, allow-lists, limits, prices): drop_params may not remove them.
+// The codec's decision fields must all be here (a codec test checks).
+var GatewayDecidedFields = []string{"model", "stream", "stream_options", "max_tokens", "max_completion_tokens",
+	"max_output_tokens", "max_new_tokens", "n_predict", "n", "best_of", "tools", "tool_choice", "thinking",
+	"previous_response_id", "store"}
+
 var knownKeys = map[string][]string{
 	"":                {"listen", "database", "max_body_bytes", "log_format", "http_server", "socket_io", "upstream_client", "max_connections", "tls_cert_file", "tls_key_file", "backends", "models", "redis", "redis_prefix", "redis_fail_open", "redis_replicas", "retention", "responses_ttl", "store_responses", "spool_dir", "spool_fsync", "routing"},
 	"routing":         {"retry_backoff", "circuit_breaker"},
 	"circuit_breaker": {"enabled", "consecutive_failures", "failure_rate", "min_requests", "half_life", "open_for", "open_max", "timeout_weight", "rate_limit_wait", "rate_limit_max"},
 	"backend": {"url", "api_key", "dialect", "headers", "connect_timeout", "first_byte_timeout", "timeout", "ca_file", "client_cert_file", "client_key_file", "tls_skip_verify",
-		"idle_timeout", "provider", "engine", "health_check", "upstream_client"},
+		"idle_timeout", "provider", "engine", "health_check", "upstream_client", "drop_params"},
 	"model": {"backend", "upstream_model", "deployments", "fallbacks", "balancing",
 		"input_price", "output_price", "cached_input_price", "rpm", "tpm", "max_concurrency"},
 	"deployment":   {"backend", "upstream_model", "weight", "priority"},
@@ -552,6 +566,14 @@ func (c *Config) Validate() error {
 		}
 		if b.Dialect != DialectOpenAI && b.Dialect != DialectAnthropic {
 			return le(b.line, key+".dialect", "must be openai or anthropic, not %q", b.Dialect)
+		}
+		for _, p := range b.DropParams {
+			if p == "" {
+				return le(b.line, key+".drop_params", "lists an empty name; list the top-level request members this backend rejects, such as top_k")
+			}
+			if slices.Contains(GatewayDecidedFields, p) {
+				return le(b.line, key+".drop_params", "cannot remove %q: the gateway checks and prices requests on it, so the backend must get it as checked", p)
+			}
 		}
 		if b.UpstreamClient != "" && b.UpstreamClient != UpstreamClientBuiltin && b.UpstreamClient != UpstreamClientStdlib {
 			return le(b.line, key+".upstream_client", "must be %s or %s, not %q", UpstreamClientBuiltin, UpstreamClientStdlib, b.UpstreamClient)

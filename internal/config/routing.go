@@ -80,6 +80,9 @@ func (c *Config) applyPreset(b *Backend) {
 		if b.Dialect == "" {
 			b.Dialect = p.Dialect
 		}
+		if b.DropParams == nil {
+			b.DropParams = p.DropParams
+		}
 		if b.APIKey == "" && p.APIKeyEnv != "" {
 			lookup := c.lookup
 			if lookup == nil {

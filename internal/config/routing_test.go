@@ -1,6 +1,7 @@
 package config
 
 import (
+	"fmt"
 	"llmgate/internal/testenv"
 	"strings"
 	"testing"
@@ -73,6 +74,9 @@ func TestLoad_RoutingErrorsNameKeyAndLine(t *testing.T) {
 		{"unknown engine", "backends:\n  a: {engine: vlm}\n", `backends.a.engine: unknown engine "vlm" (did you mean "vllm"?)`},
 		{"provider and engine", "backends:\n  a: {engine: vllm, provider: openai, api_key: k}\n", `set provider (a cloud API) or engine (a local server), not both`},
 		{"typo in health_check", "backends:\n  a:\n    url: http://x\n    health_check: {intervall: 5s}\n", `backends.a.health_check.intervall: unknown key "intervall"; did you mean "interval"?`},
+		{"drop_params removing a decision field", "backends:\n  a:\n    url: http://x\n    drop_params: [top_k, max_completion_tokens]\n",
+			`x.yaml:2: backends.a.drop_params: cannot remove "max_completion_tokens": the gateway checks and prices requests on it`},
+		{"drop_params with an empty name", "backends:\n  a: {url: http://x, drop_params: [\"\"]}\n", `backends.a.drop_params: lists an empty name`},
 		{"relative health path", "backends:\n  a: {url: http://x, health_check: {path: health}}\n", `health_check.path: must be an absolute path`},
 	}
 	for _, c := range cases {
@@ -115,5 +119,21 @@ func TestBackend_SameSettingsWithCAFile(t *testing.T) {
 	}
 	if a.SameSettings(load(", tls_skip_verify: true")) {
 		t.Fatal("turning tls_skip_verify on did not count as a change")
+	}
+}
+
+// drop_params: the openai preset drops top_k unless the file says
+// otherwise; other backends drop nothing unless told.
+func TestBackend_DropParamsDefaults(t *testing.T) {
+	src := "backends:\n  oai: {provider: openai}\n  oai-keep: {provider: openai, drop_params: []}\n" +
+		"  ds: {provider: deepseek}\n  local: {url: http://127.0.0.1:8000/v1, drop_params: [guided_json, top_k]}\n"
+	cfg, err := LoadWithEnv(strings.NewReader(src), "x.yaml", env(map[string]string{"OPENAI_API_KEY": "k", "DEEPSEEK_API_KEY": "k"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]string{"oai": "[top_k]", "oai-keep": "[]", "ds": "[]", "local": "[guided_json top_k]"} {
+		if got := fmt.Sprint(cfg.Backends[name].DropParams); got != want {
+			t.Errorf("%s: drop_params = %s; want %s", name, got, want)
+		}
 	}
 }

@@ -8,7 +8,9 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"slices"
 	"strconv"
+	"strings"
 )
 
 // Span is the byte range [Start, End) of a value inside a document.
@@ -187,6 +189,74 @@ func Insert(doc []byte, key string, val []byte) []byte {
 		out = append(out, ',')
 	}
 	return append(out, rest...)
+}
+
+// Without returns doc with every top-level member named in names removed
+// (each occurrence, however the key is escaped), or doc itself when none
+// is there or doc is not an object. The members kept are copied as they
+// are, in order.
+func Without(doc []byte, names []string) []byte {
+	type member struct{ start, end int }
+	var kept []member
+	dropped := false
+	i := skipWS(doc, 0)
+	if i >= len(doc) || doc[i] != '{' {
+		return doc
+	}
+	i++
+	for {
+		i = skipWS(doc, i)
+		if i >= len(doc) {
+			return doc
+		}
+		switch doc[i] {
+		case '}':
+			if !dropped {
+				return doc
+			}
+			out := make([]byte, 0, len(doc))
+			out = append(out, '{')
+			for k, m := range kept {
+				if k > 0 {
+					out = append(out, ',')
+				}
+				out = append(out, doc[m.start:m.end]...)
+			}
+			return append(out, '}')
+		case ',':
+			i++
+			continue
+		case '"':
+		default:
+			return doc
+		}
+		start := i
+		kEnd, err := skipString(doc, i)
+		if err != nil {
+			return doc
+		}
+		key := string(doc[i+1 : kEnd-1])
+		if strings.IndexByte(key, '\\') >= 0 {
+			var k string
+			if json.Unmarshal(doc[i:kEnd], &k) == nil {
+				key = k
+			}
+		}
+		i = skipWS(doc, kEnd)
+		if i >= len(doc) || doc[i] != ':' {
+			return doc
+		}
+		vEnd, err := skipValue(doc, skipWS(doc, i+1))
+		if err != nil {
+			return doc
+		}
+		if slices.Contains(names, key) {
+			dropped = true
+		} else {
+			kept = append(kept, member{start, vEnd})
+		}
+		i = vEnd
+	}
 }
 
 func skipWS(b []byte, i int) int {

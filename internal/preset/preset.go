@@ -26,6 +26,9 @@ type Provider struct {
 	Auth string
 	// Notes are known quirks, shown by llmgate models presets and docs/routing.md.
 	Notes string
+	// DropParams are request members the API rejects that clients or
+	// translations may send (the backend's drop_params default).
+	DropParams []string
 }
 
 // Engine is a local inference server preset.
@@ -46,7 +49,8 @@ type Engine struct {
 }
 
 var providers = map[string]Provider{
-	"openai": {Name: "openai", BaseURL: "https://api.openai.com/v1", Dialect: dialectOpenAI, APIKeyEnv: "OPENAI_API_KEY", Auth: "bearer"},
+	"openai": {Name: "openai", BaseURL: "https://api.openai.com/v1", Dialect: dialectOpenAI, APIKeyEnv: "OPENAI_API_KEY", Auth: "bearer",
+		Notes: "rejects top_k (dropped by default: drop_params)", DropParams: []string{"top_k"}},
 	"anthropic": {Name: "anthropic", BaseURL: "https://api.anthropic.com", Dialect: dialectAnthropic, APIKeyEnv: "ANTHROPIC_API_KEY", Auth: "x-api-key",
 		Notes: "Messages API; anthropic-version header sent"},
 	"deepseek": {Name: "deepseek", BaseURL: "https://api.deepseek.com/v1", Dialect: dialectOpenAI, APIKeyEnv: "DEEPSEEK_API_KEY", Auth: "bearer",

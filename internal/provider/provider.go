@@ -30,15 +30,18 @@ type Backend struct {
 	// returned release ends the request's lease with its outcome and
 	// returns the error to report, which may explain a failure by the
 	// engine's crash.
-	Acquire   func(ctx context.Context, model string) (release func(err error) error, err error)
-	apiKey    string
-	headers   map[string]string
-	client    *http.Client
-	h1        *h1Client // plain-http backends without a proxy; nil otherwise
-	timeout   time.Duration
-	idle      time.Duration
-	firstByte time.Duration
-	health    *config.HealthCheck
+	Acquire func(ctx context.Context, model string) (release func(err error) error, err error)
+	// DropParams are top-level request members this backend never gets
+	// (drop_params).
+	DropParams []string
+	apiKey     string
+	headers    map[string]string
+	client     *http.Client
+	h1         *h1Client // plain-http backends without a proxy; nil otherwise
+	timeout    time.Duration
+	idle       time.Duration
+	firstByte  time.Duration
+	health     *config.HealthCheck
 }
 
 // NewBackend builds a Backend from configuration. Each backend owns its
@@ -67,7 +70,7 @@ func NewBackend(b *config.Backend) *Backend {
 		tr.TLSClientConfig = b.TLS.Clone()
 	}
 	be := &Backend{
-		Name: b.Name, BaseURL: b.BaseURL, Dialect: b.Dialect, apiKey: b.APIKey,
+		Name: b.Name, BaseURL: b.BaseURL, Dialect: b.Dialect, apiKey: b.APIKey, DropParams: b.DropParams,
 		headers: b.Headers, client: &http.Client{Transport: tr}, timeout: time.Duration(b.Timeout),
 		idle: time.Duration(b.IdleTimeout), firstByte: time.Duration(b.FirstByte), health: b.HealthCheck,
 	}

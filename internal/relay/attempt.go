@@ -34,7 +34,7 @@ func (rl *Relay) attempt(ctx context.Context, w http.ResponseWriter, c *Call, de
 }
 
 func target(dep router.Deployment) codec.Target {
-	return codec.Target{Backend: dep.Backend.Name, Dialect: dep.Backend.Dialect, UpstreamModel: dep.UpstreamModel}
+	return codec.Target{Backend: dep.Backend.Name, Dialect: dep.Backend.Dialect, UpstreamModel: dep.UpstreamModel, DropParams: dep.Backend.DropParams}
 }
 
 // relay sends the request to one deployment and relays its answer.

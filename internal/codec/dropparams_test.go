@@ -1,0 +1,69 @@
+package codec
+
+import (
+	"encoding/json"
+	"slices"
+	"strings"
+	"testing"
+
+	"llmgate/internal/config"
+)
+
+// drop_params may never remove a field the gateway decided on: every
+// decision field of the codec is in config's protected list.
+func TestDropParams_DecisionFieldsAreProtected(t *testing.T) {
+	for _, name := range fieldNames {
+		if !slices.Contains(config.GatewayDecidedFields, name) {
+			t.Errorf("decision field %q is missing from config.GatewayDecidedFields, so drop_params could remove it", name)
+		}
+	}
+}
+
+// A backend's drop_params leave its requests, passthrough or translated,
+// and everything else arrives as before.
+func TestOutbound_DropParams(t *testing.T) {
+	drop := []string{"top_k", "guided_json"}
+	cases := []struct {
+		name    string
+		d       Dialect
+		body    string
+		backend string
+	}{
+		{"chat passthrough", Chat, `{"model":"m","stream":true,"top_k":20,"guided_json":{"type":"object"},"top_p":0.9,"messages":[{"role":"user","content":"hi"}]}`, config.DialectOpenAI},
+		{"completions passthrough", Completions, `{"model":"m","prompt":"hi","top_k":20,"max_tokens":5}`, config.DialectOpenAI},
+		{"messages translated to chat", Messages, `{"model":"m","max_tokens":50,"top_k":20,"top_p":0.9,"messages":[{"role":"user","content":"hi"}]}`, config.DialectOpenAI},
+		{"messages passthrough", Messages, `{"model":"m","max_tokens":50,"top_k":20,"top_p":0.9,"messages":[{"role":"user","content":"hi"}]}`, config.DialectAnthropic},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r, err := Decode(tc.d, []byte(tc.body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			out, err := r.Outbound(Target{Dialect: tc.backend, UpstreamModel: "up", DropParams: drop})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got map[string]json.RawMessage
+			if err := json.Unmarshal(out.Body, &got); err != nil {
+				t.Fatalf("body is not JSON: %v: %s", err, out.Body)
+			}
+			for _, name := range drop {
+				if _, ok := got[name]; ok {
+					t.Errorf("%s reached the backend: %s", name, out.Body)
+				}
+			}
+			if string(got["model"]) != `"up"` {
+				t.Errorf("model = %s; want the upstream name", got["model"])
+			}
+			if strings.Contains(tc.body, "top_p") && string(got["top_p"]) != "0.9" {
+				t.Errorf("top_p = %s; other parameters must pass", got["top_p"])
+			}
+			// Without drop_params the same request keeps top_k.
+			out, _ = r.Outbound(Target{Dialect: tc.backend, UpstreamModel: "up"})
+			if !strings.Contains(string(out.Body), `"top_k":20`) {
+				t.Errorf("top_k dropped without drop_params: %s", out.Body)
+			}
+		})
+	}
+}
