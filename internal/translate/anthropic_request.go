@@ -102,6 +102,7 @@ func AnthropicToChatWith(req *anthropic.MessagesRequest, opts ChatOptions) (*ope
 		system = append(system, sys)
 	}
 	lastUser := lastUserIndex(req.Messages)
+	defs := newToolIndex(req.Tools)
 	inPlace := make([]string, len(req.Messages)) // text of system messages kept where they are
 	leading := true                              // no user or assistant message yet
 	for i := range req.Messages {
@@ -137,7 +138,7 @@ func AnthropicToChatWith(req *anthropic.MessagesRequest, opts ChatOptions) (*ope
 			}
 			continue
 		}
-		msgs, err := convertAnthropicMessage(m, fmt.Sprintf("messages[%d]", i), req.Tools)
+		msgs, err := convertAnthropicMessage(m, fmt.Sprintf("messages[%d]", i), defs)
 		if err != nil {
 			return nil, err
 		}
@@ -281,7 +282,7 @@ func AnthropicIgnoredFields(req *anthropic.MessagesRequest, opts ChatOptions) []
 // convertAnthropicMessage turns one Anthropic message into one or more chat
 // messages (a user message with tool results becomes tool messages followed
 // by a user message for the rest of its content).
-func convertAnthropicMessage(m *anthropic.MessageParam, path string, defs []anthropic.Tool) ([]openai.ChatMessage, error) {
+func convertAnthropicMessage(m *anthropic.MessageParam, path string, defs *toolIndex) ([]openai.ChatMessage, error) {
 	switch m.Role {
 	case anthropic.RoleUser, anthropic.RoleAssistant:
 	default:
@@ -441,7 +442,7 @@ func imageURL(src *anthropic.ImageSource, path string) (string, error) {
 // Code's ToolSearch over deferred MCP tools) becomes the referenced tool's
 // definition in a <functions> block, the form Claude Code's ToolSearch
 // describes to the model; the tool itself joins the chat request's tools.
-func toolResultContent(c *anthropic.Content, path string, defs []anthropic.Tool) (string, []openai.ContentPart, error) {
+func toolResultContent(c *anthropic.Content, path string, defs *toolIndex) (string, []openai.ContentPart, error) {
 	if c == nil {
 		return "", nil, nil
 	}
@@ -478,9 +479,27 @@ func toolResultContent(c *anthropic.Content, path string, defs []anthropic.Tool)
 		}
 	}
 	if len(refs) > 0 {
-		texts = append(texts, functionsBlock(refs, defs))
+		texts = append(texts, defs.functionsBlock(refs))
 	}
 	return strings.Join(texts, "\n\n"), images, nil
+}
+
+// toolIndex finds tools by name (the first of a name wins) for the
+// tool_reference blocks of one request, and remembers which definitions
+// the converted conversation already holds.
+type toolIndex struct {
+	defs  map[string]*anthropic.Tool
+	shown map[string]bool
+}
+
+func newToolIndex(tools []anthropic.Tool) *toolIndex {
+	x := &toolIndex{defs: make(map[string]*anthropic.Tool, len(tools)), shown: map[string]bool{}}
+	for i := range tools {
+		if _, ok := x.defs[tools[i].Name]; !ok {
+			x.defs[tools[i].Name] = &tools[i]
+		}
+	}
+	return x
 }
 
 // deferred reports whether a tool is marked defer_loading: true.
@@ -529,8 +548,11 @@ func referencedTools(msgs []anthropic.MessageParam) map[string]bool {
 
 // functionsBlock writes the definitions of the referenced tools as
 // <functions><function>{"description","name","parameters"}</function>…
-// (a name not in tools is listed by name only).
-func functionsBlock(names []string, defs []anthropic.Tool) string {
+// A tool's description and parameters are written the first time the
+// conversation references it; later references, and names not in tools,
+// give the name only, so a body of many references to one large tool
+// cannot grow the request past the size of its tools.
+func (x *toolIndex) functionsBlock(names []string) string {
 	var sb strings.Builder
 	sb.WriteString("<functions>")
 	for _, name := range names {
@@ -539,11 +561,9 @@ func functionsBlock(names []string, defs []anthropic.Tool) string {
 			Name        string          `json:"name"`
 			Parameters  json.RawMessage `json:"parameters,omitempty"`
 		}{Name: name}
-		for _, d := range defs {
-			if d.Name == name {
-				fn.Description, fn.Parameters = d.Description, d.InputSchema
-				break
-			}
+		if d := x.defs[name]; d != nil && !x.shown[name] {
+			fn.Description, fn.Parameters = d.Description, d.InputSchema
+			x.shown[name] = true
 		}
 		b, err := json.Marshal(fn)
 		if err != nil { // an input_schema that is not JSON: the name alone

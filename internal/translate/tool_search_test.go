@@ -3,6 +3,7 @@ package translate
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -77,5 +78,33 @@ func TestAnthropicToChat_ToolReferenceWithoutNameIs400(t *testing.T) {
 	var ae *apierror.Error
 	if !errors.As(err, &ae) || ae.Status != 400 || !strings.Contains(ae.Message, "tool_name") {
 		t.Fatalf("err = %v; want a 400 naming tool_name", err)
+	}
+}
+
+// Many references to one large tool cannot blow the request up: the
+// definition is written once, later references name the tool.
+func TestAnthropicToChat_ToolReferencesDoNotAmplify(t *testing.T) {
+	schema := `{"type":"object","description":"` + strings.Repeat("x", 20000) + `"}`
+	var b strings.Builder
+	b.WriteString(`{"model":"m","max_tokens":10,"tools":[{"name":"big","defer_loading":true,"input_schema":` + schema + `}],"messages":[{"role":"user","content":"go"}`)
+	for i := 0; i < 2000; i++ {
+		fmt.Fprintf(&b, `,{"role":"assistant","content":[{"type":"tool_use","id":"t%d","name":"ToolSearch","input":{}}]}`, i)
+		fmt.Fprintf(&b, `,{"role":"user","content":[{"type":"tool_result","tool_use_id":"t%d","content":[{"type":"tool_reference","tool_name":"big"},{"type":"tool_reference","tool_name":"big"}]}]}`, i)
+	}
+	b.WriteString(`]}`)
+	var req anthropic.MessagesRequest
+	if err := json.Unmarshal([]byte(b.String()), &req); err != nil {
+		t.Fatal(err)
+	}
+	out, err := AnthropicToChat(&req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	enc, _ := json.Marshal(out)
+	if len(enc) > 2*b.Len() {
+		t.Fatalf("a %d-byte request became %d bytes for the backend", b.Len(), len(enc))
+	}
+	if n := strings.Count(string(enc), strings.Repeat("x", 20000)); n != 2 { // the tool list, and the first reference
+		t.Fatalf("the schema appears %d times; want 2", n)
 	}
 }
