@@ -2,13 +2,13 @@ package engine_test
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
+	"llmgate/internal/testenv"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -126,7 +126,7 @@ func TestEngine_ChildDiesWithKilledGateway(t *testing.T) {
 	}
 	gw := exec.Command(exe, "-test.run=^$")
 	gw.Env = append(os.Environ(), helperEnv+"=gateway", stateEnv+"="+state)
-	var stderr syncBuffer
+	var stderr testenv.SyncBuffer
 	gw.Stderr = &stderr
 	out, err := gw.StdoutPipe()
 	if err != nil {
@@ -183,7 +183,7 @@ func TestEngine_ChildDiesWithKilledGateway(t *testing.T) {
 
 	// The next gateway finds the record of an engine that is gone: it
 	// forgets it and stops nothing.
-	var logs syncBuffer
+	var logs testenv.SyncBuffer
 	if _, err := engine.New(&config.Config{}, engine.Options{StateFile: state, Logger: slog.New(slog.NewTextHandler(&logs, nil))}); err != nil {
 		t.Fatal(err)
 	}
@@ -219,7 +219,7 @@ func TestNew_StopsEnginesLeftByCrashedGatewayOnly(t *testing.T) {
 		rec("foreign", foreign, startTime(t, foreign), live),
 	})
 
-	var logs syncBuffer
+	var logs testenv.SyncBuffer
 	began := time.Now()
 	if _, err := engine.New(&config.Config{}, engine.Options{StateFile: state, Logger: slog.New(slog.NewTextHandler(&logs, nil))}); err != nil {
 		t.Fatal(err)
@@ -391,24 +391,6 @@ func startTime(t *testing.T, pid int) uint64 {
 	return v
 }
 
-// syncBuffer is a bytes.Buffer safe for a logger and a reader.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // TestNew_StopsWorkersOfAnEngineWhoseMainProcessDied: an engine's main
 // process exited but a worker of its process group still runs (vLLM's
 // tensor-parallel workers holding the GPU). The next gateway stops the
@@ -445,7 +427,7 @@ func TestNew_StopsWorkersOfAnEngineWhoseMainProcessDied(t *testing.T) {
 	state := filepath.Join(t.TempDir(), engine.StateFileName)
 	writeState(t, state, []stateRecord{{Engine: "tp-engine", PID: leader, PGID: leader, StartTime: leaderStart, Cmd: []string{"sh"},
 		Port: 1, StopSignal: "TERM", StopGrace: "2s", Owner: procID{PID: os.Getpid(), StartTime: self + 1}}})
-	var logs syncBuffer
+	var logs testenv.SyncBuffer
 	if _, err := engine.New(&config.Config{}, engine.Options{StateFile: state, Logger: slog.New(slog.NewTextHandler(&logs, nil))}); err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"llmgate/internal/testenv"
 	"log/slog"
 	"net/http"
 	"path/filepath"
@@ -74,7 +75,7 @@ func anthropicStallAfter(n int) func(*faultUpstream, http.ResponseWriter, *http.
 type dialectGW struct {
 	*faultGW
 	hookMu sync.Mutex
-	log    *syncBuffer
+	log    *testenv.SyncBuffer
 }
 
 func startDialectGW(t *testing.T, src string) *dialectGW {
@@ -85,7 +86,7 @@ func startDialectGW(t *testing.T, src string) *dialectGW {
 	}
 	cfg.Database = filepath.Join(t.TempDir(), "llmgate.db")
 	cfg.Listen = "127.0.0.1:0"
-	d := &dialectGW{log: &syncBuffer{}}
+	d := &dialectGW{log: &testenv.SyncBuffer{}}
 	// Each request passes hookMu, so a hook installed under it happens
 	// before the request reads it (no data race on Backend.Acquire).
 	ordered := func(next http.Handler) http.Handler {

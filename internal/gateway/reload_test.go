@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"llmgate/internal/testenv"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -46,24 +47,6 @@ func startFileGW(t *testing.T, path string, logw io.Writer) (*faultGW, *Reloader
 	r := NewReloader(g, path, cfg)
 	r.Adjust = adjust
 	return &faultGW{t: t, g: g}, r
-}
-
-// syncBuffer is a goroutine-safe log sink.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 func TestReload_UnderLoadFailsNoRequest(t *testing.T) {
@@ -134,7 +117,7 @@ func TestReload_InvalidFileIsRejectedAndOldConfigKept(t *testing.T) {
 	if err := os.WriteFile(path, []byte(good), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	logs := &syncBuffer{}
+	logs := &testenv.SyncBuffer{}
 	gw, r := startFileGW(t, path, logs)
 	bad := good + "  typo: {backend: nosuch}\n"
 	if err := os.WriteFile(path, []byte(bad), 0o600); err != nil {
@@ -162,7 +145,7 @@ func TestReload_NewEngineIsRejectedUntilRestart(t *testing.T) {
 	if err := os.WriteFile(path, []byte(good), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	gw, r := startFileGW(t, path, &syncBuffer{})
+	gw, r := startFileGW(t, path, &testenv.SyncBuffer{})
 	withEngine := good + "engines:\n  e1: {cmd: \"sleep 60 ${PORT}\", models: [em]}\n"
 	if err := os.WriteFile(path, []byte(withEngine), 0o600); err != nil {
 		t.Fatal(err)
@@ -188,7 +171,7 @@ func TestReload_WarnsAboutRestartOnlySettings(t *testing.T) {
 	if err := os.WriteFile(path, []byte(good), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	logs := &syncBuffer{}
+	logs := &testenv.SyncBuffer{}
 	gw, r := startFileGW(t, path, logs)
 	changed := good + "redis: redis://:s3cret@127.0.0.1:1/0\nredis_prefix: \"other:\"\nredis_fail_open: true\nredis_replicas: 3\nretention: 30d\n"
 	if err := os.WriteFile(path, []byte(changed), 0o600); err != nil {

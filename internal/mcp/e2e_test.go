@@ -1,10 +1,10 @@
 package mcpserver
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"llmgate/internal/testenv"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -65,29 +65,10 @@ func llmgateBinary(t *testing.T) string {
 	return binPath
 }
 
-// syncBuffer collects the child's stderr; exec copies into it from its own
-// goroutine while the test may read it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // mcpProcess is a running "llmgate mcp" with its client session.
 type mcpProcess struct {
 	*mcp.ClientSession
-	stderr   *syncBuffer
+	stderr   *testenv.SyncBuffer
 	stopOnce sync.Once
 	exitErr  error
 }
@@ -115,7 +96,7 @@ func startMCP(t *testing.T, env []string, args ...string) *mcpProcess {
 		}
 	}
 	cmd.Env = append(cmd.Env, env...)
-	stderr := &syncBuffer{}
+	stderr := &testenv.SyncBuffer{}
 	cmd.Stderr = stderr
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

@@ -1,41 +1,23 @@
 package netlimit
 
 import (
-	"bytes"
 	"errors"
+	"llmgate/internal/testenv"
 	"log/slog"
 	"net"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 )
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-func listen(t *testing.T, max int) (*Listener, *syncBuffer) {
+func listen(t *testing.T, max int) (*Listener, *testenv.SyncBuffer) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	var logs syncBuffer
+	var logs testenv.SyncBuffer
 	l, ok := Limit(ln, max, slog.New(slog.NewTextHandler(&logs, nil))).(*Listener)
 	if !ok {
 		t.Fatalf("Limit(ln, %d) did not wrap the listener", max)
