@@ -223,19 +223,22 @@ func (c Content) MarshalJSON() ([]byte, error) {
 // UnmarshalJSON reads a string, an array of blocks, or null. Members of a
 // block its type does not name go to the block's Extra; a block of a type
 // this package does not model is kept whole in its Raw.
+//
+// An array is decoded block by block, each block once: a block of another
+// type whose fields clash with ours (search_result's source is a string)
+// then fails alone. (Decoding the whole array first and retrying block by
+// block on failure did nested content twice per level: 2^depth work.)
 func (c *Content) UnmarshalJSON(b []byte) error {
 	const what = "content must be a string or an array of content blocks"
-	err := openai.DecodeStringOrList(b, &c.Text, &c.Blocks, what)
-	if c.Text != nil || c.Blocks == nil {
+	if i := bytes.IndexFunc(b, func(r rune) bool { return r != ' ' && r != '\t' && r != '\n' && r != '\r' }); i < 0 || b[i] != '[' {
+		return openai.DecodeStringOrList(b, &c.Text, &c.Blocks, what)
+	}
+	c.Text = nil
+	blocks, err := decodeBlocks(b)
+	if err != nil {
 		return err
 	}
-	if err != nil {
-		// A block of another type whose fields clash with ours
-		// (search_result's source is a string): decode block by block.
-		if c.Blocks, err = decodeBlocks(b); err != nil {
-			return err
-		}
-	}
+	c.Blocks = blocks
 	keepUnknownBlockFields(b, c.Blocks)
 	return nil
 }
