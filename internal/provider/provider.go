@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"strings"
 	"syscall"
 	"time"
 
@@ -123,6 +124,14 @@ func (b *Backend) NewRequest(ctx context.Context, path string, body []byte, requ
 	if body == nil {
 		method = http.MethodGet
 	} else {
+		if !b.directH1() {
+			// net/http's Transport may still read the body after RoundTrip
+			// returns (an early answer, a cut connection), while the
+			// caller's bytes go back to a pool once its request ends: the
+			// Transport gets a copy. The builtin client writes the body
+			// before Do returns.
+			body = bytes.Clone(body)
+		}
 		rd = bytes.NewReader(body)
 	}
 	var req *http.Request
@@ -160,12 +169,15 @@ func (b *Backend) NewRequest(ctx context.Context, path string, body []byte, requ
 
 var jsonCT = []string{"application/json"}
 
+// directH1 reports whether requests go through the builtin HTTP/1.1 client.
+func (b *Backend) directH1() bool { return b.h1 != nil && strings.HasPrefix(b.BaseURL, "http://") }
+
 // Do sends the request. Transport failures come back as *apierror.Error
 // that say which backend failed and how.
 func (b *Backend) Do(req *http.Request) (*http.Response, error) {
 	var resp *http.Response
 	var err error
-	if b.h1 != nil && req.URL.Scheme == "http" {
+	if b.directH1() && req.URL.Scheme == "http" {
 		resp, err = b.h1.Do(req)
 	} else {
 		resp, err = b.client.Do(req)
