@@ -67,3 +67,35 @@ func TestOutbound_DropParams(t *testing.T) {
 		})
 	}
 }
+
+// History with unsigned thinking blocks (from a chat backend) is re-encoded
+// for an Anthropic backend; a fitted output limit still applies, whatever
+// the spacing of the client's JSON.
+func TestOutbound_UnsignedThinkingKeepsTheFittedLimit(t *testing.T) {
+	body := `{"model":"m","max_tokens":30000,"messages":[{"role":"user","content":"hi"},` +
+		`{"role":"assistant","content":[{"type":"thinking","thinking":"hm", "signature": ""},{"type":"text","text":"yes"}]},` +
+		`{"role":"user","content":"go on"}]}`
+	r, err := Decode(Messages, []byte(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := r.WithOutputLimit(1000).Outbound(Target{Dialect: config.DialectAnthropic, UpstreamModel: "up"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		MaxTokens int `json:"max_tokens"`
+		Messages  []struct {
+			Content json.RawMessage `json:"content"`
+		} `json:"messages"`
+	}
+	if err := json.Unmarshal(out.Body, &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.MaxTokens != 1000 {
+		t.Errorf("max_tokens = %d; want the fitted 1000", got.MaxTokens)
+	}
+	if strings.Contains(string(got.Messages[1].Content), "thinking") {
+		t.Errorf("the unsigned thinking block reached the Anthropic backend: %s", got.Messages[1].Content)
+	}
+}

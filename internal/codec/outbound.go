@@ -211,7 +211,7 @@ func skipWS(b []byte, i int) int {
 // backend carries thinking blocks with empty signatures, which Anthropic
 // rejects; those are dropped (the body is then re-encoded).
 func (r *Request) anthropicPassthrough(model string) []byte {
-	if !bytes.Contains(r.Body, []byte(`"signature":""`)) {
+	if !hasUnsignedThinking(r.Messages) {
 		return r.patch(model)
 	}
 	var req anthropic.MessagesRequest // a fresh copy: the drop edits blocks in place
@@ -219,11 +219,33 @@ func (r *Request) anthropicPassthrough(model string) []byte {
 		return r.patch(model)
 	}
 	req.Model = model
+	if r.fitted && req.MaxTokens > r.OutputLimit {
+		req.MaxTokens = r.OutputLimit
+	}
 	out, err := json.Marshal(&req)
 	if err != nil {
 		return r.patch(model)
 	}
 	return out
+}
+
+// hasUnsignedThinking reports whether an assistant turn of req holds a
+// thinking block without a signature (DropUnsignedThinking's work).
+func hasUnsignedThinking(req *anthropic.MessagesRequest) bool {
+	if req == nil {
+		return false
+	}
+	for i := range req.Messages {
+		if req.Messages[i].Role != anthropic.RoleAssistant {
+			continue
+		}
+		for _, b := range req.Messages[i].Content.Blocks {
+			if b.Type == "thinking" && b.Signature == "" {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // tokenizeChat is the body of vLLM's POST /tokenize for chat messages.
