@@ -99,3 +99,42 @@ func TestOutbound_UnsignedThinkingKeepsTheFittedLimit(t *testing.T) {
 		t.Errorf("the unsigned thinking block reached the Anthropic backend: %s", got.Messages[1].Content)
 	}
 }
+
+// A chat request with reasoning_effort for an Anthropic backend: the
+// thinking budget is added to max_tokens, and when fitting lowers
+// max_tokens the budget stays below it (Anthropic rejects budget_tokens >=
+// max_tokens), or thinking is turned off when there is no room for it.
+func TestOutbound_FittedLimitKeepsTheThinkingBudgetBelowIt(t *testing.T) {
+	for _, tc := range []struct {
+		limit, wantBudget int
+	}{{8000, 4000}, {1500, 1024}, {1000, 0}} {
+		r, err := Decode(Chat, []byte(`{"model":"m","max_tokens":30000,"reasoning_effort":"high","messages":[{"role":"user","content":"hi"}]}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := r.WithOutputLimit(tc.limit)
+		out, err := f.Outbound(Target{Dialect: config.DialectAnthropic, UpstreamModel: "up"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got struct {
+			MaxTokens int `json:"max_tokens"`
+			Thinking  *struct {
+				BudgetTokens int `json:"budget_tokens"`
+			} `json:"thinking"`
+		}
+		if err := json.Unmarshal(out.Body, &got); err != nil {
+			t.Fatal(err)
+		}
+		budget := 0
+		if got.Thinking != nil {
+			budget = got.Thinking.BudgetTokens
+		}
+		if got.MaxTokens != tc.limit || budget != tc.wantBudget {
+			t.Errorf("limit %d: max_tokens %d, budget %d; want %d, %d (%s)", tc.limit, got.MaxTokens, budget, tc.limit, tc.wantBudget, out.Body)
+		}
+		if m := f.MaxOutput([]string{config.DialectAnthropic}, 0); m != int64(tc.limit) {
+			t.Errorf("limit %d: reserved %d output tokens; want the limit the backend gets", tc.limit, m)
+		}
+	}
+}

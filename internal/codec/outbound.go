@@ -97,6 +97,7 @@ func (r *Request) outbound(t Target) (Outbound, error) {
 		ar.Model, ar.Stream = t.UpstreamModel, r.Stream
 		if r.fitted && ar.MaxTokens > r.OutputLimit {
 			ar.MaxTokens = r.OutputLimit
+			fitThinking(ar)
 		}
 		body, err := json.Marshal(ar)
 		return Outbound{Path: "/v1/messages", Body: body}, err
@@ -227,6 +228,26 @@ func (r *Request) anthropicPassthrough(model string) []byte {
 		return r.patch(model)
 	}
 	return out
+}
+
+// minThinkingBudget is the smallest budget_tokens Anthropic takes.
+const minThinkingBudget = 1024
+
+// fitThinking keeps an enabled thinking budget below a lowered max_tokens,
+// as Anthropic requires: half of it for thinking, at least the minimum
+// budget, or no thinking when max_tokens leaves no room for that.
+func fitThinking(ar *anthropic.MessagesRequest) {
+	t := ar.Thinking
+	if t == nil || t.Type != "enabled" || t.BudgetTokens < ar.MaxTokens {
+		return
+	}
+	if ar.MaxTokens <= minThinkingBudget {
+		ar.Thinking = nil
+		return
+	}
+	th := *t
+	th.BudgetTokens = max(ar.MaxTokens/2, minThinkingBudget)
+	ar.Thinking = &th
 }
 
 // hasUnsignedThinking reports whether an assistant turn of req holds a

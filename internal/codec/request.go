@@ -460,6 +460,9 @@ func (r *Request) outputBound(backend string, contextWindow int) int64 {
 	if backend == config.DialectAnthropic && (r.Dialect == Chat || r.Dialect == Responses) {
 		if hub, err := r.Hub(); err == nil {
 			if ar, err := translate.ChatToAnthropicRequest(hub); err == nil {
+				if r.fitted { // Outbound lowers max_tokens, budget included, to the fitted limit
+					return int64(min(ar.MaxTokens, r.OutputLimit))
+				}
 				return int64(ar.MaxTokens) // includes a thinking budget
 			}
 		}
