@@ -92,6 +92,15 @@ func (rl *Relay) fitOutput(ctx context.Context, w http.ResponseWriter, c *Call) 
 // when it has one, else estimates it on the safe side (three bytes a
 // token, plus a little for the chat template).
 func (rl *Relay) promptTokens(ctx context.Context, c *Call, dep router.Deployment) promptCount {
+	if c.promptFor == dep.Backend && c.promptUp == dep.UpstreamModel {
+		return c.prompt
+	}
+	p := rl.countPrompt(ctx, c, dep)
+	c.prompt, c.promptFor, c.promptUp = p, dep.Backend, dep.UpstreamModel
+	return p
+}
+
+func (rl *Relay) countPrompt(ctx context.Context, c *Call, dep router.Deployment) promptCount {
 	if dep.Backend.Dialect != config.DialectAnthropic {
 		if body, ok := c.Req.TokenizeBody(dep.UpstreamModel); ok {
 			if n, exact := rl.tokenize(ctx, c, dep, body, countTimeout); exact {

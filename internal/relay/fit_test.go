@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -25,8 +26,9 @@ import (
 // reported the way source says, whose tokenizer counts promptTokens.
 type contextEngine struct {
 	*httptest.Server
-	mu     sync.Mutex
-	bodies []map[string]any
+	mu        sync.Mutex
+	bodies    []map[string]any
+	tokenizes atomic.Int32 // POST /tokenize calls
 }
 
 func newContextEngine(t *testing.T, source string, promptTokens int) *contextEngine {
@@ -44,6 +46,7 @@ func newContextEngine(t *testing.T, source string, promptTokens int) *contextEng
 		case r.URL.Path == "/api/show" && source == "ollama":
 			fmt.Fprint(w, `{"parameters":"num_ctx 1000"}`)
 		case r.URL.Path == "/tokenize":
+			e.tokenizes.Add(1)
 			fmt.Fprintf(w, `{"count":%d,"max_model_len":1000,"tokens":[]}`, promptTokens)
 		case strings.HasPrefix(r.URL.Path, "/v1/") && r.Method == http.MethodPost:
 			var body map[string]any
@@ -246,5 +249,23 @@ func TestTranslate_ModelReasoningSettingReachesTheBackend(t *testing.T) {
 		if got := kw["enable_thinking"]; got != tc.want {
 			t.Errorf("%s thinking %s: backend got chat_template_kwargs %v, want enable_thinking=%v", tc.model, tc.thinking, eng.last()["chat_template_kwargs"], tc.want)
 		}
+	}
+}
+
+// A streamed Messages request that needs fitting counts its prompt once:
+// the same count serves the fit and message_start's input_tokens.
+func TestFit_StreamedMessagesAskTheTokenizerOnce(t *testing.T) {
+	eng := newContextEngine(t, "vllm", 300)
+	srv, _, _ := fitRelay(t, fmt.Sprintf("backends:\n  e: {url: %s/v1}\nmodels:\n  m: {backend: e}\n", eng.URL))
+	before := eng.tokenizes.Load()
+	status, h, body := post(t, srv.URL+"/v1/messages", `{"model":"m","max_tokens":32000,"stream":true,"messages":[{"role":"user","content":"hi"}]}`)
+	if status != 200 || !strings.HasPrefix(h.Get(relay.OutputLimitHeader), "32000->700") {
+		t.Fatalf("%d %q %s", status, h.Get(relay.OutputLimitHeader), body)
+	}
+	if !strings.Contains(body, `"input_tokens":300`) {
+		t.Errorf("message_start does not carry the tokenizer's count: %s", body)
+	}
+	if n := eng.tokenizes.Load() - before; n != 1 {
+		t.Errorf("the backend's tokenizer was asked %d times; want 1", n)
 	}
 }

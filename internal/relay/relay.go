@@ -10,6 +10,7 @@ package relay
 import (
 	"context"
 	"errors"
+	"llmgate/internal/provider"
 	"log/slog"
 	"net/http"
 	"sync/atomic"
@@ -78,6 +79,12 @@ type Call struct {
 	route  *router.Route
 	ticket policy.Ticket
 	enc    codec.EncodeOptions
+	// prompt is the prompt's count for the deployment promptFor, kept so
+	// that fitting the output limit and message_start's input_tokens ask
+	// the backend's tokenizer once.
+	prompt    promptCount
+	promptFor *provider.Backend
+	promptUp  string
 
 	settled atomic.Bool  // the record was written
 	rec     usage.Record // the record, once settled
