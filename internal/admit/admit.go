@@ -278,6 +278,9 @@ func (a *Admission) Admit(ctx context.Context, req policy.AdmitRequest) (policy.
 		s.ID, s.RPM, s.TPM, s.MaxConc = m.scope, m.policy.RPM, m.policy.TPM, m.policy.MaxConc
 	}
 	lease, d, err := a.lim.Acquire(ctx, lr)
+	if err != nil && ctx.Err() != nil {
+		return nil, apierror.ClientClosed(ctx.Err()) // nobody waits for an answer: no reason to fail open
+	}
 	if err != nil {
 		// Fail open, as Envoy's rate limit filter does by default: a
 		// limiter that cannot decide must not take the gateway down. The

@@ -242,10 +242,13 @@ func (r *Redis) Acquire(ctx context.Context, req Request) (Lease, Decision, erro
 		l, d, stale, err := r.acquireShared(ctx, req)
 		r.gate.RUnlock()
 		switch {
-		case err != nil && ctx.Err() != nil:
-			return Lease{}, Decision{}, fmt.Errorf("redis limiter: %w", err)
 		case err != nil:
+			// Whether the script ran is unknown: the resync that follows
+			// sets this replica's reservations in Redis exactly.
 			r.markDown("redis unreachable", err)
+			if ctx.Err() != nil {
+				return Lease{}, Decision{}, fmt.Errorf("redis limiter: %w", ctx.Err())
+			}
 		case !stale:
 			return l, d, nil
 		case try >= 2:
@@ -255,6 +258,15 @@ func (r *Redis) Acquire(ctx context.Context, req Request) (Lease, Decision, erro
 			_ = r.resync(ctx, "redis restarted or lost its data")
 		}
 	}
+}
+
+// scriptTimeout bounds one limiter script. Scripts run apart from the
+// request's context: a client that leaves while a script runs must not
+// lose its reply, or the reservation it made would stay in Redis.
+const scriptTimeout = 2 * time.Second
+
+func scriptContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), scriptTimeout)
 }
 
 // acquireShared runs the acquire script; the caller holds the gate shared.
@@ -281,7 +293,9 @@ func (r *Redis) acquireShared(ctx context.Context, req Request) (Lease, Decision
 		r.active[member] = concKeys
 		r.mu.Unlock()
 	}
-	vals, err := acquireScript.Run(ctx, r.c, keys, args...).Slice()
+	sctx, cancel := scriptContext(ctx)
+	vals, err := acquireScript.Run(sctx, r.c, keys, args...).Slice()
+	cancel()
 	if err == nil && len(vals) == 1 && toInt(vals[0]) == -1 {
 		r.forget(member)
 		return Lease{}, Decision{}, true, nil
@@ -400,7 +414,9 @@ func (r *Redis) Release(ctx context.Context, l Lease, actualTokens, actualCostNa
 		keys = append(keys, rk, ck, bk)
 		args = append(args, s.TPM, s.MaxConc, s.BudgetNanos, int64(s.BudgetTTL/time.Second))
 	}
-	vals, err := releaseScript.Run(ctx, r.c, keys, args...).Slice()
+	sctx, cancel := scriptContext(ctx)
+	vals, err := releaseScript.Run(sctx, r.c, keys, args...).Slice()
+	cancel()
 	stale := err == nil && (len(vals) < 2 || toInt(vals[0]) == -1)
 	if err != nil || stale {
 		r.unsynced(&l, actualCostNanos)
@@ -409,11 +425,11 @@ func (r *Redis) Release(ctx context.Context, l Lease, actualTokens, actualCostNa
 	}
 	r.gate.RUnlock()
 	switch {
-	case err != nil && ctx.Err() == nil:
+	case err != nil:
+		// The cost waits in unsynced; whether the script ran is unknown,
+		// and the resync that follows sets the shared counters exactly.
 		r.markDown("redis unreachable", err)
 		return nil
-	case err != nil:
-		return fmt.Errorf("redis limiter release: %w", err)
 	case stale:
 		go func() {
 			rctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -419,3 +419,29 @@ func TestRedis_ComesBackOnlyWithTheOthersAndReservesItsLocalShareMeanwhile(t *te
 	}
 	t.Logf("waited %v for a replica that never came back; its local share was reserved meanwhile", waited.Round(time.Millisecond))
 }
+
+// A client that leaves while its limiter script runs does not strand its
+// reservation: the scripts run apart from the request's context, so the
+// acquire's reply is read and the release still reaches Redis.
+func TestRedis_ACancelledRequestLeavesNoReservation(t *testing.T) {
+	l := newRedis(t, time.Minute)
+	s := limit.Scope{ID: "key:gone", BudgetNanos: 10_000, BudgetWindow: "all", MaxConc: 1}
+	r := req(s)
+	r.CostNanos = 4000
+	gone, cancel := context.WithCancel(context.Background())
+	cancel()
+	lease, d, err := l.Acquire(gone, r)
+	if err != nil || !d.Allowed {
+		t.Fatalf("acquire with a done context: allowed %v, err %v", d.Allowed, err)
+	}
+	if err := l.Release(gone, lease, 10, 1000); err != nil {
+		t.Fatalf("release with a done context: %v", err)
+	}
+	got, err := l.Spent(context.Background(), s.ID, s.BudgetWindow)
+	if err != nil || got != (limit.Spend{Settled: 1000}) {
+		t.Fatalf("spend after the request = %+v (%v); want settled 1000, nothing reserved", got, err)
+	}
+	if _, d, _ := l.Acquire(context.Background(), r); !d.Allowed {
+		t.Fatal("the concurrency slot of the cancelled request was not given back")
+	}
+}
