@@ -31,6 +31,16 @@ const maxArgAttempts = 8
 // maxSchemaDepth stops recursive schemas ($ref cycles).
 const maxSchemaDepth = 12
 
+// Client schemas bound the work of one draw: at most maxGenItems items per
+// array, maxGenString characters per string and maxGenNodes values in all
+// (beyond it, values are the simplest strings; the schema check then
+// decides whether to draw again).
+const (
+	maxGenItems  = 64
+	maxGenString = 4096
+	maxGenNodes  = 4096
+)
+
 // genArguments returns arguments for a tool with the given parameters
 // schema, as the JSON text vLLM's tool parsers emit (Python json.dumps
 // spacing).
@@ -90,13 +100,15 @@ func validates(rs *jsonschema.Resolved, v any) bool {
 
 // argGen draws one value for a schema.
 type argGen struct {
-	r    *rand.Rand
-	root any
+	r     *rand.Rand
+	root  any
+	nodes int // values drawn so far
 }
 
 func (g *argGen) value(s any, depth int) any {
+	g.nodes++
 	m, ok := s.(map[string]any)
-	if !ok || depth > maxSchemaDepth {
+	if !ok || depth > maxSchemaDepth || g.nodes > maxGenNodes {
 		// true, {} or an unreadable schema: anything goes.
 		return g.words(1, 2)
 	}
@@ -332,7 +344,7 @@ func (g *argGen) object(m map[string]any, depth int) any {
 func (g *argGen) array(m map[string]any, depth int) any {
 	n := 1
 	if minI, ok := number(m["minItems"]); ok {
-		n = max(n, int(minI))
+		n = max(n, int(min(minI, maxGenItems)))
 	}
 	if maxI, ok := number(m["maxItems"]); ok && int(maxI) < n {
 		n = int(maxI)
@@ -487,6 +499,7 @@ var formats = map[string]string{
 func (g *argGen) str(m map[string]any) any {
 	minL, hasMin := number(m["minLength"])
 	maxL, hasMax := number(m["maxLength"])
+	minL, maxL = min(minL, maxGenString), max(maxL, 0)
 	var s string
 	if f, ok := m["format"].(string); ok {
 		if f == "uuid" {

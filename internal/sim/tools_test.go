@@ -409,3 +409,24 @@ func TestTools_InvalidToolChoiceIs400InVLLMWords(t *testing.T) {
 		t.Error(`tool_choice "none" called a tool`)
 	}
 }
+
+// Hostile schemas cannot make the simulator allocate without bound, spin,
+// or panic: item counts, string lengths and the values of one draw are
+// capped.
+func TestGenArguments_HostileSchemasAreBounded(t *testing.T) {
+	for _, schema := range []string{
+		`{"type":"object","properties":{"a":{"type":"array","minItems":1e9,"items":{"type":"string"}}},"required":["a"]}`,
+		`{"type":"object","properties":{"s":{"type":"string","maxLength":-1}},"required":["s"]}`,
+		`{"type":"object","properties":{"s":{"type":"string","minLength":200000}},"required":["s"]}`,
+		`{"$defs":{"n":{"type":"array","minItems":20,"items":{"$ref":"#/$defs/n"}}},"type":"object","properties":{"t":{"$ref":"#/$defs/n"}},"required":["t"]}`,
+	} {
+		start := time.Now()
+		out := genArguments(json.RawMessage(schema), rand.New(rand.NewPCG(1, 2)))
+		if d := time.Since(start); d > 5*time.Second || len(out) > 4<<20 {
+			t.Errorf("schema %s: %d bytes of arguments in %v", schema, len(out), d)
+		}
+		if !json.Valid([]byte(out)) {
+			t.Errorf("schema %s: arguments are not JSON: %.200s", schema, out)
+		}
+	}
+}
