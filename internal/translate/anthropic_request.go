@@ -179,6 +179,9 @@ func AnthropicToChatWith(req *anthropic.MessagesRequest, opts ChatOptions) (*ope
 			if tc.Name == "" {
 				return nil, badRequest("tool_choice.name", `tool_choice of type "tool" needs the name of the tool to call`)
 			}
+			if d := defs.defs[tc.Name]; d != nil && deferred(*d) && !referenced[tc.Name] {
+				return nil, badRequest("tool_choice.name", "tool_choice names %q, a defer_loading tool no tool_reference has loaded yet; load it with a tool search first, or drop defer_loading", tc.Name)
+			}
 			out.ToolChoice = mustJSON(map[string]any{"type": "function", "function": map[string]string{"name": tc.Name}})
 		default:
 			return nil, badRequest("tool_choice.type", "tool_choice.type %q is not one of auto, any, tool, none", tc.Type)

@@ -108,3 +108,20 @@ func TestAnthropicToChat_ToolReferencesDoNotAmplify(t *testing.T) {
 		t.Fatalf("the schema appears %d times; want 2", n)
 	}
 }
+
+func TestAnthropicToChat_ToolChoiceOfAnUnloadedDeferredToolIs400(t *testing.T) {
+	var req anthropic.MessagesRequest
+	if err := json.Unmarshal([]byte(toolSearchTurn), &req); err != nil {
+		t.Fatal(err)
+	}
+	req.ToolChoice = &anthropic.ToolChoice{Type: "tool", Name: "mcp__llmgate__compare"}
+	_, err := AnthropicToChat(&req)
+	var ae *apierror.Error
+	if !errors.As(err, &ae) || ae.Status != 400 || ae.Param != "tool_choice.name" {
+		t.Fatalf("err = %v; want a 400 on tool_choice.name", err)
+	}
+	req.ToolChoice.Name = "mcp__llmgate__chat" // loaded by the tool_reference
+	if _, err := AnthropicToChat(&req); err != nil {
+		t.Fatalf("a loaded deferred tool as tool_choice: %v", err)
+	}
+}
