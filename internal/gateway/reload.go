@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"os"
 	"os/signal"
 	"reflect"
@@ -146,7 +147,7 @@ func (r *Reloader) warnRestartOnly(cfg *config.Config) {
 		old, new any
 	}{
 		{"listen", prev.Listen, cfg.Listen},
-		{"database", prev.Database, cfg.Database},
+		{"database", redactURL(prev.Database), redactURL(cfg.Database)},
 		{"max_body_bytes", prev.MaxBodyBytes, cfg.MaxBodyBytes},
 		{"log_format", prev.LogFormat, cfg.LogFormat},
 		{"http_server", prev.HTTPServer, cfg.HTTPServer},
@@ -154,24 +155,24 @@ func (r *Reloader) warnRestartOnly(cfg *config.Config) {
 		{"max_connections", prev.ConnectionLimit(), cfg.ConnectionLimit()},
 		{"tls_cert_file", prev.TLSCertFile, cfg.TLSCertFile}, // the files' contents are re-read; the paths are not
 		{"tls_key_file", prev.TLSKeyFile, cfg.TLSKeyFile},
-		{"responses_ttl", prev.ResponsesTTL, cfg.ResponsesTTL},
+		{"responses_ttl", time.Duration(prev.ResponsesTTL), time.Duration(cfg.ResponsesTTL)},
 		{"store_responses", optBool(prev.StoreResponses), optBool(cfg.StoreResponses)},
 		{"spool_dir", prev.SpoolDir, cfg.SpoolDir},
 		{"spool_fsync", prev.SpoolFsync, cfg.SpoolFsync},
 		{"access_log", prev.AccessLogOn(), cfg.AccessLogOn()},
 		{"console", prev.ConsoleOn(), cfg.ConsoleOn()},
-		{"metrics_key", prev.MetricsKey != "", cfg.MetricsKey != ""},
-		{"body_read_timeout", prev.BodyReadTimeout, cfg.BodyReadTimeout},
+		{"metrics_key", prev.MetricsKey, cfg.MetricsKey},
+		{"body_read_timeout", time.Duration(prev.BodyReadTimeout), time.Duration(cfg.BodyReadTimeout)},
 		{"max_body_reads_per_key", optInt(prev.MaxBodyReadsPerKey), optInt(cfg.MaxBodyReadsPerKey)},
 		{"engines", prev.Engines, cfg.Engines},
 		{"redis", prev.Redis, cfg.Redis},
 		{"redis_prefix", prev.RedisPrefix, cfg.RedisPrefix},
 		{"redis_fail_open", prev.RedisFailOpen, cfg.RedisFailOpen},
 		{"redis_replicas", prev.RedisReplicas, cfg.RedisReplicas},
-		{"retention", prev.Retention, cfg.Retention},
+		{"retention", time.Duration(prev.Retention), time.Duration(cfg.Retention)},
 	} {
 		if !reflect.DeepEqual(s.old, s.new) {
-			if s.key == "engines" || s.key == "redis" { // too big to print; a Redis URL may hold a password
+			if s.key == "engines" || s.key == "redis" || s.key == "metrics_key" { // too big to print, or secret
 				r.log.Warn("config setting changed but needs a restart to take effect", "key", s.key)
 				continue
 			}
@@ -265,4 +266,12 @@ func optInt(p *int) any {
 		return nil
 	}
 	return *p
+}
+
+// redactURL hides the password of a database URL (a SQLite path is kept).
+func redactURL(s string) string {
+	if u, err := url.Parse(s); err == nil && u.User != nil {
+		return u.Redacted()
+	}
+	return s
 }

@@ -173,7 +173,8 @@ func TestReload_WarnsAboutRestartOnlySettings(t *testing.T) {
 	}
 	logs := &testenv.SyncBuffer{}
 	gw, r := startFileGW(t, path, logs)
-	changed := good + "redis: redis://:s3cret@127.0.0.1:1/0\nredis_prefix: \"other:\"\nredis_fail_open: true\nredis_replicas: 3\nretention: 30d\n"
+	changed := good + "redis: redis://:s3cret@127.0.0.1:1/0\nredis_prefix: \"other:\"\nredis_fail_open: true\nredis_replicas: 3\nretention: 30d\n" +
+		"metrics_key: s3cret-metrics\n"
 	if err := os.WriteFile(path, []byte(changed), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -181,15 +182,24 @@ func TestReload_WarnsAboutRestartOnlySettings(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := logs.String()
-	for _, key := range []string{"redis", "redis_prefix", "redis_fail_open", "redis_replicas", "retention"} {
+	for _, key := range []string{"redis", "redis_prefix", "redis_fail_open", "redis_replicas", "retention", "metrics_key"} {
 		if !strings.Contains(out, "needs a restart to take effect\" key="+key+" ") && !strings.Contains(out, "needs a restart to take effect\" key="+key+"\n") {
 			t.Errorf("no restart warning for %s:\n%s", key, out)
 		}
 	}
 	if strings.Contains(out, "s3cret") {
-		t.Errorf("the Redis password was logged:\n%s", out)
+		t.Errorf("a password or key was logged:\n%s", out)
 	}
 	if code, _, _ := gw.chat("m", false); code != 200 {
 		t.Fatalf("after the reload: %d", code)
+	}
+}
+
+func TestRedactURL_HidesTheDatabasePassword(t *testing.T) {
+	if got := redactURL("postgres://u:s3cret@127.0.0.1:5432/x"); strings.Contains(got, "s3cret") || !strings.Contains(got, "127.0.0.1:5432/x") {
+		t.Errorf("redactURL = %q", got)
+	}
+	if got := redactURL("/var/lib/llmgate/llmgate.db"); got != "/var/lib/llmgate/llmgate.db" {
+		t.Errorf("a SQLite path changed: %q", got)
 	}
 }
