@@ -552,6 +552,12 @@ func (c *Config) Validate() error {
 	if c.UpstreamClient != "" && c.UpstreamClient != UpstreamClientBuiltin && c.UpstreamClient != UpstreamClientStdlib {
 		return le(c.Line("upstream_client"), "upstream_client", "must be %s or %s, not %q", UpstreamClientBuiltin, UpstreamClientStdlib, c.UpstreamClient)
 	}
+	if c.BodyReadTimeout < 0 {
+		return le(c.Line("body_read_timeout"), "body_read_timeout", "must not be negative (for example 60s; unset or 0 means the default %s)", DefaultBodyReadTimeout)
+	}
+	if c.MaxBodyReadsPerKey != nil && *c.MaxBodyReadsPerKey < 0 {
+		return le(c.Line("max_body_reads_per_key"), "max_body_reads_per_key", "must be a number of bodies, or 0 for no cap (default %d)", DefaultMaxBodyReadsPerKey)
+	}
 	if c.MaxConnections != nil && *c.MaxConnections < 0 {
 		return le(c.Line("max_connections"), "max_connections", "must be a number of connections, or 0 for no cap (default %d)", DefaultMaxConnections)
 	}
@@ -598,6 +604,9 @@ func (c *Config) Validate() error {
 		key := "models." + name
 		if _, err := m.ChatOptions(); err != nil {
 			return le(m.line, key, "%v", err)
+		}
+		if m.ContextWindow < 0 {
+			return le(m.line, key+".context_window", "must be the model's context length in tokens (for example 32768), or unset to learn it from the backend")
 		}
 		if len(m.Deployments) > 0 || m.Backend == "" {
 			if err := c.validateRouting(m, key, backendNames); err != nil {

@@ -76,6 +76,9 @@ func TestLoad_RoutingErrorsNameKeyAndLine(t *testing.T) {
 		{"typo in health_check", "backends:\n  a:\n    url: http://x\n    health_check: {intervall: 5s}\n", `backends.a.health_check.intervall: unknown key "intervall"; did you mean "interval"?`},
 		{"drop_params removing a decision field", "backends:\n  a:\n    url: http://x\n    drop_params: [top_k, max_completion_tokens]\n",
 			`x.yaml:2: backends.a.drop_params: cannot remove "max_completion_tokens": the gateway checks and prices requests on it`},
+		{"negative context_window", "backends:\n  a: {url: http://x}\nmodels:\n  m: {backend: a, context_window: -100}\n", `x.yaml:4: models.m.context_window: must be the model's context length`},
+		{"negative body_read_timeout", "body_read_timeout: -5s\nbackends:\n  a: {url: http://x}\n", `x.yaml:1: body_read_timeout: must not be negative`},
+		{"negative max_body_reads_per_key", "max_body_reads_per_key: -1\nbackends:\n  a: {url: http://x}\n", `x.yaml:1: max_body_reads_per_key: must be a number of bodies, or 0 for no cap`},
 		{"drop_params with an empty name", "backends:\n  a: {url: http://x, drop_params: [\"\"]}\n", `backends.a.drop_params: lists an empty name`},
 		{"relative health path", "backends:\n  a: {url: http://x, health_check: {path: health}}\n", `health_check.path: must be an absolute path`},
 	}
