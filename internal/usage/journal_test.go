@@ -378,6 +378,10 @@ func TestLedger_RecordsOfAnEarlierRunAreWrittenAtStart(t *testing.T) {
 	if sp2.Pending() {
 		t.Fatal("spool still pending after the replay")
 	}
+	// A torn last line is what a crash leaves: the segment is deleted.
+	if bad, _ := filepath.Glob(filepath.Join(dir, "*"+badSuffix)); len(bad) != 0 {
+		t.Fatalf("segments kept aside: %v; a torn last line is no reason", bad)
+	}
 	if err := l.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -396,4 +400,37 @@ func TestOpenSpool_SecondProcessIsRefused(t *testing.T) {
 		t.Fatalf("open after close: %v", err)
 	}
 	sp2.Close()
+}
+
+// A complete line that is not a record is not what a crash leaves: its
+// segment's records are stored, and the file is kept aside (not replayed)
+// with a warning, rather than deleted with the line.
+func TestSpool_AnUnreadableLineKeepsItsSegmentAside(t *testing.T) {
+	dir := t.TempDir()
+	sp, err := OpenSpool(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seg := appendRecord(nil, &Record{ID: "a"})
+	seg = append(seg, "not a record\n"...)
+	seg = appendRecord(seg, &Record{ID: "b"})
+	if err := os.WriteFile(sp.segPath(sp.newSegment()), seg, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	sp.Close()
+	sp2, err := OpenSpool(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sp2.Close()
+	w := &recordingWriter{}
+	if n, err := sp2.Drain(context.Background(), w, 10); err != nil || n != 2 {
+		t.Fatalf("drained %d, %v; want the 2 records", n, err)
+	}
+	if bad, _ := filepath.Glob(filepath.Join(dir, "*"+badSuffix)); len(bad) != 1 {
+		t.Fatalf("segments kept aside: %v; want the one with the unreadable line", bad)
+	}
+	if sp2.Pending() {
+		t.Fatal("the kept-aside segment is still pending replay")
+	}
 }

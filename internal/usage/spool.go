@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"sort"
@@ -384,7 +385,8 @@ func drainFile(ctx context.Context, w Writer, path string, maxBatch int) (int, e
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 64<<10), 16<<20)
 	batch := make([]Record, 0, maxBatch)
-	n := 0
+	n, torn := 0, 0
+	lastFailed := false // the last line read was not a record
 	flush := func() error {
 		if len(batch) == 0 {
 			return nil
@@ -402,11 +404,14 @@ func drainFile(ctx context.Context, w Writer, path string, maxBatch int) (int, e
 			continue
 		}
 		var r Record
+		lastFailed = false
 		if err := decodeRecord(line, &r); err != nil {
+			lastFailed = true
 			// A torn line can only come from a write that failed (and
 			// whose Add reported so) or a crash during an append that
 			// never returned; skip it rather than block the records
-			// after it.
+			// after it (the file is then kept aside, below).
+			torn++
 			continue
 		}
 		batch = append(batch, r)
@@ -422,9 +427,36 @@ func drainFile(ctx context.Context, w Writer, path string, maxBatch int) (int, e
 	if err := flush(); err != nil {
 		return n, err
 	}
+	if lastFailed && !endsWithNewline(f) {
+		torn-- // an append cut by a crash: expected, and its Add never returned
+	}
 	f.Close()
+	if torn > 0 {
+		// Not deleted: kept beside the spool, out of the replay (its
+		// readable records are stored), for whoever looks into it.
+		slog.Warn("usage spool segment had lines that are not records; its records were stored and the file is kept aside",
+			"file", path+badSuffix, "unreadable_lines", torn, "records", n)
+		if err := os.Rename(path, path+badSuffix); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return n, err
+		}
+		return n, nil
+	}
 	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return n, err
 	}
 	return n, nil
 }
+
+// endsWithNewline reports whether the file's last byte is a newline.
+func endsWithNewline(f *os.File) bool {
+	info, err := f.Stat()
+	if err != nil || info.Size() == 0 {
+		return false
+	}
+	var b [1]byte
+	_, err = f.ReadAt(b[:], info.Size()-1)
+	return err == nil && b[0] == '\n'
+}
+
+// badSuffix marks a drained segment that held unreadable lines.
+const badSuffix = ".bad"
