@@ -42,6 +42,12 @@ type response struct {
 
 func (w *response) Header() http.Header { return w.header }
 
+// SetReadDeadline sets the connection's read deadline for the handler, as
+// net/http's does (http.ResponseController): a handler bounds the time a
+// client takes to send its body. The server sets its own read deadline
+// again before the next request.
+func (w *response) SetReadDeadline(t time.Time) error { return w.c.rwc.SetReadDeadline(t) }
+
 func (w *response) WriteHeader(code int) {
 	if w.wroteHeader || w.committed {
 		return
