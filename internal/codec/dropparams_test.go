@@ -138,3 +138,16 @@ func TestOutbound_FittedLimitKeepsTheThinkingBudgetBelowIt(t *testing.T) {
 		}
 	}
 }
+
+// A count_tokens request the translation refuses says why, in the
+// translation's words, as /v1/messages does.
+func TestOutbound_CountTokensRefusalSaysWhy(t *testing.T) {
+	r, err := Decode(CountTokens, []byte(`{"model":"m","messages":[{"role":"bogus","content":"hi"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = r.Outbound(Target{Dialect: config.DialectOpenAI, UpstreamModel: "up"})
+	if err == nil || !strings.Contains(err.Error(), `messages[0].role`) {
+		t.Fatalf("err = %v; want the role named", err)
+	}
+}

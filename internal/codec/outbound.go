@@ -280,9 +280,9 @@ type tokenizeChat struct {
 // tokenizeOutbound asks an OpenAI-dialect backend's tokenizer (vLLM's POST
 // /tokenize beside /v1) for a count_tokens request.
 func (r *Request) tokenizeOutbound(t Target) (Outbound, error) {
-	body, ok := r.TokenizeBody(t.UpstreamModel)
-	if !ok {
-		return Outbound{}, apierror.InvalidRequest("invalid_request", "the request cannot be counted")
+	body, err := r.tokenizeBody(t.UpstreamModel)
+	if err != nil {
+		return Outbound{}, err
 	}
 	return Outbound{Path: "/tokenize", BesideV1: true, Body: body}, nil
 }
@@ -293,38 +293,39 @@ func (r *Request) tokenizeOutbound(t Target) (Outbound, error) {
 // the prompt for completions. ok is false when the prompt cannot be
 // counted that way (a list prompt, embeddings).
 func (r *Request) TokenizeBody(upstreamModel string) (body []byte, ok bool) {
+	body, err := r.tokenizeBody(upstreamModel)
+	return body, err == nil
+}
+
+// errNotCountable is tokenizeBody's answer for a prompt the tokenizer
+// endpoint cannot count (a list prompt, embeddings).
+var errNotCountable = apierror.InvalidRequest("invalid_request", "the request's prompt cannot be counted by the backend's tokenizer")
+
+func (r *Request) tokenizeBody(upstreamModel string) ([]byte, error) {
+	var chat *openai.ChatCompletionRequest
+	var err error
 	switch r.Dialect {
 	case Completions:
-		s := r.fieldSpan("prompt")
-		prompt, isString := jsonscan.String(r.Body, s)
+		prompt, isString := jsonscan.String(r.Body, r.fieldSpan("prompt"))
 		if !isString {
-			return nil, false
+			return nil, errNotCountable
 		}
-		body, err := json.Marshal(map[string]string{"model": upstreamModel, "prompt": prompt})
-		return body, err == nil
+		return json.Marshal(map[string]string{"model": upstreamModel, "prompt": prompt})
 	case CountTokens:
 		// count_tokens takes a Messages body without max_tokens, which the
 		// translation requires; the tokenizer does not look at it.
 		m := *r.Messages
 		m.MaxTokens, m.Stream = 1, false
-		chat, err := translate.AnthropicToChatWith(&m, r.chatOpts)
-		if err != nil {
-			return nil, false
-		}
-		return r.tokenizeChat(upstreamModel, chat)
+		chat, err = translate.AnthropicToChatWith(&m, r.chatOpts)
 	case Chat, Messages, Responses:
-		hub, err := r.Hub()
-		if err != nil {
-			return nil, false
-		}
-		return r.tokenizeChat(upstreamModel, hub)
+		chat, err = r.Hub()
+	default:
+		return nil, errNotCountable
 	}
-	return nil, false
-}
-
-func (r *Request) tokenizeChat(model string, chat *openai.ChatCompletionRequest) ([]byte, bool) {
-	body, err := json.Marshal(tokenizeChat{Model: model, Messages: chat.Messages, Tools: chat.Tools, AddGenerationPrompt: true})
-	return body, err == nil
+	if err != nil {
+		return nil, err // what is wrong with the request, in its own words
+	}
+	return json.Marshal(tokenizeChat{Model: upstreamModel, Messages: chat.Messages, Tools: chat.Tools, AddGenerationPrompt: true})
 }
 
 // fieldSpan finds a top-level member that is not a decision field.
