@@ -2,7 +2,6 @@ package admit
 
 import (
 	"context"
-	"log/slog"
 	"time"
 
 	"llmgate/internal/keys"
@@ -64,23 +63,6 @@ func (a *Admission) SeedBudgets(ctx context.Context, ks KeyLister, q usage.Queri
 		}
 	}
 	return nil
-}
-
-// RunSeeder seeds budgets now and then every interval until ctx ends, so
-// new periods and newly budgeted keys start from the ledger's figures.
-func (a *Admission) RunSeeder(ctx context.Context, ks KeyLister, q usage.Querier, interval time.Duration, log *slog.Logger) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		if err := a.SeedBudgets(ctx, ks, q); err != nil && ctx.Err() == nil {
-			log.Warn("budget seeding from the ledger failed; will retry", "err", err)
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
 }
 
 // KeySpend returns what the limiter counts against a key's budget in its

@@ -252,7 +252,6 @@ type anthropicDecoder struct {
 	backend string
 	native  bool
 	usage   openai.Usage // cumulative, from message_start and message_delta
-	hasUse  bool
 	toChat  *translate.AnthropicToChatStream
 }
 
@@ -333,7 +332,6 @@ func (d *anthropicDecoder) tapUsage(data []byte) bool {
 			got = true
 		}
 	}
-	d.hasUse = d.hasUse || got
 	return got
 }
 

@@ -107,8 +107,13 @@ func Resolve(t *router.Table, p keys.Principal, model string) (*router.Route, er
 		return nil, err
 	}
 	if !p.Master && !p.Key.Allows(model) {
-		return nil, apierror.Newf(http.StatusForbidden, apierror.KindPermission, "model_not_allowed",
-			"API key %q may not use model %q; it may use: %s", p.Key.Name, model, strings.Join(p.Key.Models, ", "))
+		return nil, NotAllowed(p, model)
 	}
 	return r, nil
+}
+
+// NotAllowed is the refusal of a model outside the key's allow-list.
+func NotAllowed(p keys.Principal, model string) *apierror.Error {
+	return apierror.Newf(http.StatusForbidden, apierror.KindPermission, "model_not_allowed",
+		"API key %q may not use model %q; it may use: %s", p.Key.Name, model, strings.Join(p.Key.Models, ", "))
 }

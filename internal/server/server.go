@@ -347,8 +347,7 @@ func allowedPrefix(prefix []byte, p keys.Principal) error {
 	if model == "" || p.Key.Allows(model) {
 		return nil
 	}
-	return apierror.Newf(http.StatusForbidden, apierror.KindPermission, "model_not_allowed",
-		"API key %q may not use model %q; it may use: %s", p.Key.Name, model, strings.Join(p.Key.Models, ", "))
+	return policy.NotAllowed(p, model)
 }
 
 func (s *Server) bodyError(err error) error {
