@@ -97,9 +97,10 @@ func OpenStore(ctx context.Context, database string) (store.Store, error) {
 
 // Start opens everything and begins serving. Close stops it gracefully.
 //
-// The listener is opened first: a gateway that cannot serve (port taken,
-// bad certificate) stops before it touches the database, so a master key
-// is generated, stored and shown only by a start that then serves.
+// The listener is opened first and the usage journal before the master
+// key: a gateway that cannot serve (port taken, bad certificate, a spool
+// it cannot open) stops before a master key is generated, stored and
+// shown. (Later failures, such as a bad OTLP endpoint, still come after.)
 func Start(ctx context.Context, opt Options) (g *Gateway, err error) {
 	cfg := opt.Config
 	log := opt.Logger
@@ -137,6 +138,14 @@ func Start(ctx context.Context, opt Options) (g *Gateway, err error) {
 	if certs != nil {
 		g.scheme = "https"
 	}
+	// The journal before the master key: a spool that cannot be opened
+	// stops the start before a new key is generated and shown.
+	lopt, err := g.withSpool(opt.LedgerOptions)
+	if err != nil {
+		return nil, err
+	}
+	g.Ledger = usage.NewLedger(st, lopt, log)
+	undo = append(undo, func() { g.Ledger.Close(ctx) })
 	masterHash, err := ensureMaster(ctx, st, opt)
 	if err != nil {
 		return nil, err
@@ -144,12 +153,6 @@ func Start(ctx context.Context, opt Options) (g *Gateway, err error) {
 	if g.Verifier, err = keys.NewVerifier(ctx, st, masterHash, log); err != nil {
 		return nil, err
 	}
-	lopt, err := g.withSpool(opt.LedgerOptions)
-	if err != nil {
-		return nil, err
-	}
-	g.Ledger = usage.NewLedger(st, lopt, log)
-	undo = append(undo, func() { g.Ledger.Close(ctx) })
 	if err := g.startObservability(ctx, &opt); err != nil {
 		return nil, err
 	}

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -533,6 +534,36 @@ func TestGateway_MasterKeyNotGeneratedWhenTheListenFails(t *testing.T) {
 		t.Fatalf("a start that cannot serve printed: %q", notice.String())
 	}
 	taken.Close()
+	g, err := Start(context.Background(), Options{Config: cfg, Notice: &notice, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close(context.Background())
+	if !strings.Contains(notice.String(), "Generated master key") {
+		t.Fatalf("the first start that serves must print the new master key, printed: %q", notice.String())
+	}
+}
+
+// A spool that cannot be opened stops the start before a master key is
+// generated: the next start that serves prints it.
+func TestGateway_MasterKeyNotGeneratedWhenTheSpoolFails(t *testing.T) {
+	t.Setenv("LLMGATE_MASTER_KEY", "")
+	dir := t.TempDir()
+	notDir := filepath.Join(dir, "spool-is-a-file")
+	if err := os.WriteFile(notDir, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := &config.Config{Database: filepath.Join(dir, "m.db"), Listen: "127.0.0.1:0", SpoolDir: notDir}
+	cfg.ApplyDefaults()
+	var notice bytes.Buffer
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	if _, err := Start(context.Background(), Options{Config: cfg, Notice: &notice, Logger: quiet}); err == nil {
+		t.Fatal("started with a spool_dir that is a file")
+	}
+	if notice.Len() != 0 {
+		t.Fatalf("a start that cannot serve printed: %q", notice.String())
+	}
+	cfg.SpoolDir = filepath.Join(dir, "spool")
 	g, err := Start(context.Background(), Options{Config: cfg, Notice: &notice, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
