@@ -168,7 +168,7 @@ func fetch(ctx context.Context, b *provider.Backend, upstream string) Length {
 			if id != upstream {
 				continue
 			}
-			for _, k := range []string{"max_model_len", "context_length", "context_window"} {
+			for _, k := range []string{"max_model_len", "context_window", "context_length"} { // the order connect trusts them in
 				if n := number(m[k]); n > 0 {
 					return Length{Tokens: n, Source: "/v1/models " + k}
 				}
