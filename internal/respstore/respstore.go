@@ -78,9 +78,8 @@ func (s *Store) Previous(ctx context.Context, keyID, id string) (items []openai.
 	case errors.Is(err, store.ErrBrokenChain):
 		return nil, 0, previousNotFound(id, "an earlier response of that conversation has expired or was deleted; send the full conversation in input instead")
 	case err != nil:
-		s.log.Warn("response store unavailable", "err", err)
-		return nil, 0, apierror.New(http.StatusServiceUnavailable, apierror.KindOverloaded, "response_store_unavailable",
-			"the stored responses cannot be read right now; retry, or send the full conversation in input without previous_response_id").Wrap(err)
+		return nil, 0, apierror.Newf(http.StatusServiceUnavailable, apierror.KindOverloaded, "response_store_unavailable",
+			"the stored responses cannot be read right now (%v); retry, or send the full conversation in input without previous_response_id", err)
 	case chain == nil:
 		return nil, 0, previousNotFound(id, "responses are kept for the key that created them, for responses_ttl (default 30 days); send the full conversation in input instead")
 	}
@@ -181,9 +180,8 @@ func (s *Store) serveLookup(w http.ResponseWriter, r *http.Request, auth func(*h
 	notFound := apierror.Newf(http.StatusNotFound, apierror.KindNotFound, "response_not_found",
 		"No response found with id '%s' for this API key (responses are kept for the key that created them, for responses_ttl)", id)
 	storeErr := func(err error) *apierror.Error {
-		s.log.Warn("response store unavailable", "err", err) // the database's words stay in the log
-		return apierror.New(http.StatusServiceUnavailable, apierror.KindOverloaded, "response_store_unavailable",
-			"the stored responses cannot be reached right now; retry shortly").Wrap(err)
+		return apierror.Newf(http.StatusServiceUnavailable, apierror.KindOverloaded, "response_store_unavailable",
+			"the stored responses cannot be reached right now (%v); retry shortly", err)
 	}
 	if r.Method == http.MethodDelete {
 		ok, err := s.st.DeleteResponse(r.Context(), id, p.KeyID())
