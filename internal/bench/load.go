@@ -101,8 +101,13 @@ func (p *cellPlan) item(i int) ([]byte, *Prompt) {
 func runCell(ctx context.Context, t *Target, cell Cell, plan *cellPlan, reqOpts *RequestOptions, idBase string) *CellRun {
 	tr := newTransport(cell.conns(plan.numRequests))
 	defer tr.CloseIdleConnections()
+	// Resends after a stale pooled connection each dial a new one that is
+	// closed after use, so they never take the pool's place.
+	freshTr := newTransport(cell.conns(plan.numRequests))
+	freshTr.DisableKeepAlives = true
 	q := &requester{
 		client:  &http.Client{Transport: tr},
+		fresh:   &http.Client{Transport: freshTr},
 		target:  t,
 		url:     t.URL(),
 		timeout: reqOpts.Timeout,

@@ -95,6 +95,10 @@ type CellResult struct {
 	OutputThroughput      float64  `json:"output_throughput"`
 	TotalTokenThroughput  float64  `json:"total_token_throughput"`
 	MaxConcurrentRequests int      `json:"max_concurrent_requests"`
+	// ConnRetries counts requests resent on a fresh connection because
+	// the server had closed the pooled one before answering (llama.cpp's
+	// server does after every stream); they are not failures.
+	ConnRetries int `json:"conn_retries"`
 
 	TTFT        Summary `json:"-"`
 	TPOT        Summary `json:"-"`
@@ -275,6 +279,7 @@ func Compute(run *CellRun, goodput Goodput, burstiness float64) *CellResult {
 	samples := map[string]bool{}
 	for i := range run.Results {
 		r := &run.Results[i]
+		c.ConnRetries += r.ConnRetries
 		if !r.OK() {
 			c.Failed++
 			c.Errors[r.Err]++

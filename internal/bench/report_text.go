@@ -58,7 +58,7 @@ func CSVHeader() []string {
 			h = append(h, s+"_"+m+"_ms")
 		}
 	}
-	return append(h, "p99_dispatch_lag_ms", "client_cpu_percent", "client_wake_lag_p99_ms", "unreliable", "unreliable_reasons")
+	return append(h, "p99_dispatch_lag_ms", "client_cpu_percent", "client_wake_lag_p99_ms", "unreliable", "unreliable_reasons", "conn_retries")
 }
 
 // WriteCSV writes one row per target × cell.
@@ -92,7 +92,7 @@ func WriteCSV(w io.Writer, r *Report) error {
 			}
 		}
 		row = append(row, f(c.DispatchLag.P99), f(c.ClientCPUPercent), f(c.SchedLagP99Ms),
-			strconv.FormatBool(c.Unreliable), strings.Join(c.UnreliableReasons, "; "))
+			strconv.FormatBool(c.Unreliable), strings.Join(c.UnreliableReasons, "; "), strconv.Itoa(c.ConnRetries))
 		if err := cw.Write(row); err != nil {
 			return err
 		}
@@ -162,6 +162,9 @@ func WriteTable(w io.Writer, r *Report) error {
 		}
 		if c.Unreliable {
 			fmt.Fprintf(w, "unreliable %s %s: %s\n", c.Target, cellLabel(c), strings.Join(c.UnreliableReasons, "; "))
+		}
+		if c.ConnRetries > 0 {
+			fmt.Fprintf(w, "reconnects %s %s: %d request(s) resent on a fresh connection (the server had closed the reused one before answering)\n", c.Target, cellLabel(c), c.ConnRetries)
 		}
 		if c.Proxy != "" {
 			fmt.Fprintf(w, "proxy %s: requests went through %s (from the environment)\n", c.Target, c.Proxy)

@@ -118,6 +118,7 @@ type RequestRow struct {
 	InputTokens int       `json:"input_tokens"`
 	OutputTok   int       `json:"output_tokens"`
 	Estimated   bool      `json:"output_tokens_estimated,omitempty"`
+	ConnRetries int       `json:"conn_retries,omitempty"`
 	DispatchMs  float64   `json:"dispatch_lag_ms"`
 	QueueMs     float64   `json:"client_queue_time_ms"`
 	StartUnixMs float64   `json:"start_unix_ms"`
@@ -261,7 +262,7 @@ func requestRow(run *CellRun, res *Result) RequestRow {
 		Error: res.Err, ErrorDetail: res.ErrDetail, Status: res.Status,
 		TTFTMs: round3(ms(res.TTFT)), E2ELMs: round3(ms(res.E2EL)),
 		InputTokens: res.InputTokens, OutputTok: res.OutputTokens, Estimated: res.OutputEstimated,
-		DispatchMs: round3(ms(res.DispatchLag)), QueueMs: round3(ms(res.QueueWait)),
+		DispatchMs: round3(ms(res.DispatchLag)), QueueMs: round3(ms(res.QueueWait)), ConnRetries: res.ConnRetries,
 	}
 	if !res.Sent.IsZero() {
 		row.StartUnixMs = float64(res.Sent.UnixMicro()) / 1000

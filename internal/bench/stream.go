@@ -6,9 +6,12 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"net"
 	"net/http"
+	"net/http/httptrace"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/valyala/fastjson"
@@ -51,6 +54,9 @@ type Result struct {
 	OutputTokens    int  `json:"output_tokens"`
 	InputEstimated  bool `json:"input_tokens_estimated,omitempty"`
 	OutputEstimated bool `json:"output_tokens_estimated,omitempty"`
+	// ConnRetries counts resends on a fresh connection: the reused one
+	// turned out to be closed by the server before it answered anything.
+	ConnRetries int `json:"conn_retries,omitempty"`
 	// Err is the error kind ("" on success) and ErrDetail a short message.
 	Err       string `json:"error,omitempty"`
 	ErrDetail string `json:"error_detail,omitempty"`
@@ -63,7 +69,10 @@ func (r *Result) OK() bool { return r.Err == "" }
 
 // requester sends prepared requests over one HTTP client.
 type requester struct {
-	client  *http.Client
+	client *http.Client
+	// fresh resends a request on a new connection when the pooled one it
+	// took was already closed (see staleConnection); nil means no resend.
+	fresh   *http.Client
 	target  *Target
 	url     string
 	timeout time.Duration
@@ -83,20 +92,12 @@ func (q *requester) do(ctx context.Context, body []byte, p *Prompt, index int, o
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, q.url, bytes.NewReader(body))
+	var reused bool
+	trace := &httptrace.ClientTrace{GotConn: func(i httptrace.GotConnInfo) { reused = i.Reused }}
+	req, err := q.newRequest(httptrace.WithClientTrace(ctx, trace), body, index)
 	if err != nil {
 		res.Err, res.ErrDetail = ErrTransport, err.Error()
 		return
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "text/event-stream")
-	req.Header.Set("Accept-Encoding", "identity")
-	req.Header.Set("X-Request-Id", q.idBase+strconv.Itoa(index))
-	if q.target.APIKey != "" {
-		req.Header.Set("Authorization", "Bearer "+q.target.APIKey)
-	}
-	for k, v := range q.target.Headers {
-		req.Header.Set(k, v)
 	}
 	res.Sent = time.Now()
 	// A zero origin (closed loop) means latency starts at the send itself.
@@ -105,6 +106,17 @@ func (q *requester) do(ctx context.Context, body []byte, p *Prompt, index int, o
 		res.Origin = res.Sent
 	}
 	resp, err := q.client.Do(req)
+	if err != nil && reused && q.fresh != nil && staleConnection(ctx, err) {
+		// Servers such as llama.cpp's close a connection after each
+		// streamed answer while saying keep-alive; the pool may hand it
+		// out before the close is seen. Nothing was answered on it, so the
+		// request is sent again on a new connection, and counted. Latency
+		// still runs from the first send.
+		res.ConnRetries++
+		if req, err = q.newRequest(ctx, body, index); err == nil {
+			resp, err = q.fresh.Do(req)
+		}
+	}
 	if err != nil {
 		res.Err, res.ErrDetail = classifyTransportError(ctx, err, false), shortErr(err)
 		return
@@ -136,6 +148,44 @@ func (q *requester) do(ctx context.Context, body []byte, p *Prompt, index int, o
 		stream = io.MultiReader(bytes.NewReader(head), resp.Body)
 	}
 	readStream(ctx, stream, res)
+}
+
+// newRequest builds one attempt of a request.
+func (q *requester) newRequest(ctx context.Context, body []byte, index int) (*http.Request, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, q.url, bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "text/event-stream")
+	req.Header.Set("Accept-Encoding", "identity")
+	req.Header.Set("X-Request-Id", q.idBase+strconv.Itoa(index))
+	if q.target.APIKey != "" {
+		req.Header.Set("Authorization", "Bearer "+q.target.APIKey)
+	}
+	for k, v := range q.target.Headers {
+		req.Header.Set(k, v)
+	}
+	return req, nil
+}
+
+// staleConnection reports whether a request failed because the pooled
+// connection it was sent on had been closed by the server, before any
+// answer: the read found the end of the connection (EOF, a reset, a broken
+// pipe, or net/http's "server closed idle connection"). A time-out or a
+// cancelled request is not one.
+func staleConnection(ctx context.Context, err error) bool {
+	if ctx.Err() != nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return false
+	}
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) ||
+		strings.Contains(err.Error(), "server closed idle connection") ||
+		strings.Contains(err.Error(), "transport connection broken")
 }
 
 // readStream reads an SSE body. Each event is stamped with the time the
