@@ -26,6 +26,7 @@ type benchFlags struct {
 	models, headers, rates, goodput   []string
 	concurrency                       []int
 	maxConcurrency, numRequests       int
+	runs                              int
 	warmup                            int
 	duration, timeout                 time.Duration
 	burstiness                        string
@@ -107,6 +108,7 @@ otherwise (results are still written).`,
 	fl.IntVar(&f.maxConcurrency, "max-concurrency", 0, "Cap on in-flight requests in open-loop cells (0 = none)")
 	fl.StringVar(&f.burstiness, "burstiness", "1", "Open-loop arrival shape: 1 = Poisson, <1 burstier, >1 smoother, inf = constant rate")
 	fl.IntVar(&f.numRequests, "num-requests", 100, "Requests per cell (0 with --duration)")
+	fl.IntVar(&f.runs, "runs", 1, "Repeat the whole matrix this many times, targets interleaved; figures become medians with their spread, and cells whose runs disagree are flagged")
 	fl.DurationVar(&f.duration, "duration", 0, "Run each cell this long instead of --num-requests")
 	fl.IntVar(&f.warmup, "warmup", -1, "Warm-up requests per cell, discarded (-1 = one per connection)")
 	fl.StringVar(&f.dataset, "dataset", "random", "Random, fixed, sharegpt or jsonl")
@@ -289,6 +291,10 @@ func (f *benchFlags) options(ctx context.Context, numRequestsSet bool) (bench.Op
 		return o, fmt.Errorf("--goodput: %w", err)
 	}
 	o.Sweep, o.SweepMax, o.SweepGain = f.sweep, f.sweepMax, f.sweepGain
+	if f.runs < 1 {
+		return o, errors.New("--runs must be at least 1")
+	}
+	o.Runs = f.runs
 	o.KeepRequests = f.requestsPath != "" || f.outDir != ""
 	return o, nil
 }

@@ -42,7 +42,7 @@ func TestBenchCLI_MatrixWritesAllOutputsAndCompareReadsThem(t *testing.T) {
 			t.Errorf("%s missing or empty: %v", f, err)
 		}
 	}
-	if !strings.Contains(stdout, "TTFT p50") || !strings.Contains(stderr, "[a c=2]") {
+	if !strings.Contains(stdout, "TTFT ms p50 / p95 / p99") || !strings.Contains(stderr, "[a c=2]") {
 		t.Errorf("table or progress missing:\n%s\n%s", stdout, stderr)
 	}
 	b, _ := os.ReadFile(filepath.Join(dir, "results.csv"))

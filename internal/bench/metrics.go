@@ -6,6 +6,7 @@ import (
 	"math"
 	"runtime"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -118,6 +119,20 @@ type CellResult struct {
 	// Dist holds TTFT and ITL quantiles at every percent (0..100), the
 	// distributions the HTML report draws.
 	Dist Distributions `json:"distributions"`
+
+	// Run is the 1-based run of a per-run result (--runs), 0 for a cell's
+	// result over all its runs.
+	Run int `json:"run,omitempty"`
+	// Runs is how many runs a cell's result summarizes (set when > 1):
+	// each figure is then the median of the runs' figures.
+	Runs int `json:"runs,omitempty"`
+	// Intervals hold the spread of the main figures, keyed like their JSON
+	// fields (p95_ttft_ms, output_throughput): see Interval.
+	Intervals map[string]Interval `json:"intervals,omitempty"`
+	// Disagree is set when two runs of the cell disagree beyond their own
+	// intervals (see runsDisagree); DisagreeReasons say where.
+	Disagree        bool     `json:"runs_disagree,omitempty"`
+	DisagreeReasons []string `json:"runs_disagree_reasons,omitempty"`
 }
 
 // Distributions are per-percent quantiles in milliseconds.
@@ -334,12 +349,49 @@ func Compute(run *CellRun, goodput Goodput, burstiness float64) *CellResult {
 	c.ITL = Summarize(itls)
 	c.Dist.ITL = Quantiles(itls, 1)
 	c.E2EL = Summarize(e2els)
+	c.Intervals = map[string]Interval{}
+	for _, m := range []struct {
+		key    string
+		sorted []float64
+		s      *Summary
+	}{{"ttft", ttfts, &c.TTFT}, {"tpot", tpots, &c.TPOT}, {"itl", itls, &c.ITL}, {"e2el", e2els, &c.E2EL}} {
+		sampleIntervals(c.Intervals, m.key, m.sorted, m.s)
+	}
 	c.ITLPerToken = Summarize(perTok)
 	c.DispatchLag = Summarize(lags)
 	c.ClientQueue = Summarize(queues)
 	c.MaxConcurrentRequests = peakConcurrency(run.Results)
 	judgeClient(c, run)
 	return c
+}
+
+// intervalStats are the statistics of each latency metric that carry an
+// Interval, keyed like the JSON fields ("p95_ttft_ms").
+var intervalStats = []string{"mean", "p50", "p95", "p99"}
+
+// intervalMetrics are the latency metrics that carry intervals.
+var intervalMetrics = []string{"ttft", "tpot", "itl", "e2el"}
+
+// sampleIntervals sets the 95% intervals of one run's statistics from its
+// sorted samples. ITL samples are chunks, which are not independent within
+// a request, so its intervals are narrower than the truth; several runs
+// (--runs) give the honest spread.
+func sampleIntervals(dst map[string]Interval, metric string, sorted []float64, s *Summary) {
+	if len(sorted) == 0 {
+		return
+	}
+	for _, st := range intervalStats {
+		v := statValue(s, st)
+		iv := Interval{Min: v, Max: v}
+		if st == "mean" {
+			iv.Low, iv.High = meanCI(sorted, v)
+			iv.Low = max(iv.Low, 0)
+		} else {
+			q, _ := strconv.Atoi(st[1:])
+			iv.Low, iv.High, iv.Open = quantileCI(sorted, float64(q)/100)
+		}
+		dst[st+"_"+metric+"_ms"] = roundInterval(iv)
+	}
 }
 
 // appendPerTokenITL adds one sample per token after the first chunk: a

@@ -205,7 +205,7 @@ func TestHTMLReport_RendersChartsInHeadlessChromiumWithoutConsoleErrors(t *testi
 	if n := strings.Count(dom, `<svg `); n < want {
 		t.Errorf("%d <svg> elements in the DOM, want at least %d", n, want)
 	}
-	// Every concurrency latency chart has a p50 and a p99 line for each of
+	// Every concurrency latency chart has a p50 and a p95 line for each of
 	// the two working targets, with a point per concurrency.
 	if n := strings.Count(dom, `class="series"`); n < 4*2*2 {
 		t.Errorf("%d plotted series, want at least %d", n, 4*2*2)
@@ -278,6 +278,32 @@ func TestHTMLReport_ExternalFileRendersInChromium(t *testing.T) {
 	}
 	checkConsole(t, chromeLog)
 	t.Logf("%s: %s charts rendered", path, m[1])
+}
+
+// TestHTMLReport_TargetColoursAreFarApart checks the palette: no two of
+// its colours closer than 70 in RGB distance (the old one had two oranges
+// 23 apart, so two targets looked the same).
+func TestHTMLReport_TargetColoursAreFarApart(t *testing.T) {
+	m := regexp.MustCompile(`var COLORS = \[([^\]]*)\]`).FindStringSubmatch(reportTemplate)
+	if m == nil {
+		t.Fatal("no COLORS palette in the template")
+	}
+	cols := regexp.MustCompile(`#([0-9a-fA-F]{6})`).FindAllStringSubmatch(m[1], -1)
+	if len(cols) < 12 {
+		t.Fatalf("%d colours; want 12 so that a 3-model direct-and-gateway matrix has 6 distinct ones and room to spare", len(cols))
+	}
+	rgb := func(h string) [3]float64 {
+		v, _ := strconv.ParseUint(h, 16, 32)
+		return [3]float64{float64(v >> 16), float64(v >> 8 & 0xff), float64(v & 0xff)}
+	}
+	for i := range cols {
+		for j := i + 1; j < len(cols); j++ {
+			a, b := rgb(cols[i][1]), rgb(cols[j][1])
+			if d := math.Sqrt((a[0]-b[0])*(a[0]-b[0]) + (a[1]-b[1])*(a[1]-b[1]) + (a[2]-b[2])*(a[2]-b[2])); d < 70 {
+				t.Errorf("colours #%s and #%s are %.0f apart in RGB; two targets would look alike", cols[i][1], cols[j][1], d)
+			}
+		}
+	}
 }
 
 func tail(s string, n int) string {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"sort"
 	"strconv"
 	"strings"
@@ -45,11 +46,22 @@ func WriteRequestsJSONL(w io.Writer, r *Report) error {
 
 // csvMetrics are the per-metric columns of the CSV, in order.
 var csvMetrics = []string{"ttft", "tpot", "itl", "e2el", "itl_per_token"}
-var csvStats = []string{"mean", "median", "std", "p90", "p95", "p99"}
+var csvStats = []string{"mean", "median", "std", "p50", "p90", "p95", "p99"}
+
+// csvIntervalKeys are the figures whose spread the CSV gives.
+func csvIntervalKeys() []string {
+	var keys []string
+	for _, m := range intervalMetrics {
+		for _, st := range intervalStats[1:] {
+			keys = append(keys, st+"_"+m+"_ms")
+		}
+	}
+	return append(keys, "request_throughput", "output_throughput")
+}
 
 // CSVHeader lists the CSV columns.
 func CSVHeader() []string {
-	h := []string{"target", "model", "backend", "endpoint", "mode", "concurrency", "request_rate", "max_concurrency",
+	h := []string{"run", "target", "model", "backend", "endpoint", "mode", "concurrency", "request_rate", "max_concurrency",
 		"requests", "completed", "failed", "errors", "duration_s",
 		"request_throughput", "request_goodput", "output_throughput", "total_token_throughput",
 		"total_input_tokens", "total_output_tokens", "input_tokens_estimated", "output_tokens_estimated"}
@@ -58,47 +70,77 @@ func CSVHeader() []string {
 			h = append(h, s+"_"+m+"_ms")
 		}
 	}
-	return append(h, "p99_dispatch_lag_ms", "client_cpu_percent", "client_wake_lag_p99_ms", "unreliable", "unreliable_reasons", "conn_retries")
+	for _, k := range csvIntervalKeys() {
+		h = append(h, k+"_min", k+"_max", k+"_ci95_low", k+"_ci95_high")
+	}
+	return append(h, "p99_dispatch_lag_ms", "client_cpu_percent", "client_wake_lag_p99_ms", "unreliable", "unreliable_reasons",
+		"conn_retries", "runs_disagree", "runs_disagree_reasons")
 }
 
-// WriteCSV writes one row per target × cell.
+// WriteCSV writes one row per target × cell; for a --runs N matrix (N >
+// 1), one row per run and cell (run 1..N) and then the cells over all runs
+// (run "all": medians, with the runs' min, max and confidence interval).
 func WriteCSV(w io.Writer, r *Report) error {
 	cw := csv.NewWriter(w)
 	if err := cw.Write(CSVHeader()); err != nil {
 		return err
 	}
-	f := func(v float64) string { return strconv.FormatFloat(v, 'f', 3, 64) }
-	for _, c := range r.Results {
-		rate, goodput := "", ""
-		if c.RequestRate != nil {
-			rate = FormatRate(float64(*c.RequestRate))
-		}
-		if c.RequestGoodput != nil {
-			goodput = f(*c.RequestGoodput)
-		}
-		conc := ""
-		if c.Mode == "concurrency" {
-			conc = strconv.Itoa(c.Concurrency)
-		}
-		row := []string{c.Target, c.Model, c.Backend, c.Endpoint, c.Mode, conc, rate, strconv.Itoa(c.MaxConcurrency),
-			strconv.Itoa(c.Completed + c.Failed), strconv.Itoa(c.Completed), strconv.Itoa(c.Failed), formatErrors(c.Errors),
-			f(c.Duration), f(c.RequestThroughput), goodput, f(c.OutputThroughput), f(c.TotalTokenThroughput),
-			strconv.Itoa(c.TotalInputTokens), strconv.Itoa(c.TotalOutputTokens),
-			strconv.FormatBool(c.InputTokensEstimated), strconv.FormatBool(c.OutputTokensEstimated)}
-		for _, m := range csvMetrics {
-			s := metricSummary(c, m)
-			for _, st := range csvStats {
-				row = append(row, f(statValue(s, st)))
-			}
-		}
-		row = append(row, f(c.DispatchLag.P99), f(c.ClientCPUPercent), f(c.SchedLagP99Ms),
-			strconv.FormatBool(c.Unreliable), strings.Join(c.UnreliableReasons, "; "), strconv.Itoa(c.ConnRetries))
-		if err := cw.Write(row); err != nil {
+	var rows []*CellResult
+	for _, run := range r.Runs {
+		rows = append(rows, run.Results...)
+	}
+	rows = append(rows, r.Results...)
+	for _, c := range rows {
+		if err := cw.Write(csvRow(c, len(r.Runs) > 1)); err != nil {
 			return err
 		}
 	}
 	cw.Flush()
 	return cw.Error()
+}
+
+func csvRow(c *CellResult, several bool) []string {
+	f := func(v float64) string { return strconv.FormatFloat(v, 'f', 3, 64) }
+	rate, goodput := "", ""
+	if c.RequestRate != nil {
+		rate = FormatRate(float64(*c.RequestRate))
+	}
+	if c.RequestGoodput != nil {
+		goodput = f(*c.RequestGoodput)
+	}
+	conc := ""
+	if c.Mode == "concurrency" {
+		conc = strconv.Itoa(c.Concurrency)
+	}
+	run := "1"
+	switch {
+	case c.Run > 0:
+		run = strconv.Itoa(c.Run)
+	case several:
+		run = "all"
+	}
+	row := []string{run, c.Target, c.Model, c.Backend, c.Endpoint, c.Mode, conc, rate, strconv.Itoa(c.MaxConcurrency),
+		strconv.Itoa(c.Completed + c.Failed), strconv.Itoa(c.Completed), strconv.Itoa(c.Failed), formatErrors(c.Errors),
+		f(c.Duration), f(c.RequestThroughput), goodput, f(c.OutputThroughput), f(c.TotalTokenThroughput),
+		strconv.Itoa(c.TotalInputTokens), strconv.Itoa(c.TotalOutputTokens),
+		strconv.FormatBool(c.InputTokensEstimated), strconv.FormatBool(c.OutputTokensEstimated)}
+	for _, m := range csvMetrics {
+		s := metricSummary(c, m)
+		for _, st := range csvStats {
+			row = append(row, f(statValue(s, st)))
+		}
+	}
+	for _, k := range csvIntervalKeys() {
+		iv, ok := c.Intervals[k]
+		if !ok {
+			row = append(row, "", "", "", "")
+			continue
+		}
+		row = append(row, f(iv.Min), f(iv.Max), f(iv.Low), f(iv.High))
+	}
+	return append(row, f(c.DispatchLag.P99), f(c.ClientCPUPercent), f(c.SchedLagP99Ms),
+		strconv.FormatBool(c.Unreliable), strings.Join(c.UnreliableReasons, "; "), strconv.Itoa(c.ConnRetries),
+		strconv.FormatBool(c.Disagree), strings.Join(c.DisagreeReasons, "; "))
 }
 
 func metricSummary(c *CellResult, key string) *Summary {
@@ -123,36 +165,56 @@ func formatErrors(m map[string]int) string {
 	return strings.Join(parts, ";")
 }
 
-// WriteTable prints the console summary: one line per target × cell.
+// check is a cell's verdict column: ok, or what makes its figures suspect.
+func check(c *CellResult) string {
+	var flags []string
+	if c.Unreliable {
+		flags = append(flags, "UNRELIABLE")
+	}
+	if c.Disagree {
+		flags = append(flags, "RUNS DISAGREE")
+	}
+	if len(flags) == 0 {
+		return "ok"
+	}
+	return strings.Join(flags, ", ")
+}
+
+// triple prints p50 / p95 / p99 of a summary.
+func triple(s *Summary) string {
+	return fmtFig(s.P50) + " / " + fmtFig(s.P95) + " / " + fmtFig(s.P99)
+}
+
+// WriteTable prints the console summary: one line per target × cell with
+// P50 / P95 / P99 of TTFT, ITL and E2EL; for several runs, the medians over
+// the runs followed by a table of their spread.
 func WriteTable(w io.Writer, r *Report) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "target\tload\tok\tfail\treq/s\tout tok/s\tTTFT p50\tTTFT p99\tTPOT p50\tITL p50\tITL p99\tE2EL p50\tE2EL p99\tclient\t")
+	fmt.Fprintln(tw, "target\tload\tok\tfail\treq/s\tout tok/s\tTTFT ms p50 / p95 / p99\tTPOT ms p50\tITL ms p50 / p95 / p99\tE2EL ms p50 / p95 / p99\tcheck\t")
 	for _, c := range r.Results {
-		load := "c=" + strconv.Itoa(c.Concurrency)
-		if c.Mode == "rate" && c.RequestRate != nil {
-			load = "rate=" + FormatRate(float64(*c.RequestRate))
-		}
-		flag := "ok"
-		if c.Unreliable {
-			flag = "UNRELIABLE"
+		if c.Completed == 0 {
+			// No successful request: latencies do not exist, not zero.
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t-\t-\t-\t-\t-\t-\t%s\t\n", c.Target, cellLabel(c), c.Completed, c.Failed, check(c))
+			continue
 		}
 		est := ""
 		if c.OutputTokensEstimated {
 			est = "~"
 		}
-		if c.Completed == 0 {
-			// No successful request: latencies do not exist, not zero.
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t-\t-\t-\t-\t-\t-\t-\t-\t-\t%s\t\n", c.Target, load, c.Completed, c.Failed, flag)
-			continue
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%.2f\t%s%.1f\t%.1f\t%.1f\t%.2f\t%.2f\t%.2f\t%.1f\t%.1f\t%s\t\n",
-			c.Target, load, c.Completed, c.Failed, c.RequestThroughput, est, c.OutputThroughput,
-			c.TTFT.P50, c.TTFT.P99, c.TPOT.P50, c.ITL.P50, c.ITL.P99, c.E2EL.P50, c.E2EL.P99, flag)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%.2f\t%s%.1f\t%s\t%s\t%s\t%s\t%s\t\n",
+			c.Target, cellLabel(c), c.Completed, c.Failed, c.RequestThroughput, est, c.OutputThroughput,
+			triple(&c.TTFT), fmtFig(c.TPOT.P50), triple(&c.ITL), triple(&c.E2EL), check(c))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	fmt.Fprintln(w, "latencies in ms; TPOT = (E2EL − TTFT)/(output tokens − 1); ITL per streamed chunk; ~ = token count estimated (no usage from server)")
+	fmt.Fprintln(w, "TPOT = (E2EL − TTFT)/(output tokens − 1); ITL per streamed chunk; ~ = token count estimated (no usage from server)")
+	if len(r.Runs) > 1 {
+		fmt.Fprintf(w, "%d runs: each figure is the median of the runs' figures; ok and fail are summed over the runs\n", len(r.Runs))
+		if err := writeSpread(w, r); err != nil {
+			return err
+		}
+	}
 	for _, c := range r.Results {
 		if len(c.Errors) > 0 {
 			fmt.Fprintf(w, "errors %s %s: %s\n", c.Target, cellLabel(c), formatErrors(c.Errors))
@@ -162,6 +224,9 @@ func WriteTable(w io.Writer, r *Report) error {
 		}
 		if c.Unreliable {
 			fmt.Fprintf(w, "unreliable %s %s: %s\n", c.Target, cellLabel(c), strings.Join(c.UnreliableReasons, "; "))
+		}
+		if c.Disagree {
+			fmt.Fprintf(w, "runs disagree %s %s: %s\n", c.Target, cellLabel(c), strings.Join(c.DisagreeReasons, "; "))
 		}
 		if c.ConnRetries > 0 {
 			fmt.Fprintf(w, "reconnects %s %s: %d request(s) resent on a fresh connection (the server had closed the reused one before answering)\n", c.Target, cellLabel(c), c.ConnRetries)
@@ -174,6 +239,55 @@ func WriteTable(w io.Writer, r *Report) error {
 		fmt.Fprintf(w, "saturation %s: concurrency %d, %.1f output tok/s (%s)\n", s.Target, s.Concurrency, s.Throughput, s.Reason)
 	}
 	return nil
+}
+
+// spreadKeys are the figures whose spread over runs the console shows.
+var spreadKeys = []string{"p50_ttft_ms", "p95_ttft_ms", "p95_e2el_ms", "output_throughput"}
+
+// writeSpread prints, per cell, the runs' range and confidence interval of
+// the main figures.
+func writeSpread(w io.Writer, r *Report) error {
+	fmt.Fprintf(w, "\nspread over the runs: median [min–max] (95%% confidence interval)\n")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	head := "target\tload\t"
+	for _, k := range spreadKeys {
+		unit := " ms"
+		if !strings.HasSuffix(k, "_ms") {
+			unit = ""
+		}
+		head += keyLabel(k) + unit + "\t"
+	}
+	fmt.Fprintln(tw, head)
+	for _, c := range r.Results {
+		line := c.Target + "\t" + cellLabel(c) + "\t"
+		for _, k := range spreadKeys {
+			iv, ok := c.Intervals[k]
+			if !ok || c.Completed == 0 {
+				line += "-\t"
+				continue
+			}
+			line += fmt.Sprintf("%s [%s–%s] (%s–%s)\t", fmtFig(figure(c, k)), fmtFig(iv.Min), fmtFig(iv.Max), fmtFig(iv.Low), fmtFig(iv.High))
+		}
+		fmt.Fprintln(tw, line)
+	}
+	return tw.Flush()
+}
+
+// figure returns a cell's figure by its JSON key.
+func figure(c *CellResult, key string) float64 {
+	for _, tk := range throughputKeys {
+		if tk.Key == key {
+			return tk.Get(c)
+		}
+	}
+	for _, sm := range summaryMetrics {
+		for _, st := range statNames {
+			if st+"_"+sm.Key+"_ms" == key {
+				return statValue(sm.Get(c), st)
+			}
+		}
+	}
+	return math.NaN()
 }
 
 func cellLabel(c *CellResult) string {

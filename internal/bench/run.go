@@ -46,24 +46,33 @@ type Options struct {
 	Progress io.Writer
 	// KeepRequests keeps per-request results in the report for JSONL.
 	KeepRequests bool
+	// Runs repeats the whole matrix this many times (default 1), to show
+	// how much runs disagree; see Run.
+	Runs int
 }
 
 // Report is a whole run: settings, client facts and one result per
 // target × cell.
 type Report struct {
-	Tool       string        `json:"tool"`
-	Version    string        `json:"version"`
-	Date       string        `json:"date"`
-	Settings   Settings      `json:"settings"`
-	Client     ClientInfo    `json:"client"`
-	Results    []*CellResult `json:"results"`
-	Saturation []Saturation  `json:"saturation,omitempty"`
-	Requests   []RequestRow  `json:"-"`
+	Tool     string     `json:"tool"`
+	Version  string     `json:"version"`
+	Date     string     `json:"date"`
+	Settings Settings   `json:"settings"`
+	Client   ClientInfo `json:"client"`
+	// Results has one entry per target × cell: the cell's only run, or
+	// its median over Runs.
+	Results []*CellResult `json:"results"`
+	// Runs holds every run of a --runs N matrix (N > 1), each with its own
+	// results, in the order they ran.
+	Runs       []RunResults `json:"runs,omitempty"`
+	Saturation []Saturation `json:"saturation,omitempty"`
+	Requests   []RequestRow `json:"-"`
 }
 
 // Settings records the run's parameters in the JSON report.
 type Settings struct {
 	Targets        []Target `json:"targets"`
+	Runs           int      `json:"runs"`
 	Concurrencies  []int    `json:"concurrencies,omitempty"`
 	RequestRates   []Rate   `json:"request_rates,omitempty"`
 	MaxConcurrency int      `json:"max_concurrency,omitempty"`
@@ -107,6 +116,7 @@ type Saturation struct {
 type RequestRow struct {
 	Target      string    `json:"target"`
 	Cell        string    `json:"cell"`
+	Run         int       `json:"run,omitempty"`
 	Index       int       `json:"index"`
 	OK          bool      `json:"ok"`
 	Error       string    `json:"error,omitempty"`
@@ -155,15 +165,25 @@ func (o *Options) validate() error {
 	if o.Burstiness <= 0 {
 		return errors.New("--burstiness must be positive (1 = Poisson, inf = constant rate)")
 	}
+	if o.Sweep && o.Runs > 1 {
+		return errors.New("--sweep finds one saturation point and does not repeat: run it without --runs")
+	}
 	return nil
 }
 
-// Run executes the matrix: for each target, every closed-loop cell, then
-// every open-loop cell, then the sweep if asked. Targets run one after
-// another so they never compete for the client or a shared server.
+// Run executes the matrix Runs times. Within a run each load cell is
+// measured for every target before the next cell, the targets one after
+// another (so they never compete for the client or a shared server) and in
+// an order that rotates from run to run, so that drift (a server warming
+// up, a neighbour's load) falls on every target alike. The report's Results
+// are one per target × cell: the run itself, or the median over the runs
+// (Runs holds every run). The sweep, if asked, follows.
 func Run(ctx context.Context, o Options) (*Report, error) {
 	if o.Burstiness == 0 {
 		o.Burstiness = 1
+	}
+	if o.Runs <= 0 {
+		o.Runs = 1
 	}
 	if err := o.validate(); err != nil {
 		return nil, err
@@ -192,30 +212,55 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	probeTr := newTransport(1)
 	defer probeTr.CloseIdleConnections()
 	probe := &http.Client{Transport: probeTr}
+	bodies := make([][][]byte, len(o.Targets))
 	for ti := range o.Targets {
 		t := &o.Targets[ti]
 		t.detectServer(ctx, probe)
-		bodies := make([][]byte, len(prompts))
+		bodies[ti] = make([][]byte, len(prompts))
 		for i := range prompts {
-			if bodies[i], err = buildBody(t, &prompts[i], &o.Request, prompts[i].MaxTokens); err != nil {
+			if bodies[ti][i], err = buildBody(t, &prompts[i], &o.Request, prompts[i].MaxTokens); err != nil {
 				return nil, fmt.Errorf("build request: %w", err)
 			}
 		}
-		var cells []Cell
-		for _, c := range o.Concurrencies {
-			cells = append(cells, Cell{Concurrency: c})
-		}
-		for _, r := range o.Rates {
-			cells = append(cells, Cell{Rate: r, MaxConcurrency: o.MaxConcurrency})
-		}
+	}
+	rep.Settings.Targets = o.Targets
+	var cells []Cell
+	for _, c := range o.Concurrencies {
+		cells = append(cells, Cell{Concurrency: c})
+	}
+	for _, r := range o.Rates {
+		cells = append(cells, Cell{Rate: r, MaxConcurrency: o.MaxConcurrency})
+	}
+	var runErr error
+	for run := 1; run <= o.Runs && runErr == nil; run++ {
+		rr := RunResults{Run: run, Started: time.Now().UTC().Format(time.RFC3339)}
 		for ci, cell := range cells {
-			if err := ctx.Err(); err != nil {
-				return rep, err
+			for k := range o.Targets {
+				if runErr = ctx.Err(); runErr != nil {
+					break
+				}
+				ti := (k + run - 1) % len(o.Targets)
+				c := o.runOne(ctx, rep, &o.Targets[ti], cell, prompts, bodies[ti], ti, ci, run)
+				rr.Results = append(rr.Results, c)
 			}
-			o.runOne(ctx, rep, t, cell, prompts, bodies, ti, ci)
 		}
-		if o.Sweep {
-			sat, err := o.sweep(ctx, t, prompts, bodies, ti, rep)
+		if len(rr.Results) > 0 {
+			sortResults(rr.Results, o.Targets)
+			rep.Runs = append(rep.Runs, rr)
+		}
+	}
+	if len(rep.Runs) > 0 {
+		rep.Results = aggregateRuns(rep.Runs)
+	}
+	if len(rep.Runs) <= 1 {
+		rep.Runs = nil // the one run is the results
+	}
+	if runErr != nil {
+		return rep, runErr
+	}
+	if o.Sweep {
+		for ti := range o.Targets {
+			sat, err := o.sweep(ctx, &o.Targets[ti], prompts, bodies[ti], ti, rep)
 			if err != nil {
 				return rep, err
 			}
@@ -225,7 +270,8 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	return rep, nil
 }
 
-func (o *Options) runOne(ctx context.Context, rep *Report, t *Target, cell Cell, prompts []Prompt, bodies [][]byte, ti, ci int) *CellResult {
+// runOne measures one target at one cell in one run (0 for the sweep).
+func (o *Options) runOne(ctx context.Context, rep *Report, t *Target, cell Cell, prompts []Prompt, bodies [][]byte, ti, ci, run int) *CellResult {
 	warm := o.Warmup
 	if warm < 0 {
 		warm = cell.conns(o.NumRequests)
@@ -234,23 +280,34 @@ func (o *Options) runOne(ctx context.Context, rep *Report, t *Target, cell Cell,
 		}
 	}
 	label := fmt.Sprintf("[%s %s]", t.Name, cell)
+	if o.Runs > 1 && run > 0 {
+		label = fmt.Sprintf("[%s %s run %d/%d]", t.Name, cell, run, o.Runs)
+	}
 	pr := startProgress(o.Progress, label, o.NumRequests)
 	plan := &cellPlan{
 		bodies: bodies, prompts: prompts, numRequests: o.NumRequests, duration: o.Duration,
 		warmup: warm, burstiness: o.Burstiness, seed: o.Workload.Seed + uint64(ci)*7919, progress: pr,
 	}
-	run := runCell(ctx, t, cell, plan, &o.Request, "llmgate-bench-"+strconv.Itoa(ti)+"-"+strconv.Itoa(ci)+"-")
-	c := Compute(run, o.Goodput, o.Burstiness)
-	rep.Results = append(rep.Results, c)
-	summary := fmt.Sprintf("| %.1f req/s  %.0f tok/s  TTFT p50 %.1f ms  ITL p50 %.1f ms",
-		c.RequestThroughput, c.OutputThroughput, c.TTFT.P50, c.ITL.P50)
+	idBase := "llmgate-bench-" + strconv.Itoa(ti) + "-" + strconv.Itoa(ci) + "-"
+	if run > 1 {
+		idBase += "r" + strconv.Itoa(run) + "-"
+	}
+	cr := runCell(ctx, t, cell, plan, &o.Request, idBase)
+	c := Compute(cr, o.Goodput, o.Burstiness)
+	if o.Runs > 1 {
+		c.Run = run
+	}
+	summary := fmt.Sprintf("| %.1f req/s  %.0f tok/s  TTFT p50 %.1f ms  p95 %.1f ms  ITL p50 %.1f ms",
+		c.RequestThroughput, c.OutputThroughput, c.TTFT.P50, c.TTFT.P95, c.ITL.P50)
 	if c.Unreliable {
 		summary += "  UNRELIABLE: " + strings.Join(c.UnreliableReasons, "; ")
 	}
 	pr.finish(summary)
 	if o.KeepRequests {
-		for i := range run.Results {
-			rep.Requests = append(rep.Requests, requestRow(run, &run.Results[i]))
+		for i := range cr.Results {
+			row := requestRow(cr, &cr.Results[i])
+			row.Run = c.Run
+			rep.Requests = append(rep.Requests, row)
 		}
 	}
 	return c
@@ -281,7 +338,8 @@ func (o *Options) sweep(ctx context.Context, t *Target, prompts []Prompt, bodies
 		if err := ctx.Err(); err != nil {
 			return sat, err
 		}
-		res := o.runOne(ctx, rep, t, Cell{Concurrency: c}, prompts, bodies, ti, ci)
+		res := o.runOne(ctx, rep, t, Cell{Concurrency: c}, prompts, bodies, ti, ci, 0)
+		rep.Results = append(rep.Results, res)
 		if res.Completed == 0 || res.Failed > res.Completed/10 {
 			if prev != nil {
 				sat.Concurrency, sat.Throughput = prev.Concurrency, prev.OutputThroughput
@@ -306,7 +364,7 @@ func (o *Options) sweep(ctx context.Context, t *Target, prompts []Prompt, bodies
 
 func (o *Options) settings() Settings {
 	s := Settings{
-		Targets: o.Targets, Concurrencies: o.Concurrencies, MaxConcurrency: o.MaxConcurrency,
+		Targets: o.Targets, Runs: max(o.Runs, 1), Concurrencies: o.Concurrencies, MaxConcurrency: o.MaxConcurrency,
 		Burstiness: Rate(o.Burstiness), NumRequests: o.NumRequests, DurationS: o.Duration.Seconds(), Warmup: o.Warmup,
 		Dataset: o.Workload.Dataset, DatasetPath: o.Workload.Path, InputLen: o.Workload.InputLen,
 		OutputLen: o.Workload.OutputLen, RangeRatio: o.Workload.RangeRatio, Seed: o.Workload.Seed,
