@@ -362,11 +362,16 @@ func newBenchCompareCmd() *cobra.Command {
 	var threshold float64
 	cmd := &cobra.Command{
 		Use:   "compare A.json B.json",
-		Short: "Show the change of every metric between two bench JSON reports",
+		Short: "Show the change of every metric between two bench JSON reports, and whether it is significant",
 		Long: `Match the cells of two JSON reports (by target and load; by load alone when
-the target names differ, e.g. direct versus via the gateway) and print A, B and
-the change of each metric, marking changes of at least --threshold percent as
-better or worse (lower latency and higher throughput are better).`,
+the target names differ, e.g. direct versus via the gateway) and print A, B, the
+change of each metric and its p-value. A change is called better or worse only
+when it is significant (p < 0.05) and at least --threshold percent (lower
+latency and higher throughput are better); otherwise it says "no significant
+difference" (or "significant but small"). When both reports have several runs
+(--runs), the runs' figures are compared (Welch's t-test); otherwise each
+figure's 95% interval over its requests is used, and a throughput measured in
+one run is not tested.`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var reps [2]*bench.Report
@@ -385,7 +390,7 @@ better or worse (lower latency and higher throughput are better).`,
 			return bench.WriteComparison(cmd.OutOrStdout(), reps[0], reps[1], threshold)
 		},
 	}
-	cmd.Flags().Float64Var(&threshold, "threshold", 5, "Percent change marked better/worse")
+	cmd.Flags().Float64Var(&threshold, "threshold", 5, "Smallest change, in percent, called better or worse when it is significant")
 	return cmd
 }
 

@@ -54,7 +54,7 @@ func TestBenchCLI_MatrixWritesAllOutputsAndCompareReadsThem(t *testing.T) {
 		t.Error("API key written to the report")
 	}
 	cmp, _, err := runCLI(t, "bench", "compare", filepath.Join(dir, "results.json"), filepath.Join(dir, "results.json"))
-	if err != nil || !strings.Contains(cmp, "mean_ttft_ms") {
+	if err != nil || !strings.Contains(cmp, "TTFT p95 (ms)") || !strings.Contains(cmp, "no significant difference") {
 		t.Errorf("compare: %v\n%s", err, cmp)
 	}
 }

@@ -8,13 +8,16 @@ import (
 	"text/tabwriter"
 )
 
-// compareMetrics lists the metrics `bench compare` shows, with whether a
-// higher value is better.
-var compareMetrics = []struct {
+// compareMetric is one figure `bench compare` shows: its JSON key, whether
+// a higher value is better, and how to read it from a cell.
+type compareMetric struct {
 	Name   string
 	Higher bool
 	Get    func(*CellResult) (float64, bool)
-}{
+}
+
+// compareMetrics lists the metrics `bench compare` shows.
+var compareMetrics = []compareMetric{
 	{"request_throughput", true, func(c *CellResult) (float64, bool) { return c.RequestThroughput, true }},
 	{"output_throughput", true, func(c *CellResult) (float64, bool) { return c.OutputThroughput, true }},
 	{"total_token_throughput", true, func(c *CellResult) (float64, bool) { return c.TotalTokenThroughput, true }},
@@ -28,19 +31,30 @@ var compareMetrics = []struct {
 }
 
 func init() {
-	for _, m := range []string{"ttft", "tpot", "itl", "e2el"} {
-		for _, st := range []string{"mean", "median", "p90", "p99"} {
+	for _, m := range intervalMetrics {
+		for _, st := range intervalStats {
 			m, st := m, st
-			compareMetrics = append(compareMetrics, struct {
-				Name   string
-				Higher bool
-				Get    func(*CellResult) (float64, bool)
-			}{st + "_" + m + "_ms", false, func(c *CellResult) (float64, bool) {
-				return statValue(metricSummary(c, m), st), true
+			compareMetrics = append(compareMetrics, compareMetric{st + "_" + m + "_ms", false, func(c *CellResult) (float64, bool) {
+				// A report read back from JSON has no sample counts; a cell
+				// with a successful request has the metric.
+				s := metricSummary(c, m)
+				return statValue(s, st), s.Count > 0 || c.Completed > 0
 			}})
 		}
 	}
 }
+
+// Significance is the level below which a change is called significant.
+const Significance = 0.05
+
+// Verdicts of a change.
+const (
+	VerdictBetter        = "better"
+	VerdictWorse         = "worse"
+	VerdictNoDifference  = "no significant difference"
+	VerdictBelowThreshold = "significant but small"
+	VerdictNotTested     = "not tested"
+)
 
 // Change is one metric of one matched cell in two reports.
 type Change struct {
@@ -48,14 +62,32 @@ type Change struct {
 	Metric  string
 	A, B    float64
 	Percent float64 // (B − A)/A × 100; NaN when A is 0
-	// Verdict is "better", "worse" or "" when the change is below the
-	// threshold.
+	// P is the two-sided p-value of the difference (Method says how it
+	// was tested); 1 when not tested.
+	P      float64
+	Method string
+	// Verdict is better or worse (significant and at least the threshold),
+	// significant but small, no significant difference, or not tested
+	// (a per-run figure measured once on each side).
 	Verdict string
 }
 
+// Test methods.
+const (
+	MethodRuns     = "runs"     // Welch's t-test over the runs' figures
+	MethodRequests = "requests" // the figures' intervals from their requests
+	MethodCounts   = "counts"   // two-proportion test of failed requests
+)
+
 // Compare matches cells of a and b by target and load and returns the
-// change of every metric. When no target names match (comparing two
-// different endpoints run separately), cells are matched by load alone.
+// change of every metric, each tested for significance: over the runs
+// when both reports have several (Welch's t-test on the runs' figures),
+// else from the per-request 95% intervals each figure carries (the
+// difference against the interval halves that face each other, a normal
+// test), failures as proportions of requests. Throughputs measured in one
+// run on either side have no per-request spread and are not tested. When
+// no target names match (two different endpoints run separately), cells
+// are matched by load alone.
 func Compare(a, b *Report, thresholdPct float64) ([]Change, []string) {
 	key := func(c *CellResult, withTarget bool) string {
 		k := cellLabel(c)
@@ -93,29 +125,32 @@ func Compare(a, b *Report, thresholdPct float64) ([]Change, []string) {
 		if !withTarget {
 			label = ca.Target + " → " + cb.Target + " " + k
 		}
+		runsA, runsB := cellRuns(a, ca), cellRuns(b, cb)
 		for _, m := range compareMetrics {
 			va, okA := m.Get(ca)
 			vb, okB := m.Get(cb)
 			if !okA || !okB {
 				continue
 			}
-			ch := Change{Cell: label, Metric: m.Name, A: va, B: vb, Percent: math.NaN()}
+			ch := Change{Cell: label, Metric: m.Name, A: va, B: vb, Percent: math.NaN(), P: 1}
 			switch {
 			case va != 0:
 				ch.Percent = (vb - va) / math.Abs(va) * 100
 			case vb == 0:
 				ch.Percent = 0
 			}
-			significant := !math.IsNaN(ch.Percent) && math.Abs(ch.Percent) >= thresholdPct
-			if va == 0 && vb != 0 {
-				significant = true
-			}
-			if significant {
-				if (vb > va) == m.Higher {
-					ch.Verdict = "better"
-				} else {
-					ch.Verdict = "worse"
-				}
+			ch.P, ch.Method = testChange(m, ca, cb, runsA, runsB)
+			switch {
+			case ch.Method == "":
+				ch.Verdict = VerdictNotTested
+			case ch.P >= Significance || va == vb:
+				ch.Verdict = VerdictNoDifference
+			case !math.IsNaN(ch.Percent) && math.Abs(ch.Percent) < thresholdPct:
+				ch.Verdict = VerdictBelowThreshold
+			case (vb > va) == m.Higher:
+				ch.Verdict = VerdictBetter
+			default:
+				ch.Verdict = VerdictWorse
 			}
 			out = append(out, ch)
 		}
@@ -126,6 +161,86 @@ func Compare(a, b *Report, thresholdPct float64) ([]Change, []string) {
 		}
 	}
 	return out, unmatched
+}
+
+// cellRuns returns the per-run results of a report's cell (nil for a
+// report of one run).
+func cellRuns(r *Report, c *CellResult) []*CellResult {
+	if len(r.Runs) < 2 {
+		return nil
+	}
+	var out []*CellResult
+	for _, run := range r.Runs {
+		for _, rc := range run.Results {
+			if cellKey(rc) == cellKey(c) {
+				out = append(out, rc)
+			}
+		}
+	}
+	return out
+}
+
+// testChange returns the p-value of a metric's change and how it was
+// found, or "" when it cannot be tested.
+func testChange(m compareMetric, ca, cb *CellResult, runsA, runsB []*CellResult) (float64, string) {
+	if len(runsA) >= 2 && len(runsB) >= 2 {
+		var xa, xb []float64
+		for _, r := range runsA {
+			if v, ok := m.Get(r); ok {
+				xa = append(xa, v)
+			}
+		}
+		for _, r := range runsB {
+			if v, ok := m.Get(r); ok {
+				xb = append(xb, v)
+			}
+		}
+		if p, ok := welch(xa, xb); ok {
+			return p, MethodRuns
+		}
+	}
+	if m.Name == "failed" {
+		return proportionTest(ca.Failed, ca.Failed+ca.Completed, cb.Failed, cb.Failed+cb.Completed), MethodCounts
+	}
+	ia, okA := ca.Intervals[m.Name]
+	ib, okB := cb.Intervals[m.Name]
+	if !okA || !okB {
+		return 1, ""
+	}
+	va, _ := m.Get(ca)
+	vb, _ := m.Get(cb)
+	if p, ok := intervalTest(va, vb, ia, ib); ok {
+		return p, MethodRequests
+	}
+	return 1, ""
+}
+
+// proportionTest is the two-sided two-proportion z-test of fa of na
+// against fb of nb.
+func proportionTest(fa, na, fb, nb int) float64 {
+	if na == 0 || nb == 0 {
+		return 1
+	}
+	pa, pb := float64(fa)/float64(na), float64(fb)/float64(nb)
+	p := float64(fa+fb) / float64(na+nb)
+	se := math.Sqrt(p * (1 - p) * (1/float64(na) + 1/float64(nb)))
+	if se == 0 {
+		return 1
+	}
+	return math.Erfc(math.Abs(pb-pa) / se / math.Sqrt2)
+}
+
+// metricTitle names a compared metric with its unit.
+func metricTitle(name string) string {
+	switch name {
+	case "request_throughput", "request_goodput":
+		return strings.ReplaceAll(name, "_", " ") + " (req/s)"
+	case "output_throughput", "total_token_throughput":
+		return strings.ReplaceAll(name, "_", " ") + " (tok/s)"
+	case "failed":
+		return "failed requests"
+	}
+	return keyLabel(name) + " (ms)"
 }
 
 // WriteComparison prints Compare's result as a table per cell.
@@ -142,13 +257,24 @@ func WriteComparison(w io.Writer, a, b *Report, thresholdPct float64) error {
 				fmt.Fprintln(tw)
 			}
 			cell = c.Cell
-			fmt.Fprintf(tw, "%s\tA\tB\tchange\t\n", c.Cell)
+			fmt.Fprintf(tw, "%s\tA\tB\tchange\tp\tverdict\n", c.Cell)
 		}
 		pct := "n/a"
 		if !math.IsNaN(c.Percent) {
 			pct = fmt.Sprintf("%+.1f%%", c.Percent)
 		}
-		fmt.Fprintf(tw, "  %s\t%.3f\t%.3f\t%s\t%s\n", c.Metric, c.A, c.B, pct, c.Verdict)
+		p := "-"
+		if c.Method != "" {
+			p = fmt.Sprintf("%.3f", c.P)
+			if c.P < 0.001 {
+				p = "<0.001"
+			}
+		}
+		verdict := c.Verdict
+		if c.Method == MethodRuns {
+			verdict += " (runs)"
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\n", metricTitle(c.Metric), fmtFig(c.A), fmtFig(c.B), pct, p, verdict)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -156,6 +282,8 @@ func WriteComparison(w io.Writer, a, b *Report, thresholdPct float64) error {
 	for _, u := range unmatched {
 		fmt.Fprintln(w, u)
 	}
-	fmt.Fprintf(w, "better/worse marks changes of at least %.0f%%; latencies in ms, throughputs per second\n", thresholdPct)
+	fmt.Fprintf(w, "A change is better or worse when it is significant (p < %.2f) and at least %.0f%% (--threshold); "+
+		"p from the runs' figures (Welch's t) when both reports have several runs, else from each figure's 95%% interval "+
+		"over its requests; a throughput measured in one run has no spread: --runs 3 tests it\n", Significance, thresholdPct)
 	return nil
 }

@@ -313,38 +313,3 @@ func tail(s string, n int) string {
 	return s[len(s)-n:]
 }
 
-func TestCompare_ReportsPerMetricChangeWithDirection(t *testing.T) {
-	mk := func(ttft, thr float64) *Report {
-		c := &CellResult{Target: "m", Mode: "concurrency", Concurrency: 4, Completed: 10, OutputThroughput: thr, RequestThroughput: 1}
-		c.TTFT = Summary{Mean: ttft, Median: ttft, P90: ttft, P99: ttft}
-		return &Report{Results: []*CellResult{c}}
-	}
-	changes, unmatched := Compare(mk(100, 1000), mk(80, 900), 5)
-	if len(unmatched) != 0 {
-		t.Fatalf("unmatched %v", unmatched)
-	}
-	got := map[string]Change{}
-	for _, c := range changes {
-		got[c.Metric] = c
-	}
-	if c := got["mean_ttft_ms"]; !near(c.Percent, -20, 1e-9) || c.Verdict != "better" {
-		t.Errorf("ttft change %+v, want -20%% better", c)
-	}
-	if c := got["output_throughput"]; !near(c.Percent, -10, 1e-9) || c.Verdict != "worse" {
-		t.Errorf("throughput change %+v, want -10%% worse", c)
-	}
-	if c := got["request_throughput"]; c.Verdict != "" {
-		t.Errorf("unchanged metric marked %q", c.Verdict)
-	}
-	var out bytes.Buffer
-	if err := WriteComparison(&out, mk(100, 1000), mk(80, 900), 5); err != nil || !strings.Contains(out.String(), "-20.0%") {
-		t.Errorf("comparison output: %v\n%s", err, out.String())
-	}
-	// Different target names (direct vs gateway run separately) still
-	// match by load.
-	b := mk(80, 900)
-	b.Results[0].Target = "via-gateway"
-	if ch, _ := Compare(mk(100, 1000), b, 5); len(ch) == 0 {
-		t.Error("reports with different target names did not match by load")
-	}
-}
