@@ -83,7 +83,18 @@ Targets: --base-url with one or more --model, or --config FILE (YAML or JSON):
       api_key_env: LLMGATE_API_KEY
       model: qwen2.5-7b
       endpoint: chat          # or completions
+      direct: qwen-direct     # the same model without the gateway
 The API key defaults to LLMGATE_API_KEY, then OPENAI_API_KEY.
+
+What the gateway adds: for a gateway target paired with its direct twin
+(direct: in the file, or inferred when one target is an llmgate gateway and
+exactly one other serves a model of the same name), bench prints the added
+TTFT and E2EL at p50 and p95 per cell with 95% intervals (paired by run with
+--runs).
+
+Runs: --runs N repeats the matrix, targets interleaved; each figure is then
+the median of the runs with its min–max and 95% interval, and a cell whose
+runs disagree beyond their own intervals is flagged RUNS DISAGREE.
 
 Exit status: 0 when every cell measured at least one successful request, 1
 otherwise (results are still written).`,

@@ -189,7 +189,7 @@ func triple(s *Summary) string {
 // P50 / P95 / P99 of TTFT, ITL and E2EL; for several runs, the medians over
 // the runs followed by a table of their spread.
 func WriteTable(w io.Writer, r *Report) error {
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	tw := newTable(w)
 	fmt.Fprintln(tw, "target\tload\tok\tfail\treq/s\tout tok/s\tTTFT ms p50 / p95 / p99\tTPOT ms p50\tITL ms p50 / p95 / p99\tE2EL ms p50 / p95 / p99\tcheck\t")
 	for _, c := range r.Results {
 		if c.Completed == 0 {
@@ -214,6 +214,12 @@ func WriteTable(w io.Writer, r *Report) error {
 		if err := writeSpread(w, r); err != nil {
 			return err
 		}
+	}
+	if err := writeAdded(w, r); err != nil {
+		return err
+	}
+	for _, n := range r.PairNotes {
+		fmt.Fprintf(w, "note: %s\n", n)
 	}
 	for _, c := range r.Results {
 		if len(c.Errors) > 0 {
@@ -248,7 +254,7 @@ var spreadKeys = []string{"p50_ttft_ms", "p95_ttft_ms", "p95_e2el_ms", "output_t
 // the main figures.
 func writeSpread(w io.Writer, r *Report) error {
 	fmt.Fprintf(w, "\nspread over the runs: median [min–max] (95%% confidence interval)\n")
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	tw := newTable(w)
 	head := "target\tload\t"
 	for _, k := range spreadKeys {
 		unit := " ms"
@@ -271,6 +277,11 @@ func writeSpread(w io.Writer, r *Report) error {
 		fmt.Fprintln(tw, line)
 	}
 	return tw.Flush()
+}
+
+// newTable returns the right-aligned tab writer of the console tables.
+func newTable(w io.Writer) *tabwriter.Writer {
+	return tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 }
 
 // figure returns a cell's figure by its JSON key.

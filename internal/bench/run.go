@@ -64,7 +64,13 @@ type Report struct {
 	Results []*CellResult `json:"results"`
 	// Runs holds every run of a --runs N matrix (N > 1), each with its own
 	// results, in the order they ran.
-	Runs       []RunResults `json:"runs,omitempty"`
+	Runs []RunResults `json:"runs,omitempty"`
+	// Pairs are the gateway/direct target pairs, and Added what each
+	// gateway added per cell (see PairTargets and gatewayAdded);
+	// PairNotes say why a gateway target has no pair.
+	Pairs      []Pair       `json:"pairs,omitempty"`
+	Added      []Added      `json:"gateway_added,omitempty"`
+	PairNotes  []string     `json:"pair_notes,omitempty"`
 	Saturation []Saturation `json:"saturation,omitempty"`
 	Requests   []RequestRow `json:"-"`
 }
@@ -216,6 +222,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	for ti := range o.Targets {
 		t := &o.Targets[ti]
 		t.detectServer(ctx, probe)
+		t.detectGateway(ctx, probe)
 		bodies[ti] = make([][]byte, len(prompts))
 		for i := range prompts {
 			if bodies[ti][i], err = buildBody(t, &prompts[i], &o.Request, prompts[i].MaxTokens); err != nil {
@@ -251,6 +258,8 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	if len(rep.Runs) > 0 {
 		rep.Results = aggregateRuns(rep.Runs)
+		rep.Pairs, rep.PairNotes = PairTargets(o.Targets)
+		rep.Added = gatewayAdded(rep, rep.Pairs)
 	}
 	if len(rep.Runs) <= 1 {
 		rep.Runs = nil // the one run is the results

@@ -43,6 +43,13 @@ type Target struct {
 	// Server names the serving software (vllm, sglang, llamacpp, ...). When
 	// empty it is read from the model list's owned_by field.
 	Server string `json:"server,omitempty" yaml:"server"`
+	// Direct, on a target that goes through a gateway, names the target
+	// that serves the same model directly: bench then reports what the
+	// gateway adds (see PairTargets, which also infers obvious pairs).
+	Direct string `json:"direct,omitempty" yaml:"direct"`
+	// IsGateway is set when the target is a gateway: it names a Direct
+	// partner, or its server answered as llmgate does.
+	IsGateway bool `json:"gateway,omitempty" yaml:"-"`
 }
 
 // URL returns the full request URL for the target's endpoint.
@@ -227,6 +234,19 @@ func LoadTargets(r io.Reader, getenv func(string) string) ([]Target, error) {
 			return nil, fmt.Errorf("targets[%d]: duplicate name %q; give each target a unique name", i, fc.Targets[i].Name)
 		}
 		seen[fc.Targets[i].Name] = true
+	}
+	for i, t := range fc.Targets {
+		if t.Direct == "" {
+			continue
+		}
+		if t.Direct == t.Name || !seen[t.Direct] {
+			return nil, fmt.Errorf("targets[%d]: direct: %q must name another target of this file (the same model served without the gateway)", i, t.Direct)
+		}
+		for _, d := range fc.Targets {
+			if d.Name == t.Direct && d.Direct != "" {
+				return nil, fmt.Errorf("targets[%d]: direct: %q names a target that itself goes through a gateway (it has direct: %q)", i, t.Direct, d.Direct)
+			}
+		}
 	}
 	return fc.Targets, nil
 }
