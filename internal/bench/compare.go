@@ -49,11 +49,11 @@ const Significance = 0.05
 
 // Verdicts of a change.
 const (
-	VerdictBetter        = "better"
-	VerdictWorse         = "worse"
-	VerdictNoDifference  = "no significant difference"
+	VerdictBetter         = "better"
+	VerdictWorse          = "worse"
+	VerdictNoDifference   = "no significant difference"
 	VerdictBelowThreshold = "significant but small"
-	VerdictNotTested     = "not tested"
+	VerdictNotTested      = "not tested"
 )
 
 // Change is one metric of one matched cell in two reports.

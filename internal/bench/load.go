@@ -78,6 +78,9 @@ type CellRun struct {
 	// bytes arrived) waited to run.
 	SchedLag []time.Duration
 	Proxy    string
+	// WarmupEngineWait is the longest wait for an engine start among the
+	// warm-up requests (discarded with them, but reported).
+	WarmupEngineWait time.Duration
 }
 
 // cellPlan is what a cell runs: prepared bodies and limits.
@@ -122,7 +125,9 @@ func runCell(ctx context.Context, t *Target, cell Cell, plan *cellPlan, reqOpts 
 		if cell.Open() && cell.MaxConcurrency == 0 {
 			par = min(w, par)
 		}
-		closedLoop(ctx, q, plan, w, 0, max(par, 1), "warmup-", nil)
+		for _, r := range closedLoop(ctx, q, plan, w, 0, max(par, 1), "warmup-", nil) {
+			run.WarmupEngineWait = max(run.WarmupEngineWait, r.EngineWait)
+		}
 	}
 
 	plan.progress.begin()

@@ -96,6 +96,11 @@ type CellResult struct {
 	OutputThroughput      float64  `json:"output_throughput"`
 	TotalTokenThroughput  float64  `json:"total_token_throughput"`
 	MaxConcurrentRequests int      `json:"max_concurrent_requests"`
+	// EngineWaits counts successful requests that waited for an engine to
+	// start (see Result.EngineWait): they count as completed and in the
+	// throughput, but not in any latency; EngineWaitMaxS is the longest.
+	EngineWaits    int     `json:"engine_start_waits,omitempty"`
+	EngineWaitMaxS float64 `json:"engine_start_wait_max_s,omitempty"`
 	// ConnRetries counts requests resent on a fresh connection because
 	// the server had closed the pooled one before answering (llama.cpp's
 	// server does after every stream); they are not failures.
@@ -309,6 +314,12 @@ func Compute(run *CellRun, goodput Goodput, burstiness float64) *CellResult {
 		c.TotalOutputTokens += r.OutputTokens
 		c.InputTokensEstimated = c.InputTokensEstimated || r.InputEstimated
 		c.OutputTokensEstimated = c.OutputTokensEstimated || r.OutputEstimated
+		if r.EngineWait > 0 {
+			// It measured an engine's start, not the server.
+			c.EngineWaits++
+			c.EngineWaitMaxS = math.Max(c.EngineWaitMaxS, round3(r.EngineWait.Seconds()))
+			continue
+		}
 		ttft, e2el := ms(r.TTFT), ms(r.E2EL)
 		ttfts = append(ttfts, ttft)
 		e2els = append(e2els, e2el)

@@ -221,6 +221,7 @@ func WriteTable(w io.Writer, r *Report) error {
 	for _, n := range r.PairNotes {
 		fmt.Fprintf(w, "note: %s\n", n)
 	}
+	writeEngineStarts(w, r)
 	for _, c := range r.Results {
 		if len(c.Errors) > 0 {
 			fmt.Fprintf(w, "errors %s %s: %s\n", c.Target, cellLabel(c), formatErrors(c.Errors))

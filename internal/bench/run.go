@@ -68,11 +68,14 @@ type Report struct {
 	// Pairs are the gateway/direct target pairs, and Added what each
 	// gateway added per cell (see PairTargets and gatewayAdded);
 	// PairNotes say why a gateway target has no pair.
-	Pairs      []Pair       `json:"pairs,omitempty"`
-	Added      []Added      `json:"gateway_added,omitempty"`
-	PairNotes  []string     `json:"pair_notes,omitempty"`
-	Saturation []Saturation `json:"saturation,omitempty"`
-	Requests   []RequestRow `json:"-"`
+	Pairs     []Pair   `json:"pairs,omitempty"`
+	Added     []Added  `json:"gateway_added,omitempty"`
+	PairNotes []string `json:"pair_notes,omitempty"`
+	// EngineStarts are the engine starts bench waited for, kept out of
+	// every latency figure.
+	EngineStarts []EngineStart `json:"engine_starts,omitempty"`
+	Saturation   []Saturation  `json:"saturation,omitempty"`
+	Requests     []RequestRow  `json:"-"`
 }
 
 // Settings records the run's parameters in the JSON report.
@@ -231,6 +234,12 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		}
 	}
 	rep.Settings.Targets = o.Targets
+	for ti := range o.Targets {
+		if err := ctx.Err(); err != nil {
+			return rep, err
+		}
+		rep.EngineStarts = append(rep.EngineStarts, o.waitReady(ctx, &o.Targets[ti], probe, ti)...)
+	}
 	var cells []Cell
 	for _, c := range o.Concurrencies {
 		cells = append(cells, Cell{Concurrency: c})
@@ -305,6 +314,18 @@ func (o *Options) runOne(ctx context.Context, rep *Report, t *Target, cell Cell,
 	c := Compute(cr, o.Goodput, o.Burstiness)
 	if o.Runs > 1 {
 		c.Run = run
+	}
+	where := cell.String()
+	if o.Runs > 1 && run > 0 {
+		where += fmt.Sprintf(" run %d", run)
+	}
+	if cr.WarmupEngineWait > 0 {
+		rep.EngineStarts = append(rep.EngineStarts, EngineStart{Target: t.Name, Seconds: round3(cr.WarmupEngineWait.Seconds()),
+			Source: EngineStartGateway, When: "in the warm-up of " + where})
+	}
+	if c.EngineWaits > 0 {
+		rep.EngineStarts = append(rep.EngineStarts, EngineStart{Target: t.Name, Seconds: c.EngineWaitMaxS,
+			Source: EngineStartGateway, When: "in " + where, Requests: c.EngineWaits})
 	}
 	summary := fmt.Sprintf("| %.1f req/s  %.0f tok/s  TTFT p50 %.1f ms  p95 %.1f ms  ITL p50 %.1f ms",
 		c.RequestThroughput, c.OutputThroughput, c.TTFT.P50, c.TTFT.P95, c.ITL.P50)

@@ -57,7 +57,7 @@ func aggregateRuns(runs []RunResults) []*CellResult {
 func aggregateCell(rs []*CellResult) *CellResult {
 	a := *rs[0]
 	a.Run, a.Runs = 0, len(rs)
-	a.Completed, a.Failed, a.TotalInputTokens, a.TotalOutputTokens, a.ConnRetries = 0, 0, 0, 0, 0
+	a.Completed, a.Failed, a.TotalInputTokens, a.TotalOutputTokens, a.ConnRetries, a.EngineWaits = 0, 0, 0, 0, 0, 0
 	a.Duration, a.Errors, a.ErrorSamples = 0, map[string]int{}, nil
 	a.UnreliableReasons, a.Unreliable = nil, false
 	a.Intervals = map[string]Interval{}
@@ -69,6 +69,8 @@ func aggregateCell(rs []*CellResult) *CellResult {
 		a.TotalInputTokens += r.TotalInputTokens
 		a.TotalOutputTokens += r.TotalOutputTokens
 		a.ConnRetries += r.ConnRetries
+		a.EngineWaits += r.EngineWaits
+		a.EngineWaitMaxS = math.Max(a.EngineWaitMaxS, r.EngineWaitMaxS)
 		a.Duration += r.Duration
 		for k, n := range r.Errors {
 			a.Errors[k] += n

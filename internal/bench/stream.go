@@ -54,6 +54,11 @@ type Result struct {
 	OutputTokens    int  `json:"output_tokens"`
 	InputEstimated  bool `json:"input_tokens_estimated,omitempty"`
 	OutputEstimated bool `json:"output_tokens_estimated,omitempty"`
+	// EngineWait is set when the request waited for an engine to start
+	// (the gateway's waiting comments came before any data): the time
+	// until the first data after them. Such a request measures the start,
+	// not the server, and is kept out of the latency figures.
+	EngineWait time.Duration `json:"-"`
 	// ConnRetries counts resends on a fresh connection: the reused one
 	// turned out to be closed by the server before it answered anything.
 	ConnRetries int `json:"conn_retries,omitempty"`
@@ -200,6 +205,7 @@ func readStream(ctx context.Context, body io.Reader, res *Result) {
 		done      bool
 		finished  bool
 		usageSeen bool
+		waiting   bool
 		parser    fastjson.Parser
 	)
 	handle := func() bool {
@@ -288,7 +294,15 @@ func readStream(ctx context.Context, body io.Reader, res *Result) {
 		}
 		switch {
 		case line[0] == ':':
+			// llmgate says ": waiting for engine NAME (Ns)" while a local
+			// engine starts for this request.
+			if len(res.Chunks) == 0 && bytes.Contains(line, engineWaitComment) {
+				waiting = true
+			}
 		case bytes.HasPrefix(line, []byte("data:")):
+			if waiting && res.EngineWait == 0 {
+				res.EngineWait = stamp.Sub(res.Origin)
+			}
 			v := line[5:]
 			if len(v) > 0 && v[0] == ' ' {
 				v = v[1:]
@@ -323,6 +337,10 @@ func readStream(ctx context.Context, body io.Reader, res *Result) {
 		res.ChunkTokens = nil
 	}
 }
+
+// engineWaitComment is what llmgate's SSE keep-alive comments say while a
+// request waits for a local engine to start.
+var engineWaitComment = []byte("waiting for engine")
 
 // lineReader splits a body into lines with no per-line allocation and
 // remembers when the bytes of each line arrived.
