@@ -16,8 +16,33 @@ import (
 )
 
 // demoModels are simulated in demo mode, each as its own engine, as if each
-// ran on its own GPU server.
-var demoModels = []string{"qwen2.5-7b-instruct", "qwen2.5-32b-instruct", "qwen3-32b"}
+// ran on its own GPU server. Prices are USD per million tokens, from hosted
+// providers' list prices for these models (Together AI's Qwen2.5 Turbo
+// endpoints, Groq's Qwen3 32B), so that usage shows cost and budgets move.
+var demoModels = []demoModel{
+	{Name: "qwen2.5-7b-instruct", InputPrice: 0.30, OutputPrice: 0.30},
+	{Name: "qwen2.5-32b-instruct", InputPrice: 0.80, OutputPrice: 0.80},
+	{Name: "qwen3-32b", InputPrice: 0.29, OutputPrice: 0.59},
+}
+
+// demoModel is one model of the demo and its price.
+type demoModel struct {
+	Name                    string
+	InputPrice, OutputPrice float64
+}
+
+// demoModelNames lists the demo's model names.
+func demoModelNames() []string {
+	var out []string
+	for _, m := range demoModels {
+		out = append(out, m.Name)
+	}
+	return out
+}
+
+// demoTargetsFile is the bench targets file the demo writes in its data
+// directory: each model direct and through the gateway.
+const demoTargetsFile = "bench-targets.yaml"
 
 // demo is a running demo: simulated engines behind a gateway with a fresh
 // database, a demo key and a master key.
@@ -28,6 +53,10 @@ type demo struct {
 	dir    string // data directory
 	temp   bool   // dir is removed at close
 	stops  []func()
+	// engines are the simulated engines' base URLs, in demoModels order.
+	engines []string
+	// targets is the bench targets file written for this demo.
+	targets string
 }
 
 // runDemo starts the demo, prints how to use it and serves until ctx ends.
@@ -78,7 +107,8 @@ func startDemo(ctx context.Context, f serveFlags, log *slog.Logger) (d *demo, er
 		script = sc
 		log.Info("demo chat answers are scripted", "script", f.simScript, "turns", len(sc.Turns()), "unmatched", sc.OnUnmatched())
 	}
-	for _, name := range demoModels {
+	for _, dm := range demoModels {
+		name := dm.Name
 		mc, _ := sim.PresetFor(name)
 		addr, stop, err := sim.Listen(ctx, "127.0.0.1:0", sim.Config{Models: []sim.ModelConfig{mc}, Script: script})
 		if err != nil {
@@ -86,8 +116,9 @@ func startDemo(ctx context.Context, f serveFlags, log *slog.Logger) (d *demo, er
 		}
 		d.stops = append(d.stops, stop)
 		backend := "sim-" + name
+		d.engines = append(d.engines, "http://"+addr+"/v1")
 		cfg.Backends[backend] = &config.Backend{URL: "http://" + addr + "/v1"}
-		m := &config.Model{Backend: backend}
+		m := &config.Model{Backend: backend, InputPrice: dm.InputPrice, OutputPrice: dm.OutputPrice}
 		if mc.Reasoning { // a client's thinking request reaches it as Qwen3 takes it
 			m.Reasoning = &config.Reasoning{Preset: "qwen3"}
 		}
@@ -114,11 +145,40 @@ func startDemo(ctx context.Context, f serveFlags, log *slog.Logger) (d *demo, er
 	if err == nil {
 		err = d.g.Verifier.Reload(ctx)
 	}
+	if err == nil {
+		err = d.writeTargets()
+	}
 	if err != nil {
 		d.g.Close(context.Background())
 		return nil, err
 	}
 	return d, nil
+}
+
+// writeTargets writes the bench targets file: every model straight at its
+// simulated engine and through the gateway, paired, so that bench shows
+// what the gateway adds.
+func (d *demo) writeTargets() error {
+	var b strings.Builder
+	b.WriteString("# llmgate bench targets for this demo: each model straight at its simulated\n" +
+		"# engine and through the gateway (direct: pairs them, so bench prints what the\n" +
+		"# gateway adds). Written by llmgate serve --demo.\ntargets:\n")
+	for i, m := range demoModels {
+		fmt.Fprintf(&b, "  - name: %s-direct\n    base_url: %s\n    model: %s\n", m.Name, d.engines[i], m.Name)
+		fmt.Fprintf(&b, "  - name: %s-gateway\n    base_url: %s\n    api_key: %s\n    model: %s\n    direct: %s-direct\n",
+			m.Name, d.g.URL(), d.key, m.Name, m.Name)
+	}
+	d.targets = filepath.Join(d.dir, demoTargetsFile)
+	return os.WriteFile(d.targets, []byte(b.String()), 0o600)
+}
+
+// engineLines lists each simulated engine's base URL and the model's price.
+func (d *demo) engineLines() string {
+	var b strings.Builder
+	for i, m := range demoModels {
+		fmt.Fprintf(&b, "    %-22s %s   ($%.2f in, $%.2f out per 1M tokens)\n", m.Name, d.engines[i], m.InputPrice, m.OutputPrice)
+	}
+	return b.String()
 }
 
 // stopEngines stops the simulated engines.
@@ -160,6 +220,9 @@ func printDemo(w io.Writer, d *demo, self string) {
     Models      %[5]s
     Data        %[6]s
 
+  Simulated engines (to benchmark them directly; no key):
+
+%[9]s
   Try it:
 
     curl %[1]s/chat/completions \
@@ -186,11 +249,11 @@ func printDemo(w io.Writer, d *demo, self string) {
     # Usage so far
     %[8]s usage --url %[2]s --master-key %[4]s
 
-    # Benchmark all three models at concurrency 1, 4, 8 and 16
-    %[8]s bench --base-url %[1]s --api-key %[3]s \
-      --model qwen2.5-7b-instruct --model qwen2.5-32b-instruct --model qwen3-32b \
-      --concurrency 1,4,8,16 --num-requests 64
-`, base, root, d.key, d.master, strings.Join(demoModels, ", "), where, terminal, self)
+    # Benchmark the three models, direct and through the gateway, 3 runs:
+    # P50/P95/P99 per cell and what the gateway adds (targets: %[10]s)
+    %[8]s bench --config %[10]s \
+      --concurrency 1,4,8,16 --runs 3 --num-requests 32 --out bench-demo
+`, base, root, d.key, d.master, strings.Join(demoModelNames(), ", "), where, terminal, self, d.engineLines(), shellQuote(d.targets))
 	if !d.temp {
 		fmt.Fprintf(w, `
     # After the demo stops, its usage stays in its database

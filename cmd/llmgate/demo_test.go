@@ -2,12 +2,14 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"llmgate/internal/config"
 )
@@ -58,6 +60,17 @@ func TestDemoBanner_EveryPrintedCommandWorksAsPrinted(t *testing.T) {
 		t.Fatalf("curl example: %d %s", status, body)
 	}
 
+	// Each simulated engine's base URL, as printed, answers directly.
+	engines := regexp.MustCompile(`(?m)^ +(\S+) +(http://127\.0\.0\.1:\d+/v1) +\(\$`).FindAllStringSubmatch(text, -1)
+	if len(engines) != len(demoModels) {
+		t.Fatalf("the banner lists %d engine base URLs, want %d:\n%s", len(engines), len(demoModels), text)
+	}
+	for _, e := range engines {
+		if status, body := chatModel(t, e[2], "", e[1]); status != http.StatusOK {
+			t.Errorf("engine %s at %s: %d %s", e[1], e[2], status, body)
+		}
+	}
+
 	seen := map[string]bool{}
 	for _, args := range bannerCommands(t, text, self) {
 		name := args[0]
@@ -89,13 +102,21 @@ func TestDemoBanner_EveryPrintedCommandWorksAsPrinted(t *testing.T) {
 			seen["usage --database"] = true
 		case name == "bench":
 			// As printed, with a load small enough for a test: the printed
-			// flags (URL, key, models, concurrency) stay; flags it does not
-			// set are added.
+			// flags (targets file, runs) stay; flags it does not set are
+			// added, and the results go to a temporary directory.
 			args = append(args, "--output-len", "4", "--input-len", "8", "--warmup", "0", "--quiet")
 			replaceFlagValue(args, "--concurrency", "1")
-			replaceFlagValue(args, "--num-requests", "1")
-			if _, stderr, err := runCLI(t, args...); err != nil {
+			replaceFlagValue(args, "--num-requests", "2")
+			replaceFlagValue(args, "--out", t.TempDir())
+			stdout, stderr, err := runCLI(t, args...)
+			if err != nil {
 				t.Fatalf("%s %s: %v\n%s", self, strings.Join(args, " "), err, stderr)
+			}
+			// Every model direct and through the gateway, paired.
+			for _, m := range demoModelNames() {
+				if !regexp.MustCompile(`(?m)^ +` + regexp.QuoteMeta(m) + `-gateway +` + regexp.QuoteMeta(m) + `-direct +c=1 `).MatchString(stdout) {
+					t.Errorf("the banner's bench does not show what the gateway adds to %s:\n%s", m, stdout)
+				}
 			}
 			seen["bench"] = true
 		default:
@@ -167,5 +188,46 @@ func TestInvocation_MatchesHowTheUserStartedLLMGate(t *testing.T) {
 	}
 	if got := invocation(exe, root, noPath); got != want {
 		t.Errorf("not on PATH: %q, want %q", got, want)
+	}
+}
+
+func TestDemo_ModelsCarryPricesSoUsageShowsCost(t *testing.T) {
+	cleanCLIEnv(t)
+	d := startTestDemo(t)
+	for _, m := range demoModels {
+		if m.InputPrice <= 0 || m.OutputPrice <= 0 {
+			t.Errorf("demo model %s has no price", m.Name)
+		}
+		if status, body := chatModel(t, d.g.URL(), d.key, m.Name); status != http.StatusOK {
+			t.Fatalf("%s: %d %s", m.Name, status, body)
+		}
+	}
+	root := strings.TrimSuffix(d.g.URL(), "/v1")
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		stdout, stderr, err := runCLI(t, "usage", "--url", root, "--master-key", d.master, "--by", "model", "--format", "json")
+		if err != nil {
+			t.Fatalf("usage: %v\n%s", err, stderr)
+		}
+		var rows []struct {
+			Model   string  `json:"model"`
+			CostUSD float64 `json:"cost_usd"`
+		}
+		if err := json.Unmarshal([]byte(stdout), &rows); err != nil {
+			t.Fatalf("usage json: %v\n%s", err, stdout)
+		}
+		priced := 0
+		for _, r := range rows {
+			if r.CostUSD > 0 {
+				priced++
+			}
+		}
+		if priced == len(demoModels) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after a request to each demo model, usage shows cost for %d of %d: %s", priced, len(demoModels), stdout)
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 }

@@ -56,9 +56,17 @@ func (d *testDemo) stop() {
 // chat sends one chat completion with key and returns the status and body.
 func chat(t *testing.T, baseURL, key string) (int, string) {
 	t.Helper()
+	return chatModel(t, baseURL, key, "qwen2.5-7b-instruct")
+}
+
+// chatModel sends one chat completion for model ("" key: none).
+func chatModel(t *testing.T, baseURL, key, model string) (int, string) {
+	t.Helper()
 	req, _ := http.NewRequest(http.MethodPost, strings.TrimRight(baseURL, "/")+"/chat/completions",
-		strings.NewReader(`{"model":"qwen2.5-7b-instruct","max_tokens":4,"messages":[{"role":"user","content":"Hello!"}]}`))
-	req.Header.Set("Authorization", "Bearer "+key)
+		strings.NewReader(`{"model":"`+model+`","max_tokens":4,"messages":[{"role":"user","content":"Hello!"}]}`))
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
