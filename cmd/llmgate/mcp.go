@@ -36,7 +36,7 @@ MCP clients start this command themselves. Configure it with the environment
 (flags win): LLMGATE_BASE_URL (default http://127.0.0.1:4000, with or without /v1),
 LLMGATE_API_KEY, LLMGATE_MODEL (default model for chat), LLMGATE_TIMEOUT.
 Logs go to stderr; stdout carries the protocol only.`,
-		Example: `  # Cline's cline_mcp_settings.json ("llmgate connect cline" writes it); timeout is
+		Example: `  # Cline's cline_mcp_settings.json ("llmgate connect cline-mcp" writes it); timeout is
   # Cline's per-call limit in seconds (default 60), kept above --timeout
   {"mcpServers":{"llmgate":{"command":"llmgate","args":["mcp"],
     "env":{"LLMGATE_BASE_URL":"http://127.0.0.1:4000/v1","LLMGATE_API_KEY":"sk-lg-...","LLMGATE_MODEL":"qwen3-8b"},

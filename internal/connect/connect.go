@@ -1,6 +1,7 @@
 // Package connect writes client configuration that points coding tools at an
-// llmgate gateway: Claude Code's settings.json, Codex's config.toml, Cline's
-// MCP settings and opencode's opencode.json, each in the tool's current
+// llmgate gateway: Claude Code's settings.json, Codex's config.toml, the
+// Cline CLI's providers.json (and the Cline extension's MCP settings) and
+// opencode's opencode.json, each in the tool's current
 // format. It merges into the existing file (unrelated settings are kept),
 // backs the old file up before changing it, and changes nothing when the file
 // already says what it should, so running it twice is harmless.
@@ -11,8 +12,9 @@
 // context_length; Options.ContextLength overrides it for the chosen model),
 // opencode gets limit.context and limit.output per model, Claude Code
 // CLAUDE_CODE_MAX_OUTPUT_TOKENS and CLAUDE_CODE_AUTO_COMPACT_WINDOW, and Codex
-// model_context_window; the output limit is OutputLimit's rule. Cline gets an
-// absolute command path when one is known and a request timeout. Every
+// model_context_window, Cline contextWindow and maxTokens; the output limit
+// is OutputLimit's rule. Cline's MCP entry gets an absolute command path
+// when one is known and a request timeout. Every
 // Change lists what was assumed, so the user can check it.
 package connect
 
@@ -38,13 +40,14 @@ type Target string
 const (
 	ClaudeCode Target = "claude-code"
 	Codex      Target = "codex"
-	Cline      Target = "cline"
+	Cline      Target = "cline"     // the Cline CLI's provider
+	ClineMCP   Target = "cline-mcp" // an MCP server entry for the Cline extension
 	OpenCode   Target = "opencode"
 	Env        Target = "env"
 )
 
 // Targets lists every target in the order help text shows them.
-var Targets = []Target{ClaudeCode, Codex, Cline, OpenCode, Env}
+var Targets = []Target{ClaudeCode, Codex, Cline, ClineMCP, OpenCode, Env}
 
 // DefaultBaseURL is the gateway's default listen address.
 const DefaultBaseURL = "http://127.0.0.1:4000"
@@ -196,6 +199,21 @@ func (o *Options) path(t Target) (string, error) {
 		}
 		return filepath.Join(o.HomeDir, ".codex", "config.toml"), nil
 	case Cline:
+		// The Cline CLI's own lookup: CLINE_PROVIDER_SETTINGS_PATH, else
+		// $CLINE_DATA_DIR/settings, else $CLINE_DIR (~/.cline)/data/settings.
+		if p := strings.TrimSpace(env("CLINE_PROVIDER_SETTINGS_PATH")); p != "" {
+			return p, nil
+		}
+		data := strings.TrimSpace(env("CLINE_DATA_DIR"))
+		if data == "" {
+			dir := strings.TrimSpace(env("CLINE_DIR"))
+			if dir == "" {
+				dir = filepath.Join(o.HomeDir, ".cline")
+			}
+			data = filepath.Join(dir, "data")
+		}
+		return filepath.Join(data, "settings", "providers.json"), nil
+	case ClineMCP:
 		const rel = "Code/User/globalStorage/saoudrizwan.claude-dev/settings/cline_mcp_settings.json"
 		switch o.GOOS {
 		case "darwin":
@@ -254,9 +272,11 @@ func Plan(t Target, o Options) (*Change, error) {
 	case Codex:
 		c.After, c.Notes, err = codex(before, ep, sizes)
 	case Cline:
+		c.After, c.Notes, err = clineCLI(before, ep, sizes, o.Now())
+	case ClineMCP:
 		command, why := o.resolveCommand()
 		sizes.assumed = []string{why}
-		c.After, c.Notes, err = cline(before, ep, command, sizes)
+		c.After, c.Notes, err = clineMCP(before, ep, command, sizes)
 	case OpenCode:
 		c.After, c.Notes, err = opencode(before, ep, sizes)
 	}

@@ -35,7 +35,7 @@ func testOpts(t *testing.T) Options {
 var fileTargets = []struct {
 	target Target
 	ext    string
-}{{ClaudeCode, "json"}, {Codex, "toml"}, {Cline, "json"}, {OpenCode, "json"}}
+}{{ClaudeCode, "json"}, {Codex, "toml"}, {Cline, "json"}, {ClineMCP, "json"}, {OpenCode, "json"}}
 
 // install copies testdata/<target>/existing.<ext> to where the target writes.
 func install(t *testing.T, target Target, ext string, o Options) string {
@@ -191,7 +191,7 @@ func TestApply_NewFileIsPrivateAndHasNoBackup(t *testing.T) {
 	if c.Backup != "" || len(backups(t, c.Path)) != 0 {
 		t.Error("backup made for a file that did not exist")
 	}
-	if !strings.Contains(c.Path, filepath.FromSlash(".config/Code/User/globalStorage/saoudrizwan.claude-dev/settings/cline_mcp_settings.json")) {
+	if c.Path != filepath.Join(o.HomeDir, ".cline", "data", "settings", "providers.json") {
 		t.Errorf("path %s", c.Path)
 	}
 }
@@ -264,7 +264,26 @@ func TestApply_KeepsUnrelatedSettings(t *testing.T) {
 		t.Error("codex config.toml holds the key; it must reference env_key")
 	}
 
-	cl := decodeJSON(t, plan(Cline, "json"))
+	// The Cline CLI: the provider set, made the one in use; the other
+	// provider and the provider's own extra settings kept.
+	cp := decodeJSON(t, plan(Cline, "json"))
+	for path, want := range map[string]any{
+		"version": float64(1), "lastUsedProvider": "openai-compatible",
+		"providers/anthropic/settings/apiKey": "sk-ant-kept", "providers/anthropic/updatedAt": "2026-11-01T10:00:00.000Z",
+		"providers/openai-compatible/settings/provider":       "openai-compatible",
+		"providers/openai-compatible/settings/baseUrl":        "http://127.0.0.1:4000/v1",
+		"providers/openai-compatible/settings/apiKey":         testKey,
+		"providers/openai-compatible/settings/model":          "qwen2.5-7b-instruct",
+		"providers/openai-compatible/settings/headers/X-Team": "ml",
+		"providers/openai-compatible/updatedAt":               "2026-11-30T03:04:05.000Z",
+		"providers/openai-compatible/tokenSource":             "manual",
+	} {
+		if got := dig(cp, strings.Split(path, "/")...); got != want {
+			t.Errorf("cline %s = %v, want %v", path, got, want)
+		}
+	}
+
+	cl := decodeJSON(t, plan(ClineMCP, "json"))
 	if dig(cl, "mcpServers", "github", "command") != "npx" {
 		t.Error("cline lost the github server")
 	}
@@ -352,15 +371,29 @@ func TestPaths_FollowToolConventions(t *testing.T) {
 	o.LookupEnv = func(k string) (string, bool) { v, ok := env[k]; return v, ok }
 	o.GOOS = "windows"
 	env["APPDATA"] = "/users/me/AppData/Roaming"
-	if got, _ := DefaultPath(Cline, o); got != filepath.FromSlash("/users/me/AppData/Roaming/Code/User/globalStorage/saoudrizwan.claude-dev/settings/cline_mcp_settings.json") {
-		t.Errorf("windows cline path %s", got)
+	if got, _ := DefaultPath(ClineMCP, o); got != filepath.FromSlash("/users/me/AppData/Roaming/Code/User/globalStorage/saoudrizwan.claude-dev/settings/cline_mcp_settings.json") {
+		t.Errorf("windows cline-mcp path %s", got)
+	}
+	// The Cline CLI looks where its own code does, on every system.
+	for _, c := range []struct{ env, value, want string }{
+		{"", "", filepath.Join(o.HomeDir, ".cline/data/settings/providers.json")},
+		{"CLINE_DIR", "/srv/cline", "/srv/cline/data/settings/providers.json"},
+		{"CLINE_DATA_DIR", "/srv/cline-data", "/srv/cline-data/settings/providers.json"},
+		{"CLINE_PROVIDER_SETTINGS_PATH", "/etc/cline/p.json", "/etc/cline/p.json"},
+	} {
+		if c.env != "" {
+			env[c.env] = c.value
+		}
+		if got, _ := DefaultPath(Cline, o); got != filepath.FromSlash(c.want) {
+			t.Errorf("cline with %s=%s: %s, want %s", c.env, c.value, got, c.want)
+		}
 	}
 	o.GOOS = "darwin"
 	for target, want := range map[Target]string{
 		Codex:      "/srv/codex/config.toml",
 		OpenCode:   "/srv/xdg/opencode/opencode.json",
 		ClaudeCode: filepath.Join(o.HomeDir, ".claude/settings.json"),
-		Cline:      filepath.Join(o.HomeDir, "Library/Application Support/Code/User/globalStorage/saoudrizwan.claude-dev/settings/cline_mcp_settings.json"),
+		ClineMCP:   filepath.Join(o.HomeDir, "Library/Application Support/Code/User/globalStorage/saoudrizwan.claude-dev/settings/cline_mcp_settings.json"),
 	} {
 		if got, _ := DefaultPath(target, o); got != filepath.FromSlash(want) {
 			t.Errorf("%s: %s, want %s", target, got, want)

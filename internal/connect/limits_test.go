@@ -201,7 +201,7 @@ func TestPlan_ContextLengthFlagAndUnreadableGatewayAreReported(t *testing.T) {
 	}
 }
 
-func TestPlan_ClineCommandIsAnAbsolutePathWhenOneIsKnown(t *testing.T) {
+func TestPlan_ClineMCPCommandIsAnAbsolutePathWhenOneIsKnown(t *testing.T) {
 	tmpBuild := filepath.Join(os.TempDir(), "go-build1234", "b001", "exe", "llmgate")
 	for _, c := range []struct {
 		name       string
@@ -226,7 +226,7 @@ func TestPlan_ClineCommandIsAnAbsolutePathWhenOneIsKnown(t *testing.T) {
 				}
 				return c.onPath, nil
 			}
-			ch, err := Plan(Cline, o)
+			ch, err := Plan(ClineMCP, o)
 			if err != nil {
 				t.Fatal(err)
 			}

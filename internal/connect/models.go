@@ -45,6 +45,22 @@ func (c *Catalog) Lookup(id string) (ModelInfo, bool) {
 	return ModelInfo{}, false
 }
 
+// StatusError is the gateway's answer to the model list other than 200.
+type StatusError struct {
+	URL     string
+	Status  int
+	Message string
+}
+
+func (e *StatusError) Error() string {
+	return fmt.Sprintf("GET %s: %d %s: %s", e.URL, e.Status, http.StatusText(e.Status), e.Message)
+}
+
+// Refused reports whether the gateway refused the key (401 or 403).
+func (e *StatusError) Refused() bool {
+	return e.Status == http.StatusUnauthorized || e.Status == http.StatusForbidden
+}
+
 // contextFields are the model-entry fields that give a context length, in
 // the order they are trusted: vLLM's max_model_len, the context_window some
 // gateways (and llmgate's config) use, and OpenRouter's context_length.
@@ -84,7 +100,7 @@ func fetchModels(ctx context.Context, ep endpoint, client *http.Client) (*Catalo
 		return nil, fmt.Errorf("GET %s: %w", url, err)
 	}
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("GET %s: %s: %s", url, resp.Status, truncate(string(body), 200))
+		return nil, &StatusError{URL: url, Status: resp.StatusCode, Message: truncate(string(body), 200)}
 	}
 	var list struct {
 		Data []map[string]json.RawMessage `json:"data"`

@@ -3,6 +3,7 @@ package connect
 import (
 	"encoding/json"
 	"strconv"
+	"time"
 )
 
 const noKeyNote = "no key given: pass --api-key or set " + KeyEnv + " (llmgate keys create issues one)"
@@ -95,11 +96,94 @@ func codex(before []byte, ep endpoint, z *sizes) ([]byte, []string, error) {
 // through an llmgate tool (a queue, a model load, a long answer).
 const ClineTimeout = 300
 
-// cline adds an mcpServers entry that starts `llmgate mcp`, which exposes
+// ClineProvider is the Cline CLI's provider for OpenAI-compatible APIs.
+const ClineProvider = "openai-compatible"
+
+// clineCLI configures the Cline CLI's OpenAI-compatible provider in its
+// providers.json (the file `cline auth -p openai-compatible` writes:
+// version 1, lastUsedProvider, and providers.<id>.settings with provider,
+// apiKey, model and baseUrl, updatedAt, tokenSource) and makes it the
+// provider cline uses. Other providers and settings are kept; updatedAt
+// changes only when the settings do. With a known context length it sets
+// contextWindow (Cline assumes 128k for this provider) and maxTokens.
+func clineCLI(before []byte, ep endpoint, z *sizes, now time.Time) ([]byte, []string, error) {
+	doc, err := parseObject(before)
+	if err != nil {
+		return nil, nil, err
+	}
+	var notes []string
+	if err := doc.setDefault("version", 1); err != nil {
+		return nil, nil, err
+	}
+	err = doc.child("providers", func(ps *object) error {
+		return ps.child(ClineProvider, func(p *object) error {
+			old, _ := p.get("settings")
+			err := p.child("settings", func(st *object) error {
+				if err := st.set("provider", ClineProvider); err != nil {
+					return err
+				}
+				if err := st.set("baseUrl", ep.openai); err != nil {
+					return err
+				}
+				if ep.key != "" {
+					if err := st.set("apiKey", ep.key); err != nil {
+						return err
+					}
+				} else if _, ok := st.get("apiKey"); !ok {
+					notes = append(notes, noKeyNote)
+				}
+				if ep.model == "" {
+					notes = append(notes, "no --model given: rerun with --model, or start cline with -m MODEL")
+					return nil
+				}
+				if err := st.set("model", ep.model); err != nil {
+					return err
+				}
+				m := z.chosen
+				if m.ContextLength <= 0 {
+					z.note("%s; Cline will assume a 128k context", z.contextOf(m))
+					return nil
+				}
+				z.note("%s", z.contextOf(m))
+				if err := st.set("contextWindow", m.ContextLength); err != nil {
+					return err
+				}
+				if kept, ok := keptLimit(st, "maxTokens", m.ContextLength); ok {
+					z.note("maxTokens %d (kept from the file)", kept)
+					return nil
+				}
+				out := OutputLimit(m)
+				z.note("maxTokens %s", outputRule(m, out))
+				return st.set("maxTokens", out)
+			})
+			if err != nil {
+				return err
+			}
+			if cur, _ := p.get("settings"); !sameJSON(old, cur) {
+				if err := p.set("updatedAt", now.UTC().Format("2006-01-02T15:04:05.000Z")); err != nil {
+					return err
+				}
+				return p.set("tokenSource", "manual")
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := doc.set("lastUsedProvider", ClineProvider); err != nil {
+		return nil, nil, err
+	}
+	out, err := doc.render()
+	notes = append(notes, "cline now uses the gateway: run cline \"...\" (cline auth shows the provider)")
+	return out, notes, err
+}
+
+// clineMCP adds an mcpServers entry that starts `llmgate mcp`, which exposes
 // the gateway's models as MCP tools. Settings of the entry the user chose
 // (disabled, autoApprove, timeout) are kept; the command is always
 // rewritten, to an absolute path when one is known.
-func cline(before []byte, ep endpoint, command string, z *sizes) ([]byte, []string, error) {
+func clineMCP(before []byte, ep endpoint, command string, z *sizes) ([]byte, []string, error) {
 	doc, err := parseObject(before)
 	if err != nil {
 		return nil, nil, err

@@ -11,6 +11,8 @@ import (
 	"strings"
 
 	"github.com/pelletier/go-toml/v2"
+
+	"llmgate/internal/connect"
 )
 
 // ClineSettingsDirs are where the Cline VS Code extension keeps
@@ -88,6 +90,9 @@ func (d *diagnosis) checkClients() {
 		found = append(found, f)
 	}
 	if f := d.clineFinding(); f != nil {
+		found = append(found, f)
+	}
+	if f := d.clineMCPFinding(); f != nil {
 		found = append(found, f)
 	}
 	if f := d.opencodeFinding(); f != nil {
@@ -298,8 +303,47 @@ func (d *diagnosis) codexFinding() *clientFinding {
 	return f
 }
 
-// clineFinding reads the llmgate entry of Cline's MCP settings.
+// clineFinding reads the Cline CLI's OpenAI-compatible provider, where
+// connect.ClineProvider settings live (providers.json).
 func (d *diagnosis) clineFinding() *clientFinding {
+	path, err := connect.DefaultPath(connect.Cline, connect.Options{HomeDir: d.opts.HomeDir, LookupEnv: d.lookup})
+	if err != nil {
+		return nil
+	}
+	var s struct {
+		LastUsedProvider string `json:"lastUsedProvider"`
+		Providers        map[string]struct {
+			Settings struct {
+				BaseURL string `json:"baseUrl"`
+				APIKey  string `json:"apiKey"`
+			} `json:"settings"`
+		} `json:"providers"`
+	}
+	ok, err := readJSON(path, &s)
+	if !ok {
+		return nil
+	}
+	f := &clientFinding{c: Check{ID: "clients.cline", Title: "Cline CLI provider"}, path: path}
+	if err != nil {
+		f.note(StatusFail, "cannot parse: "+err.Error(), "Fix the JSON syntax, or run llmgate connect cline.")
+		return f
+	}
+	p, has := s.Providers[connect.ClineProvider]
+	if !has || p.Settings.BaseURL == "" {
+		f.c.Status, f.c.Detail = StatusSkip, "no OpenAI-compatible provider configured"
+		return f
+	}
+	f.base, f.key, f.keyFrom = p.Settings.BaseURL, p.Settings.APIKey, "apiKey"
+	if s.LastUsedProvider != connect.ClineProvider {
+		f.note(StatusWarn, "cline uses its "+s.LastUsedProvider+" provider, not this one",
+			"Run cline with -P "+connect.ClineProvider+", or llmgate connect cline to make it the default.")
+	}
+	return f
+}
+
+// clineMCPFinding reads the llmgate entry of the Cline extension's MCP
+// settings.
+func (d *diagnosis) clineMCPFinding() *clientFinding {
 	var paths []string
 	for _, dir := range ClineSettingsDirs {
 		paths = append(paths, filepath.Join(d.opts.HomeDir, filepath.FromSlash(dir), "cline_mcp_settings.json"))
@@ -319,7 +363,7 @@ func (d *diagnosis) clineFinding() *clientFinding {
 		if !ok {
 			continue
 		}
-		f := &clientFinding{c: Check{ID: "clients.cline", Title: "Cline MCP settings"}, path: path}
+		f := &clientFinding{c: Check{ID: "clients.cline-mcp", Title: "Cline MCP settings"}, path: path}
 		if err != nil {
 			f.note(StatusFail, "cannot parse: "+err.Error(), "Fix the JSON syntax; Cline shows no MCP servers otherwise.")
 			return f

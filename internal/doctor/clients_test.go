@@ -28,7 +28,7 @@ func TestClients_ConfigsWrittenByConnectMatch(t *testing.T) {
 	defer srv.Close()
 	o := baseOpts(t, srv.URL, f)
 	o.LookupEnv = envMap("LLMGATE_API_KEY", f.key)
-	for _, target := range []connect.Target{connect.ClaudeCode, connect.Codex, connect.Cline, connect.OpenCode} {
+	for _, target := range []connect.Target{connect.ClaudeCode, connect.Codex, connect.Cline, connect.ClineMCP, connect.OpenCode} {
 		_, err := connect.Apply(target, connect.Options{BaseURL: srv.URL, APIKey: f.key, Model: f.models[0],
 			HomeDir: o.HomeDir, GOOS: "linux", LookupEnv: func(string) (string, bool) { return "", false }})
 		if err != nil {
@@ -36,7 +36,7 @@ func TestClients_ConfigsWrittenByConnectMatch(t *testing.T) {
 		}
 	}
 	r := run(t, o)
-	for _, id := range []string{"clients.claude-code", "clients.codex", "clients.cline", "clients.opencode"} {
+	for _, id := range []string{"clients.claude-code", "clients.codex", "clients.cline", "clients.cline-mcp", "clients.opencode"} {
 		expect(t, r, id, StatusPass, "matches the endpoint and key", "")
 	}
 	if !r.OK || r.Warnings != 0 {
