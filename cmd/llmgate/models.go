@@ -46,7 +46,9 @@ latency, active health checks.
 
 With -c/--config (or $LLMGATE_CONFIG when --url is not given) it reads the file
 instead and shows what each model routes to; --probe checks every backend once
-(its health path, else GET <base>/models) and exits with status 1 when any fails.
+(its health path, else the engine's) and reads its model list with the backend's
+api_key, as a request would: a refused key (401/403) or an upstream_model the list
+does not name fails the deployment, and the command exits with status 1.
 
 'llmgate models presets' lists the provider and engine presets.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -171,6 +173,24 @@ func truncateNote(s string) string {
 	return s
 }
 
+// depOut and modelOut are a config's routes as models prints them.
+type depOut struct {
+	Backend       string `json:"backend"`
+	UpstreamModel string `json:"upstream_model"`
+	Weight        int    `json:"weight"`
+	Priority      int    `json:"priority"`
+	BaseURL       string `json:"base_url"`
+	Preset        string `json:"preset,omitempty"`
+	Probe         string `json:"probe,omitempty"`
+}
+
+type modelOut struct {
+	Model       string   `json:"model"`
+	Balancing   string   `json:"balancing"`
+	Fallbacks   []string `json:"fallbacks,omitempty"`
+	Deployments []depOut `json:"deployments"`
+}
+
 // modelsFromConfig prints what a config file routes each model to, and
 // with --probe whether each backend answers now.
 func modelsFromConfig(ctx context.Context, w io.Writer, f modelsFlags) error {
@@ -178,26 +198,11 @@ func modelsFromConfig(ctx context.Context, w io.Writer, f modelsFlags) error {
 	if err != nil {
 		return err
 	}
-	probes := map[string]string{}
+	probes := map[string]backendProbe{}
 	if f.probe {
 		for name, b := range cfg.Backends {
 			probes[name] = probeBackend(ctx, b, f.timeout)
 		}
-	}
-	type depOut struct {
-		Backend       string `json:"backend"`
-		UpstreamModel string `json:"upstream_model"`
-		Weight        int    `json:"weight"`
-		Priority      int    `json:"priority"`
-		BaseURL       string `json:"base_url"`
-		Preset        string `json:"preset,omitempty"`
-		Probe         string `json:"probe,omitempty"`
-	}
-	type modelOut struct {
-		Model       string   `json:"model"`
-		Balancing   string   `json:"balancing"`
-		Fallbacks   []string `json:"fallbacks,omitempty"`
-		Deployments []depOut `json:"deployments"`
 	}
 	names := make([]string, 0, len(cfg.Models))
 	for n := range cfg.Models {
@@ -214,8 +219,12 @@ func modelsFromConfig(ctx context.Context, w io.Writer, f modelsFlags) error {
 			if b.Engine != "" {
 				p = "engine " + b.Engine
 			}
+			var probe string
+			if f.probe {
+				probe = probes[d.Backend].forModel(d.UpstreamModel)
+			}
 			mo.Deployments = append(mo.Deployments, depOut{Backend: d.Backend, UpstreamModel: d.UpstreamModel, Weight: d.Weight,
-				Priority: d.Priority, BaseURL: b.BaseURL, Preset: p, Probe: probes[d.Backend]})
+				Priority: d.Priority, BaseURL: b.BaseURL, Preset: p, Probe: probe})
 		}
 		out = append(out, mo)
 	}
@@ -225,7 +234,7 @@ func modelsFromConfig(ctx context.Context, w io.Writer, f modelsFlags) error {
 		if err := enc.Encode(out); err != nil {
 			return err
 		}
-		return probeFailures(probes)
+		return probeFailures(out)
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	head := "MODEL\tDEPLOYMENT\tWEIGHT\tPRIO\tBASE URL\tPRESET"
@@ -255,31 +264,75 @@ func modelsFromConfig(ctx context.Context, w io.Writer, f modelsFlags) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	return probeFailures(probes)
+	return probeFailures(out)
 }
 
-// probeFailures is an error naming the backends whose probe failed, so
-// that `models --probe` exits non-zero when any did.
-func probeFailures(probes map[string]string) error {
+// probeFailures is an error naming the deployments whose probe failed,
+// so that `models --probe` exits non-zero when any did.
+func probeFailures(models []modelOut) error {
 	var failed []string
-	for name, p := range probes {
-		if strings.HasPrefix(p, probeFailed) {
-			failed = append(failed, name)
+	n := 0
+	for _, m := range models {
+		for _, d := range m.Deployments {
+			if d.Probe == "" {
+				continue
+			}
+			n++
+			if strings.HasPrefix(d.Probe, probeFailed) {
+				failed = append(failed, d.Backend+"/"+d.UpstreamModel)
+			}
 		}
 	}
 	if len(failed) == 0 {
 		return nil
 	}
 	sort.Strings(failed)
-	return fmt.Errorf("%d of %d backend probes failed: %s (see the PROBE column)", len(failed), len(probes), strings.Join(failed, ", "))
+	return fmt.Errorf("%d of %d deployment probes failed: %s (see the PROBE column)", len(failed), n, strings.Join(failed, ", "))
 }
 
-// probeFailed starts the PROBE column of a backend that did not answer.
+// probeFailed starts the PROBE column of a deployment that will not work.
 const probeFailed = "FAIL: "
 
-// probeBackend checks one backend once: its configured health path, else
-// GET <base>/models.
-func probeBackend(ctx context.Context, cb *config.Backend, timeout time.Duration) string {
+// backendProbe is what one probe of a backend found: a failure, or the
+// models its model list names (nil when it offers none).
+type backendProbe struct {
+	fail   string
+	took   time.Duration
+	models map[string]bool
+	listed []string
+}
+
+// forModel is the PROBE column of a deployment of upstream on the backend.
+func (p backendProbe) forModel(upstream string) string {
+	if p.fail != "" {
+		return probeFailed + truncateNote(p.fail)
+	}
+	if p.models != nil && !p.models[upstream] {
+		// Not cut at 100 characters: the names are the point.
+		return probeFailed + fmt.Sprintf("upstream_model %q is not served here (the model list has %s)", upstream, listSample(p.listed))
+	}
+	if p.models == nil {
+		return fmt.Sprintf("ok (%dms; no model list to check upstream_model)", p.took.Milliseconds())
+	}
+	return fmt.Sprintf("ok (%dms)", p.took.Milliseconds())
+}
+
+func listSample(ids []string) string {
+	if len(ids) == 0 {
+		return "none"
+	}
+	if len(ids) > 5 {
+		return strings.Join(ids[:5], ", ") + fmt.Sprintf(" and %d more", len(ids)-5)
+	}
+	return strings.Join(ids, ", ")
+}
+
+// probeBackend checks one backend once: its configured health path (else
+// the engine's), then its model list with the backend's credentials, the
+// way a request would be sent. A health path answers without a key on
+// most engines, so the model list is what finds a wrong api_key (401 or
+// 403), and, per deployment, an upstream_model the backend does not serve.
+func probeBackend(ctx context.Context, cb *config.Backend, timeout time.Duration) backendProbe {
 	b := provider.NewBackend(cb)
 	defer b.Close()
 	url := b.HealthURL()
@@ -295,9 +348,57 @@ func probeBackend(ctx context.Context, cb *config.Backend, timeout time.Duration
 	defer cancel()
 	start := time.Now()
 	if err := b.Probe(ctx, url); err != nil {
-		return probeFailed + truncateNote(err.Error())
+		return backendProbe{fail: err.Error()}
 	}
-	return fmt.Sprintf("ok (%dms)", time.Since(start).Milliseconds())
+	p := backendProbe{}
+	path := "/models"
+	if b.Dialect == config.DialectAnthropic {
+		path = "/v1/models"
+	}
+	req, err := b.NewRequest(ctx, path, nil, "")
+	if err != nil {
+		return backendProbe{fail: err.Error()}
+	}
+	resp, err := b.Do(req)
+	if err != nil {
+		return backendProbe{fail: "GET " + path + ": " + err.Error()}
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 8<<20))
+	p.took = time.Since(start)
+	switch {
+	case resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden:
+		msg := errorText(body)
+		return backendProbe{fail: fmt.Sprintf("the backend refused its api_key: GET %s answered %d (%s)", path, resp.StatusCode, msg)}
+	case resp.StatusCode/100 != 2:
+		return p // no model list here: upstream models cannot be checked
+	}
+	var list struct {
+		Data []struct {
+			ID string `json:"id"`
+		} `json:"data"`
+	}
+	if json.Unmarshal(body, &list) != nil || len(list.Data) == 0 {
+		return p
+	}
+	p.models = map[string]bool{}
+	for _, m := range list.Data {
+		p.models[m.ID] = true
+		p.listed = append(p.listed, m.ID)
+	}
+	sort.Strings(p.listed)
+	return p
+}
+
+// errorText is the message of an error body, or the body itself.
+func errorText(body []byte) string {
+	var e struct {
+		Error struct{ Message string } `json:"error"`
+	}
+	if json.Unmarshal(body, &e) == nil && e.Error.Message != "" {
+		return truncateNote(e.Error.Message)
+	}
+	return truncateNote(strings.TrimSpace(string(body)))
 }
 
 func newModelsPresetsCmd() *cobra.Command {

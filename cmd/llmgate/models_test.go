@@ -89,7 +89,7 @@ func TestModelsCmd_ReadsAConfigAndProbes(t *testing.T) {
 	// ds cannot answer here (a made-up key, or no route to the internet):
 	// the table is still printed, and the exit status says a probe failed.
 	out, err := runModels(t, "-c", path, "--probe", "--timeout", "300ms")
-	if err == nil || err.Error() != "1 of 2 backend probes failed: ds (see the PROBE column)" {
+	if err == nil || err.Error() != "1 of 2 deployment probes failed: ds/deepseek-chat (see the PROBE column)" {
 		t.Errorf("err = %v, want one failed probe named", err)
 	}
 	for _, want := range []string{"q (lowest_latency)", "local/q", "engine vllm", "ok (", "ds/deepseek-chat", "https://api.deepseek.com/v1", "deepseek", "FAIL: "} {
@@ -108,6 +108,44 @@ func TestModelsCmd_ReadsAConfigAndProbes(t *testing.T) {
 	}
 	if out, err := runModels(t, "-c", path, "--probe", "--timeout", "300ms"); err != nil || !strings.Contains(out, "ok (") {
 		t.Errorf("all probes ok: err = %v\n%s", err, out)
+	}
+}
+
+func TestModelsCmd_ProbeFindsAWrongKeyAndAMisspeltUpstreamModel(t *testing.T) {
+	// A vLLM-like backend: /health answers anyone; the model list wants
+	// the key, and names one model.
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case r.URL.Path == "/health":
+		case r.Header.Get("Authorization") != "Bearer sk-right":
+			w.WriteHeader(http.StatusUnauthorized)
+			_, _ = w.Write([]byte(`{"error":{"message":"Unauthorized"}}`))
+		case r.URL.Path == "/v1/models":
+			_, _ = w.Write([]byte(`{"object":"list","data":[{"id":"Qwen/Qwen2.5-7B-Instruct"}]}`))
+		default:
+			w.WriteHeader(http.StatusNotFound)
+		}
+	}))
+	defer up.Close()
+	path := filepath.Join(t.TempDir(), "llmgate.yaml")
+	probe := func(key, upstream string) (string, error) {
+		t.Helper()
+		src := fmt.Sprintf("backends:\n  vllm: {engine: vllm, url: %s/v1, api_key: %s}\nmodels:\n  q: {backend: vllm, upstream_model: %s}\n", up.URL, key, upstream)
+		if err := os.WriteFile(path, []byte(src), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return runModels(t, "-c", path, "--probe", "--timeout", "2s")
+	}
+	out, err := probe("sk-wrong", "Qwen/Qwen2.5-7B-Instruct")
+	if err == nil || !strings.Contains(out, "FAIL: the backend refused its api_key: GET /models answered 401 (Unauthorized)") {
+		t.Errorf("wrong api_key: err = %v\n%s", err, out)
+	}
+	out, err = probe("sk-right", "Qwen/Qwen2.5-7B-Instruct-AWQ")
+	if err == nil || !strings.Contains(out, `FAIL: upstream_model "Qwen/Qwen2.5-7B-Instruct-AWQ" is not served here (the model list has Qwen/Qwen2.5-7B-Instruct)`) {
+		t.Errorf("misspelt upstream_model: err = %v\n%s", err, out)
+	}
+	if out, err = probe("sk-right", "Qwen/Qwen2.5-7B-Instruct"); err != nil || !strings.Contains(out, "ok (") {
+		t.Errorf("right key and model: err = %v\n%s", err, out)
 	}
 }
 
