@@ -109,8 +109,12 @@ func TestKeysAndUsage_FindTheGatewayAtTheConfiguredListenAddress(t *testing.T) {
 	d := startTestDemo(t)
 	cfgPath := filepath.Join(t.TempDir(), "llmgate.yaml")
 	// The demo's database is not this config's: finding the gateway must
-	// not depend on reading its database.
-	cfg := "listen: " + d.g.Addr + "\ndatabase: " + filepath.Join(t.TempDir(), "other.db") + "\n"
+	// not depend on reading its database. Nor on the providers' keys: a
+	// backend whose key is not in this environment does not matter to
+	// keys and usage, which need only the listen address.
+	t.Setenv("DASHSCOPE_API_KEY", "")
+	cfg := "listen: " + d.g.Addr + "\ndatabase: " + filepath.Join(t.TempDir(), "other.db") + "\n" +
+		"backends:\n  dashscope: {provider: dashscope}\nmodels:\n  qwen-plus: {backend: dashscope}\n"
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+	"go.yaml.in/yaml/v3"
 
 	"llmgate/internal/admin"
 	"llmgate/internal/config"
@@ -128,7 +129,7 @@ func (d *dbFlags) client(ctx context.Context, notes io.Writer) (c *admin.Client,
 	if d.database != "" {
 		return d.localClient(ctx, d.database, notes, "")
 	}
-	cfg, err := loadConfig(d.config)
+	cfg, err := loadAddressConfig(d.config)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -188,7 +189,7 @@ func (d *dbFlags) databaseName() (string, error) {
 	if d.database != "" {
 		return d.database, nil
 	}
-	cfg, err := loadConfig(d.config)
+	cfg, err := loadAddressConfig(d.config)
 	if err != nil {
 		return "", err
 	}
@@ -196,6 +197,51 @@ func (d *dbFlags) databaseName() (string, error) {
 		return cfg.Database, nil
 	}
 	return config.DefaultDatabase, nil
+}
+
+// loadAddressConfig reads only what keys and usage need from a config
+// file: where the gateway listens (listen, tls_cert_file) and its database.
+// The rest (backends, their API keys) is not read or checked, so managing
+// keys never needs a provider's key in the environment. nil when no file
+// is named (-c or LLMGATE_CONFIG).
+func loadAddressConfig(path string) (*config.Config, error) {
+	if path == "" {
+		path = os.Getenv("LLMGATE_CONFIG")
+	}
+	if path == "" {
+		return nil, nil
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("open config: %w", err)
+	}
+	var doc struct {
+		Listen      string `yaml:"listen"`
+		Database    string `yaml:"database"`
+		TLSCertFile string `yaml:"tls_cert_file"`
+	}
+	if err := yaml.Unmarshal(b, &doc); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	cfg := &config.Config{Source: path}
+	for _, f := range []struct {
+		key string
+		in  string
+		out *string
+	}{{"listen", doc.Listen, &cfg.Listen}, {"database", doc.Database, &cfg.Database}, {"tls_cert_file", doc.TLSCertFile, &cfg.TLSCertFile}} {
+		v, err := config.ExpandEnv(f.in, os.LookupEnv)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %s: %w", path, f.key, err)
+		}
+		*f.out = v
+	}
+	if cfg.Listen == "" {
+		cfg.Listen = config.DefaultListen
+	}
+	if cfg.Database == "" {
+		cfg.Database = config.DefaultDatabase
+	}
+	return cfg, nil
 }
 
 func isPostgres(db string) bool {
