@@ -59,7 +59,7 @@ Exit status: 0 when no check failed (warnings do not fail), 1 otherwise.`,
 				return err
 			}
 			if !r.OK {
-				return fmt.Errorf("doctor: %d of %d checks failed", r.Failed, len(r.Checks))
+				return fmt.Errorf("doctor: %d of %d checks failed (%s)", r.Failed, len(r.Checks), r.Summary())
 			}
 			return nil
 		},

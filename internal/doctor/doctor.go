@@ -9,6 +9,7 @@ package doctor
 import (
 	"context"
 	"crypto/tls"
+	"fmt"
 	"net"
 	"net/http"
 	"os"
@@ -88,7 +89,13 @@ type Report struct {
 	Passed         int      `json:"passed"`
 	Warnings       int      `json:"warnings"`
 	Failed         int      `json:"failed"`
+	Skipped        int      `json:"skipped"`
 	OK             bool     `json:"ok"`
+}
+
+// Summary counts the checks by outcome; the counts add up to the checks.
+func (r *Report) Summary() string {
+	return fmt.Sprintf("%d checks: %d passed, %d warnings, %d failed, %d skipped", len(r.Checks), r.Passed, r.Warnings, r.Failed, r.Skipped)
 }
 
 // Check returns the check with the given ID, or nil.
@@ -267,7 +274,14 @@ func (d *diagnosis) report() Report {
 	if d.api != "" && d.api != trimSlash(d.baseURL) {
 		r.EffectiveBaseURL = d.api
 	}
-	for _, c := range d.checks {
+	r.tally()
+	return r
+}
+
+// tally counts the checks by outcome.
+func (r *Report) tally() {
+	r.Passed, r.Warnings, r.Failed, r.Skipped = 0, 0, 0, 0
+	for _, c := range r.Checks {
 		switch c.Status {
 		case StatusPass:
 			r.Passed++
@@ -275,10 +289,11 @@ func (d *diagnosis) report() Report {
 			r.Warnings++
 		case StatusFail:
 			r.Failed++
+		default:
+			r.Skipped++
 		}
 	}
 	r.OK = r.Failed == 0
-	return r
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

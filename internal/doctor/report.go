@@ -47,7 +47,7 @@ func (r Report) WriteText(w io.Writer) error {
 			fmt.Fprintf(&b, "  %s  → %s\n", strings.Repeat(" ", width), c.Fix)
 		}
 	}
-	fmt.Fprintf(&b, "\n%d passed, %d warnings, %d failed\n", r.Passed, r.Warnings, r.Failed)
+	fmt.Fprintf(&b, "\n%s\n", r.Summary())
 	_, err := io.WriteString(w, b.String())
 	return err
 }

@@ -140,3 +140,20 @@ func TestConsistency_FindsDriftBetweenFamilies(t *testing.T) {
 		t.Errorf("agreeing variables: %s %q", c.Status, c.Detail)
 	}
 }
+
+// TestReport_SummaryCountsAddUpToTheChecks: the summary line and the exit
+// message count the same checks (skipped ones included), so they agree.
+func TestReport_SummaryCountsAddUpToTheChecks(t *testing.T) {
+	r := Report{Checks: []Check{{Status: StatusPass}, {Status: StatusPass}, {Status: StatusWarn}, {Status: StatusFail}, {Status: StatusSkip}, {Status: StatusSkip}}}
+	r.tally()
+	if r.Passed+r.Warnings+r.Failed+r.Skipped != len(r.Checks) || r.Skipped != 2 || r.OK {
+		t.Errorf("tally %+v", r)
+	}
+	var b strings.Builder
+	if err := r.WriteText(&b); err != nil {
+		t.Fatal(err)
+	}
+	if want := "6 checks: 2 passed, 1 warnings, 1 failed, 2 skipped"; !strings.Contains(b.String(), want) || r.Summary() != want {
+		t.Errorf("summary %q, text:\n%s", r.Summary(), b.String())
+	}
+}
