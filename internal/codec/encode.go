@@ -1,12 +1,15 @@
 package codec
 
 import (
+	"bytes"
 	"encoding/json"
 	"net/http"
+	"strings"
 
 	"llmgate/internal/api/anthropic"
 	"llmgate/internal/api/openai"
 	"llmgate/internal/apierror"
+	"llmgate/internal/jsonscan"
 	"llmgate/internal/translate"
 )
 
@@ -48,7 +51,7 @@ func NewEncoder(r *Request, f Form, opt EncodeOptions) Encoder {
 	case r.Dialect == Responses:
 		return &toResponses{req: r.ResponsesReq, opt: opt}
 	default:
-		return openaiIdentity{wantsUsage: r.WantsUsage}
+		return openaiIdentity{wantsUsage: r.WantsUsage, model: r.Model}
 	}
 }
 
@@ -63,15 +66,52 @@ func WriteError(d Dialect, w http.ResponseWriter, err error) {
 }
 
 // openaiIdentity passes OpenAI chunks and bodies through, dropping the
-// usage chunk the gateway asked for when the client did not.
-type openaiIdentity struct{ wantsUsage bool }
+// usage chunk the gateway asked for when the client did not, and naming
+// the model the client asked for (see publicModel).
+type openaiIdentity struct {
+	wantsUsage bool
+	model      string
+}
 
 func (e openaiIdentity) Event(dst []translate.Event, ev Event) ([]translate.Event, error) {
 	if ev.Data == nil || ev.UsageOnly && !e.wantsUsage {
 		return dst, nil
 	}
-	return append(dst, translate.Event{Data: ev.Data}), nil
+	return append(dst, translate.Event{Data: publicModel(ev.Data, e.model)}), nil
 }
+
+// publicModel returns an OpenAI chunk or body whose top-level "model" is
+// the public name the client asked for, as the translated dialects
+// (Messages, Responses) answer: the backend names its own model (the
+// deployment's upstream_model), which the client never asked for. A
+// document that already names it, or has no model, is returned as is,
+// without a copy.
+func publicModel(data []byte, model string) []byte {
+	if model == "" || len(data) == 0 || data[0] != '{' {
+		return data
+	}
+	// The common case, and the only cost on the hot path: engines write
+	// compact JSON and are mostly deployed under the public name.
+	if i := bytes.Index(data, modelKey); i >= 0 && bytes.HasPrefix(data[i+len(modelKey):], []byte(model)) &&
+		bytes.HasPrefix(data[i+len(modelKey)+len(model):], []byte{'"'}) && !strings.ContainsAny(model, `"\`) {
+		return data
+	}
+	spans, err := jsonscan.Find(data, "model")
+	if err != nil || !spans[0].Valid() {
+		return data
+	}
+	if v, ok := jsonscan.String(data, spans[0]); !ok || v == model {
+		return data
+	}
+	q, err := json.Marshal(model)
+	if err != nil {
+		return data
+	}
+	return jsonscan.Replace(data, spans[0], q)
+}
+
+// modelKey starts a compact "model" member.
+var modelKey = []byte(`"model":"`)
 
 func (openaiIdentity) End(dst []translate.Event) []translate.Event {
 	return append(dst, translate.Event{Data: translate.Done})
@@ -81,7 +121,7 @@ func (openaiIdentity) Fail(dst []translate.Event, e *apierror.Error) []translate
 	return append(dst, translate.Event{Data: openai.MarshalError(e)})
 }
 
-func (openaiIdentity) Body(ev Event) ([]byte, error) { return ev.Data, nil }
+func (e openaiIdentity) Body(ev Event) ([]byte, error) { return publicModel(ev.Data, e.model), nil }
 
 // anthropicIdentity passes an Anthropic backend's events and bodies to an
 // Anthropic client.
