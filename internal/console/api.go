@@ -1,6 +1,7 @@
 package console
 
 import (
+	"context"
 	"encoding/csv"
 	"encoding/json"
 	"errors"
@@ -163,7 +164,13 @@ type keyView struct {
 	CreatedAt    time.Time         `json:"created_at"`
 	ExpiresAt    *time.Time        `json:"expires_at,omitempty"`
 	RevokedAt    *time.Time        `json:"revoked_at,omitempty"`
-	Status       string            `json:"status"` // active, revoked, expired
+	// Status is active, revoked, expired, or exhausted: active but its
+	// budget spent for the current period, so every request is refused.
+	Status string `json:"status"`
+	// SpentUSD is the spend in the current budget period (all time for a
+	// key without a period); ReservedUSD what requests in flight hold.
+	SpentUSD    float64 `json:"spent_usd"`
+	ReservedUSD float64 `json:"reserved_usd,omitempty"`
 }
 
 func viewKey(k *keys.Key, now time.Time) keyView {
@@ -184,27 +191,66 @@ func viewKey(k *keys.Key, now time.Time) keyView {
 
 func (c *Console) handleKeys(w http.ResponseWriter, r *http.Request, s *session) {
 	now := c.opt.Now()
+	var list []*keys.Key
 	if !s.admin() {
 		k, err := c.opt.Store.GetKey(r.Context(), s.principal.KeyID())
 		if err != nil {
 			writeError(w, http.StatusInternalServerError, "read key: "+err.Error())
 			return
 		}
-		writeJSON(w, http.StatusOK, map[string]any{"keys": []keyView{viewKey(k, now)}, "can_manage": false})
-		return
-	}
-	list, err := c.opt.Store.ListKeys(r.Context())
-	if err != nil {
-		writeError(w, http.StatusInternalServerError, "list keys: "+err.Error())
-		return
+		list = []*keys.Key{k}
+	} else {
+		var err error
+		if list, err = c.opt.Store.ListKeys(r.Context()); err != nil {
+			writeError(w, http.StatusInternalServerError, "list keys: "+err.Error())
+			return
+		}
 	}
 	out := make([]keyView, 0, len(list))
 	for _, k := range list {
 		out = append(out, viewKey(k, now))
 	}
+	c.addSpend(r.Context(), list, out, now)
+	if !s.admin() {
+		writeJSON(w, http.StatusOK, map[string]any{"keys": out, "can_manage": false})
+		return
+	}
 	sort.SliceStable(out, func(i, j int) bool { return out[i].CreatedAt.After(out[j].CreatedAt) })
 	_, canRotate := c.opt.Store.(keys.Updater)
 	writeJSON(w, http.StatusOK, map[string]any{"keys": out, "can_manage": true, "can_rotate": canRotate})
+}
+
+// addSpend fills each key view's spend in its current budget period, from
+// the ledger (one summary per period kind) and, for a key with a budget,
+// the limiter's count when it is ahead; an active key whose budget is
+// spent is shown as exhausted.
+func (c *Console) addSpend(ctx context.Context, list []*keys.Key, views []keyView, now time.Time) {
+	byPeriod := map[string]map[string]float64{}
+	for i, k := range list {
+		spent, ok := byPeriod[k.BudgetPeriod]
+		if !ok {
+			spent = map[string]float64{}
+			rows, err := c.opt.Store.Summary(ctx, usage.Filter{Since: keys.PeriodStart(k.BudgetPeriod, now), GroupBy: []string{"key"}})
+			if err != nil {
+				c.log.Warn("console: key spend unavailable", "err", err)
+			}
+			for _, row := range rows {
+				spent[row.KeyID] += row.CostUSD
+			}
+			byPeriod[k.BudgetPeriod] = spent
+		}
+		v := &views[i]
+		v.SpentUSD = spent[k.ID]
+		if c.opt.Spend != nil && k.BudgetUSD > 0 {
+			if settled, reserved, err := c.opt.Spend(ctx, k); err == nil {
+				v.SpentUSD = max(v.SpentUSD, settled)
+				v.ReservedUSD = reserved
+			}
+		}
+		if v.Status == "active" && k.BudgetUSD > 0 && v.SpentUSD >= k.BudgetUSD {
+			v.Status = "exhausted"
+		}
+	}
 }
 
 type createKeyRequest struct {

@@ -56,6 +56,10 @@ type Options struct {
 	Health func() any
 	// Engines returns local engine states (engine.Manager.List).
 	Engines func() any
+	// Spend, when set, returns what the limiter counts against a key's
+	// budget in its current period (settled spend and reservations in
+	// flight), as the admin API's key view shows it.
+	Spend func(ctx context.Context, k *keys.Key) (settledUSD, reservedUSD float64, err error)
 	// Stats returns live figures for the dashboard (in-flight requests,
 	// ledger queue depth).
 	Stats  func() map[string]float64

@@ -484,3 +484,40 @@ func TestConsole_DashboardSeriesHasOneBucketPerHourAndCountsRequests(t *testing.
 		t.Errorf("totals %+v", d.Totals)
 	}
 }
+
+func TestConsole_KeysShowSpendAndAnExhaustedBudget(t *testing.T) {
+	f := newFixture(t)
+	admin, _ := f.signIn(master)
+	idSpent, _ := f.createKey(admin, `{"name":"spent","budget_usd":0.01,"budget_period":"monthly"}`)
+	idLeft, _ := f.createKey(admin, `{"name":"left","budget_usd":5}`)
+	idFree, _ := f.createKey(admin, `{"name":"free"}`)
+	now := time.Now()
+	recs := []usage.Record{
+		{ID: "s1", Time: now, KeyID: idSpent, Model: "alpha", Backend: "x", Status: 200, PromptTokens: 10, CompletionTokens: 5, CostUSD: 0.012, Latency: time.Second},
+		{ID: "l1", Time: now, KeyID: idLeft, Model: "alpha", Backend: "x", Status: 200, PromptTokens: 10, CompletionTokens: 5, CostUSD: 1.25, Latency: time.Second},
+		{ID: "f1", Time: now, KeyID: idFree, Model: "alpha", Backend: "x", Status: 200, PromptTokens: 10, CompletionTokens: 5, CostUSD: 0.5, Latency: time.Second},
+	}
+	if err := f.st.InsertUsage(context.Background(), recs); err != nil {
+		t.Fatal(err)
+	}
+	var list struct {
+		Keys []struct {
+			ID       string  `json:"id"`
+			Status   string  `json:"status"`
+			SpentUSD float64 `json:"spent_usd"`
+		} `json:"keys"`
+	}
+	if err := json.Unmarshal([]byte(admin.do(http.MethodGet, "/ui/api/keys", "").body), &list); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]struct {
+		status string
+		spent  float64
+	}{idSpent: {"exhausted", 0.012}, idLeft: {"active", 1.25}, idFree: {"active", 0.5}}
+	for _, k := range list.Keys {
+		w := want[k.ID]
+		if k.Status != w.status || k.SpentUSD < w.spent-1e-9 || k.SpentUSD > w.spent+1e-9 {
+			t.Errorf("key %s: status %q spent %v, want %q and %v", k.ID, k.Status, k.SpentUSD, w.status, w.spent)
+		}
+	}
+}

@@ -98,6 +98,14 @@ func (g *Gateway) mountObservability() {
 		Models:      func() []string { return g.Server.Table().Models() },
 		Health:      func() any { return g.Server.Table().Health() },
 		Engines:     g.engineStates,
+		// The keys page shows the spend the running admission enforces,
+		// as the admin API's key view does.
+		Spend: func(ctx context.Context, k *keys.Key) (float64, float64, error) {
+			if g.acct == nil {
+				return 0, 0, fmt.Errorf("no limiter")
+			}
+			return g.acct.adm.KeySpend(ctx, k)
+		},
 		Stats: func() map[string]float64 {
 			return map[string]float64{"in_flight": float64(m.InFlight()), "ledger_queue": float64(g.Ledger.Depth())}
 		},

@@ -45,6 +45,9 @@ try {
   const csp = resp.headers()["content-security-policy"] || "";
   if (!csp.includes("script-src 'self'") || csp.includes("unsafe-inline")) fail("weak or missing CSP: " + csp);
   await page.getByTestId("login-key").waitFor();
+  // The first visit is not an error: no red box before anything was typed.
+  if (await page.getByTestId("login-error").isVisible()) fail("the first visit shows an error: " + (await page.getByTestId("login-error").textContent()));
+  await shot("signin");
   await page.getByTestId("login-key").fill("sk-lg-not-a-real-key");
   await page.getByTestId("login-submit").click();
   await page.getByTestId("login-error").filter({ hasText: "not accepted" }).waitFor();
@@ -83,6 +86,19 @@ try {
   await page.reload();
   await page.getByTestId("key-row").first().waitFor();
   if ((await page.content()).includes(secret)) fail("the key secret is still on the page after a reload");
+  // The keys page shows what the key spent (the demo's models have
+  // prices; the ledger writes in batches: poll).
+  let spent = "";
+  for (let i = 0; i < 40; i++) {
+    const row = page.getByTestId("key-row").filter({ hasText: "e2e-browser" });
+    spent = (await row.getByTestId("key-spent").textContent()).trim();
+    if (/^\$0\.0*[1-9]/.test(spent) || /^\$[1-9]/.test(spent)) break;
+    await page.waitForTimeout(250);
+    await page.reload();
+    await page.getByTestId("key-row").first().waitFor();
+  }
+  if (!/^\$0\.0*[1-9]/.test(spent) && !/^\$[1-9]/.test(spent)) fail("the keys page shows no spend for the key that made a request: " + spent);
+  step("keys page: e2e-browser spent " + spent);
 
   // 4. The request appears on the usage page (the ledger writes in batches: poll).
   await page.getByTestId("nav-usage").click();

@@ -41,7 +41,18 @@ function compact(v) {
   if (a >= 1e4) return (v / 1e3).toFixed(1).replace(/\.0$/, "") + "k";
   return num(v);
 }
-function usd(v) { v = v || 0; return v > 0 && v < 0.01 ? "$" + v.toFixed(4) : "$" + v.toFixed(2); }
+// usd prints dollars as the gateway's messages do (usage.FormatUSD): two
+// decimals from a dollar up, three significant digits below with at least
+// the cents, so that a request's thousandths of a cent do not read $0.00.
+function usd(v) {
+  v = v || 0;
+  if (v === 0) return "$0.00";
+  if (Math.abs(v) >= 1) return "$" + v.toFixed(2);
+  let s = v.toFixed(Math.min(15, 2 - Math.floor(Math.log10(Math.abs(v))))).replace(/0+$/, "");
+  const dec = s.length - s.indexOf(".") - 1;
+  if (dec < 2) s += "0".repeat(2 - dec);
+  return "$" + s;
+}
 function msText(v) { if (!v) return "–"; return v >= 1000 ? (v / 1000).toFixed(2) + " s" : v.toFixed(v < 10 ? 1 : 0) + " ms"; }
 function when(t) { return new Date(t).toLocaleString(undefined, { month: "short", day: "numeric", hour: "2-digit", minute: "2-digit", second: "2-digit" }); }
 function day(t) { return new Date(t).toISOString().slice(0, 10); }
@@ -57,7 +68,10 @@ async function api(method, path, body) {
   const ct = r.headers.get("Content-Type") || "";
   const data = ct.includes("json") ? await r.json() : await r.text();
   if (!r.ok) {
-    if (r.status === 401 && path !== "login") { state.me = null; renderLogin(data.error && data.error.message); }
+    // Not signed in yet is no error: the first visit (or an ended session)
+    // gets the sign-in form without a red box; a request refused later
+    // says why.
+    if (r.status === 401 && path !== "login") { state.me = null; renderLogin(path === "me" ? null : data.error && data.error.message); }
     const msg = (data && data.error && data.error.message) || ("HTTP " + r.status);
     throw new Error(msg);
   }
@@ -338,8 +352,13 @@ async function renderKeys() {
       const st = k.status === "active" ? "ok" : k.status === "expired" ? "warn" : "bad";
       const limits = [k.rpm ? k.rpm + " rpm" : null, k.tpm ? compact(k.tpm) + " tpm" : null, k.max_concurrency ? k.max_concurrency + " conc." : null].filter(Boolean).join(" · ") || "none";
       const budget = k.budget_usd ? usd(k.budget_usd) + (k.budget_period ? " / " + k.budget_period.replace("ly", "") : "") : "none";
+      // Spend in the budget's current period (all time without one), and
+      // the share of the budget it is.
+      const spent = h("td", { "data-testid": "key-spent" }, usd(k.spent_usd),
+        k.budget_usd ? h("span", { class: "muted small" }, " " + pct(k.spent_usd, k.budget_usd)) : null,
+        k.reserved_usd ? h("div", { class: "muted small" }, usd(k.reserved_usd) + " in flight") : null);
       const acts = h("td", { class: "num" });
-      if (admin && k.status === "active") {
+      if (admin && (k.status === "active" || k.status === "exhausted")) {
         if (d.can_rotate) acts.append(h("button", { class: "sm", "data-testid": "rotate-" + k.name, onclick: async () => {
           if (!confirm("Rotate " + k.name + "? The current secret stops working within a second.")) return;
           try { const r = await api("POST", "keys/" + encodeURIComponent(k.id) + "/rotate"); slot.replaceChildren(secretBox("New secret for " + k.name, r.secret)); load(); } catch (e) { slot.replaceChildren(errorBox(e)); }
@@ -351,14 +370,14 @@ async function renderKeys() {
       }
       return h("tr", { "data-testid": "key-row" },
         h("td", {}, h("b", {}, k.name), k.owner ? h("div", { class: "muted small" }, k.owner) : null),
-        h("td", { class: "mono" }, k.hint), h("td", {}, h("span", { class: "badge " + st }, k.status)),
+        h("td", { class: "mono" }, k.hint), h("td", {}, h("span", { class: "badge " + st, "data-testid": "key-status" }, k.status)),
         h("td", { class: "mono small" }, k.models.length ? k.models.join(", ") : "all models"),
-        h("td", {}, limits), h("td", {}, budget),
+        h("td", {}, limits), h("td", {}, budget), spent,
         h("td", {}, new Date(k.created_at).toLocaleDateString()), h("td", {}, k.expires_at ? new Date(k.expires_at).toLocaleDateString() : "never"), acts);
     });
     list.replaceChildren(h("h2", {}, admin ? "All keys" : "Key"),
       rows.length ? h("div", { class: "table-wrap" }, h("table", { "data-testid": "keys-table" },
-        h("thead", {}, h("tr", {}, ["Name", "Key", "Status", "Models", "Limits", "Budget", "Created", "Expires", ""].map((c) => h("th", {}, c)))), h("tbody", {}, rows)))
+        h("thead", {}, h("tr", {}, ["Name", "Key", "Status", "Models", "Limits", "Budget", "Spent", "Created", "Expires", ""].map((c) => h("th", {}, c)))), h("tbody", {}, rows)))
         : h("div", { class: "empty" }, "No keys yet. Create one above."));
   };
   await load();
