@@ -15,6 +15,7 @@ import (
 
 	"llmgate/internal/admin"
 	"llmgate/internal/gateway"
+	"llmgate/internal/usage"
 )
 
 // keySpecFlags are the settable fields of a key.
@@ -278,12 +279,12 @@ func printKey(out io.Writer, k *admin.Key) {
 			// records not written yet and requests in flight.
 			src = " (ledger)"
 		}
-		fmt.Fprintf(tw, "Spent this period\t$%.4f%s\n", *k.SpentUSD, src)
+		fmt.Fprintf(tw, "Spent this period\t%s%s\n", usage.FormatUSD(*k.SpentUSD), src)
 	}
 	if k.ReservedUSD != nil {
-		fmt.Fprintf(tw, "Reserved in flight\t$%.4f\n", *k.ReservedUSD)
+		fmt.Fprintf(tw, "Reserved in flight\t%s\n", usage.FormatUSD(*k.ReservedUSD))
 		if k.SpentUSD != nil && k.BudgetUSD > 0 {
-			fmt.Fprintf(tw, "Budget left\t$%.4f\n", max(0, k.BudgetUSD-*k.SpentUSD-*k.ReservedUSD))
+			fmt.Fprintf(tw, "Budget left\t%s\n", usage.FormatUSD(max(0, k.BudgetUSD-*k.SpentUSD-*k.ReservedUSD)))
 		}
 	}
 	fmt.Fprintf(tw, "Created\t%s\n", k.CreatedAt.Format(time.RFC3339))

@@ -147,7 +147,7 @@ func TestAdmin_ShowSpendIsWhatTheBudgetIsEnforcedAgainst(t *testing.T) {
 		}
 	}
 	r := call(t, base, is.Secret, "m")
-	if b := body(r); r.StatusCode != 429 || !strings.Contains(b, "$0.0105 of $0.0100 spent or reserved") {
+	if b := body(r); r.StatusCode != 429 || !strings.Contains(b, "$0.0105 of $0.01 spent or reserved") {
 		t.Fatalf("fourth call: %d %s", r.StatusCode, b)
 	}
 	k, err := c.GetKey(ctx, is.Key.ID)

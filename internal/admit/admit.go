@@ -345,8 +345,8 @@ func (a *Admission) refusal(req policy.AdmitRequest, m *model, d *limit.Decision
 			retry = end.Sub(a.now())
 			period += ", resets " + end.Format("2006-01-02 15:04 UTC")
 		}
-		msg = fmt.Sprintf("budget exhausted for %s: $%.4f of $%.4f spent or reserved (%s budget); this request reserves up to $%.4f (set max_tokens to reserve less), or %s",
-			who, float64(d.SpentNanos)/limit.NanosPerUSD, float64(d.BudgetNanos)/limit.NanosPerUSD, period, costOf(m, tokens), fix)
+		msg = fmt.Sprintf("budget exhausted for %s: %s of %s spent or reserved (%s budget); this request reserves up to %s (set max_tokens to reserve less), or %s",
+			who, usage.FormatUSD(float64(d.SpentNanos)/limit.NanosPerUSD), usage.FormatUSD(float64(d.BudgetNanos)/limit.NanosPerUSD), period, usage.FormatUSD(costOf(m, tokens)), fix)
 	}
 	e := apierror.New(http.StatusTooManyRequests, apierror.KindRateLimit, code, msg)
 	h := http.Header{}
