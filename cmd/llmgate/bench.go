@@ -41,6 +41,7 @@ type benchFlags struct {
 	sweepGain                         float64
 	outDir, csvPath, jsonPath         string
 	htmlPath, requestsPath            string
+	format                            string
 	quiet                             bool
 }
 
@@ -138,10 +139,14 @@ otherwise (results are still written).`,
 	fl.BoolVar(&f.sweep, "sweep", false, "Closed-loop sweep 1,2,4,... until throughput saturates")
 	fl.IntVar(&f.sweepMax, "sweep-max", 256, "Highest concurrency the sweep tries")
 	fl.Float64Var(&f.sweepGain, "sweep-gain", 0.10, "Sweep stops when doubling concurrency adds less than this fraction of throughput")
-	fl.StringVar(&f.outDir, "out", "", "Directory for results.csv, results.json, report.html and requests.jsonl")
-	fl.StringVar(&f.csvPath, "csv", "", "Write the CSV here")
-	fl.StringVar(&f.jsonPath, "json", "", "Write the JSON report here")
-	fl.StringVar(&f.htmlPath, "html", "", "Write the HTML report here")
+	fl.StringVar(&f.outDir, "out", "", "Directory for results.csv, results.json, report.html and requests.jsonl (--csv-file, --json-file, --html-file and --requests-jsonl name them one by one)")
+	fl.StringVar(&f.csvPath, "csv-file", "", "Write the CSV here")
+	fl.StringVar(&f.jsonPath, "json-file", "", "Write the JSON report here")
+	fl.StringVar(&f.htmlPath, "html-file", "", "Write the HTML report here")
+	deprecatedAlias(fl, &f.csvPath, "csv", "csv-file")
+	deprecatedAlias(fl, &f.jsonPath, "json", "json-file")
+	deprecatedAlias(fl, &f.htmlPath, "html", "html-file")
+	fl.StringVar(&f.format, "format", "table", "What to print on stdout at the end: table, json (the JSON report) or csv")
 	fl.StringVar(&f.requestsPath, "requests-jsonl", "", "Write one JSON line per request here")
 	fl.BoolVarP(&f.quiet, "quiet", "q", false, "No live progress on stderr")
 	cmd.AddCommand(newBenchCompareCmd(), newBenchSelfTestCmd())
@@ -150,6 +155,9 @@ otherwise (results are still written).`,
 
 func runBench(cmd *cobra.Command, f *benchFlags) error {
 	bench.Version = currentBuild().String()
+	if f.format != "table" && f.format != "json" && f.format != "csv" {
+		return fmt.Errorf("--format must be table, json or csv, not %q", f.format)
+	}
 	o, err := f.options(cmd.Context(), cmd.Flags().Changed("num-requests"))
 	if err != nil {
 		return err
@@ -164,8 +172,17 @@ func runBench(cmd *cobra.Command, f *benchFlags) error {
 		return runErr
 	}
 	if len(rep.Results) > 0 {
-		fmt.Fprintln(cmd.OutOrStdout())
-		if err := bench.WriteTable(cmd.OutOrStdout(), rep); err != nil {
+		var err error
+		switch f.format {
+		case "json":
+			err = bench.WriteJSON(cmd.OutOrStdout(), rep)
+		case "csv":
+			err = bench.WriteCSV(cmd.OutOrStdout(), rep)
+		default:
+			fmt.Fprintln(cmd.OutOrStdout())
+			err = bench.WriteTable(cmd.OutOrStdout(), rep)
+		}
+		if err != nil {
 			return err
 		}
 		if err := f.writeOutputs(cmd, rep); err != nil {

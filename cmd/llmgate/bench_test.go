@@ -84,7 +84,7 @@ func TestBenchCLI_FailsWhenACellMeasuredNothing(t *testing.T) {
 	defer srv.Close()
 	dir := t.TempDir()
 	_, _, err := runCLI(t, "bench", "--base-url", srv.URL+"/v1", "--model", "fail-500", "--concurrency", "1",
-		"--num-requests", "2", "--json", filepath.Join(dir, "r.json"), "-q")
+		"--num-requests", "2", "--json-file", filepath.Join(dir, "r.json"), "-q")
 	if err == nil || !strings.Contains(err.Error(), "every request failed") || !strings.Contains(err.Error(), "http_500") {
 		t.Errorf("err = %v, want every request failed with the HTTP 500 sample", err)
 	}
@@ -98,8 +98,20 @@ func TestBenchCLI_UsesTheFirstServedModelWhenNoneIsNamed(t *testing.T) {
 	srv := httptest.NewServer(up)
 	defer srv.Close()
 	path := filepath.Join(t.TempDir(), "r.json")
-	if _, stderr, err := runCLI(t, "bench", "--base-url", srv.URL+"/v1", "--concurrency", "1", "--num-requests", "2", "-q", "--json", path); err != nil {
+	// --json FILE is the old name of --json-file: it still writes, and says so.
+	stdout, stderr, err := runCLI(t, "bench", "--base-url", srv.URL+"/v1", "--concurrency", "1", "--num-requests", "2", "-q", "--json", path, "--format", "json")
+	if err != nil {
 		t.Fatalf("%v\n%s", err, stderr)
+	}
+	// Cobra writes the note where help goes: stderr for the binary, the
+	// test's stdout buffer here.
+	note, report, _ := strings.Cut(stdout, "\n")
+	if !strings.Contains(note, "Flag --json has been deprecated, use --json-file instead") {
+		t.Errorf("no deprecation note for --json FILE: %s", note)
+	}
+	// --format json prints the JSON report on stdout instead of the table.
+	if _, err := bench.ReadReport(strings.NewReader(report)); err != nil {
+		t.Errorf("--format json: %v\n%s", err, stdout)
 	}
 	f, err := os.Open(path)
 	if err != nil {

@@ -15,7 +15,7 @@ import (
 func newDoctorCmd() *cobra.Command {
 	var (
 		o      doctor.Options
-		asJSON bool
+		format formatFlag
 	)
 	cmd := &cobra.Command{
 		Use:   "doctor",
@@ -42,15 +42,18 @@ OPENAI_MODEL / ANTHROPIC_MODEL; without a model the first listed one is tested.
 Exit status: 0 when no check failed (warnings do not fail), 1 otherwise.`,
 		Example: `  llmgate doctor
   llmgate doctor --base-url http://127.0.0.1:8000/v1 --model Qwen/Qwen2.5-7B-Instruct
-  llmgate doctor --json | jq '.checks[] | select(.status=="fail")'`,
+  llmgate doctor --format json | jq '.checks[] | select(.status=="fail")'`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := format.check(); err != nil {
+				return err
+			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt)
 			defer stop()
 			r := doctor.Run(ctx, o)
 			out := cmd.OutOrStdout()
 			var err error
-			if asJSON {
+			if format.json() {
 				err = r.WriteJSON(out)
 			} else {
 				err = r.WriteText(out)
@@ -68,7 +71,7 @@ Exit status: 0 when no check failed (warnings do not fail), 1 otherwise.`,
 	f.StringVar(&o.BaseURL, "base-url", "", "Base URL of the OpenAI-compatible API to diagnose, e.g. http://127.0.0.1:4000/v1; when not given, $LLMGATE_BASE_URL, $OPENAI_BASE_URL, $OPENAI_API_BASE or $ANTHROPIC_BASE_URL")
 	f.StringVar(&o.APIKey, "api-key", "", "API key; when not given, the key variable of the base URL's family: $LLMGATE_API_KEY, $OPENAI_API_KEY, $ANTHROPIC_AUTH_TOKEN or $ANTHROPIC_API_KEY (prefer the environment: flags show in ps)")
 	f.StringVar(&o.Model, "model", "", "Model to test; when not given, $LLMGATE_MODEL, $OPENAI_MODEL or $ANTHROPIC_MODEL, else the first listed")
-	f.BoolVar(&asJSON, "json", false, "Print the report as JSON")
+	format.register(f, "json")
 	f.BoolVar(&o.RequireAnthropic, "anthropic", false, "Fail, not warn, when the Anthropic Messages endpoint is missing")
 	f.BoolVar(&o.SkipClients, "no-clients", false, "Do not read client configuration files")
 	f.DurationVar(&o.Timeout, "timeout", 20*time.Second, "Time-out for each generation request (connection steps use at most 5s)")

@@ -63,23 +63,24 @@ func (c *enginesClient) do(ctx context.Context, method, path string, out any) er
 
 func newEnginesCmd() *cobra.Command {
 	var c enginesClient
-	var asJSON bool
+	var format formatFlag
 	cmd := &cobra.Command{
 		Use:   "engines",
 		Short: "List, load, unload and read the logs of a running gateway's local engines",
 		Long: `Manage the local engines (engines: in the config) of a running gateway through
 its admin API. Needs the master key. Without a subcommand, lists the engines.`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error { return listEngines(cmd, &c, asJSON) },
+		RunE: func(cmd *cobra.Command, _ []string) error { return listEngines(cmd, &c, format.json()) },
 	}
 	c.register(cmd)
-	cmd.PersistentFlags().BoolVar(&asJSON, "json", false, "Print JSON")
+	format.register(cmd.PersistentFlags(), "json")
+	cmd.PersistentPreRunE = func(*cobra.Command, []string) error { return format.check() }
 
 	list := &cobra.Command{
 		Use:   "list",
 		Short: "Show every engine: state, pid, port, uptime, models, last error",
 		Args:  cobra.NoArgs,
-		RunE:  func(cmd *cobra.Command, _ []string) error { return listEngines(cmd, &c, asJSON) },
+		RunE:  func(cmd *cobra.Command, _ []string) error { return listEngines(cmd, &c, format.json()) },
 	}
 	var timeout time.Duration
 	load := &cobra.Command{
@@ -87,7 +88,7 @@ its admin API. Needs the master key. Without a subcommand, lists the engines.`,
 		Short: "Start an engine (swapping out its group) and wait until it is ready",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return engineAction(cmd, &c, "load", args[0], timeout, asJSON)
+			return engineAction(cmd, &c, "load", args[0], timeout, format.json())
 		},
 	}
 	load.Flags().DurationVar(&timeout, "timeout", 15*time.Minute, "Give up waiting after this long")
@@ -96,7 +97,7 @@ its admin API. Needs the master key. Without a subcommand, lists the engines.`,
 		Short: "Stop an engine once its requests in flight finish",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return engineAction(cmd, &c, "unload", args[0], 2*time.Minute, asJSON)
+			return engineAction(cmd, &c, "unload", args[0], 2*time.Minute, format.json())
 		},
 	}
 	var lines int
@@ -113,7 +114,7 @@ its admin API. Needs the master key. Without a subcommand, lists the engines.`,
 				return err
 			}
 			out := cmd.OutOrStdout()
-			if asJSON {
+			if format.json() {
 				return json.NewEncoder(out).Encode(res.Lines)
 			}
 			for _, l := range res.Lines {

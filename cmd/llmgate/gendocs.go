@@ -73,6 +73,8 @@ Every command names the same thing the same way:
 | ` + "`--key-id`" + ` | a virtual key's id, as a filter (` + "`usage --key-id`" + `) | |
 | ` + "`-c`, `--config`" + ` | the gateway's YAML config file (` + "`bench --config`" + ` is a targets file) | ` + "`LLMGATE_CONFIG`" + ` |
 | ` + "`--database`" + ` | a SQLite file or a ` + "`postgres://`" + ` URL | |
+| ` + "`--format`" + ` | what a command prints on standard output: ` + "`table`" + ` (the default), ` + "`json`" + `, and ` + "`csv`" + ` where it prints rows (` + "`usage`, `bench`" + `); ` + "`--json`" + ` is its deprecated old spelling | |
+| ` + "`--…-file`" + ` | a file a command writes besides its output (` + "`bench --json-file`, `--csv-file`, `--html-file`" + `) | |
 
 A flag given on the command line wins over its environment variable. A default
 that depends on the environment or on another flag is described in words ("when

@@ -108,9 +108,12 @@ its database file instead (the config's database, else llmgate.db) and say which
 --database FILE picks the database directly. Changes reach every running replica
 within a second.`}
 	d.register(cmd.PersistentFlags())
-	var asJSON bool
+	var format formatFlag
 	run := func(fn func(ctx context.Context, c *admin.Client, out io.Writer, args []string) error) func(*cobra.Command, []string) error {
 		return func(cmd *cobra.Command, args []string) error {
+			if err := format.check(); err != nil {
+				return err
+			}
 			c, closeFn, err := d.client(cmd.Context(), cmd.ErrOrStderr())
 			if err != nil {
 				return err
@@ -135,7 +138,7 @@ within a second.`}
 		if err != nil {
 			return err
 		}
-		return printIssued(out, is, "Created", asJSON)
+		return printIssued(out, is, "Created", format.json())
 	})
 	cf.register(create)
 
@@ -145,7 +148,7 @@ within a second.`}
 		if err != nil {
 			return err
 		}
-		if asJSON {
+		if format.json() {
 			return writeJSONOut(out, ks)
 		}
 		return printKeys(out, ks)
@@ -157,7 +160,7 @@ within a second.`}
 		if err != nil {
 			return err
 		}
-		if asJSON {
+		if format.json() {
 			return writeJSONOut(out, k)
 		}
 		printKey(out, k)
@@ -175,7 +178,7 @@ within a second.`}
 		if err != nil {
 			return err
 		}
-		if asJSON {
+		if format.json() {
 			return writeJSONOut(out, k)
 		}
 		fmt.Fprintf(out, "Updated %s; running gateways apply it within a second.\n", k.ID)
@@ -199,7 +202,7 @@ within a second.`}
 		if err != nil {
 			return err
 		}
-		return printIssued(out, is, "Rotated", asJSON)
+		return printIssued(out, is, "Rotated", format.json())
 	})
 
 	reset := &cobra.Command{
@@ -230,7 +233,7 @@ within a second.`}
 		},
 	}
 	for _, c := range []*cobra.Command{create, list, show, update, rotate} {
-		c.Flags().BoolVar(&asJSON, "json", false, "Print JSON")
+		format.register(c.Flags(), "json")
 	}
 	cmd.AddCommand(create, list, show, update, revoke, rotate, reset)
 	return cmd

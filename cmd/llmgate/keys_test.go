@@ -83,7 +83,7 @@ func createdSecret(t *testing.T, stdout string) string {
 		Key string `json:"key"`
 	}
 	if err := json.Unmarshal([]byte(stdout), &is); err != nil || !strings.HasPrefix(is.Key, "sk-lg-") {
-		t.Fatalf("keys create --json printed %q (%v)", stdout, err)
+		t.Fatalf("keys create --format json printed %q (%v)", stdout, err)
 	}
 	return is.Key
 }
@@ -92,7 +92,7 @@ func TestKeysCreate_AgainstARunningDemoWorksOnItsFirstRequest(t *testing.T) {
 	cleanCLIEnv(t)
 	d := startTestDemo(t)
 	root := strings.TrimSuffix(d.g.URL(), "/v1")
-	stdout, stderr, err := runCLI(t, "keys", "create", "--url", root, "--master-key", d.master, "--name", "first-request", "--json")
+	stdout, stderr, err := runCLI(t, "keys", "create", "--url", root, "--master-key", d.master, "--name", "first-request", "--format", "json")
 	if err != nil {
 		t.Fatalf("keys create: %v\n%s", err, stderr)
 	}
@@ -119,7 +119,7 @@ func TestKeysAndUsage_FindTheGatewayAtTheConfiguredListenAddress(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Setenv("LLMGATE_MASTER_KEY", d.master)
-	stdout, stderr, err := runCLI(t, "keys", "create", "-c", cfgPath, "--name", "found", "--json")
+	stdout, stderr, err := runCLI(t, "keys", "create", "-c", cfgPath, "--name", "found", "--format", "json")
 	if err != nil {
 		t.Fatalf("keys create: %v\n%s", err, stderr)
 	}

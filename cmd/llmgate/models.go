@@ -27,7 +27,7 @@ type modelsFlags struct {
 	apiKey  string
 	config  string
 	probe   bool
-	json    bool
+	format  formatFlag
 	timeout time.Duration
 }
 
@@ -56,6 +56,9 @@ does not name fails the deployment, and the command exits with status 1.
 			if ctx == nil {
 				ctx = context.Background()
 			}
+			if err := f.format.check(); err != nil {
+				return err
+			}
 			if f.config == "" && !cmd.Flags().Changed("url") {
 				f.config = os.Getenv("LLMGATE_CONFIG")
 			}
@@ -71,7 +74,7 @@ does not name fails the deployment, and the command exits with status 1.
 	deprecatedAlias(fl, &f.masterKey, "key", "master-key")
 	fl.StringVarP(&f.config, "config", "c", "", "Read this config file instead of asking a gateway")
 	fl.BoolVar(&f.probe, "probe", false, "With --config: check every backend once; exit status 1 when any fails")
-	fl.BoolVar(&f.json, "json", false, "Print JSON")
+	f.format.register(fl, "json")
 	fl.DurationVar(&f.timeout, "timeout", 5*time.Second, "Time-out for the gateway request or each probe")
 	cmd.AddCommand(newModelsPresetsCmd())
 	return cmd
@@ -121,7 +124,7 @@ func modelsFromGateway(ctx context.Context, w io.Writer, f modelsFlags) error {
 	if err := json.Unmarshal(body, &list); err != nil {
 		return fmt.Errorf("%s does not look like llmgate (GET /v1/models?health=1 gave no health): %w", base, err)
 	}
-	if f.json {
+	if f.format.json() {
 		_, err := w.Write(body)
 		return err
 	}
@@ -228,7 +231,7 @@ func modelsFromConfig(ctx context.Context, w io.Writer, f modelsFlags) error {
 		}
 		out = append(out, mo)
 	}
-	if f.json {
+	if f.format.json() {
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
 		if err := enc.Encode(out); err != nil {

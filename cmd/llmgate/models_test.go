@@ -97,8 +97,8 @@ func TestModelsCmd_ReadsAConfigAndProbes(t *testing.T) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
 	}
-	if _, err := runModels(t, "-c", path, "--probe", "--timeout", "300ms", "--json"); err == nil {
-		t.Error("--json: a failed probe must fail the command too")
+	if _, err := runModels(t, "-c", path, "--probe", "--timeout", "300ms", "--format", "json"); err == nil {
+		t.Error("--format json: a failed probe must fail the command too")
 	}
 
 	// Every probe answering: exit status 0.

@@ -90,6 +90,8 @@ func vocabularyProblems(c *cobra.Command) []string {
 			add("--%s: description %q repeats its default; help shows it, or say \"when not given, …\"", name, usage)
 		}
 		switch name {
+		case "json", "csv", "html":
+			add("--%s: output goes through --format (table, json, csv) on stdout and --%s-file for a file", name, name)
 		case "key":
 			add("--key is ambiguous: name it --master-key, --api-key or --key-id")
 		case "url":
@@ -146,6 +148,7 @@ func TestVocabularyCheck_CatchesDrift(t *testing.T) {
 	fl.String("database", "", "SQLite file")
 	fl.String("admin", "", "The gateway's master key")
 	fl.String("Bad_Name", "", "Fine")
+	fl.Bool("json", false, "Print JSON")
 	var old string
 	fl.StringVar(&old, "old", "", "Old")
 	_ = fl.MarkDeprecated("old", "use --new")
@@ -154,11 +157,36 @@ func TestVocabularyCheck_CatchesDrift(t *testing.T) {
 		"short description", "--key is ambiguous", "--key takes a master key", "--url is the llmgate gateway's address",
 		"--base-url is the base URL", "--filter filters by key id", "--name: description \"a lowercase", "repeats its default",
 		"--database takes a SQLite file", "--admin takes a master key", "--Bad_Name: flag names", "deprecated --old",
-		"takes --url (a gateway's admin API) but not --master-key", "takes both --url and --base-url",
+		"takes --url (a gateway's admin API) but not --master-key", "takes both --url and --base-url", "--json: output goes through --format",
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("the check misses %q; it found:\n%s", want, got)
 		}
+	}
+}
+
+// TestOutputFormat_OneConventionOldSpellingsStillWork: --format json is
+// how every command is asked for JSON on stdout; the old --json switch
+// and bench's --json FILE still work and say what replaces them.
+func TestOutputFormat_OneConventionOldSpellingsStillWork(t *testing.T) {
+	cleanCLIEnv(t)
+	cfg := filepath.Join(t.TempDir(), "llmgate.yaml")
+	if err := os.WriteFile(cfg, []byte("backends:\n  b: {url: http://127.0.0.1:1/v1}\nmodels:\n  m: {backend: b}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	now, _, err := runCLI(t, "models", "-c", cfg, "--format", "json")
+	if err != nil || !strings.HasPrefix(strings.TrimSpace(now), "[") {
+		t.Fatalf("models --format json: %v\n%s", err, now)
+	}
+	// Cobra writes the note where help goes: stderr for the binary, the
+	// test's stdout buffer here.
+	old, stderr, err := runCLI(t, "models", "-c", cfg, "--json")
+	note, rest, _ := strings.Cut(old, "\n")
+	if err != nil || rest != now || !strings.Contains(note+stderr, "Flag --json has been deprecated, use --format json instead") {
+		t.Errorf("models --json: %v, same output %v, note %q", err, rest == now, note+stderr)
+	}
+	if _, _, err := runCLI(t, "models", "-c", cfg, "--format", "yaml"); err == nil || !strings.Contains(err.Error(), "--format must be table or json") {
+		t.Errorf("an unknown format: %v", err)
 	}
 }
 

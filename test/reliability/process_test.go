@@ -161,13 +161,13 @@ func TestNewKey_CreatedByAnotherProcessWorksOnItsFirstRequest(t *testing.T) {
 		{"the admin API (--url)", []string{"--url", g.Base, "--master-key", master}},
 		{"the database file (--database)", []string{"--database", db}},
 	} {
-		out := runCLI(t, append([]string{"keys", "create", "--name", "first-request", "--json"}, via.args...)...)
+		out := runCLI(t, append([]string{"keys", "create", "--name", "first-request", "--format", "json"}, via.args...)...)
 		created := time.Now()
 		var is struct {
 			Key string `json:"key"`
 		}
 		if err := json.Unmarshal([]byte(out), &is); err != nil || !strings.HasPrefix(is.Key, "sk-lg-") {
-			t.Fatalf("keys create --json printed %q (%v)", out, err)
+			t.Fatalf("keys create --format json printed %q (%v)", out, err)
 		}
 		o := send(c, g.Base, is.Key, "", false)
 		t.Logf("key created through %s: first request %d after %v", via.name, o.status, time.Since(created).Round(time.Microsecond))
