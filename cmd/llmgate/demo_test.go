@@ -231,3 +231,42 @@ func TestDemo_ModelsCarryPricesSoUsageShowsCost(t *testing.T) {
 		time.Sleep(200 * time.Millisecond)
 	}
 }
+
+func TestUsage_ShowsTheGroupedColumnsOnlyAndFillsThem(t *testing.T) {
+	cleanCLIEnv(t)
+	d := startTestDemo(t)
+	if status, body := chat(t, d.g.URL(), d.key); status != http.StatusOK {
+		t.Fatalf("%d %s", status, body)
+	}
+	root := strings.TrimSuffix(d.g.URL(), "/v1")
+	usage := func(args ...string) string {
+		t.Helper()
+		stdout, stderr, err := runCLI(t, append([]string{"usage", "--url", root, "--master-key", d.master}, args...)...)
+		if err != nil {
+			t.Fatalf("usage %v: %v\n%s", args, err, stderr)
+		}
+		return stdout
+	}
+	// The ledger writes in batches: wait (boundedly) for the record.
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(usage("--by", "model", "--format", "csv"), "qwen2.5-7b-instruct"); {
+		if time.Now().After(deadline) {
+			t.Fatal("the request never reached the usage summary")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	byModel := strings.Split(usage("--by", "model", "--format", "csv"), "\n")
+	if !strings.HasPrefix(byModel[0], "model,requests,") || !strings.HasPrefix(byModel[1], "qwen2.5-7b-instruct,1,") {
+		t.Errorf("--by model CSV:\n%s", strings.Join(byModel, "\n"))
+	}
+	byKey := strings.Split(usage("--by", "key,day", "--format", "csv"), "\n")
+	if !strings.HasPrefix(byKey[0], "key_id,key_name,day,requests,") || !regexp.MustCompile(`^key_\w+,demo,\d{4}-\d\d-\d\d,1,`).MatchString(byKey[1]) {
+		t.Errorf("--by key,day CSV:\n%s", strings.Join(byKey, "\n"))
+	}
+	table := usage()
+	if !strings.Contains(table, "KEY") || !strings.Contains(table, "MODEL") || strings.Contains(table, "BACKEND") || strings.Contains(table, "DAY") {
+		t.Errorf("the default table (by key and model) has other columns:\n%s", table)
+	}
+	if table := usage("--by", "backend,day"); !strings.Contains(table, "sim-qwen2.5-7b-instruct") || strings.Contains(table, " - ") {
+		t.Errorf("--by backend,day table:\n%s", table)
+	}
+}

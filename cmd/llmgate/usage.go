@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
@@ -68,20 +69,41 @@ func printUsage(ctx context.Context, c *admin.Client, q admin.UsageQuery, format
 		fmt.Fprintf(out, "No requests since %s.\n", q.Since)
 		return nil
 	}
+	// Only the dimensions the rows are grouped by get a column.
+	group := q.By
+	if len(group) == 0 {
+		group = []string{"key", "model"}
+	}
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "KEY\tMODEL\tBACKEND\tDAY\tREQUESTS\tERRORS\tPROMPT TOK\tCOMPL TOK\tCOST USD\tP50 MS\tP95 MS\t")
+	for _, g := range group {
+		fmt.Fprint(tw, strings.ToUpper(g)+"\t")
+	}
+	fmt.Fprintln(tw, "REQUESTS\tERRORS\tPROMPT TOK\tCOMPL TOK\tCOST USD\tP50 MS\tP95 MS\t")
 	est := false
 	for _, r := range rows {
-		k := r.KeyName
-		if k == "" {
-			k = r.KeyID
+		for _, g := range group {
+			v := ""
+			switch g {
+			case "key":
+				v = r.KeyName
+				if v == "" {
+					v = r.KeyID
+				}
+			case "model":
+				v = r.Model
+			case "backend":
+				v = r.Backend
+			case "day":
+				v = r.Day
+			}
+			fmt.Fprint(tw, orDash(v)+"\t")
 		}
 		mark := ""
 		if r.Estimated > 0 {
 			mark, est = "~", true
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%s%d\t%s%d\t%.4f\t%.1f\t%.1f\t\n", orDash(k), orDash(r.Model), orDash(r.Backend), orDash(r.Day),
-			r.Requests, r.Errors, mark, r.PromptTokens, mark, r.CompletionTokens, r.CostUSD, r.P50LatencyMS, r.P95LatencyMS)
+		fmt.Fprintf(tw, "%d\t%d\t%s%d\t%s%d\t%s\t%.1f\t%.1f\t\n",
+			r.Requests, r.Errors, mark, r.PromptTokens, mark, r.CompletionTokens, strings.TrimPrefix(usage.FormatUSD(r.CostUSD), "$"), r.P50LatencyMS, r.P95LatencyMS)
 	}
 	if err := tw.Flush(); err != nil {
 		return err

@@ -319,25 +319,61 @@ func (h *Handler) usage(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, rows)
 	case "csv":
 		w.Header().Set("Content-Type", "text/csv; charset=utf-8")
-		_ = WriteCSV(w, rows)
+		_ = WriteCSV(w, rows, f.GroupBy)
 	default:
 		h.fail(w, badRequest("format must be json or csv"))
 	}
 }
 
-// CSVHeader names the columns WriteCSV writes.
-var CSVHeader = []string{"key_id", "key_name", "model", "backend", "day", "requests", "errors", "prompt_tokens", "completion_tokens",
+// csvMetricColumns are the figures WriteCSV writes after the groups.
+var csvMetricColumns = []string{"requests", "errors", "prompt_tokens", "completion_tokens",
 	"cost_usd", "estimated_records", "p50_latency_ms", "p95_latency_ms"}
 
-// WriteCSV writes summary rows as CSV with a header line.
-func WriteCSV(w io.Writer, rows []usage.SummaryRow) error {
+// CSVHeader names the columns WriteCSV writes for a grouping (empty: key
+// and model): the groups' columns, in order (key is key_id and key_name),
+// then the figures. A dimension the rows are not grouped by has no column,
+// rather than one left empty on every row.
+func CSVHeader(group []string) []string {
+	var h []string
+	for _, g := range defaultGroup(group) {
+		if g == "key" {
+			h = append(h, "key_id", "key_name")
+		} else {
+			h = append(h, g)
+		}
+	}
+	return append(h, csvMetricColumns...)
+}
+
+func defaultGroup(group []string) []string {
+	if len(group) == 0 {
+		return []string{"key", "model"}
+	}
+	return group
+}
+
+// WriteCSV writes summary rows grouped by group as CSV with a header line.
+func WriteCSV(w io.Writer, rows []usage.SummaryRow, group []string) error {
 	cw := csv.NewWriter(w)
-	_ = cw.Write(CSVHeader)
+	_ = cw.Write(CSVHeader(group))
 	i64 := func(v int64) string { return strconv.FormatInt(v, 10) }
 	f64 := func(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
 	for _, r := range rows {
-		_ = cw.Write([]string{r.KeyID, r.KeyName, r.Model, r.Backend, r.Day, i64(r.Requests), i64(r.Errors), i64(r.PromptTokens),
-			i64(r.CompletionTokens), f64(r.CostUSD), i64(r.Estimated), f64(r.P50LatencyMS), f64(r.P95LatencyMS)})
+		var rec []string
+		for _, g := range defaultGroup(group) {
+			switch g {
+			case "key":
+				rec = append(rec, r.KeyID, r.KeyName)
+			case "model":
+				rec = append(rec, r.Model)
+			case "backend":
+				rec = append(rec, r.Backend)
+			case "day":
+				rec = append(rec, r.Day)
+			}
+		}
+		_ = cw.Write(append(rec, i64(r.Requests), i64(r.Errors), i64(r.PromptTokens),
+			i64(r.CompletionTokens), f64(r.CostUSD), i64(r.Estimated), f64(r.P50LatencyMS), f64(r.P95LatencyMS)))
 	}
 	cw.Flush()
 	return cw.Error()
