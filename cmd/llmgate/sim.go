@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/signal"
@@ -129,7 +130,7 @@ after_tool, reasoning, id (of a call). See the sim package documentation.`,
 				fmt.Fprintf(out, "  /health turns 200 after the startup delay of %s\n", cfg.StartupDelay)
 			}
 			if cfg.APIKey != "" {
-				fmt.Fprintln(out, "  API key required: Authorization: Bearer <key>")
+				fmt.Fprintln(out, "  API key required: Authorization: Bearer <key> (the try line below sends it)")
 			}
 			if cfg.Script != nil {
 				fmt.Fprintf(out, "  chat answers scripted by %s (%d turns; unmatched requests: %s)\n",
@@ -138,8 +139,7 @@ after_tool, reasoning, id (of a call). See the sim package documentation.`,
 			if cfg.ToolCallRate > 0 {
 				fmt.Fprintf(out, "  tool_choice \"auto\" calls a tool in %.0f%% of answers\n", 100*cfg.ToolCallRate)
 			}
-			fmt.Fprintf(out, "  try: curl -s http://%s/v1/chat/completions -H 'Content-Type: application/json' -d '{\"model\":%q,\"messages\":[{\"role\":\"user\",\"content\":\"Hello\"}]}'\n",
-				addr, cfg.Models[0].Name)
+			fmt.Fprintf(out, "  try: %s\n", tryCurl(addr, cfg.Models[0].Name, cfg.APIKey))
 			<-ctx.Done()
 			fmt.Fprintln(out, "llmgate sim: shutting down")
 			return nil
@@ -174,6 +174,17 @@ after_tool, reasoning, id (of a call). See the sim package documentation.`,
 	f.IntVar(&cfg.MaxParallelToolCalls, "max-parallel-tool-calls", 0, "Allow up to this many calls per answer (unless parallel_tool_calls is false); 0 or 1 = one")
 	f.StringVar(&script, "script", "", "Answer chat requests with the canned turns of this YAML or JSON file")
 	return cmd
+}
+
+// tryCurl is a curl command that works against the simulator as printed:
+// with the API key it requires, when it requires one.
+func tryCurl(addr, model, apiKey string) string {
+	body, _ := json.Marshal(map[string]any{"model": model, "messages": []map[string]string{{"role": "user", "content": "Hello"}}})
+	line := "curl -s http://" + addr + "/v1/chat/completions -H 'Content-Type: application/json'"
+	if apiKey != "" {
+		line += " -H " + shellQuote("Authorization: Bearer "+apiKey)
+	}
+	return line + " -d " + shellQuote(string(body))
 }
 
 func printModel(cmd *cobra.Command, mc sim.ModelConfig) {
