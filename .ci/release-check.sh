@@ -19,7 +19,10 @@ fail() { echo "release check FAILED: $*" >&2; exit 1; }
 head_rev=$(git rev-parse HEAD)
 
 log "static build, as the Dockerfile builds (scripts/build.sh)"
-scripts/build.sh "$OUT/llmgate"
+scripts/build.sh "$OUT/llmgate" 2>&1 | tee "$OUT/build.log"
+# It says what it builds and when it is done (it was silent for minutes).
+grep -q "^build.sh: building $OUT/llmgate: llmgate .* static" "$OUT/build.log" || fail "build.sh did not say what it builds"
+grep -q "^build.sh: wrote $OUT/llmgate" "$OUT/build.log" || fail "build.sh did not say it wrote the binary"
 file "$OUT/llmgate" | tee "$OUT/file.txt"
 grep -q "statically linked" "$OUT/file.txt" || fail "the binary is not statically linked"
 ldd "$OUT/llmgate" >"$OUT/ldd.txt" 2>&1 || true

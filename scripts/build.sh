@@ -38,6 +38,18 @@ for v in "$VERSION" "$REVISION" "$REVISION_TIME" "$MODIFIED"; do
 done
 
 ldflags="-s -w -X main.version=$VERSION -X main.revision=$REVISION -X main.revisionTime=$REVISION_TIME -X main.modified=$MODIFIED"
+# It says what it does on stderr, and every 15 s while the compiler works:
+# a first build compiles every dependency (pure-Go SQLite, the PostgreSQL and
+# Redis clients, OpenTelemetry) and takes minutes, which a silent script
+# makes look hung.
+target="$(go env GOOS)/$(go env GOARCH)"
+echo "build.sh: building $out: llmgate $VERSION for $target, static (CGO_ENABLED=0), trimmed; a first build compiles every dependency and takes minutes" >&2
+start=$SECONDS
+( while sleep 15; do echo "build.sh: still compiling ($((SECONDS - start)) s)" >&2; done ) &
+ticker=$!
+trap 'kill "$ticker" 2>/dev/null || true' EXIT
 # -buildvcs=false: the values above are the record (Go's own VCS stamping
 # needs a .git directory, which a container build and a git worktree lack).
 CGO_ENABLED=0 go build -trimpath -buildvcs=false -ldflags "$ldflags" -o "$out" ./cmd/llmgate
+kill "$ticker" 2>/dev/null || true
+echo "build.sh: wrote $out ($(du -h "$out" | cut -f1)) in $((SECONDS - start)) s" >&2
