@@ -163,6 +163,9 @@ func TestHTMLReport_RendersChartsInHeadlessChromiumWithoutConsoleErrors(t *testi
 	}
 	rep.Results[0].Unreliable = true
 	rep.Results[0].UnreliableReasons = []string{"test: flagged to draw the marker"}
+	// One chunk of one cell took 500 ms where the rest took a few: the
+	// ITL CDF's axis must fit the data (to the largest p99), not the max.
+	rep.Results[1].Dist.ITL[100] = 500
 	dir := t.TempDir()
 	path := filepath.Join(dir, "report.html")
 	f, err := os.Create(path)
@@ -195,6 +198,20 @@ func TestHTMLReport_RendersChartsInHeadlessChromiumWithoutConsoleErrors(t *testi
 	}
 	if !strings.Contains(dom, "http_500=8") {
 		t.Error("the failing target's errors are not in the table")
+	}
+	if !strings.Contains(dom, "axis to the largest p99 (max 500 ms)") {
+		t.Error("the ITL CDF's axis is not fitted to the data")
+	}
+	// The cell tables: P50/P95/P99 under a header with the unit, and no
+	// width cap on the page that cuts them.
+	for _, want := range []string{`<th class="group sep" colspan="3">TTFT (ms)</th>`, `<th class="group sep" colspan="3">E2EL (ms)</th>`,
+		"<th>p95</th>", ">req/s</th>", "<th>output (tok/s)</th>"} {
+		if !strings.Contains(dom, want) {
+			t.Errorf("the cell tables lack %s", want)
+		}
+	}
+	if regexp.MustCompile(`main\{[^}]*max-width`).MatchString(reportTemplate) {
+		t.Error("the page's main column has a maximum width: wide tables are cut")
 	}
 	if !strings.Contains(dom, `data-status="ok"`) {
 		t.Errorf("status is not ok: %s", regexp.MustCompile(`<div id="status"[^>]*>[^<]*`).FindString(dom))
