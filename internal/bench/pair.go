@@ -71,6 +71,10 @@ func PairTargets(ts []Target) (pairs []Pair, notes []string) {
 		}
 		return m
 	}
+	anyDirect := false
+	for _, t := range ts {
+		anyDirect = anyDirect || !t.IsGateway
+	}
 	for _, g := range ts {
 		if !g.IsGateway {
 			continue
@@ -85,7 +89,9 @@ func PairTargets(ts []Target) (pairs []Pair, notes []string) {
 		case 1:
 			pairs = append(pairs, Pair{Gateway: g.Name, Direct: found[0], Inferred: true})
 		case 0:
-			if len(ts) > 1 {
+			// Only worth saying when some target is direct: a matrix of
+			// gateway targets alone is not asking what the gateway adds.
+			if anyDirect {
 				notes = append(notes, fmt.Sprintf("%s is a gateway target but no direct target serves %s; to see what the gateway adds, add one and name it in direct:", g.Name, g.Model))
 			}
 		default:

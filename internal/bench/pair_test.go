@@ -32,6 +32,11 @@ func TestPairTargets_DeclaredOrObviousOnly(t *testing.T) {
 	if len(notes) != 1 || !strings.Contains(notes[0], "qwen3-gw") || !strings.Contains(notes[0], "direct:") {
 		t.Errorf("notes: %v", notes)
 	}
+	// Gateway targets alone (the usual benchmark of a gateway): no pairs,
+	// and nothing to say about it.
+	if p, notes := PairTargets(ts[2:]); len(p) != 0 || len(notes) != 0 {
+		t.Errorf("gateway targets only: %+v %v", p, notes)
+	}
 	// Two direct candidates: not obvious, so no pair and a note.
 	amb := []Target{{Name: "a", Model: "m"}, {Name: "b", Model: "M"}, {Name: "g", Model: "m", IsGateway: true}}
 	if p, notes := PairTargets(amb); len(p) != 0 || len(notes) != 1 || !strings.Contains(notes[0], "a or b") {
