@@ -193,10 +193,12 @@ func medianDist(rs []*CellResult, get func(*CellResult) []float64) []float64 {
 // excludes the other run's interval, and the figures differ by at least
 // DisagreeMinPercent. Such runs measured different conditions (a server
 // that warmed up, throttled, or was shared), not sampling noise; their
-// median hides it, so the cell is flagged.
+// median hides it, so the cell is flagged. TTFT, TPOT and E2EL are judged,
+// one sample per request; ITL is not, because its samples are chunks of
+// the same requests and its within-run interval is too narrow to judge by.
 func runsDisagree(rs []*CellResult) []string {
 	var out []string
-	for _, m := range intervalMetrics {
+	for _, m := range []string{"ttft", "tpot", "e2el"} { // not ITL: see below
 		for _, st := range intervalStats[1:] { // p50, p95, p99
 			key := st + "_" + m + "_ms"
 			var worst string
