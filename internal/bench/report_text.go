@@ -80,6 +80,8 @@ func CSVHeader() []string {
 // WriteCSV writes one row per target × cell; for a --runs N matrix (N >
 // 1), one row per run and cell (run 1..N) and then the cells over all runs
 // (run "all": medians, with the runs' min, max and confidence interval).
+// An empty ci95_high is an interval without an upper bound (a tail
+// percentile of too few requests).
 func WriteCSV(w io.Writer, r *Report) error {
 	cw := csv.NewWriter(w)
 	if err := cw.Write(CSVHeader()); err != nil {
@@ -136,7 +138,11 @@ func csvRow(c *CellResult, several bool) []string {
 			row = append(row, "", "", "", "")
 			continue
 		}
-		row = append(row, f(iv.Min), f(iv.Max), f(iv.Low), f(iv.High))
+		high := f(iv.High)
+		if iv.Open {
+			high = "" // too few requests to bound this tail from above
+		}
+		row = append(row, f(iv.Min), f(iv.Max), f(iv.Low), high)
 	}
 	return append(row, f(c.DispatchLag.P99), f(c.ClientCPUPercent), f(c.SchedLagP99Ms),
 		strconv.FormatBool(c.Unreliable), strings.Join(c.UnreliableReasons, "; "), strconv.Itoa(c.ConnRetries),
