@@ -6,8 +6,8 @@
 // configured only by `llmgate connect`, in a temporary home of its own, and
 // runs a plain prompt and an agent turn in which the scripted model asks
 // for a read-only tool on a file in the working directory; Claude Code
-// also runs `llmgate mcp` as an MCP client, from the entry connect cline
-// wrote, and calls its chat tool. A recording
+// also runs `llmgate mcp` as an MCP client, from the entry connect
+// cline-mcp wrote, and calls its chat tool. A recording
 // proxy between each client and the gateway keeps every request, so the
 // test checks that the tool's result reached the gateway and the report
 // shows what each client sends; an HTTP proxy that refuses everything is

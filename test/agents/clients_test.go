@@ -22,7 +22,7 @@ type client struct {
 	runs []run
 	// alsoConnect are more connect targets run in the client's sandbox,
 	// whose written files runs use (wrote[target]): Claude Code runs the
-	// "llmgate mcp" entry that connect cline writes, as an MCP client.
+	// "llmgate mcp" entry that connect cline-mcp writes, as an MCP client.
 	alsoConnect []string
 	// allowedEgress lists hosts the pinned version tries to reach with no
 	// switch to stop it; the test's proxy refuses them like every other.
@@ -67,7 +67,7 @@ var clients = []*client{claudeCode, codex, opencode}
 // in case the umbrella switch changes meaning. The key and base URL come
 // from the settings.json connect wrote.
 var claudeCode = &client{
-	name: "claude-code", key: "CLAUDE", pkg: "@anthropic-ai/claude-code", bin: "claude", alsoConnect: []string{"cline"},
+	name: "claude-code", key: "CLAUDE", pkg: "@anthropic-ai/claude-code", bin: "claude", alsoConnect: []string{"cline-mcp"},
 	env: func(*env) []string {
 		return []string{"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1", "DISABLE_AUTOUPDATER=1"}
 	},
@@ -102,13 +102,13 @@ var claudeCode = &client{
 				checkClaudeResult(t, lastOfType(events, "result"), agentAnswer(e, "claude-code"))
 			}},
 		// Claude Code as the MCP client of "llmgate mcp", started from the
-		// mcpServers entry connect cline wrote (Cline's file has the same
+		// mcpServers entry connect cline-mcp wrote (Cline's file has the same
 		// shape). Claude Code defers MCP tools behind its ToolSearch tool:
 		// the scripted model searches, then calls the chat tool, whose
 		// request goes through the gateway to the simulator.
 		{name: "mcp-chat-tool", prompt: mcpPrompt,
 			argsFor: func(e *env, wrote map[string]string) []string {
-				return []string{"-p", "--output-format", "stream-json", "--verbose", "--mcp-config", wrote["cline"],
+				return []string{"-p", "--output-format", "stream-json", "--verbose", "--mcp-config", wrote["cline-mcp"],
 					"--strict-mcp-config", "--allowedTools", "mcp__llmgate__chat", "--"}
 			},
 			check: func(t *testing.T, e *env, res *result) {
