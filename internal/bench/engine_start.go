@@ -14,8 +14,8 @@ type EngineStart struct {
 	Target string `json:"target"`
 	// Seconds is how long the wait lasted as bench saw it: from its first
 	// look to the engine's readiness (Source "health": the server's GET
-	// /health answered 5xx until then, as llama.cpp's and vLLM's do while
-	// they load a model), or from the request's send to its first data
+	// /health answered 503 until then, as llama.cpp's does while it loads
+	// a model), or from the request's send to its first data
 	// (Source "gateway": the gateway said "waiting for engine" meanwhile).
 	// The engine may have started before bench looked; the time is a
 	// lower bound for "health" and includes one prompt for "gateway".
@@ -38,9 +38,9 @@ const (
 const healthPoll = 250 * time.Millisecond
 
 // waitReady makes sure a target's engine is up before its first cell, and
-// reports how long that took. A server whose GET /health answers 5xx (an
-// engine loading its model) is asked again until it answers 2xx, for at
-// most the request time-out. A gateway target then gets one small request:
+// reports how long that took. A server whose GET /health answers 503 (an
+// engine loading its model) is asked again until it answers otherwise, for
+// at most the request time-out. A gateway target then gets one small request:
 // if the gateway had to start an engine for it, its waiting comments say
 // so and the time to the first data is the start. Anything else (no
 // /health, an error) is left to the measured requests to show.
@@ -53,12 +53,14 @@ func (o *Options) waitReady(ctx context.Context, t *Target, client *http.Client,
 	start := time.Now()
 	waited := false
 	for time.Since(start) < limit && ctx.Err() == nil {
-		status := healthStatus(ctx, client, t.root()+"/health")
-		if status < 500 || status > 599 {
+		// 503 is what an engine loading its model answers (llama.cpp's
+		// "Loading model"); another status, or none, is not waited for,
+		// so a server without /health, or a wrong URL, costs one request.
+		if healthStatus(ctx, client, t.root()+"/health") != http.StatusServiceUnavailable {
 			break
 		}
 		if !waited && o.Progress != nil {
-			fmt.Fprintf(o.Progress, "[%s]: GET /health says the engine is not ready (%d); waiting for it\n", t.Name, status)
+			fmt.Fprintf(o.Progress, "[%s]: GET /health says the engine is not ready (503); waiting for it\n", t.Name)
 		}
 		waited = true
 		select {
