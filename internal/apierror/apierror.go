@@ -57,6 +57,16 @@ type Error struct {
 	Err     error  // internal cause, logged but never sent to clients
 	// Header holds extra response headers (Retry-After, rate-limit headers).
 	Header http.Header
+	// Context, on a prompt too long for the model's context, carries the
+	// numbers, which the OpenAI envelope passes on as llama.cpp names them
+	// (n_prompt_tokens, n_ctx).
+	Context *ContextOverflow
+}
+
+// ContextOverflow is a prompt too long for a model's context, in tokens.
+type ContextOverflow struct {
+	PromptTokens  int // the prompt's length, as the engine counted it (or surely at least)
+	ContextTokens int // the context length
 }
 
 func (e *Error) Error() string {
@@ -90,6 +100,10 @@ func (e *Error) Clone() *Error {
 	c := *e
 	if e.Header != nil {
 		c.Header = e.Header.Clone()
+	}
+	if e.Context != nil {
+		co := *e.Context
+		c.Context = &co
 	}
 	return &c
 }

@@ -21,8 +21,8 @@ import (
 	"llmgate/internal/apierror"
 	"llmgate/internal/config"
 	"llmgate/internal/console"
-	"llmgate/internal/ctxlen"
 	"llmgate/internal/engine"
+	"llmgate/internal/engineinfo"
 	"llmgate/internal/h1server"
 	"llmgate/internal/keys"
 	"llmgate/internal/metrics"
@@ -78,13 +78,13 @@ type Gateway struct {
 	log    *slog.Logger
 	ln     net.Listener
 	scheme string // "https" when the listener serves TLS; "" for http
-	// contexts learns the models' context lengths from their backends;
-	// learned is closed once the start's round of asking is over.
-	contexts *ctxlen.Learner
-	learned  chan struct{}
-	cancel   context.CancelFunc
-	served   chan error
-	acct     *accounting
+	// engineInfo learns from each deployment's engine (context lengths,
+	// tokenizer); learned is closed once the start's round of asking is over.
+	engineInfo *engineinfo.Learner
+	learned    chan struct{}
+	cancel     context.CancelFunc
+	served     chan error
+	acct       *accounting
 }
 
 // OpenStore opens the store named by a database setting.
@@ -160,13 +160,13 @@ func Start(ctx context.Context, opt Options) (g *Gateway, err error) {
 		return nil, err
 	}
 	undo = append(undo, g.stopAccounting)
-	if g.Engines, err = engine.New(cfg, engine.Options{Logger: log}); err != nil {
+	g.engineInfo = engineinfo.New(engineinfo.Options{Logger: log})
+	if g.Engines, err = engine.New(cfg, engine.Options{Logger: log, OnReady: g.engineInfo.Refresh}); err != nil {
 		return nil, err
 	}
 	table := router.NewWithOptions(cfg, router.Options{Logger: log})
 	g.Engines.Attach(table)
-	g.contexts = ctxlen.New()
-	sopt := server.Options{Table: table, Verifier: g.Verifier, Ledger: g.Ledger, Observer: g.observer(), Ready: g.Ledger.Healthy, Logger: log, Contexts: g.contexts, MaxBodyBytes: cfg.MaxBodyBytes,
+	sopt := server.Options{Table: table, Verifier: g.Verifier, Ledger: g.Ledger, Observer: g.observer(), Ready: g.Ledger.Healthy, Logger: log, Engines: g.engineInfo, MaxBodyBytes: cfg.MaxBodyBytes,
 		Admission: g.Metrics.Admission(opt.Admission), Middleware: opt.Middleware}
 	if on, ttl := cfg.ResponsesStorage(); on {
 		sopt.Responses, sopt.ResponsesTTL = g.Store, ttl
@@ -207,7 +207,7 @@ func (g *Gateway) learnContexts(ctx context.Context, t *router.Table) {
 			continue
 		}
 		d := r.Deployments[0]
-		if l := g.contexts.Lookup(ctx, r.ContextWindow, d.Backend, d.UpstreamModel); l.Tokens > 0 {
+		if l := g.engineInfo.Lookup(ctx, r.ContextWindow, d.Backend, d.UpstreamModel); l.Tokens > 0 {
 			g.log.Debug("model context length", "model", name, "tokens", l.Tokens, "source", l.Source)
 		}
 		if ctx.Err() != nil {

@@ -35,14 +35,17 @@ type Backend struct {
 	// DropParams are top-level request members this backend never gets
 	// (drop_params).
 	DropParams []string
-	apiKey     string
-	headers    map[string]string
-	client     *http.Client
-	h1         *h1Client // plain-http backends without a proxy; nil otherwise
-	timeout    time.Duration
-	idle       time.Duration
-	firstByte  time.Duration
-	health     *config.HealthCheck
+	// Engine is the backend's engine preset (engine: vllm, llamacpp, ...),
+	// "" when it names none: a hint of which engine answers there.
+	Engine    string
+	apiKey    string
+	headers   map[string]string
+	client    *http.Client
+	h1        *h1Client // plain-http backends without a proxy; nil otherwise
+	timeout   time.Duration
+	idle      time.Duration
+	firstByte time.Duration
+	health    *config.HealthCheck
 }
 
 // NewBackend builds a Backend from configuration. Each backend owns its
@@ -71,7 +74,7 @@ func NewBackend(b *config.Backend) *Backend {
 		tr.TLSClientConfig = b.TLS.Clone()
 	}
 	be := &Backend{
-		Name: b.Name, BaseURL: b.BaseURL, Dialect: b.Dialect, apiKey: b.APIKey, DropParams: b.DropParams,
+		Name: b.Name, BaseURL: b.BaseURL, Dialect: b.Dialect, apiKey: b.APIKey, DropParams: b.DropParams, Engine: b.Engine,
 		headers: b.Headers, client: &http.Client{Transport: tr}, timeout: time.Duration(b.Timeout),
 		idle: time.Duration(b.IdleTimeout), firstByte: time.Duration(b.FirstByte), health: b.HealthCheck,
 	}

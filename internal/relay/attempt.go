@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strconv"
@@ -37,8 +38,33 @@ func target(dep router.Deployment) codec.Target {
 	return codec.Target{Backend: dep.Backend.Name, Dialect: dep.Backend.Dialect, UpstreamModel: dep.UpstreamModel, DropParams: dep.Backend.DropParams}
 }
 
-// relay sends the request to one deployment and relays its answer.
-func (rl *Relay) relay(ctx context.Context, w http.ResponseWriter, c *Call, dep router.Deployment, n int) (res Result) {
+// relay sends the request to one deployment and relays its answer. An
+// engine that refuses the request because the prompt plus the output
+// limit does not fit its context, where the prompt alone does, has said
+// exactly how many tokens are left: unless fitting is off for the model,
+// the request is sent again once with its limit lowered to that (said in
+// the Llmgate-Output-Limit header, as any fit is). The engine has the last
+// word on what fits.
+func (rl *Relay) relay(ctx context.Context, w http.ResponseWriter, c *Call, dep router.Deployment, n int) Result {
+	res := rl.relayOnce(ctx, w, c, dep, n)
+	e := res.Err
+	if e == nil || res.Committed || e.Context == nil || !c.route.FitOutput || !c.Req.Dialect.Generates() {
+		return res
+	}
+	left := e.Context.ContextTokens - e.Context.PromptTokens
+	if left < 1 || c.Req.OutputLimit <= left {
+		return res
+	}
+	w.Header().Set(OutputLimitHeader, fmt.Sprintf("%d->%d; context=%d; prompt=%d; prompt_source=engine",
+		c.Req.OutputLimit, left, e.Context.ContextTokens, e.Context.PromptTokens))
+	rl.log.Info("output limit lowered to what the engine said fits", "request_id", c.ID, "model", c.Req.Model,
+		"backend", dep.Backend.Name, "requested", c.Req.OutputLimit, "fitted", left, "context", e.Context.ContextTokens, "prompt_tokens", e.Context.PromptTokens)
+	c.Req = c.Req.WithOutputLimit(left)
+	return rl.relayOnce(ctx, w, c, dep, n)
+}
+
+// relayOnce sends the request to one deployment and relays its answer.
+func (rl *Relay) relayOnce(ctx context.Context, w http.ResponseWriter, c *Call, dep router.Deployment, n int) (res Result) {
 	res.Dep = dep
 	t0 := time.Now()
 	ctx, endSpan := rl.traceAttempt(ctx, c, dep)
@@ -51,8 +77,8 @@ func (rl *Relay) relay(ctx context.Context, w http.ResponseWriter, c *Call, dep 
 	if err != nil {
 		return res.failed(err)
 	}
-	if out.BesideV1 { // count_tokens on an OpenAI backend: its tokenizer, or an estimate
-		return rl.pump(w, c, res, rl.countTokens(ctx, w, c, dep, out), codec.FormAnthropic)
+	if out.Count { // count_tokens on an OpenAI backend: its engine's tokenizer, or an estimate
+		return rl.pump(w, c, res, rl.countTokens(ctx, w, c, dep), codec.FormAnthropic)
 	}
 	b := dep.Backend
 	// The timeout bounds the whole attempt, stream included; the idle gap
@@ -197,8 +223,17 @@ func (s *sseSource) next() ([]codec.Event, *apierror.Error) {
 	}
 }
 
-// streamError turns a stream read failure into the client-facing error.
+// streamError turns a stream read failure into the client-facing error;
+// a local engine whose process died under the stream says so.
 func (s *sseSource) streamError(err error) *apierror.Error {
+	e := s.readError(err)
+	if errors.Is(e, apierror.ErrClientClosed) {
+		return e
+	}
+	return explainFailure(s.ctx, e)
+}
+
+func (s *sseSource) readError(err error) *apierror.Error {
 	name := s.b.Name
 	cause := context.Cause(s.ctx)
 	switch {
@@ -344,9 +379,36 @@ func upstreamError(c *Call, dep router.Deployment, path string, resp *http.Respo
 		return apierror.Newf(http.StatusGatewayTimeout, apierror.KindTimeout, "backend_timeout", "backend %q timed out (%s)", name, msg)
 	case st >= 500:
 		return apierror.Newf(http.StatusBadGateway, apierror.KindUpstream, "backend_error", "backend %q failed (%d: %s)", name, st, msg)
-	default: // 400, 413, 422 ...: the request itself was refused
-		return apierror.Newf(st, apierror.KindInvalidRequest, "backend_rejected_request", "backend %q rejected the request: %s", name, msg)
 	}
+	// 400, 413, 422 ...: the request itself was refused. The engine's own
+	// words and numbers go to the client.
+	ee := codec.ParseEngineError(body)
+	if ee.ContextOverflow() {
+		return engineContextError(c, name, msg, ee)
+	}
+	if ee.Type != "" {
+		msg = ee.Type + ": " + msg
+	}
+	return apierror.Newf(st, apierror.KindInvalidRequest, "backend_rejected_request", "backend %q rejected the request: %s", name, msg)
+}
+
+// engineContextError is an engine's refusal of a request that does not
+// fit its context, with the engine's numbers: a prompt that alone fills it
+// is "prompt is too long" (what Anthropic says, and what Claude Code
+// compacts on); otherwise the output limit is what to lower.
+func engineContextError(c *Call, backend, msg string, ee codec.EngineError) *apierror.Error {
+	var e *apierror.Error
+	if ee.PromptTokens >= ee.ContextTokens {
+		e = apierror.InvalidRequest("context_length_exceeded",
+			"prompt is too long: %d tokens > %d maximum (model %q, counted by the engine behind backend %q, which says: %s): shorten the prompt or start a new conversation",
+			ee.PromptTokens, ee.ContextTokens, c.Req.Model, backend, msg)
+	} else {
+		e = apierror.InvalidRequest("context_length_exceeded",
+			"the prompt (%d tokens) plus the output limit exceeds model %q's context of %d tokens (the engine behind backend %q says: %s): lower the output limit to %d or less",
+			ee.PromptTokens, c.Req.Model, ee.ContextTokens, backend, msg, ee.ContextTokens-ee.PromptTokens)
+	}
+	e.Context = &apierror.ContextOverflow{PromptTokens: ee.PromptTokens, ContextTokens: ee.ContextTokens}
+	return e
 }
 
 // isEventStream reports whether an answer is SSE.

@@ -20,7 +20,7 @@ import (
 	"llmgate/internal/api/openai"
 	"llmgate/internal/apierror"
 	"llmgate/internal/codec"
-	"llmgate/internal/ctxlen"
+	"llmgate/internal/engineinfo"
 	"llmgate/internal/keys"
 	"llmgate/internal/policy"
 	"llmgate/internal/respstore"
@@ -39,24 +39,28 @@ type Options struct {
 	// Responses, when set, stores Responses API answers for
 	// previous_response_id.
 	Responses *respstore.Store
-	// Contexts knows the models' context lengths: an output limit that
-	// does not fit is lowered (or refused, where the route's FitOutput is
-	// off), and a request without one reserves what the context leaves.
-	Contexts *ctxlen.Learner
-	Logger   *slog.Logger
+	// Engines knows what each deployment's engine said: the model's
+	// context length (an output limit that does not fit is lowered, or
+	// refused where the route's FitOutput is off, and a request without
+	// one reserves what the context leaves) and how to count a prompt
+	// with the engine's own tokenizer.
+	Engines *engineinfo.Learner
+	Logger  *slog.Logger
 }
 
 // Relay serves decoded requests.
 type Relay struct {
-	opt        Options
-	log        *slog.Logger
-	noTokenize tokenizeMemo
+	opt Options
+	log *slog.Logger
 }
 
 // New returns a Relay.
 func New(opt Options) *Relay {
 	if opt.Logger == nil {
 		opt.Logger = slog.Default()
+	}
+	if opt.Engines == nil {
+		opt.Engines = engineinfo.New(engineinfo.Options{Logger: opt.Logger})
 	}
 	return &Relay{opt: opt, log: opt.Logger}
 }
@@ -204,9 +208,9 @@ func (rl *Relay) resolve(ctx context.Context, w http.ResponseWriter, c *Call) er
 			ar.PromptTokens = 0 // a count generates and bills nothing
 		}
 		window := 0
-		if rl.opt.Contexts != nil && len(route.Deployments) > 0 && c.Req.OutputLimit <= 0 && c.Req.Dialect.Generates() {
+		if rl.opt.Engines != nil && len(route.Deployments) > 0 && c.Req.OutputLimit <= 0 && c.Req.Dialect.Generates() {
 			d := route.Deployments[0]
-			window = rl.opt.Contexts.Known(route.ContextWindow, d.Backend, d.UpstreamModel).Tokens
+			window = rl.opt.Engines.Known(route.ContextWindow, d.Backend, d.UpstreamModel).Tokens
 		}
 		ar.OutputTokens = c.Req.MaxOutput(route.Dialects(), window)
 		c.ticket, err = rl.opt.Admission.Admit(ctx, ar)
@@ -218,7 +222,7 @@ func (rl *Relay) resolve(ctx context.Context, w http.ResponseWriter, c *Call) er
 		anthropic.RateLimitHeaders(w.Header(), time.Now())
 	}
 	if err == nil {
-		rl.countInput(ctx, c)
+		rl.countMessagesInput(ctx, c)
 	}
 	return err
 }

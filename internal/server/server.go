@@ -20,7 +20,7 @@ import (
 	"llmgate/internal/api/openai"
 	"llmgate/internal/apierror"
 	"llmgate/internal/codec"
-	"llmgate/internal/ctxlen"
+	"llmgate/internal/engineinfo"
 	"llmgate/internal/jsonscan"
 	"llmgate/internal/keys"
 	"llmgate/internal/policy"
@@ -53,9 +53,10 @@ type Options struct {
 	// for ResponsesTTL (default 30 days).
 	Responses    store.Responses
 	ResponsesTTL time.Duration
-	// Contexts knows the models' context lengths (output limits are
-	// fitted to them, /v1/models lists them).
-	Contexts *ctxlen.Learner
+	// Engines knows what each deployment's engine said: context lengths
+	// (output limits are fitted to them, /v1/models lists them) and how to
+	// count prompts with the engine's tokenizer.
+	Engines *engineinfo.Learner
 	// BodyReadTimeout bounds the time a client takes to send a body
 	// (default 60 s); MaxBodyReadsPerKey caps the bodies one key may be
 	// sending at once (0: no cap).
@@ -91,7 +92,7 @@ type Server struct {
 	handler   http.Handler
 	relay     *relay.Relay
 	precheck  policy.Prechecker // refuses a key before its body is read; nil: none
-	contexts  *ctxlen.Learner
+	engines   *engineinfo.Learner
 	accessLog func(AccessEntry)
 	console   bool // the web console is mounted at /ui/
 	bodyTime  time.Duration
@@ -110,7 +111,7 @@ func New(opt Options) *Server {
 	if opt.BodyReadTimeout <= 0 {
 		opt.BodyReadTimeout = 60 * time.Second
 	}
-	s := &Server{verifier: opt.Verifier, log: opt.Logger, maxBody: opt.MaxBodyBytes, contexts: opt.Contexts, accessLog: opt.AccessLog,
+	s := &Server{verifier: opt.Verifier, log: opt.Logger, maxBody: opt.MaxBodyBytes, engines: opt.Engines, accessLog: opt.AccessLog,
 		bodyTime: opt.BodyReadTimeout, bodyReads: perKey{limit: opt.MaxBodyReadsPerKey},
 		ready: opt.Ready, started: time.Now()}
 	s.table.Store(opt.Table)
@@ -119,7 +120,7 @@ func New(opt Options) *Server {
 		responses = respstore.New(opt.Responses, opt.ResponsesTTL, opt.Logger)
 	}
 	s.relay = relay.New(relay.Options{Ledger: opt.Ledger, Observer: opt.Observer, Admission: opt.Admission,
-		Responses: responses, Contexts: opt.Contexts, Logger: opt.Logger})
+		Responses: responses, Engines: opt.Engines, Logger: opt.Logger})
 	s.precheck, _ = opt.Admission.(policy.Prechecker)
 	s.routes(responses)
 	s.handler = http.Handler(s.mux)

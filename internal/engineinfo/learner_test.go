@@ -1,4 +1,4 @@
-package ctxlen
+package engineinfo
 
 import (
 	"context"
@@ -74,7 +74,7 @@ func TestLookup_EverySource(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			var hits atomic.Int64
 			s := server(t, tc.routes, &hits)
-			l := New()
+			l := New(Options{})
 			b := backend(s.URL+"/v1", config.DialectOpenAI)
 			got := l.Lookup(context.Background(), 0, b, tc.upstream)
 			if got.Tokens != tc.want || got.Source != tc.source {
@@ -94,7 +94,7 @@ func TestLookup_EverySource(t *testing.T) {
 func TestLookup_ConfigWinsAndUnknownIsRetriedAfterAMinute(t *testing.T) {
 	var hits atomic.Int64
 	s := server(t, map[string]string{}, &hits)
-	l := New()
+	l := New(Options{})
 	now := time.Now()
 	l.now = func() time.Time { return now }
 	b := backend(s.URL+"/v1", config.DialectOpenAI)
@@ -129,7 +129,7 @@ func TestLookup_ConcurrentLookupsShareOneFetch(t *testing.T) {
 		fmt.Fprint(w, `{"data":[{"id":"m","max_model_len":2048}]}`)
 	}))
 	defer s.Close()
-	l := New()
+	l := New(Options{})
 	b := backend(s.URL+"/v1", config.DialectOpenAI)
 	done := make(chan Length, 8)
 	for i := 0; i < 8; i++ {
