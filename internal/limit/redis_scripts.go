@@ -7,12 +7,32 @@ import "github.com/redis/go-redis/v9"
 // spend, "r:<replica>" a replica's reservations in flight, "u:<replica>"
 // costs a replica settled that Redis could not count and the ledger may not
 // have yet; the spend a budget is enforced against is their sum.
+//
+// Lua numbers are doubles, so sums and comparisons in the scripts never
+// wrap (beyond 2^53 nano-USD, $9 million, they round to a few millionths
+// of a dollar). Counters are Redis integers, whose HINCRBY refuses to go
+// past the int64 range with an error that would abort a script half-way:
+// satIncr stops them at the end of the range instead.
+
+// satIncrLua defines satIncr(key, field, v): HINCRBY that saturates at the
+// int64 range instead of failing; it returns the new value.
+const satIncrLua = `
+local function satIncr(k, f, v)
+  local r = redis.pcall('HINCRBY', k, f, v)
+  if type(r) == 'table' and r.err then
+    if string.sub(v, 1, 1) == '-' then r = '-9223372036854775808' else r = '9223372036854775807' end
+    redis.call('HSET', k, f, r)
+    r = tonumber(r)
+  end
+  return r
+end
+`
 
 // acquireScript checks every scope, then takes from all of them, or
 // nothing. Bucket levels are stored with the millisecond they refer to. A
 // replica whose epoch is not Redis's (Redis restarted, or lost the marker)
 // is told so ({-1}) and takes nothing until it has re-seeded.
-var acquireScript = redis.NewScript(`
+var acquireScript = redis.NewScript(satIncrLua + `
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return {-1} end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -92,7 +112,7 @@ if res[1] == 1 then
       redis.call('PEXPIRE', ck, lease * 2)
     end
     if budget > 0 then
-      if cost > 0 then redis.call('HINCRBY', bk, rf, ARGV[3]) end
+      if cost > 0 then satIncr(bk, rf, ARGV[3]) end
       sp[i] = sp[i] + cost
       if ttl > 0 then redis.call('EXPIRE', bk, ttl) end
     end
@@ -112,7 +132,7 @@ return res
 // replica's field; it returns Redis's time and each budget's spend after
 // that. A stale epoch changes nothing ({-1}): the caller keeps the cost for
 // its resync.
-var releaseScript = redis.NewScript(`
+var releaseScript = redis.NewScript(satIncrLua + `
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return {-1} end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -133,9 +153,9 @@ for i = 1, n do
     if cur then redis.call('HSET', rk, 't', string.format('%.6f', math.min(tpm, tonumber(cur) - dtok))) end
   end
   if budget > 0 then
-    if actual ~= 0 then redis.call('HINCRBY', bk, 's', ARGV[3]) end
+    if actual ~= 0 then satIncr(bk, 's', ARGV[3]) end
     if reserved ~= 0 then
-      if redis.call('HINCRBY', bk, rf, '-' .. ARGV[4]) <= 0 then redis.call('HDEL', bk, rf) end
+      if satIncr(bk, rf, '-' .. ARGV[4]) <= 0 then redis.call('HDEL', bk, rf) end
     end
     if ttl > 0 and redis.call('EXISTS', bk) == 1 then redis.call('EXPIRE', bk, ttl) end
     local spent, oth, h = 0, 0, redis.call('HGETALL', bk)
