@@ -324,6 +324,9 @@ func (r *Request) tokenizeBody(upstreamModel string) ([]byte, error) {
 	case CountTokens:
 		// count_tokens takes a Messages body without max_tokens, which the
 		// translation requires; the tokenizer does not look at it.
+		if err := r.checkExpansion(r.Messages); err != nil {
+			return nil, err
+		}
 		m := *r.Messages
 		m.MaxTokens, m.Stream = 1, false
 		chat, err = translate.AnthropicToChatWith(&m, r.chatOpts)

@@ -454,6 +454,9 @@ func (r *Request) Hub() (*openai.ChatCompletionRequest, error) {
 			}
 			r.hub = &c
 		case Messages:
+			if r.hubErr = r.checkExpansion(r.Messages); r.hubErr != nil {
+				return
+			}
 			r.hub, r.hubErr = translate.AnthropicToChatWith(r.Messages, r.chatOpts)
 		case Responses:
 			in := r.ResponsesReq

@@ -79,6 +79,9 @@ func (rl *Relay) countTokens(ctx context.Context, w http.ResponseWriter, c *Call
 // request); ok is false when it cannot say (no such endpoint, down, an
 // error).
 func (rl *Relay) tokenize(ctx context.Context, c *Call, dep router.Deployment, body []byte, timeout time.Duration) (n int, ok bool) {
+	if len(body) > c.Req.MaxTokenizeBody() {
+		return 0, false // larger than what the client sent allows: estimated
+	}
 	b := dep.Backend
 	key := b.Name + " " + b.BaseURL
 	if rl.noTokenize.skip(key, time.Now()) {
