@@ -555,8 +555,10 @@ func toInt(v any) int64 {
 	case string:
 		n, err := strconv.ParseInt(x, 10, 64)
 		if err != nil {
+			// A script's '%.0f' of a saturated counter is 2^63, one past
+			// the int64 range: it saturates rather than wrapping negative.
 			f, _ := strconv.ParseFloat(x, 64)
-			return int64(f)
+			return sat.FromFloat(f)
 		}
 		return n
 	}

@@ -88,7 +88,8 @@ for i = 1, n do
     if code == 0 and spent + cost > budget then code = 4 end
   end
   if code ~= 0 then
-    res = {0, i, code, math.max(sp[i], 0), now}
+    -- A string: Redis would convert a number beyond int64 to a negative one.
+    res = {0, i, code, string.format('%.0f', math.max(sp[i], 0)), now}
     break
   end
 end
@@ -202,7 +203,10 @@ local bk, live = KEYS[2], KEYS[3]
 local ledger, rf, rme, uf, ume, assert, ttl = tonumber(ARGV[2]), ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], tonumber(ARGV[8])
 local s = tonumber(redis.call('HGET', bk, 's') or '0')
 if ledger > s then s = ledger end
-redis.call('HSET', bk, 's', string.format('%.0f', s))
+-- A saturated counter reads as 2^63 in a double: it is written back as the largest int64.
+local sf = string.format('%.0f', s)
+if s >= 9223372036854775807 then sf = '9223372036854775807' end
+redis.call('HSET', bk, 's', sf)
 if assert == '1' then
   if tonumber(rme) > 0 then redis.call('HSET', bk, rf, rme) else redis.call('HDEL', bk, rf) end
   if tonumber(ume) > 0 then redis.call('HSET', bk, uf, ume) else redis.call('HDEL', bk, uf) end
