@@ -164,9 +164,12 @@ var fieldNames = [numFields]string{
 	fPrompt: "prompt", fInput: "input",
 }
 
-// dialectOnly are decision fields of one dialect alone; elsewhere they are
-// ordinary members (Responses decodes its own "input").
-var dialectOnly = map[field]Dialect{fPrompt: Completions, fInput: Embeddings}
+// otherDialects reports whether f is a decision field of another dialect
+// alone ("prompt" of completions, "input" of embeddings): here an ordinary
+// member (Responses decodes its own "input").
+func otherDialects(f field, d Dialect) bool {
+	return f == fPrompt && d != Completions || f == fInput && d != Embeddings
+}
 
 // limitFields are the token-limit aliases engines honour for output length.
 var limitFields = [...]field{fMaxTokens, fMaxCompletionTokens, fMaxOutputTokens, fMaxNewTokens, fNPredict}
@@ -240,7 +243,7 @@ func (r *Request) scan() error {
 		if f == numFields {
 			return true
 		}
-		if d, ok := dialectOnly[f]; ok && d != r.Dialect {
+		if otherDialects(f, r.Dialect) {
 			return true
 		}
 		name := fieldNames[f]
