@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -59,13 +60,19 @@ func sendAtOnce(t *testing.T, addr, secret string, reqs []attackReq) (map[int]in
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	counts, bodies := map[int]int{}, map[int]string{}
+	// A client of its own, whose idle connections are closed at the end:
+	// a connection the transport dialled but never used would hold the
+	// gateway's shutdown for 5 s (net/http waits that long for a new
+	// connection's first request).
+	client := &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
+	defer client.CloseIdleConnections()
 	for _, r := range reqs {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			req, _ := http.NewRequest(http.MethodPost, "http://"+addr+r.path, strings.NewReader(r.body))
 			req.Header.Set("Authorization", "Bearer "+secret)
-			resp, err := http.DefaultClient.Do(req)
+			resp, err := client.Do(req)
 			if err != nil {
 				t.Error(err)
 				return
@@ -217,6 +224,86 @@ func TestCountTokens_CountsAgainstTheKeyRPM(t *testing.T) {
 		}
 		if fmt.Sprint(got) != "[200 200 200 429 429]" {
 			t.Fatalf("five counts on a key with rpm 3: %v, want three answered and then 429", got)
+		}
+	})
+}
+
+// spacedNoUsage is a backend that reports no usage and spaces its JSON as
+// Python's json.dumps does ("content": "..."), generating 4 characters (one
+// token by the estimate) for every token max_tokens allows, streamed or not.
+func spacedNoUsage(t *testing.T) *faultUpstream {
+	return newUpstream(t, "spaced", func(u *faultUpstream, w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/health" {
+			return
+		}
+		var req struct {
+			MaxTokens int  `json:"max_tokens"`
+			Stream    bool `json:"stream"`
+		}
+		raw, _ := io.ReadAll(r.Body)
+		_ = json.Unmarshal(raw, &req)
+		time.Sleep(30 * time.Millisecond) // keep the wave in flight together
+		text := strings.Repeat("abcd", req.MaxTokens)
+		if !req.Stream {
+			w.Header().Set("Content-Type", "application/json")
+			fmt.Fprintf(w, `{"id": "x", "object": "chat.completion", "choices": [{"index": 0, "message": {"role": "assistant", "content": %q}, "finish_reason": "length"}]}`, text)
+			return
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		for i := 0; i < len(text); i += 40 {
+			fmt.Fprintf(w, "data: {\"id\": \"x\", \"object\": \"chat.completion.chunk\", \"choices\": [{\"index\": 0, \"delta\": {\"content\": %q}}]}\n\n", text[i:min(i+40, len(text))])
+		}
+		fmt.Fprint(w, "data: [DONE]\n\n")
+	})
+}
+
+// TestBudget_SpacedJSONWithoutUsageUsesUpTheBudget: a backend that sends
+// no usage and spaces its JSON was recorded with completion_tokens=0 and
+// cost $0, so its key never ran out of budget. Two waves of 30 requests at
+// once: the first uses the budget up (by the estimate), the second is
+// refused, and the spend stays within the budget plus one request.
+func TestBudget_SpacedJSONWithoutUsageUsesUpTheBudget(t *testing.T) {
+	eachLimiter(t, func(t *testing.T, limiterCfg string) {
+		const inPrice, outPrice, budget, limit = 1.0, 1000.0, 1.0, 100
+		up := spacedNoUsage(t)
+		f := startFaultGW(t, limiterCfg+fmt.Sprintf("backends:\n  up: {url: %s/v1}\nmodels:\n  m: {backend: up, input_price: %v, output_price: %v}\n",
+			up.URL, inPrice, outPrice))
+		ctx := context.Background()
+		k, secret, err := CreateKey(ctx, f.g.Store, keys.Key{Name: "spaced", BudgetUSD: budget})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := f.g.Verifier.Reload(ctx); err != nil {
+			t.Fatal(err)
+		}
+		wave := func() map[int]int {
+			var reqs []attackReq
+			for i := 0; i < 15; i++ {
+				reqs = append(reqs,
+					attackReq{"/v1/chat/completions", `{"model":"m","max_tokens":100,"messages":[{"role":"user","content":"hi"}]}`},
+					attackReq{"/v1/chat/completions", `{"model":"m","max_tokens":100,"stream":true,"messages":[{"role":"user","content":"hi"}]}`})
+			}
+			counts, _ := sendAtOnce(t, f.g.Addr, secret, reqs)
+			return counts
+		}
+		first := wave()
+		maxReq := (50*inPrice + limit*outPrice) / 1e6 // a prompt of well under 50 tokens
+		checkSpend(t, f, k.ID, first, budget, maxReq, "first wave")
+		second := wave()
+		all := map[int]int{200: first[200] + second[200], 429: first[429] + second[429]}
+		checkSpend(t, f, k.ID, all, budget, maxReq, "both waves")
+		var spent float64
+		recs, _ := f.g.Store.Recent(ctx, 10_000)
+		for _, r := range recs {
+			if r.KeyID == k.ID && r.Status == http.StatusOK {
+				spent += r.CostUSD
+				if !r.Estimated || r.CompletionTokens < limit*9/10 {
+					t.Fatalf("record %+v: want an estimate of about %d completion tokens", r, limit)
+				}
+			}
+		}
+		if spent < budget-maxReq || second[200] > 1 {
+			t.Fatalf("spent $%.4f of $%.2f, the second wave had %d admitted: the answers without usage were not billed", spent, budget, second[200])
 		}
 	})
 }
