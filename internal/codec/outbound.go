@@ -214,8 +214,18 @@ func skipWS(b []byte, i int) int {
 // anthropicPassthrough is the body of a Messages request to an Anthropic
 // backend: the client's, with the model renamed. History produced by a chat
 // backend carries thinking blocks with empty signatures, which Anthropic
-// rejects; those are dropped (the body is then re-encoded).
+// rejects; those are dropped (the body is then re-encoded). A client's n or
+// best_of is dropped too (see Request.Choices).
 func (r *Request) anthropicPassthrough(model string) []byte {
+	if r.fields.has(fN) || r.fields.has(fBestOf) {
+		// The Messages API has no choices, and the gateway reserves for
+		// one: a backend that took n from the body would generate more.
+		return jsonscan.Without(r.anthropicPassthroughBody(model), []string{fieldNames[fN], fieldNames[fBestOf]})
+	}
+	return r.anthropicPassthroughBody(model)
+}
+
+func (r *Request) anthropicPassthroughBody(model string) []byte {
 	if !hasUnsignedThinking(r.Messages) {
 		return r.patch(model)
 	}
@@ -293,6 +303,9 @@ func (r *Request) CountPrompt() (chat *openai.ChatCompletionRequest, prompt stri
 	case CountTokens:
 		// count_tokens takes a Messages body without max_tokens, which the
 		// translation requires; the tokenizer does not look at it.
+		if err := r.checkExpansion(r.Messages); err != nil {
+			return nil, "", err
+		}
 		m := *r.Messages
 		m.MaxTokens, m.Stream = 1, false
 		chat, err = translate.AnthropicToChatWith(&m, r.chatOpts)

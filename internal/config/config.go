@@ -363,7 +363,7 @@ func LoadWithEnv(r io.Reader, source string, lookup func(string) (string, bool))
 // The codec's decision fields must all be here (a codec test checks).
 var GatewayDecidedFields = []string{"model", "stream", "stream_options", "max_tokens", "max_completion_tokens",
 	"max_output_tokens", "max_new_tokens", "n_predict", "n", "best_of", "tools", "tool_choice", "thinking",
-	"previous_response_id", "store"}
+	"previous_response_id", "store", "prompt", "input"}
 
 var knownKeys = map[string][]string{
 	"":                {"listen", "database", "max_body_bytes", "log_format", "http_server", "socket_io", "upstream_client", "max_connections", "tls_cert_file", "tls_key_file", "backends", "models", "redis", "redis_prefix", "redis_fail_open", "redis_replicas", "retention", "responses_ttl", "store_responses", "spool_dir", "spool_fsync", "routing"},

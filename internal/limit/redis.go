@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"llmgate/internal/sat"
 )
 
 // Redis keeps limiter state in Redis so every replica enforces the same
@@ -351,7 +353,7 @@ func (r *Redis) reserve(req *Request, cost int64) {
 	for i := 0; i < req.N; i++ {
 		if s := &req.Scopes[i]; s.BudgetNanos > 0 {
 			b := r.localBudget(r.spendKey(s.ID, s.BudgetWindow), s.BudgetTTL)
-			b.inflight += cost
+			b.inflight = sat.Add(b.inflight, cost)
 		}
 	}
 	r.mu.Unlock()
@@ -467,7 +469,8 @@ func (r *Redis) unsynced(l *Lease, cost int64) {
 	r.mu.Lock()
 	for i := 0; i < l.N; i++ {
 		if s := &l.Scopes[i]; s.BudgetNanos > 0 {
-			r.localBudget(r.spendKey(s.ID, s.BudgetWindow), s.BudgetTTL).unsynced += cost
+			b := r.localBudget(r.spendKey(s.ID, s.BudgetWindow), s.BudgetTTL)
+			b.unsynced = sat.Add(b.unsynced, cost)
 		}
 	}
 	r.mu.Unlock()
@@ -552,8 +555,10 @@ func toInt(v any) int64 {
 	case string:
 		n, err := strconv.ParseInt(x, 10, 64)
 		if err != nil {
+			// A script's '%.0f' of a saturated counter is 2^63, one past
+			// the int64 range: it saturates rather than wrapping negative.
 			f, _ := strconv.ParseFloat(x, 64)
-			return int64(f)
+			return sat.FromFloat(f)
 		}
 		return n
 	}

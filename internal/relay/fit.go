@@ -184,12 +184,10 @@ func countInput(chat *openai.ChatCompletionRequest, text string) engineinfo.Prom
 }
 
 // maxCountBody bounds what is sent to an engine's tokenizer for one
-// request: a few times what the client sent (tool definitions a
-// tool_reference brought in, the chat template's framing), never an
+// request (codec.Request.MaxTokenizeBody): tool definitions a
+// tool_reference brought in, the chat template's framing, never an
 // amplifier.
-func maxCountBody(r *codec.Request) int {
-	return 4*len(r.Body) + 64<<10
-}
+func maxCountBody(r *codec.Request) int { return r.MaxTokenizeBody() }
 
 // estimatePrompt estimates a prompt without a tokenizer: its text at the
 // usual rule of thumb plus a few tokens of chat template per message and
