@@ -20,6 +20,7 @@ import (
 	"llmgate/internal/discover"
 	"llmgate/internal/gateway"
 	"llmgate/internal/logging"
+	"llmgate/internal/redact"
 )
 
 type serveFlags struct {
@@ -123,7 +124,7 @@ func runServe(ctx context.Context, f serveFlags, out io.Writer) error {
 	if zero {
 		printDiscovery(out, g.URL(), found, selfInvocation())
 	}
-	log.Info("llmgate listening", "url", g.URL(), "models", len(cfg.Models), "database", cfg.Database)
+	log.Info("llmgate listening", "url", g.URL(), "models", len(cfg.Models), "database", redact.Secrets(cfg.Database))
 	if !zero {
 		watchConfig(ctx, g, f, cfg, log)
 	}
@@ -155,9 +156,9 @@ func logBackends(log *slog.Logger, cfg *config.Config) {
 	sort.Strings(names)
 	for _, n := range names {
 		b := cfg.Backends[n]
-		attrs := []any{"backend", n, "base_url", b.BaseURL, "dialect", b.Dialect, "api_key", b.APIKey != ""}
+		attrs := []any{"backend", n, "base_url", redact.Secrets(b.BaseURL), "dialect", b.Dialect, "api_key", b.APIKey != ""}
 		if strings.TrimRight(b.URL, "/") != b.BaseURL {
-			attrs = append(attrs, "configured_url", b.URL)
+			attrs = append(attrs, "configured_url", redact.Secrets(b.URL))
 		}
 		if b.CAFile != "" {
 			attrs = append(attrs, "ca_file", b.CAFile)

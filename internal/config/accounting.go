@@ -4,6 +4,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"llmgate/internal/redact"
 )
 
 func (c *Config) noteLine(key string, line int) {
@@ -23,7 +25,7 @@ func (c *Config) validateAccounting() error {
 		return &LineError{Source: c.Source, Line: line, Key: key, Msg: msg}
 	}
 	if c.Redis != "" && !strings.HasPrefix(c.Redis, "redis://") && !strings.HasPrefix(c.Redis, "rediss://") {
-		return le(c.Line("redis"), "redis", "must be a URL like redis://127.0.0.1:6379/0, not "+quote(c.Redis))
+		return le(c.Line("redis"), "redis", "must be a URL like redis://127.0.0.1:6379/0, not "+quote(redact.Secrets(c.Redis)))
 	}
 	if c.RedisReplicas < 0 {
 		return le(c.Line("redis_replicas"), "redis_replicas", "must be the number of replicas sharing Redis, or 0 to count them through Redis")

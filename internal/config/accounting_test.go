@@ -39,6 +39,8 @@ models:
 func TestConfig_AccountingErrorsNameTheLine(t *testing.T) {
 	cases := []struct{ src, want string }{
 		{"listen: 127.0.0.1:1\nredis: 127.0.0.1:6379\n", "c.yaml:2: redis: must be a URL like redis://"},
+		// A URL of another scheme is quoted without its password.
+		{"redis: http://:s3cret@cache:6379/0\n", `not "http://:xxxxx@cache:6379/0"`},
 		{"retention: 5m\n", "c.yaml:1: retention: must be at least 1h"},
 		{"redis_replicas: -2\n", "c.yaml:1: redis_replicas: must be the number of replicas"},
 		{"backends:\n  b: {url: http://x:1}\nmodels:\n  m: {backend: b, output_price: -1}\n", "c.yaml:4: models.m.output_price: must not be negative"},

@@ -15,6 +15,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"llmgate/internal/redact"
 	"llmgate/internal/sat"
 )
 
@@ -151,7 +152,7 @@ type RedisOptions struct {
 func NewRedis(ctx context.Context, url string, opt RedisOptions) (*Redis, error) {
 	o, err := redis.ParseURL(url)
 	if err != nil {
-		return nil, fmt.Errorf("redis URL %q: %w", url, err)
+		return nil, fmt.Errorf("redis URL %q: %w", redact.Secrets(url), err)
 	}
 	o.PoolSize = max(o.PoolSize, 64)
 	// A limiter must notice an outage in about a second, not after

@@ -445,3 +445,12 @@ func TestRedis_ACancelledRequestLeavesNoReservation(t *testing.T) {
 		t.Fatal("the concurrency slot of the cancelled request was not given back")
 	}
 }
+
+// A Redis URL the client cannot use is named in the error without its
+// password.
+func TestRedis_BadURLErrorHidesThePassword(t *testing.T) {
+	_, err := limit.NewRedis(context.Background(), "redis://:s3cret@127.0.0.1:6379/x/y", limit.RedisOptions{})
+	if err == nil || strings.Contains(err.Error(), "s3cret") || !strings.Contains(err.Error(), "redis://:xxxxx@127.0.0.1:6379/x/y") {
+		t.Fatalf("err = %v, want the URL named with its password hidden", err)
+	}
+}

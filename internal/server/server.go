@@ -24,6 +24,7 @@ import (
 	"llmgate/internal/jsonscan"
 	"llmgate/internal/keys"
 	"llmgate/internal/policy"
+	"llmgate/internal/redact"
 	"llmgate/internal/relay"
 	"llmgate/internal/respstore"
 	"llmgate/internal/router"
@@ -448,7 +449,7 @@ func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
 			// shown to the master key and always logged.
 			msg := "not ready: the usage ledger cannot write to its database (the gateway log says why; ask with the master key to see it here)"
 			if p, aerr := s.authenticate(r); aerr == nil && p.Master {
-				msg = "not ready: " + err.Error()
+				msg = "not ready: " + redact.Secrets(err.Error())
 			}
 			openai.WriteError(w, apierror.New(http.StatusServiceUnavailable, apierror.KindOverloaded, "not_ready", msg))
 			return
