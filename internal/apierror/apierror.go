@@ -37,6 +37,9 @@ const StatusClientClosed = 499
 const (
 	CodeClientClosed = "client_closed"
 	CodeStreamCut    = "stream_cut"
+	// CodeDatabaseUnavailable: the gateway's own database failed the
+	// request (unreachable, refusing, timing out).
+	CodeDatabaseUnavailable = "database_unavailable"
 )
 
 // Sentinels for errors.Is: an *Error matches one when their Codes are equal.
@@ -137,6 +140,25 @@ func From(err error) *Error {
 	}
 	return &Error{Status: http.StatusInternalServerError, Kind: KindInternal, Code: "internal_error",
 		Message: "internal error in llmgate; the gateway log has the details", Err: err}
+}
+
+// Unavailable returns the 503 a client gets when one of the gateway's own
+// stores failed its request: msg says what to do, the request id (when
+// known) names the log line that holds the cause, and the cause itself is
+// kept for the log only. A database's words (its address, user and
+// database names, its SQL) never reach a client.
+func Unavailable(code, msg, requestID string, cause error) *Error {
+	if requestID != "" {
+		msg += " (request " + requestID + "; the gateway log has the cause)"
+	}
+	return &Error{Status: http.StatusServiceUnavailable, Kind: KindOverloaded, Code: code, Message: msg, Err: cause,
+		Header: http.Header{"Retry-After": {"1"}}}
+}
+
+// DatabaseUnavailable returns the 503 for a request the gateway's database
+// failed (see Unavailable).
+func DatabaseUnavailable(requestID string, cause error) *Error {
+	return Unavailable(CodeDatabaseUnavailable, "the gateway's database is unavailable; retry shortly", requestID, cause)
 }
 
 // InvalidRequest returns a 400 error.

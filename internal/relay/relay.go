@@ -235,7 +235,7 @@ func (rl *Relay) prepareResponses(ctx context.Context, c *Call) (int, error) {
 	turn := respstore.TurnItems(q.Input)
 	size := 0
 	if q.PreviousResponseID != "" {
-		items, n, err := rl.opt.Responses.Previous(ctx, c.Principal.KeyID(), q.PreviousResponseID)
+		items, n, err := rl.opt.Responses.Previous(ctx, c.UpstreamID(), c.Principal.KeyID(), q.PreviousResponseID)
 		if err != nil {
 			return 0, err
 		}

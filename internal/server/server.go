@@ -124,7 +124,7 @@ func New(opt Options) *Server {
 		Responses: responses, Engines: opt.Engines, Logger: opt.Logger})
 	s.precheck, _ = opt.Admission.(policy.Prechecker)
 	s.routes(responses)
-	s.handler = http.Handler(s.mux)
+	s.handler = s.identify(s.mux)
 	if s.accessLog != nil {
 		s.handler = s.logUnrecorded(s.handler)
 	}
@@ -165,7 +165,7 @@ func (s *Server) Handle(pattern string, h http.Handler) {
 }
 
 // Authenticate exposes the gateway's key check to mounted handlers.
-func (s *Server) Authenticate(r *http.Request) (keys.Principal, error) { return s.authenticate(r) }
+func (s *Server) Authenticate(r *http.Request) (keys.Principal, error) { return s.authenticate(nil, r) }
 
 func (s *Server) routes(responses *respstore.Store) {
 	m := http.NewServeMux()
@@ -218,7 +218,7 @@ func (s *Server) endpoint(method string, dialect func(*http.Request) codec.Diale
 			codec.WriteError(d, w, e)
 			return
 		}
-		p, err := s.authenticate(r)
+		p, err := s.authenticate(w, r)
 		if err != nil {
 			refused(w, err)
 			codec.WriteError(d, w, err)
@@ -448,7 +448,7 @@ func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
 			// /readyz needs no key; the reason (which may name files) is
 			// shown to the master key and always logged.
 			msg := "not ready: the usage ledger cannot write to its database (the gateway log says why; ask with the master key to see it here)"
-			if p, aerr := s.authenticate(r); aerr == nil && p.Master {
+			if p, aerr := s.authenticate(w, r); aerr == nil && p.Master {
 				msg = "not ready: " + redact.Secrets(err.Error())
 			}
 			openai.WriteError(w, apierror.New(http.StatusServiceUnavailable, apierror.KindOverloaded, "not_ready", msg))
@@ -491,6 +491,19 @@ func refused(w http.ResponseWriter, err error) {
 	if aw, ok := w.(*accessWriter); ok {
 		aw.code = apierror.From(err).Code
 	}
+}
+
+// identify gives every answer its X-Request-Id before a handler runs (all
+// but the health probe and the metrics scrape), so that any error, from
+// the API, the admin API, the console or the stored responses, can name the
+// request whose log line holds the cause.
+func (s *Server) identify(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if p := r.URL.Path; p != "/healthz" && p != "/metrics" {
+			s.idOf(w, r)
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // quietPaths are not access-logged: probes and scrapes every few seconds.
