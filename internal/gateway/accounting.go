@@ -69,8 +69,15 @@ func (g *Gateway) startAccounting(ctx context.Context, opt *Options) error {
 	a := admit.New(admit.Options{Limiter: lim, Models: models, Logger: g.log})
 	if shared != nil {
 		// After a Redis restart or outage the limiter re-seeds every budget
-		// from the ledger at once, not at the next tick below.
+		// from the ledger at once, not at the next tick below...
 		shared.SetLedger(func(ctx context.Context) ([]limit.BudgetSeed, error) { return a.BudgetSeeds(ctx, g.Store, g.Store) })
+		// ... and rebuilds the RPM and TPM buckets from the ledger's last
+		// minute, so that a restart hands out no fresh minute.
+		if rr, ok := g.Store.(usage.RateReader); ok {
+			shared.SetRates(func(ctx context.Context, since time.Time) ([]limit.RateSeed, error) {
+				return a.RateSeeds(ctx, g.Store, rr, since)
+			})
+		}
 		g.limiterGauges(shared)
 	}
 	if err := a.SeedBudgets(ctx, g.Store, g.Store); err != nil {

@@ -67,6 +67,8 @@ type Redis struct {
 	fb       atomic.Pointer[fallback]
 	live     atomic.Int64 // replicas alive at the last heartbeat
 	ledger   atomic.Pointer[func(context.Context) ([]BudgetSeed, error)]
+	rates    atomic.Pointer[func(context.Context, time.Time) ([]RateSeed, error)]
+	inflight map[string]*inflightRate // scope ID -> this replica's requests in flight (mu)
 	resyncMu sync.Mutex
 	resyncCh chan struct{} // closed when the running resync ends
 	failLog  bool          // the last resync failure was logged (resyncMu)
@@ -185,7 +187,7 @@ func NewRedis(ctx context.Context, url string, opt RedisOptions) (*Redis, error)
 	_, _ = rand.Read(b[:])
 	r := &Redis{c: redis.NewClient(o), prefix: opt.Prefix, lease: opt.LeaseTTL, replica: hex.EncodeToString(b[:]),
 		log: opt.Logger, failOpen: opt.FailOpen, fixedN: int64(opt.Replicas), heartbeat: opt.Heartbeat,
-		active: map[string][]string{}, budgets: map[string]*localBudget{}, lastSeed: map[string]ledgerFigure{},
+		active: map[string][]string{}, budgets: map[string]*localBudget{}, lastSeed: map[string]ledgerFigure{}, inflight: map[string]*inflightRate{},
 		stop: make(chan struct{}), done: make(chan struct{})}
 	r.rfield, r.ufield = "r:"+r.replica, "u:"+r.replica
 	r.live.Store(1)
@@ -240,6 +242,9 @@ func (r *Redis) Acquire(ctx context.Context, req Request) (Lease, Decision, erro
 			}
 			l, d := r.fb.Load().acquire(r, req)
 			r.gate.RUnlock()
+			if d.Allowed {
+				r.trackRates(&req.Scopes, req.N, req.Tokens, 1)
+			}
 			return l, d, nil
 		}
 		l, d, stale, err := r.acquireShared(ctx, req)
@@ -253,6 +258,9 @@ func (r *Redis) Acquire(ctx context.Context, req Request) (Lease, Decision, erro
 				return Lease{}, Decision{}, fmt.Errorf("redis limiter: %w", ctx.Err())
 			}
 		case !stale:
+			if d.Allowed {
+				r.trackRates(&req.Scopes, req.N, req.Tokens, 1)
+			}
 			return l, d, nil
 		case try >= 2:
 			// Redis keeps changing under us: decide locally this once.
@@ -387,6 +395,7 @@ func (r *Redis) forget(member string) {
 // counter when this replica resyncs.
 func (r *Redis) Release(ctx context.Context, l Lease, actualTokens, actualCostNanos int64) error {
 	r.forget(l.member)
+	r.trackRates(&l.Scopes, l.N, l.Tokens, -1)
 	r.gate.RLock()
 	r.settleLocal(&l)
 	if l.fb != nil {

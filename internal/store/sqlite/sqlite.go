@@ -338,6 +338,11 @@ func (s *Store) Summary(ctx context.Context, f usage.Filter) ([]usage.SummaryRow
 	return sqlstore.Summary(ctx, s.db(), sqlstore.SQLite, f)
 }
 
+// UseSince implements usage.RateReader.
+func (s *Store) UseSince(ctx context.Context, since time.Time) ([]usage.SecondUse, error) {
+	return sqlstore.UseSince(ctx, s.db(), sqlstore.SQLite, since)
+}
+
 // Recent returns the newest records, newest first.
 func (s *Store) Recent(ctx context.Context, limit int) ([]usage.Record, error) {
 	return sqlstore.Recent(ctx, s.db(), sqlstore.SQLite, limit)
