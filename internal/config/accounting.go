@@ -52,16 +52,34 @@ func (c *Config) validateAccounting() error {
 	return nil
 }
 
-// Spool returns the usage spool directory: spool_dir, else a directory
-// next to a SQLite database, else ./llmgate-spool.
+// Spool returns the usage spool directory: spool_dir, else one named after
+// the SQLite database file (llmgate.db -> llmgate.db.spool, beside it), so
+// that gateways on different files in one folder never share one, else
+// ./llmgate-spool.
 func (c *Config) Spool() string {
 	if c.SpoolDir != "" {
 		return c.SpoolDir
 	}
-	if c.Database != "" && !strings.Contains(c.Database, "://") && c.Database != ":memory:" {
-		return filepath.Join(filepath.Dir(c.Database), "llmgate-spool")
+	if c.sqliteFile() {
+		return c.Database + ".spool"
 	}
 	return "llmgate-spool"
+}
+
+// LegacySpool returns the spool directory earlier versions used by default
+// for this config (llmgate-spool beside the SQLite file), whose unsent
+// records a gateway takes over; "" when spool_dir is set or the database
+// is not a SQLite file.
+func (c *Config) LegacySpool() string {
+	if c.SpoolDir != "" || !c.sqliteFile() {
+		return ""
+	}
+	return filepath.Join(filepath.Dir(c.Database), "llmgate-spool")
+}
+
+// sqliteFile reports whether the database is a SQLite file.
+func (c *Config) sqliteFile() bool {
+	return c.Database != "" && !strings.Contains(c.Database, "://") && c.Database != ":memory:"
 }
 
 // CostUSD prices a request on a model: prompt tokens (cached ones at the

@@ -55,14 +55,22 @@ func TestConfig_AccountingErrorsNameTheLine(t *testing.T) {
 	}
 }
 
-func TestConfig_SpoolDefaultsNextToSQLite(t *testing.T) {
-	c := &Config{Database: "/var/lib/llmgate/llmgate.db"}
-	if got := c.Spool(); got != "/var/lib/llmgate/llmgate-spool" {
-		t.Fatalf("spool = %q", got)
-	}
-	c = &Config{Database: "postgres://db/x"}
-	if got := c.Spool(); got != "llmgate-spool" {
-		t.Fatalf("spool for postgres = %q", got)
+// The default spool is named after the SQLite file, so gateways on two
+// files in one folder have their own; the old shared default is the one to
+// take records over from.
+func TestConfig_SpoolDefaultsToTheSQLiteFilesName(t *testing.T) {
+	for _, c := range []struct{ db, dir, spool, spoolDir, legacy string }{
+		{"/var/lib/llmgate/llmgate.db", "", "/var/lib/llmgate/llmgate.db.spool", "", "/var/lib/llmgate/llmgate-spool"},
+		{"/var/lib/llmgate/team-b.db", "", "/var/lib/llmgate/team-b.db.spool", "", "/var/lib/llmgate/llmgate-spool"},
+		{"llmgate.db", "", "llmgate.db.spool", "", "llmgate-spool"},
+		{"/var/lib/llmgate/llmgate.db", "/srv/spool", "/srv/spool", "/srv/spool", ""},
+		{"postgres://db/x", "", "llmgate-spool", "", ""},
+		{":memory:", "", "llmgate-spool", "", ""},
+	} {
+		cfg := &Config{Database: c.db, SpoolDir: c.spoolDir}
+		if got, legacy := cfg.Spool(), cfg.LegacySpool(); got != c.spool || legacy != c.legacy {
+			t.Errorf("database %q, spool_dir %q: spool %q, legacy %q; want %q and %q", c.db, c.spoolDir, got, legacy, c.spool, c.legacy)
+		}
 	}
 }
 

@@ -108,8 +108,9 @@ type Config struct {
 	StoreResponses *bool `yaml:"store_responses"`
 	// SpoolDir is the usage ledger's journal: every record is appended
 	// there before the answer's last byte, and waits there while the
-	// database is unreachable (default: next to a SQLite database, else
-	// ./llmgate-spool). One gateway process per directory.
+	// database is unreachable (default: named after a SQLite database
+	// file, beside it - llmgate.db.spool -, else ./llmgate-spool). One
+	// gateway process per directory.
 	SpoolDir string `yaml:"spool_dir"`
 	// SpoolFsync fsyncs every journal append, so records also survive a
 	// power loss or kernel crash, not only a killed process (default
