@@ -69,11 +69,10 @@ func (r *Redis) trackRates(scopes *[MaxScopes]Scope, n int, tokens, sign int64) 
 			f = &inflightRate{}
 			r.inflight[s.ID] = f
 		}
+		// An entry at zero stays (no allocation per request); resyncs drop
+		// the idle ones.
 		f.requests += sign
 		f.tokens += sign * tokens
-		if f.requests <= 0 {
-			delete(r.inflight, s.ID)
-		}
 	}
 	r.mu.Unlock()
 }
@@ -106,6 +105,11 @@ type rateItem struct {
 func (r *Redis) rateItems(seeds []RateSeed, now time.Time) []rateItem {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	for id, f := range r.inflight {
+		if f.requests <= 0 {
+			delete(r.inflight, id)
+		}
+	}
 	out := make([]rateItem, 0, len(seeds))
 	for i := range seeds {
 		s := &seeds[i]
