@@ -26,6 +26,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"llmgate/internal/sat"
 )
 
 // Use is what a scope used in one second (requests the gateway let
@@ -72,7 +74,7 @@ func (r *Redis) trackRates(scopes *[MaxScopes]Scope, n int, tokens, sign int64) 
 		// An entry at zero stays (no allocation per request); resyncs drop
 		// the idle ones.
 		f.requests += sign
-		f.tokens += sign * tokens
+		f.tokens = sat.Add(f.tokens, sign*tokens)
 	}
 	r.mu.Unlock()
 }
