@@ -136,7 +136,7 @@ func runServe(ctx context.Context, f serveFlags, out io.Writer) error {
 func waitAndClose(ctx context.Context, g *gateway.Gateway, log *slog.Logger, after ...func()) error {
 	<-ctx.Done()
 	log.Info("shutting down: finishing requests in flight and flushing the usage ledger")
-	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	sctx, cancel := context.WithTimeout(context.Background(), g.Config.ShutdownWait())
 	defer cancel()
 	err := g.Close(sctx)
 	for _, f := range after {

@@ -43,6 +43,18 @@ const (
 	UpstreamClientStdlib  = "stdlib"
 )
 
+// DefaultShutdownTimeout is how long a stopping gateway lets requests in
+// flight finish when shutdown_timeout is not set.
+const DefaultShutdownTimeout = 30 * time.Second
+
+// ShutdownWait is the configured shutdown_timeout, or its default.
+func (c *Config) ShutdownWait() time.Duration {
+	if c == nil || c.ShutdownTimeout <= 0 {
+		return DefaultShutdownTimeout
+	}
+	return time.Duration(c.ShutdownTimeout)
+}
+
 // DefaultMaxConnections caps the client connections open at once when
 // max_connections is not set.
 const DefaultMaxConnections = 4096
@@ -116,6 +128,10 @@ type Config struct {
 	// power loss or kernel crash, not only a killed process (default
 	// false: a disk flush per group of requests costs milliseconds).
 	SpoolFsync bool `yaml:"spool_fsync"`
+	// ShutdownTimeout bounds how long a stopping gateway (SIGTERM, SIGINT)
+	// lets requests in flight, streams included, finish before it closes
+	// them; zero means DefaultShutdownTimeout.
+	ShutdownTimeout Duration `yaml:"shutdown_timeout"`
 	// Routing tunes retries and the per-deployment circuit breakers.
 	Routing Routing `yaml:"routing"`
 	// Features switch the access log, console and metrics key.
@@ -367,7 +383,7 @@ var GatewayDecidedFields = []string{"model", "stream", "stream_options", "max_to
 	"previous_response_id", "store", "prompt", "input"}
 
 var knownKeys = map[string][]string{
-	"":                {"listen", "database", "max_body_bytes", "log_format", "http_server", "socket_io", "upstream_client", "max_connections", "tls_cert_file", "tls_key_file", "backends", "models", "redis", "redis_prefix", "redis_fail_open", "redis_replicas", "retention", "responses_ttl", "store_responses", "spool_dir", "spool_fsync", "routing"},
+	"":                {"listen", "database", "max_body_bytes", "log_format", "http_server", "socket_io", "upstream_client", "max_connections", "tls_cert_file", "tls_key_file", "backends", "models", "redis", "redis_prefix", "redis_fail_open", "redis_replicas", "retention", "responses_ttl", "store_responses", "spool_dir", "spool_fsync", "shutdown_timeout", "routing"},
 	"routing":         {"retry_backoff", "circuit_breaker"},
 	"circuit_breaker": {"enabled", "consecutive_failures", "failure_rate", "min_requests", "half_life", "open_for", "open_max", "timeout_weight", "rate_limit_wait", "rate_limit_max"},
 	"backend": {"url", "api_key", "dialect", "headers", "connect_timeout", "first_byte_timeout", "timeout", "ca_file", "client_cert_file", "client_key_file", "tls_skip_verify",
@@ -552,6 +568,9 @@ func (c *Config) Validate() error {
 	}
 	if c.UpstreamClient != "" && c.UpstreamClient != UpstreamClientBuiltin && c.UpstreamClient != UpstreamClientStdlib {
 		return le(c.Line("upstream_client"), "upstream_client", "must be %s or %s, not %q", UpstreamClientBuiltin, UpstreamClientStdlib, c.UpstreamClient)
+	}
+	if c.ShutdownTimeout < 0 {
+		return le(c.Line("shutdown_timeout"), "shutdown_timeout", "must not be negative (for example 60s; unset or 0 means the default %s)", DefaultShutdownTimeout)
 	}
 	if c.BodyReadTimeout < 0 {
 		return le(c.Line("body_read_timeout"), "body_read_timeout", "must not be negative (for example 60s; unset or 0 means the default %s)", DefaultBodyReadTimeout)

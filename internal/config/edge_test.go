@@ -3,6 +3,7 @@ package config
 import (
 	"strings"
 	"testing"
+	"time"
 )
 
 // The edge's settings: Go's net/http serves by default, connections are
@@ -48,5 +49,21 @@ func TestLoad_EdgeSettingsErrorsNameKeyAndLine(t *testing.T) {
 				t.Fatalf("err = %v, want it to contain %q", err, c.want)
 			}
 		})
+	}
+}
+
+// TestShutdownTimeout_DefaultAndSet: shutdown_timeout bounds how long a
+// stopping gateway waits for requests in flight.
+func TestShutdownTimeout_DefaultAndSet(t *testing.T) {
+	cfg, err := LoadWithEnv(strings.NewReader("listen: 127.0.0.1:4000\n"), "x.yaml", env(nil))
+	if err != nil || cfg.ShutdownWait() != DefaultShutdownTimeout {
+		t.Fatalf("default: %v %v", cfg.ShutdownWait(), err)
+	}
+	cfg, err = LoadWithEnv(strings.NewReader("shutdown_timeout: 2m\n"), "x.yaml", env(nil))
+	if err != nil || cfg.ShutdownWait() != 2*time.Minute {
+		t.Fatalf("2m: %v %v", cfg.ShutdownWait(), err)
+	}
+	if _, err = LoadWithEnv(strings.NewReader("shutdown_timeout: -1s\n"), "x.yaml", env(nil)); err == nil || !strings.Contains(err.Error(), "x.yaml:1: shutdown_timeout: must not be negative") {
+		t.Fatalf("negative: %v", err)
 	}
 }
