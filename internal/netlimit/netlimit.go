@@ -16,7 +16,6 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 )
 
@@ -110,19 +109,11 @@ func (c *conn) Close() error {
 	return err
 }
 
-// CloseWrite and SyscallConn pass through, so that servers can half-close
-// (net/http and h1server do before closing a connection whose client is
-// still sending) and rawio can use the socket.
+// CloseWrite passes through, so that net/http can half-close a connection
+// whose client is still sending before it closes it.
 func (c *conn) CloseWrite() error {
 	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
 		return cw.CloseWrite()
 	}
 	return errors.ErrUnsupported
-}
-
-func (c *conn) SyscallConn() (syscall.RawConn, error) {
-	if sc, ok := c.Conn.(syscall.Conn); ok {
-		return sc.SyscallConn()
-	}
-	return nil, errors.ErrUnsupported
 }

@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"net/url"
 	"strings"
 	"syscall"
 	"time"
@@ -38,7 +37,6 @@ type Backend struct {
 	apiKey     string
 	headers    map[string]string
 	client     *http.Client
-	h1         *h1Client // plain-http backends without a proxy; nil otherwise
 	timeout    time.Duration
 	idle       time.Duration
 	firstByte  time.Duration
@@ -48,61 +46,60 @@ type Backend struct {
 // NewBackend builds a Backend from configuration. Each backend owns its
 // transport so that pools and time-outs do not interfere across backends.
 func NewBackend(b *config.Backend) *Backend {
+	return &Backend{
+		Name: b.Name, BaseURL: b.BaseURL, Dialect: b.Dialect, apiKey: b.APIKey, DropParams: b.DropParams,
+		headers: b.Headers, client: &http.Client{Transport: newTransport(b)}, timeout: time.Duration(b.Timeout),
+		idle: time.Duration(b.IdleTimeout), firstByte: time.Duration(b.FirstByte), health: b.HealthCheck,
+	}
+}
+
+// maxIdlePerHost is how many keep-alive connections a backend keeps
+// open: more than the requests a gateway has in flight to one engine, so
+// that a burst does not end with connections closed and dialled again.
+const maxIdlePerHost = 512
+
+// newTransport returns net/http's Transport tuned for one backend. Two
+// kinds differ: a plain http:// backend (a local engine) speaks
+// HTTP/1.1 only, whatever the Transport's defaults may try one day; an
+// https:// one (a cloud API) negotiates HTTP/2 or HTTP/1.1 with ALPN.
+// Both go through a proxy when HTTP_PROXY / HTTPS_PROXY / NO_PROXY say so
+// (read once, at the first request), as they always have.
+func newTransport(b *config.Backend) *http.Transport {
 	connect := time.Duration(b.ConnectTimeout)
 	if connect <= 0 {
 		connect = 5 * time.Second
 	}
+	var protocols http.Protocols
+	protocols.SetHTTP1(true)
+	tls := strings.HasPrefix(b.BaseURL, "https://")
+	if tls {
+		protocols.SetHTTP2(true)
+	}
 	tr := &http.Transport{
 		Proxy:                 http.ProxyFromEnvironment,
 		DialContext:           (&net.Dialer{Timeout: connect, KeepAlive: 30 * time.Second}).DialContext,
-		MaxIdleConns:          1024,
-		MaxIdleConnsPerHost:   512,
+		MaxIdleConns:          2 * maxIdlePerHost,
+		MaxIdleConnsPerHost:   maxIdlePerHost,
 		IdleConnTimeout:       90 * time.Second,
 		TLSHandshakeTimeout:   connect,
 		ResponseHeaderTimeout: time.Duration(b.FirstByte),
 		ExpectContinueTimeout: time.Second,
 		// Bodies are inspected for usage; ask upstreams for identity encoding.
 		DisableCompression: true,
-		ForceAttemptHTTP2:  true,
+		ForceAttemptHTTP2:  tls,
+		Protocols:          &protocols,
 		WriteBufferSize:    32 << 10,
 		ReadBufferSize:     32 << 10,
 	}
 	if b.TLS != nil {
 		tr.TLSClientConfig = b.TLS.Clone()
 	}
-	be := &Backend{
-		Name: b.Name, BaseURL: b.BaseURL, Dialect: b.Dialect, apiKey: b.APIKey, DropParams: b.DropParams,
-		headers: b.Headers, client: &http.Client{Transport: tr}, timeout: time.Duration(b.Timeout),
-		idle: time.Duration(b.IdleTimeout), firstByte: time.Duration(b.FirstByte), health: b.HealthCheck,
-	}
-	if b.UpstreamClient != config.UpstreamClientStdlib && directHTTP(b.BaseURL) {
-		be.h1 = newH1Client(&net.Dialer{Timeout: connect, KeepAlive: 30 * time.Second},
-			time.Duration(b.FirstByte), 90*time.Second, 512)
-	}
-	return be
-}
-
-// directHTTP reports whether requests to baseURL go straight to an
-// http:// server: no TLS and no proxy from HTTP_PROXY / NO_PROXY. Such
-// backends (local engines) use the lean HTTP/1.1 client unless their
-// upstream_client is stdlib; the rest use net/http's Transport (TLS,
-// HTTP/2, proxies).
-func directHTTP(baseURL string) bool {
-	u, err := url.Parse(baseURL)
-	if err != nil || u.Scheme != "http" || u.Host == "" || u.User != nil {
-		return false
-	}
-	probe := &http.Request{Method: http.MethodPost, URL: u, Header: http.Header{}}
-	p, err := http.ProxyFromEnvironment(probe)
-	return err == nil && p == nil
+	return tr
 }
 
 // Close releases idle connections.
 func (b *Backend) Close() {
 	b.client.CloseIdleConnections()
-	if b.h1 != nil {
-		b.h1.CloseIdleConnections()
-	}
 }
 
 // Timeout is the whole-request time-out, zero for none.
@@ -124,14 +121,11 @@ func (b *Backend) NewRequest(ctx context.Context, path string, body []byte, requ
 	if body == nil {
 		method = http.MethodGet
 	} else {
-		if !b.directH1() {
-			// net/http's Transport may still read the body after RoundTrip
-			// returns (an early answer, a cut connection), while the
-			// caller's bytes go back to a pool once its request ends: the
-			// Transport gets a copy. The builtin client writes the body
-			// before Do returns.
-			body = bytes.Clone(body)
-		}
+		// net/http's Transport may still read the body after RoundTrip
+		// returns (an early answer, a cut connection), while the caller's
+		// bytes go back to a pool once its request ends: the Transport
+		// gets a copy.
+		body = bytes.Clone(body)
 		rd = bytes.NewReader(body)
 	}
 	var req *http.Request
@@ -161,6 +155,14 @@ func (b *Backend) NewRequest(ctx context.Context, path string, body []byte, requ
 	if requestID != "" {
 		h["X-Request-Id"] = []string{requestID}
 	}
+	if req.URL.Scheme == "http" {
+		// A local engine closes idle keep-alive connections on its own
+		// clock (uvicorn after 5 s): a request sent on one as it closes
+		// is sent again on a fresh connection when no byte of an answer
+		// came back. The Transport does that for requests it deems
+		// idempotent; a nil Idempotency-Key says so without sending it.
+		h["Idempotency-Key"] = nil
+	}
 	for k, v := range b.headers {
 		h.Set(k, v)
 	}
@@ -169,19 +171,10 @@ func (b *Backend) NewRequest(ctx context.Context, path string, body []byte, requ
 
 var jsonCT = []string{"application/json"}
 
-// directH1 reports whether requests go through the builtin HTTP/1.1 client.
-func (b *Backend) directH1() bool { return b.h1 != nil && strings.HasPrefix(b.BaseURL, "http://") }
-
 // Do sends the request. Transport failures come back as *apierror.Error
 // that say which backend failed and how.
 func (b *Backend) Do(req *http.Request) (*http.Response, error) {
-	var resp *http.Response
-	var err error
-	if b.directH1() && req.URL.Scheme == "http" {
-		resp, err = b.h1.Do(req)
-	} else {
-		resp, err = b.client.Do(req)
-	}
+	resp, err := b.client.Do(req)
 	if err != nil {
 		return nil, b.Classify(req.Context(), err)
 	}
