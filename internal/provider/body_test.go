@@ -2,7 +2,10 @@ package provider
 
 import (
 	"context"
+	"fmt"
 	"io"
+	"net/http"
+	"net/http/httptest"
 	"testing"
 
 	"llmgate/internal/config"
@@ -28,5 +31,37 @@ func TestNewRequest_TransportGetsItsOwnBody(t *testing.T) {
 				t.Fatalf("body sent = %s, want its own copy", got)
 			}
 		})
+	}
+}
+
+// A given body is sent as it is, without a copy, whole; an empty one is
+// no body.
+func TestNewRequestGiving_SendsTheBodyWithoutACopy(t *testing.T) {
+	got := make(chan string, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		got <- fmt.Sprintf("%d %q", r.ContentLength, b)
+	}))
+	defer srv.Close()
+	be := NewBackend(&config.Backend{Name: "e", URL: srv.URL, BaseURL: srv.URL})
+	defer be.Close()
+	for _, body := range []string{`{"model":"a"}`, ``} {
+		b := []byte(body)
+		req, err := be.NewRequestGiving(context.Background(), "/v1/x", b, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(b) > 0 {
+			b[len(b)-2] = 'z' // the caller's bytes are what is sent
+			body = string(b)
+		}
+		resp, err := be.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if g, want := <-got, fmt.Sprintf("%d %q", len(body), body); g != want {
+			t.Fatalf("backend got %s, want %s", g, want)
+		}
 	}
 }

@@ -35,20 +35,25 @@ type Backend struct {
 	// (drop_params).
 	DropParams []string
 	apiKey     string
+	bearer     string // "Bearer " + apiKey
 	headers    map[string]string
-	client     *http.Client
-	timeout    time.Duration
-	idle       time.Duration
-	firstByte  time.Duration
-	health     *config.HealthCheck
+	// tr sends the requests; client, on the same pool, the health probes
+	// (which follow redirects).
+	tr        *http.Transport
+	client    *http.Client
+	timeout   time.Duration
+	idle      time.Duration
+	firstByte time.Duration
+	health    *config.HealthCheck
 }
 
 // NewBackend builds a Backend from configuration. Each backend owns its
 // transport so that pools and time-outs do not interfere across backends.
 func NewBackend(b *config.Backend) *Backend {
+	tr := newTransport(b)
 	return &Backend{
-		Name: b.Name, BaseURL: b.BaseURL, Dialect: b.Dialect, apiKey: b.APIKey, DropParams: b.DropParams,
-		headers: b.Headers, client: &http.Client{Transport: newTransport(b)}, timeout: time.Duration(b.Timeout),
+		Name: b.Name, BaseURL: b.BaseURL, Dialect: b.Dialect, apiKey: b.APIKey, bearer: "Bearer " + b.APIKey, DropParams: b.DropParams,
+		headers: b.Headers, tr: tr, client: &http.Client{Transport: tr}, timeout: time.Duration(b.Timeout),
 		idle: time.Duration(b.IdleTimeout), firstByte: time.Duration(b.FirstByte), health: b.HealthCheck,
 	}
 }
@@ -99,7 +104,7 @@ func newTransport(b *config.Backend) *http.Transport {
 
 // Close releases idle connections.
 func (b *Backend) Close() {
-	b.client.CloseIdleConnections()
+	b.tr.CloseIdleConnections()
 }
 
 // Timeout is the whole-request time-out, zero for none.
@@ -114,26 +119,29 @@ func (b *Backend) IdleTimeout() time.Duration { return b.idle }
 func (b *Backend) FirstByteTimeout() time.Duration { return b.firstByte }
 
 // NewRequest builds a POST (or GET when body is nil) to BaseURL+path with the
-// backend's credentials.
+// backend's credentials. The request has its own copy of body: net/http's
+// Transport may still read a body after RoundTrip returns (an early
+// answer, a cut connection).
 func (b *Backend) NewRequest(ctx context.Context, path string, body []byte, requestID string) (*http.Request, error) {
-	method := http.MethodPost
-	var rd *bytes.Reader
-	if body == nil {
-		method = http.MethodGet
-	} else {
-		// net/http's Transport may still read the body after RoundTrip
-		// returns (an early answer, a cut connection), while the caller's
-		// bytes go back to a pool once its request ends: the Transport
-		// gets a copy.
+	if body != nil {
 		body = bytes.Clone(body)
-		rd = bytes.NewReader(body)
 	}
+	return b.NewRequestGiving(ctx, path, body, requestID)
+}
+
+// NewRequestGiving is NewRequest without the copy: body is given to the
+// Transport, which may read it after RoundTrip returns, so the caller must
+// neither change nor reuse it afterwards (a pooled buffer is dropped, not
+// put back).
+func (b *Backend) NewRequestGiving(ctx context.Context, path string, body []byte, requestID string) (*http.Request, error) {
 	var req *http.Request
 	var err error
-	if rd != nil {
-		req, err = http.NewRequestWithContext(ctx, method, b.BaseURL+path, rd)
+	if body == nil {
+		req, err = http.NewRequestWithContext(ctx, http.MethodGet, b.BaseURL+path, nil)
 	} else {
-		req, err = http.NewRequestWithContext(ctx, method, b.BaseURL+path, nil)
+		// A *bytes.Reader: the Transport sends the headers and a small
+		// body in one write.
+		req, err = http.NewRequestWithContext(ctx, http.MethodPost, b.BaseURL+path, bytes.NewReader(body))
 	}
 	if err != nil {
 		return nil, err
@@ -144,13 +152,13 @@ func (b *Backend) NewRequest(ctx context.Context, path string, body []byte, requ
 	}
 	if b.apiKey != "" {
 		if b.Dialect == config.DialectAnthropic {
-			h.Set("X-Api-Key", b.apiKey)
+			h["X-Api-Key"] = []string{b.apiKey}
 		} else {
-			h["Authorization"] = []string{"Bearer " + b.apiKey}
+			h["Authorization"] = []string{b.bearer}
 		}
 	}
 	if b.Dialect == config.DialectAnthropic {
-		h.Set("Anthropic-Version", "2023-06-01")
+		h["Anthropic-Version"] = anthropicVersion
 	}
 	if requestID != "" {
 		h["X-Request-Id"] = []string{requestID}
@@ -169,12 +177,16 @@ func (b *Backend) NewRequest(ctx context.Context, path string, body []byte, requ
 	return req, nil
 }
 
+var anthropicVersion = []string{"2023-06-01"}
+
 var jsonCT = []string{"application/json"}
 
-// Do sends the request. Transport failures come back as *apierror.Error
+// Do sends the request, as a proxy does: straight to the Transport, so a
+// redirect is the backend's answer rather than followed (and no headers
+// are copied for one). Transport failures come back as *apierror.Error
 // that say which backend failed and how.
 func (b *Backend) Do(req *http.Request) (*http.Response, error) {
-	resp, err := b.client.Do(req)
+	resp, err := b.tr.RoundTrip(req)
 	if err != nil {
 		return nil, b.Classify(req.Context(), err)
 	}

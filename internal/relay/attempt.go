@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unsafe"
 
 	"llmgate/internal/apierror"
 	"llmgate/internal/codec"
@@ -293,7 +294,13 @@ func attemptContext(ctx context.Context, b *provider.Backend) (_ context.Context
 // upstreamError.
 func (rl *Relay) send(ctx context.Context, c *Call, dep router.Deployment, out codec.Outbound) (*http.Response, time.Time, error) {
 	t0 := time.Now()
-	req, err := dep.Backend.NewRequest(ctx, out.Path, out.Body, c.UpstreamID())
+	// The body is given to the Transport, which may read it after the
+	// answer came back: when it is the client's own bytes (a passthrough
+	// with nothing patched), their pooled buffer is not reused.
+	if sharesMemory(out.Body, c.Req.Body) {
+		c.bodyGiven.Store(true)
+	}
+	req, err := dep.Backend.NewRequestGiving(ctx, out.Path, out.Body, c.UpstreamID())
 	if err != nil {
 		return nil, t0, err
 	}
@@ -314,6 +321,15 @@ func (rl *Relay) send(ctx context.Context, c *Call, dep router.Deployment, out c
 	}
 	dep.ObserveLatency(time.Since(t0))
 	return resp, t0, nil
+}
+
+// sharesMemory reports whether a and b overlap in memory.
+func sharesMemory(a, b []byte) bool {
+	if len(a) == 0 || len(b) == 0 {
+		return false
+	}
+	a0, b0 := uintptr(unsafe.Pointer(unsafe.SliceData(a))), uintptr(unsafe.Pointer(unsafe.SliceData(b)))
+	return a0 < b0+uintptr(len(b)) && b0 < a0+uintptr(len(a))
 }
 
 // upstreamError maps a non-2xx backend answer to what the client should
