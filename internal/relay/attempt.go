@@ -58,7 +58,7 @@ func (rl *Relay) relay(ctx context.Context, w http.ResponseWriter, c *Call, dep 
 	b := dep.Backend
 	// The timeout bounds the whole attempt, stream included; the idle gap
 	// (armed once headers arrive) cancels with errIdleGap as the cause.
-	ctx, cancel, release := attemptContext(ctx, b)
+	ctx, cancel, release := attemptContext(ctx, b, c.Req.Stream)
 	defer release()
 	resp, sent, err := rl.send(ctx, c, dep, out)
 	if err != nil {
@@ -277,9 +277,13 @@ func (s *localSource) next() ([]codec.Event, *apierror.Error) {
 }
 
 // attemptContext bounds one attempt by the backend's whole-request
-// timeout. cancel, with a cause, is also how the idle gap ends a stream;
-// release must be deferred.
-func attemptContext(ctx context.Context, b *provider.Backend) (_ context.Context, cancel context.CancelCauseFunc, release func()) {
+// timeout. cancel, with a cause, is also how the idle gap ends a stream
+// (nil when the request is not a stream and nothing bounds it: the
+// request's own context then serves as it is); release must be deferred.
+func attemptContext(ctx context.Context, b *provider.Backend, stream bool) (_ context.Context, cancel context.CancelCauseFunc, release func()) {
+	if !stream && b.Timeout() <= 0 {
+		return ctx, nil, func() {}
+	}
 	ctx, cancel = context.WithCancelCause(ctx)
 	if t := b.Timeout(); t > 0 {
 		tctx, cancelT := context.WithTimeout(ctx, t)
