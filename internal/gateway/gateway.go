@@ -176,7 +176,11 @@ func Start(ctx context.Context, opt Options) (g *Gateway, err error) {
 	g.Server.Handle(engine.AdminPrefix+"/", engines)
 	g.mountAdmin()
 	g.mountObservability()
-	g.HTTP = newHTTPServer(g.Server, log, certs)
+	var connState func(net.Conn, http.ConnState)
+	if lim, ok := ln.(*netlimit.Listener); ok {
+		connState = lim.ConnState // idle keep-alive connections make room at the cap
+	}
+	g.HTTP = newHTTPServer(g.Server, log, certs, connState)
 	wctx, cancel := context.WithCancel(context.Background())
 	g.cancel = cancel
 	go g.Verifier.Watch(wctx, 500*time.Millisecond)
@@ -222,10 +226,11 @@ type httpServer interface {
 }
 
 // newHTTPServer returns net/http's server for the listener: HTTP/1.1, and
-// HTTP/2 too with TLS.
-func newHTTPServer(h http.Handler, log *slog.Logger, certs *certReloader) httpServer {
+// HTTP/2 too with TLS. connState, when set, hears of every connection's
+// state (the connection cap's).
+func newHTTPServer(h http.Handler, log *slog.Logger, certs *certReloader, connState func(net.Conn, http.ConnState)) httpServer {
 	s := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second,
-		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn), ConnState: connState}
 	if certs == nil {
 		return s
 	}
