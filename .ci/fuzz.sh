@@ -8,10 +8,10 @@
 # below). The HTTP edge and the backend client are net/http's own.
 #
 # The differential target gets FUZZTIME_HTTP (default 20s), the others
-# FUZZTIME (default 4s). The default set takes about 45 s on a 2-core
-# machine, builds included; FUZZ_PACKAGES=all about 3 minutes (the
-# translate targets take 15-20 s each to replay their corpora). Every
-# target's seed corpus also runs in plain `go test`.
+# FUZZTIME (default 4s), builds besides; FUZZ_PACKAGES=all takes about 3
+# minutes on a 2-core machine (the translate targets take 15-20 s each to
+# replay their corpora). Every target's seed corpus also runs in plain
+# `go test`.
 #
 # Go 1.26's fuzz coordinator sometimes fails a target with a bare "context
 # deadline exceeded" when -fuzztime ends (go.dev/issue/75804, fixed in Go
