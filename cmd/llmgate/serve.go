@@ -97,6 +97,9 @@ func runServe(ctx context.Context, f serveFlags, out io.Writer) error {
 	defer lg.Close()
 	log := lg.Logger
 	zero := cfg == nil
+	if !zero {
+		gateway.LogWarnings(log, cfg)
+	}
 	var found []discover.Found
 	if zero {
 		local := discover.Probe(ctx, "127.0.0.1", discover.DefaultPorts, 700*time.Millisecond)

@@ -111,6 +111,7 @@ func (r *Reloader) Reload() error {
 		r.log.Error("config reload rejected: keeping the running config", "file", r.path, "err", err)
 		return err
 	}
+	LogWarnings(r.log, cfg)
 	r.apply(cfg)
 	return nil
 }
@@ -150,8 +151,6 @@ func (r *Reloader) warnRestartOnly(cfg *config.Config) {
 		{"database", redact.Secrets(prev.Database), redact.Secrets(cfg.Database)},
 		{"max_body_bytes", prev.MaxBodyBytes, cfg.MaxBodyBytes},
 		{"log_format", prev.LogFormat, cfg.LogFormat},
-		{"http_server", prev.HTTPServer, cfg.HTTPServer},
-		{"socket_io", prev.SocketIO, cfg.SocketIO},
 		{"max_connections", prev.ConnectionLimit(), cfg.ConnectionLimit()},
 		{"tls_cert_file", prev.TLSCertFile, cfg.TLSCertFile}, // the files' contents are re-read; the paths are not
 		{"tls_key_file", prev.TLSKeyFile, cfg.TLSKeyFile},

@@ -197,3 +197,28 @@ func TestReload_WarnsAboutRestartOnlySettings(t *testing.T) {
 		t.Fatalf("after the reload: %d", code)
 	}
 }
+
+// A file that names a removed transport setting still reloads; the log
+// says, naming the line, that the setting is ignored now.
+func TestReload_RetiredSettingIsWarnedAboutNotRejected(t *testing.T) {
+	a := newUpstream(t, "a", answer)
+	path := filepath.Join(t.TempDir(), "llmgate.yaml")
+	good := fmt.Sprintf("backends:\n  a: {url: %s}\nmodels:\n  m: {backend: a}\n", a.URL)
+	if err := os.WriteFile(path, []byte(good), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	logs := &testenv.SyncBuffer{}
+	gw, r := startFileGW(t, path, logs)
+	if err := os.WriteFile(path, []byte(good+"socket_io: raw\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Reload(); err != nil {
+		t.Fatalf("a file naming socket_io was rejected: %v", err)
+	}
+	if out := logs.String(); !strings.Contains(out, "llmgate.yaml:5: socket_io: is ignored now") || strings.Contains(out, "reload rejected") {
+		t.Fatalf("want a warning naming line 5 and no rejection:\n%s", out)
+	}
+	if code, _, _ := gw.chat("m", false); code != 200 {
+		t.Fatalf("after the reload: %d", code)
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unsafe"
 
 	"llmgate/internal/apierror"
 	"llmgate/internal/codec"
@@ -83,7 +84,7 @@ func (rl *Relay) relayOnce(ctx context.Context, w http.ResponseWriter, c *Call, 
 	b := dep.Backend
 	// The timeout bounds the whole attempt, stream included; the idle gap
 	// (armed once headers arrive) cancels with errIdleGap as the cause.
-	ctx, cancel, release := attemptContext(ctx, b)
+	ctx, cancel, release := attemptContext(ctx, b, c.Req.Stream)
 	defer release()
 	resp, sent, err := rl.send(ctx, c, dep, out)
 	if err != nil {
@@ -311,9 +312,13 @@ func (s *localSource) next() ([]codec.Event, *apierror.Error) {
 }
 
 // attemptContext bounds one attempt by the backend's whole-request
-// timeout. cancel, with a cause, is also how the idle gap ends a stream;
-// release must be deferred.
-func attemptContext(ctx context.Context, b *provider.Backend) (_ context.Context, cancel context.CancelCauseFunc, release func()) {
+// timeout. cancel, with a cause, is also how the idle gap ends a stream
+// (nil when the request is not a stream and nothing bounds it: the
+// request's own context then serves as it is); release must be deferred.
+func attemptContext(ctx context.Context, b *provider.Backend, stream bool) (_ context.Context, cancel context.CancelCauseFunc, release func()) {
+	if !stream && b.Timeout() <= 0 {
+		return ctx, nil, func() {}
+	}
 	ctx, cancel = context.WithCancelCause(ctx)
 	if t := b.Timeout(); t > 0 {
 		tctx, cancelT := context.WithTimeout(ctx, t)
@@ -328,7 +333,13 @@ func attemptContext(ctx context.Context, b *provider.Backend) (_ context.Context
 // upstreamError.
 func (rl *Relay) send(ctx context.Context, c *Call, dep router.Deployment, out codec.Outbound) (*http.Response, time.Time, error) {
 	t0 := time.Now()
-	req, err := dep.Backend.NewRequest(ctx, out.Path, out.Body, c.UpstreamID())
+	// The body is given to the Transport, which may read it after the
+	// answer came back: when it is the client's own bytes (a passthrough
+	// with nothing patched), their pooled buffer is not reused.
+	if sharesMemory(out.Body, c.Req.Body) {
+		c.bodyGiven.Store(true)
+	}
+	req, err := dep.Backend.NewRequestGiving(ctx, out.Path, out.Body, c.UpstreamID())
 	if err != nil {
 		return nil, t0, err
 	}
@@ -349,6 +360,15 @@ func (rl *Relay) send(ctx context.Context, c *Call, dep router.Deployment, out c
 	}
 	dep.ObserveLatency(time.Since(t0))
 	return resp, t0, nil
+}
+
+// sharesMemory reports whether a and b overlap in memory.
+func sharesMemory(a, b []byte) bool {
+	if len(a) == 0 || len(b) == 0 {
+		return false
+	}
+	a0, b0 := uintptr(unsafe.Pointer(unsafe.SliceData(a))), uintptr(unsafe.Pointer(unsafe.SliceData(b)))
+	return a0 < b0+uintptr(len(b)) && b0 < a0+uintptr(len(a))
 }
 
 // upstreamError maps a non-2xx backend answer to what the client should

@@ -93,12 +93,20 @@ type Call struct {
 	settled atomic.Bool  // the record was written
 	rec     usage.Record // the record, once settled
 	refused string       // the error code of a refusal without a record
+	// bodyGiven is set when Req.Body's bytes went to a backend as they
+	// are: its Transport may still read them, so they are not reused.
+	bodyGiven atomic.Bool
 }
 
 // Recorded reports whether the request has its ledger record; when not
 // (it was refused before a model was resolved), refusal is the error code
 // the client got.
 func (c *Call) Recorded() (recorded bool, refusal string) { return c.settled.Load(), c.refused }
+
+// BodyGiven reports whether the request's body bytes were sent to a
+// backend as they are: the caller must then not reuse them (net/http's
+// Transport may read a body after the answer came back).
+func (c *Call) BodyGiven() bool { return c.bodyGiven.Load() }
 
 // Result is the outcome of one attempt, returned by value; the request's
 // record is built from the result of its last attempt.

@@ -239,7 +239,15 @@ func (s *Server) serveModel(d codec.Dialect) func(http.ResponseWriter, *http.Req
 			c.ID = usage.NewID() // the ledger's key is never the client's
 		}
 		buf := getBuf()
-		defer putBuf(buf) // after the relay: the request value points into it
+		defer func() {
+			// After the relay, since the request value points into the
+			// buffer; and never when a backend's Transport got the bytes
+			// as they are, which it may read after the answer came back.
+			if c.BodyGiven() {
+				return
+			}
+			putBuf(buf)
+		}()
 		var err error
 		if s.precheck != nil && (r.ContentLength < 0 || r.ContentLength > precheckAbove) {
 			// A large body from a key just refused: refused without being

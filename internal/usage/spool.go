@@ -14,8 +14,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-
-	"llmgate/internal/rawio"
 )
 
 // Spool is the ledger's journal on disk: every record is appended to it
@@ -47,7 +45,6 @@ type Spool struct {
 	// The segment being appended to, and the next one opened ahead.
 	fmu     sync.Mutex
 	f       *os.File
-	fw      *rawio.File // writes to f without waking the runtime's monitor thread
 	fSeq    uint64
 	fSize   int64
 	fTorn   bool // a failed write may have left part of a line at the end
@@ -255,16 +252,16 @@ func (s *Spool) write(seq uint64, b []byte) error {
 			f.Close()
 			return err
 		}
-		s.f, s.fw, s.fSeq, s.fSize, s.fTorn = f, rawio.NewFile(f), seq, fi.Size(), false
+		s.f, s.fSeq, s.fSize, s.fTorn = f, seq, fi.Size(), false
 	}
 	if s.fTorn {
-		if _, err := s.fw.Write([]byte{'\n'}); err != nil {
+		if _, err := s.f.Write([]byte{'\n'}); err != nil {
 			return fmt.Errorf("write usage spool: %w", err)
 		}
 		s.fSize++
 		s.fTorn = false
 	}
-	n, err := s.fw.Write(b)
+	n, err := s.f.Write(b)
 	if err == nil && s.syncOn {
 		err = s.f.Sync()
 	}

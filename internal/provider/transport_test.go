@@ -36,9 +36,6 @@ func countConns(h http.Handler) (*httptest.Server, *atomic.Int32) {
 func testBackend(t *testing.T, url string, firstByte time.Duration) *Backend {
 	t.Helper()
 	b := NewBackend(&config.Backend{Name: "up", BaseURL: url, FirstByte: config.Duration(firstByte)})
-	if b.h1 == nil {
-		t.Fatalf("backend %s does not use the HTTP/1.1 client", url)
-	}
 	t.Cleanup(b.Close)
 	return b
 }
@@ -62,7 +59,7 @@ func readAll(t *testing.T, resp *http.Response) string {
 	return string(b)
 }
 
-func TestH1_SendsTheRequestAndReusesTheConnection(t *testing.T) {
+func TestBackend_SendsTheRequestAndReusesTheConnection(t *testing.T) {
 	srv, conns := countConns(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
 		if r.Method != http.MethodPost || r.URL.Path != "/v1/chat/completions" || r.Header.Get("Content-Type") != "application/json" ||
@@ -89,7 +86,7 @@ func TestH1_SendsTheRequestAndReusesTheConnection(t *testing.T) {
 	}
 }
 
-func TestH1_StreamsEachEventAsItArrives(t *testing.T) {
+func TestBackend_StreamsEachEventAsItArrives(t *testing.T) {
 	next := make(chan struct{})
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/event-stream")
@@ -171,7 +168,77 @@ func rawServer(t *testing.T, per int) (string, *atomic.Int32, *[]string) {
 	return "http://" + ln.Addr().String(), &conns, bodies
 }
 
-func TestH1_RetriesOnAFreshConnectionWhenThePooledOneWasClosed(t *testing.T) {
+// A keep-alive connection the engine drops as a request goes out on it
+// (read, never answered: an idle time-out racing the request) costs the
+// client nothing: the request is sent again on a fresh connection, once.
+func TestBackend_RetriesARequestDroppedUnansweredOnAReusedConnection(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	var conns atomic.Int32
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			first := conns.Add(1) == 1
+			go func() {
+				defer c.Close()
+				br := bufio.NewReader(c)
+				for i := 0; ; i++ {
+					req, err := http.ReadRequest(br)
+					if err != nil {
+						return
+					}
+					io.ReadAll(req.Body)
+					if first && i == 1 {
+						return // the second request on the first connection: dropped
+					}
+					fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}")
+				}
+			}()
+		}
+	}()
+	b := testBackend(t, "http://"+ln.Addr().String(), 0)
+	for i := 0; i < 2; i++ {
+		resp, err := post(t, b, context.Background(), "/v1/chat/completions", `{}`)
+		if err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+		if got := readAll(t, resp); got != "{}" {
+			t.Fatalf("request %d: %q", i, got)
+		}
+	}
+	if n := conns.Load(); n != 2 {
+		t.Fatalf("server saw %d connections, want 2 (the retry on a fresh one)", n)
+	}
+}
+
+// A plain-http backend (a local engine) is spoken to in HTTP/1.1 even when
+// it offers HTTP/2 without TLS (h2c).
+func TestBackend_PlainHTTPEngineGetsHTTP1(t *testing.T) {
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "%d", r.ProtoMajor)
+	}))
+	srv.Config.Protocols = new(http.Protocols)
+	srv.Config.Protocols.SetHTTP1(true)
+	srv.Config.Protocols.SetUnencryptedHTTP2(true)
+	srv.Start()
+	defer srv.Close()
+	b := testBackend(t, srv.URL, 0)
+	resp, err := post(t, b, context.Background(), "/v1/x", `{}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := readAll(t, resp); got != "1" || resp.ProtoMajor != 1 {
+		t.Fatalf("the engine saw HTTP/%s, answered in %s; want HTTP/1.1", got, resp.Proto)
+	}
+}
+
+func TestBackend_RetriesOnAFreshConnectionWhenThePooledOneWasClosed(t *testing.T) {
 	url, conns, bodies := rawServer(t, 1)
 	b := testBackend(t, url, 0)
 	for i := 0; i < 3; i++ {
@@ -192,7 +259,7 @@ func TestH1_RetriesOnAFreshConnectionWhenThePooledOneWasClosed(t *testing.T) {
 	}
 }
 
-func TestH1_CancellingTheRequestReachesTheUpstream(t *testing.T) {
+func TestBackend_CancellingTheRequestReachesTheUpstream(t *testing.T) {
 	gone := make(chan struct{})
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/event-stream")
@@ -234,7 +301,7 @@ func TestH1_CancellingTheRequestReachesTheUpstream(t *testing.T) {
 	resp.Body.Close()
 }
 
-func TestH1_FirstByteTimeoutIsA504NamingTheBackend(t *testing.T) {
+func TestBackend_FirstByteTimeoutIsA504NamingTheBackend(t *testing.T) {
 	release := make(chan struct{})
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		select {
@@ -252,7 +319,7 @@ func TestH1_FirstByteTimeoutIsA504NamingTheBackend(t *testing.T) {
 	}
 }
 
-func TestH1_ClosingABodyEarlyDropsTheConnectionWithoutDraining(t *testing.T) {
+func TestBackend_ClosingABodyEarlyDropsTheConnectionWithoutDraining(t *testing.T) {
 	srv, conns := countConns(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Query().Get("endless") == "" {
 			io.WriteString(w, "ok")
@@ -291,7 +358,7 @@ func TestH1_ClosingABodyEarlyDropsTheConnectionWithoutDraining(t *testing.T) {
 	}
 }
 
-func TestH1_ConnectionCloseAnswerIsNotPooled(t *testing.T) {
+func TestBackend_ConnectionCloseAnswerIsNotPooled(t *testing.T) {
 	srv, conns := countConns(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Connection", "close")
 		io.WriteString(w, "bye")
@@ -312,7 +379,7 @@ func TestH1_ConnectionCloseAnswerIsNotPooled(t *testing.T) {
 	}
 }
 
-func TestH1_ConcurrentRequestsGetTheirOwnAnswers(t *testing.T) {
+func TestBackend_ConcurrentRequestsGetTheirOwnAnswers(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
 		if len(b)%2 == 0 { // mix chunked and Content-Length answers
@@ -352,7 +419,7 @@ func TestH1_ConcurrentRequestsGetTheirOwnAnswers(t *testing.T) {
 	}
 }
 
-func TestH1_RefusedConnectionIs502NamingTheBackend(t *testing.T) {
+func TestBackend_RefusedConnectionIs502NamingTheBackend(t *testing.T) {
 	ln, _ := net.Listen("tcp", "127.0.0.1:0")
 	addr := ln.Addr().String()
 	ln.Close()
@@ -364,23 +431,7 @@ func TestH1_RefusedConnectionIs502NamingTheBackend(t *testing.T) {
 	}
 }
 
-func TestDirectHTTP_OnlyPlainHTTPWithoutCredentialsInTheURL(t *testing.T) {
-	for url, want := range map[string]bool{
-		"http://127.0.0.1:8000/v1":    true,
-		"http://localhost/v1":         true,
-		"https://api.openai.com/v1":   false,
-		"http://user:pw@127.0.0.1/v1": false,
-		"unix:///var/run/engine.sock": false,
-		"http://[::1]:8000/v1":        true,
-		"ftp://127.0.0.1/v1":          false,
-	} {
-		if got := directHTTP(url); got != want {
-			t.Errorf("directHTTP(%q) = %v, want %v", url, got, want)
-		}
-	}
-}
-
-func TestH1_IdleConnectionsAreClosedAfterTheIdleTimeout(t *testing.T) {
+func TestBackend_IdleConnectionsAreClosedAfterTheIdleTimeout(t *testing.T) {
 	closed := make(chan struct{}, 4)
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
 	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
@@ -391,7 +442,7 @@ func TestH1_IdleConnectionsAreClosedAfterTheIdleTimeout(t *testing.T) {
 	srv.Start()
 	defer srv.Close()
 	b := testBackend(t, srv.URL, 0)
-	b.h1.idleTimeout = 50 * time.Millisecond
+	b.client.Transport.(*http.Transport).IdleConnTimeout = 50 * time.Millisecond
 	resp, err := post(t, b, context.Background(), "/v1/x", `{}`)
 	if err != nil {
 		t.Fatal(err)
@@ -399,22 +450,16 @@ func TestH1_IdleConnectionsAreClosedAfterTheIdleTimeout(t *testing.T) {
 	if got := readAll(t, resp); got != "ok" {
 		t.Fatal(got)
 	}
-	select { // nobody uses the backend again: the reaper must close it
+	select { // nobody uses the backend again: the pool must close it
 	case <-closed:
 	case <-time.After(5 * time.Second):
 		t.Fatal("the idle pooled connection was never closed")
-	}
-	b.h1.mu.Lock()
-	n := len(b.h1.idle)
-	b.h1.mu.Unlock()
-	if n != 0 {
-		t.Fatalf("%d hosts still pooled after the reap", n)
 	}
 }
 
 // A backend that refuses a large body before reading it (413) and closes:
 // the client gets the backend's answer, not "broken pipe".
-func TestH1_EarlyAnswerToALargeBodyIsReturned(t *testing.T) {
+func TestBackend_EarlyAnswerToALargeBodyIsReturned(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -452,5 +497,37 @@ func TestShortErr_KeepsTheInnermostNetworkError(t *testing.T) {
 	outer := &net.OpError{Op: "readfrom", Net: "tcp", Err: inner}
 	if got := shortErr(fmt.Errorf("wrapped: %w", outer)); got != "write: connection reset by peer" {
 		t.Fatalf("shortErr = %q", got)
+	}
+}
+
+// A backend whose headers never end is cut off at net/http's Transport
+// limit (10 MiB) rather than filling the gateway's memory.
+func TestBackend_EndlessResponseHeadersAreRefused(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		http.ReadRequest(bufio.NewReader(c))
+		io.WriteString(c, "HTTP/1.1 200 OK\r\n")
+		line := "X-Filler: " + strings.Repeat("a", 1000) + "\r\n"
+		for i := 0; i < 20<<10; i++ { // 20 MB of header fields
+			if _, err := io.WriteString(c, line); err != nil {
+				return
+			}
+		}
+	}()
+	b := testBackend(t, "http://"+ln.Addr().String()+"/v1", 0)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	_, err = post(t, b, ctx, "/chat/completions", `{}`)
+	if err == nil || !strings.Contains(err.Error(), "headers exceeded") {
+		t.Fatalf("err = %v, want the header limit", err)
 	}
 }
