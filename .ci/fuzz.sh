@@ -1,18 +1,17 @@
 #!/usr/bin/env bash
-# Runs the Go fuzz targets of the HTTP edge and of the request decoder
+# Runs the Go fuzz targets of the request's first reading: the decoder
 # (FuzzDecode_AgreesWithEveryDecoder: what the gateway reads of a body's
-# decision fields is what Go and Python backends read) (or, with FUZZ_PACKAGES=all,
-# of the whole repository) for a bounded time each, and fails when any of
-# them finds an input that fails (the input is then in the package's
-# testdata/fuzz/<Target>/ and printed below).
+# decision fields is what Go and Python backends read) and the JSON scanner
+# under it (or, with FUZZ_PACKAGES=all, of the whole repository) for a
+# bounded time each, and fails when any of them finds an input that fails
+# (the input is then in the package's testdata/fuzz/<Target>/ and printed
+# below). The HTTP edge and the backend client are net/http's own.
 #
-# The two differential targets (FuzzDifferential: the builtin server
-# against net/http's; FuzzH1ClientResponse: the lean upstream client
-# against net/http's Transport) get FUZZTIME_HTTP each (default 20s), the
-# others FUZZTIME (default 4s). The default set takes about 70 s on a
-# 2-core machine, builds included; FUZZ_PACKAGES=all about 3 minutes (the
-# translate targets take 15-20 s each to replay their corpora). Every
-# target's seed corpus also runs in plain `go test`.
+# The differential target gets FUZZTIME_HTTP (default 20s), the others
+# FUZZTIME (default 4s), builds besides; FUZZ_PACKAGES=all takes about 3
+# minutes on a 2-core machine (the translate targets take 15-20 s each to
+# replay their corpora). Every target's seed corpus also runs in plain
+# `go test`.
 #
 # Go 1.26's fuzz coordinator sometimes fails a target with a bare "context
 # deadline exceeded" when -fuzztime ends (go.dev/issue/75804, fixed in Go
@@ -20,7 +19,7 @@
 # and does not fail the script.
 #
 # Usage: .ci/fuzz.sh     FUZZTIME_HTTP=60s .ci/fuzz.sh     FUZZ_PACKAGES=all .ci/fuzz.sh
-#        FUZZ_PACKAGES="./internal/jsonscan ./internal/h1server" .ci/fuzz.sh
+#        FUZZ_PACKAGES="./internal/jsonscan ./internal/usage" .ci/fuzz.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH=/usr/local/go/bin:$PATH
@@ -31,7 +30,7 @@ PARALLEL="${FUZZ_PARALLEL:-2}" # the fuzzing workers; the CI machine has 2 cores
 
 fuzztime() {
   case "$1" in
-    FuzzDifferential | FuzzH1ClientResponse | FuzzDecode_AgreesWithEveryDecoder) echo "$FUZZTIME_HTTP" ;;
+    FuzzDecode_AgreesWithEveryDecoder) echo "$FUZZTIME_HTTP" ;;
     *) echo "$FUZZTIME" ;;
   esac
 }
@@ -50,7 +49,7 @@ trap 'rm -rf "$out"' EXIT
 failed=()
 flakes=()
 summary=()
-FUZZ_PACKAGES="${FUZZ_PACKAGES:-./internal/h1server ./internal/provider ./internal/codec}"
+FUZZ_PACKAGES="${FUZZ_PACKAGES:-./internal/codec ./internal/jsonscan}"
 if [ "$FUZZ_PACKAGES" = all ]; then
   mapfile -t pkgs < <(grep -rl --include='*_test.go' '^func Fuzz' ./internal ./cmd 2>/dev/null | xargs -n1 dirname | sort -u)
 else

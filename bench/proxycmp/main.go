@@ -1,19 +1,23 @@
-// Command proxycmp compares llmgate with a direct call and with a bare
-// httputil.ReverseProxy in one run, on loopback, and prints the ratios.
+// Command proxycmp compares llmgate with a direct call and with a tuned
+// bare httputil.ReverseProxy in one run, on loopback, and prints the ratios.
 //
 //	go run ./bench/proxycmp            (or bench/gateway.sh)
+//	bench/gateway.sh -duration 24s -b-rev ef4e37c   (A/B against a commit)
 //
 // It starts, as separate processes: a fixed-answer upstream, a plain TCP
 // forwarder (the floor of any hop), a minimal HTTP/1.1 forwarder (one
 // goroutine per connection, http.ReadRequest, no auth or accounting: the
 // floor of an HTTP hop written with the standard library), a bare
-// standard-library reverse proxy, and `llmgate serve` (auth and ledger on);
-// with -b, a second llmgate binary beside it for an A/B of a change. Throughput at 16 connections is
+// standard-library reverse proxy tuned as a user who measured would tune
+// it (a keep-alive pool larger than the connections used), and `llmgate
+// serve` (auth and ledger on); with -b or -b-rev, a second llmgate build
+// beside it for an A/B of a change. Throughput at 16 connections is
 // measured with wrk when installed (a closed-loop Go generator otherwise);
 // latency at a fixed request rate with a wrk2-style open-loop generator that
-// measures from the scheduled send time, the targets taking turns in short
-// slices. For each hop it also prints CPU time and context switches per
-// request, read from /proc.
+// measures from the scheduled send time. In both tests the targets take
+// turns in short slices (A/B/A/B), so that all of them see the same machine.
+// For each hop it also prints CPU time and context switches per request,
+// read from /proc, and the machine's load average before and after.
 package main
 
 import (
@@ -32,6 +36,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -52,7 +57,7 @@ func (e *envList) Set(v string) error { *e = append(*e, v); return nil }
 
 var gwEnv envList
 
-var compareBin, mainBin string
+var compareBin, compareRev, mainBin string
 
 // gwYAML holds extra top-level config lines for gateway a and b.
 var gwYAML = map[string]*string{"a": new(string), "b": new(string)}
@@ -70,7 +75,8 @@ func main() {
 	flag.Var(&gwEnv, "gw-env", "extra NAME=VALUE for the gateway process only (repeatable), e.g. GOMAXPROCS=1")
 	dump := flag.String("dump", "", "with -role load: write each request's scheduled time and latency (ms), one per line, to this file")
 	flag.StringVar(&compareBin, "b", "", "a second llmgate binary to measure beside this checkout's, interleaved (A/B of a change)")
-	flag.StringVar(gwYAML["a"], "a-yaml", "", `extra top-level config lines for the llmgate build, e.g. "http_server: builtin" (separate lines with \n)`)
+	flag.StringVar(&compareRev, "b-rev", "", "a git revision of this repository to build and measure as the second llmgate (instead of -b)")
+	flag.StringVar(gwYAML["a"], "a-yaml", "", `extra top-level config lines for the llmgate build, e.g. "spool_fsync: true" (separate lines with \n)`)
 	flag.StringVar(gwYAML["b"], "b-yaml", "", "extra top-level config lines for the -b build (with -b the same binary, an A/B of two settings)")
 	flag.StringVar(&mainBin, "a", "", "measure this llmgate binary instead of building the checkout")
 	flag.BoolVar(&gwOnly, "gw-only", false, "only the latency test, of the direct call and the llmgate build(s) (quicker A/B runs)")
@@ -135,8 +141,11 @@ func serveUpstream(addr string) error {
 	}))
 }
 
-// serveRevProxy is the bare baseline: httputil.ReverseProxy with its
-// defaults, as a user would write it in five lines.
+// serveRevProxy is the bare baseline: httputil.ReverseProxy in five
+// lines, with the one setting anyone who measures it changes: a keep-alive
+// pool to the upstream larger than the connections used (the default
+// Transport keeps 2 idle connections per host, so at 16 connections most
+// requests would dial anew).
 func serveRevProxy(addr, target string) error {
 	u, err := url.Parse(target)
 	if err != nil {
@@ -147,6 +156,9 @@ func serveRevProxy(addr, target string) error {
 		return err
 	}
 	rp := httputil.NewSingleHostReverseProxy(u)
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.MaxIdleConns, tr.MaxIdleConnsPerHost = 1024, 1024
+	rp.Transport = tr
 	// wrk drops its connections mid-request when it stops; that is not news.
 	rp.ErrorLog = log.New(io.Discard, "", 0)
 	return http.Serve(ln, rp)
@@ -299,6 +311,11 @@ func orchestrate(dur time.Duration, conns, rate int, skipTP bool) error {
 			return fmt.Errorf("build llmgate (run from the repository root): %w", err)
 		}
 	}
+	if compareRev != "" {
+		if compareBin, err = buildRev(compareRev, dir); err != nil {
+			return err
+		}
+	}
 	up, err := start(self, []string{"-role", "upstream"}, nil)
 	if err != nil {
 		return err
@@ -349,27 +366,19 @@ func orchestrate(dur time.Duration, conns, rate int, skipTP bool) error {
 			return fmt.Errorf("%s: %w", t.name, err)
 		}
 	}
+	fmt.Printf("machine load before: %s\n", loadAvg())
 	wrk, _ := exec.LookPath("wrk")
-	if !skipTP {
-		fmt.Printf("\nThroughput, closed loop, %d connections, %s each (%s)\n", conns, dur, map[bool]string{true: "wrk -t1", false: "Go generator; install wrk for a lighter client"}[wrk != ""])
-	}
 	tp := map[string]result{}
-	for _, t := range targets {
-		if skipTP {
-			tp[t.name] = result{rps: 1}
-			continue
-		}
-		var r result
-		if wrk != "" {
-			r, err = runWrk(wrk, t.url, conns, dur, dir)
-		} else {
-			r, err = closedLoop(t.url, conns, dur)
-		}
+	tpCPU := map[string]float64{} // µs per request at full load
+	if !skipTP {
+		tp, tpCPU, err = throughput(targets, pidsOf(up, fw, lf, rp, gwPid, bPid), wrk, conns, dur, dir)
 		if err != nil {
-			return fmt.Errorf("%s: %w", t.name, err)
+			return err
 		}
-		tp[t.name] = r
-		fmt.Printf("  %-13s %9.0f req/s   p50 %7.3f ms   p99 %7.3f ms   errors %d\n", t.name, r.rps, ms(r.p50), ms(r.p99), r.errors)
+	} else {
+		for _, t := range targets {
+			tp[t.name] = result{rps: 1}
+		}
 	}
 	// The targets take turns in short slices, so that all of them see the
 	// same machine: on a shared VM conditions drift over tens of seconds
@@ -381,10 +390,9 @@ func orchestrate(dur time.Duration, conns, rate int, skipTP bool) error {
 	if gwOnly {
 		order = []string{"direct", "llmgate"}
 	}
-	pids := map[string]int{"tcpforward": fw.cmd.Process.Pid, "reverseproxy": rp.cmd.Process.Pid, "llmgate": gwPid, "leanfwd": lf.cmd.Process.Pid, "direct": up.cmd.Process.Pid}
+	pids := pidsOf(up, fw, lf, rp, gwPid, bPid)
 	if bAddr != "" {
 		order = append(order, "llmgate-b")
-		pids["llmgate-b"] = bPid
 	}
 	urls := map[string]string{}
 	for _, x := range targets {
@@ -469,23 +477,161 @@ func orchestrate(dur time.Duration, conns, rate int, skipTP bool) error {
 		}
 		fmt.Printf("    median over blocks: adds p50 %.3f ms, p99 %.3f ms\n", median(p50s), median(p99s))
 	}
-	rss := vmHWM(gwPid)
-	fmt.Printf("\nRatios (targets from issue 2)\n")
-	if !skipTP {
-		fmt.Printf("  llmgate / reverseproxy throughput at %d conns: %.2fx   (target >= 1.0x)\n", conns, tp["llmgate"].rps/tp["reverseproxy"].rps)
-		fmt.Printf("  llmgate / direct throughput:                  %.2fx\n", tp["llmgate"].rps/tp["direct"].rps)
+	fmt.Printf("machine load after: %s\n", loadAvg())
+	cpuLat := func(t string) float64 {
+		a := accs[t]
+		return float64(a.cpu.Microseconds()) / float64(len(a.lats)+a.errs)
 	}
-	fmt.Printf("  added p50 at %d req/s: %.3f ms   (target <= 0.2 ms)\n", rate, ms(lat["llmgate"].p50-lat["direct"].p50))
-	fmt.Printf("  added p99 at %d req/s: %.3f ms   (target <= 1 ms)\n", rate, ms(lat["llmgate"].p99-lat["direct"].p99))
+	fmt.Printf("\nRatios (issue 25: llmgate >= 0.95x a tuned bare ReverseProxy hop at %d connections; added p50 <= 0.2 ms, p99 <= 1 ms at 1,000 req/s)\n", conns)
+	builds := []string{"llmgate"}
+	if bAddr != "" {
+		builds = append(builds, "llmgate-b")
+	}
+	for _, g := range builds {
+		name := g
+		if g == "llmgate-b" {
+			name = "llmgate-b (" + map[bool]string{true: compareRev, false: compareBin}[compareRev != ""] + ")"
+		}
+		fmt.Printf("  %s\n", name)
+		if !skipTP {
+			fmt.Printf("    throughput / reverseproxy at %d conns: %.3fx   (target >= 0.95x)   / direct: %.3fx\n", conns, tp[g].rps/tp["reverseproxy"].rps, tp[g].rps/tp["direct"].rps)
+			fmt.Printf("    CPU per request at full load: %.0f µs (reverseproxy %.0f µs, ratio %.2fx)\n", tpCPU[g], tpCPU["reverseproxy"], tpCPU[g]/tpCPU["reverseproxy"])
+		}
+		fmt.Printf("    added p50 at %d req/s: %.3f ms   (target <= 0.2 ms)   added p99: %.3f ms   (target <= 1 ms)\n", rate, ms(lat[g].p50-lat["direct"].p50), ms(lat[g].p99-lat["direct"].p99))
+		if !gwOnly {
+			fmt.Printf("    CPU per request at %d req/s: %.0f µs (reverseproxy %.0f µs, ratio %.2fx)\n", rate, cpuLat(g), cpuLat("reverseproxy"), cpuLat(g)/cpuLat("reverseproxy"))
+		} else {
+			fmt.Printf("    CPU per request at %d req/s: %.0f µs\n", rate, cpuLat(g))
+		}
+	}
+	if bAddr != "" {
+		if !skipTP {
+			fmt.Printf("  llmgate / llmgate-b throughput: %.3fx\n", tp["llmgate"].rps/tp["llmgate-b"].rps)
+		}
+		fmt.Printf("  llmgate / llmgate-b CPU per request at %d req/s: %.3fx\n", rate, cpuLat("llmgate")/cpuLat("llmgate-b"))
+	}
 	if !gwOnly {
-		fmt.Printf("  for scale, the bare reverse proxy adds p50 %.3f ms, p99 %.3f ms\n", ms(lat["reverseproxy"].p50-lat["direct"].p50), ms(lat["reverseproxy"].p99-lat["direct"].p99))
+		fmt.Printf("  for scale, the reverse proxy adds p50 %.3f ms, p99 %.3f ms\n", ms(lat["reverseproxy"].p50-lat["direct"].p50), ms(lat["reverseproxy"].p99-lat["direct"].p99))
 		fmt.Printf("  and a plain TCP forwarder (no HTTP at all) adds p50 %.3f ms, p99 %.3f ms\n", ms(lat["tcpforward"].p50-lat["direct"].p50), ms(lat["tcpforward"].p99-lat["direct"].p99))
 	}
-	fmt.Printf("  gateway peak RSS: %.1f MB   (target <= 100 MB)\n", float64(rss)/1024)
-	if bAddr != "" {
-		fmt.Printf("  llmgate-b (%s) adds p50 %.3f ms, p99 %.3f ms\n", compareBin, ms(lat["llmgate-b"].p50-lat["direct"].p50), ms(lat["llmgate-b"].p99-lat["direct"].p99))
-	}
+	fmt.Printf("  gateway peak RSS: %.1f MB   (target <= 100 MB)\n", float64(vmHWM(gwPid))/1024)
 	return nil
+}
+
+// pidsOf maps target names to the processes that serve them.
+func pidsOf(up, fw, lf, rp *proc, gwPid, bPid int) map[string]int {
+	m := map[string]int{"direct": up.cmd.Process.Pid, "tcpforward": fw.cmd.Process.Pid, "leanfwd": lf.cmd.Process.Pid,
+		"reverseproxy": rp.cmd.Process.Pid, "llmgate": gwPid}
+	if bPid != 0 {
+		m["llmgate-b"] = bPid
+	}
+	return m
+}
+
+// tpSlice is each target's turn in the throughput test (wrk's -d is whole
+// seconds).
+const tpSlice = 2 * time.Second
+
+// throughput runs the closed-loop test with the targets taking turns in
+// tpSlice slices, the order rotating each round, and returns each target's
+// requests per second over all its slices and its hop's CPU time per
+// request.
+func throughput(targets []struct{ name, url string }, pids map[string]int, wrk string, conns int, dur time.Duration, dir string) (map[string]result, map[string]float64, error) {
+	rounds := max(1, int(dur/tpSlice))
+	gen := "Go generator; install wrk for a lighter client"
+	if wrk != "" {
+		gen = "wrk -t1"
+	}
+	fmt.Printf("\nThroughput, closed loop, %d connections, %s per target (targets interleaved in %s slices; %s)\n", conns, time.Duration(rounds)*tpSlice, tpSlice, gen)
+	type acc struct {
+		reqs      float64
+		p50s, p99 []time.Duration
+		errs      int
+		cpu       time.Duration
+	}
+	accs := map[string]*acc{}
+	for _, t := range targets {
+		accs[t.name] = &acc{}
+	}
+	steal0, total0 := stealTime()
+	for r := 0; r < rounds; r++ {
+		for k := range targets {
+			t := targets[(k+r)%len(targets)]
+			a := accs[t.name]
+			cpu0 := cpuTime(pids[t.name])
+			var res result
+			var err error
+			if wrk != "" {
+				res, err = runWrk(wrk, t.url, conns, tpSlice, dir)
+			} else {
+				res, err = closedLoop(t.url, conns, tpSlice)
+			}
+			if err != nil {
+				return nil, nil, fmt.Errorf("%s: %w", t.name, err)
+			}
+			a.cpu += cpuTime(pids[t.name]) - cpu0
+			a.reqs += res.rps * tpSlice.Seconds()
+			a.p50s, a.p99 = append(a.p50s, res.p50), append(a.p99, res.p99)
+			a.errs += res.errors
+		}
+	}
+	out, cpu := map[string]result{}, map[string]float64{}
+	for _, t := range targets {
+		a := accs[t.name]
+		med := func(xs []time.Duration) time.Duration {
+			sort.Slice(xs, func(i, j int) bool { return xs[i] < xs[j] })
+			return xs[len(xs)/2]
+		}
+		r := result{rps: a.reqs / (float64(rounds) * tpSlice.Seconds()), p50: med(a.p50s), p99: med(a.p99), errors: a.errs}
+		out[t.name] = r
+		cpu[t.name] = float64(a.cpu.Microseconds()) / a.reqs
+		who := "hop"
+		if t.name == "direct" {
+			who = "upstream"
+		}
+		fmt.Printf("  %-13s %9.0f req/s   p50 %7.3f ms   p99 %7.3f ms (medians of slices)   errors %d   %s CPU %.0f µs/request\n",
+			t.name, r.rps, ms(r.p50), ms(r.p99), r.errors, who, cpu[t.name])
+	}
+	if steal1, total1 := stealTime(); total1 > total0 {
+		fmt.Printf("  host steal during the throughput test: %.1f%% of CPU time\n", 100*float64(steal1-steal0)/float64(total1-total0))
+	}
+	return out, cpu, nil
+}
+
+// loadAvg is the machine's load average (1, 5, 15 minutes): other work on
+// the machine moves every figure, so it is printed with them.
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "unknown"
+	}
+	return strings.Join(f[:3], " ") + fmt.Sprintf(" on %d CPUs", runtime.NumCPU())
+}
+
+// buildRev builds llmgate at a git revision of the repository in the
+// working directory, for an A/B against it.
+func buildRev(rev, dir string) (string, error) {
+	src := filepath.Join(dir, "rev-src")
+	if err := os.MkdirAll(src, 0o755); err != nil {
+		return "", err
+	}
+	fmt.Printf("building llmgate at %s ...\n", rev)
+	arch := exec.Command("sh", "-c", "git archive --format=tar \"$0\" | tar -x -C \"$1\"", rev, src)
+	arch.Stderr = os.Stderr
+	if err := arch.Run(); err != nil {
+		return "", fmt.Errorf("git archive %s (run from the repository root): %w", rev, err)
+	}
+	bin := filepath.Join(dir, "llmgate-b")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/llmgate")
+	build.Dir, build.Stderr = src, os.Stderr
+	if err := build.Run(); err != nil {
+		return "", fmt.Errorf("build llmgate at %s: %w", rev, err)
+	}
+	return bin, nil
 }
 
 // startGateway starts `llmgate serve` from bin in front of upstream, with

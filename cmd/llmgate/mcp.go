@@ -9,7 +9,6 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/spf13/cobra"
 
 	mcpserver "llmgate/internal/mcp"
@@ -74,7 +73,9 @@ Logs go to stderr; stdout carries the protocol only.`,
 				"api_key_set", cfg.APIKey != "", "timeout", cfg.Timeout)
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			err = srv.Run(ctx, &mcp.StdioTransport{})
+			// Not the SDK's own stdio transport: a line over its limit ends
+			// its session, and with it this process.
+			err = srv.Run(ctx, mcpserver.StdioTransport(os.Stdin, os.Stdout, 0, log))
 			if err != nil && ctx.Err() == nil && !errors.Is(err, context.Canceled) {
 				return fmt.Errorf("mcp session: %w", err)
 			}

@@ -138,7 +138,7 @@ func printHealth(w io.Writer, models []router.ModelHealth) {
 		return
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "MODEL\tDEPLOYMENT\tWEIGHT\tPRIO\tSTATUS\tIN FLIGHT\tLATENCY\tNOTE")
+	fmt.Fprintln(tw, "MODEL\tDEPLOYMENT\tWEIGHT\tPRIO\tSTATUS\tIN FLIGHT\tLATENCY\tENGINE\tNOTE")
 	for _, m := range models {
 		name := m.Model
 		if len(m.Fallbacks) > 0 {
@@ -162,11 +162,36 @@ func printHealth(w io.Writer, models []router.ModelHealth) {
 				note = "check: " + d.HealthCheck
 			case d.Breaker.LastError != "" && d.Status != "healthy":
 				note = "last error: " + d.Breaker.LastError
+			case d.NoTokenizer != "":
+				note = "prompts estimated, no tokenizer: " + d.NoTokenizer
 			}
-			fmt.Fprintf(tw, "%s\t%s/%s\t%d\t%d\t%s\t%d\t%s\t%s\n", name, d.Backend, d.UpstreamModel, d.Weight, d.Priority, st, d.Outstanding, lat, truncateNote(note))
+			fmt.Fprintf(tw, "%s\t%s/%s\t%d\t%d\t%s\t%d\t%s\t%s\t%s\n", name, d.Backend, d.UpstreamModel, d.Weight, d.Priority, st, d.Outstanding, lat, engineColumn(d), truncateNote(note))
 		}
 	}
 	tw.Flush()
+}
+
+// engineColumn says what the deployment's engine told the gateway: which
+// engine, its context length, and whether prompts are counted by its own
+// tokenizer ("-" until it was asked).
+func engineColumn(d router.DeploymentHealth) string {
+	var parts []string
+	if d.Engine != "" {
+		parts = append(parts, d.Engine)
+	}
+	if d.ContextLength > 0 {
+		parts = append(parts, fmt.Sprintf("ctx %d", d.ContextLength))
+	}
+	switch {
+	case d.Tokenizer != "":
+		parts = append(parts, "tokenizer")
+	case d.NoTokenizer != "":
+		parts = append(parts, "no tokenizer")
+	}
+	if len(parts) == 0 {
+		return "-"
+	}
+	return strings.Join(parts, ", ")
 }
 
 func truncateNote(s string) string {

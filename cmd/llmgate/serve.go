@@ -20,6 +20,7 @@ import (
 	"llmgate/internal/discover"
 	"llmgate/internal/gateway"
 	"llmgate/internal/logging"
+	"llmgate/internal/redact"
 )
 
 type serveFlags struct {
@@ -96,6 +97,9 @@ func runServe(ctx context.Context, f serveFlags, out io.Writer) error {
 	defer lg.Close()
 	log := lg.Logger
 	zero := cfg == nil
+	if !zero {
+		gateway.LogWarnings(log, cfg)
+	}
 	var found []discover.Found
 	if zero {
 		local := discover.Probe(ctx, "127.0.0.1", discover.DefaultPorts, 700*time.Millisecond)
@@ -123,7 +127,7 @@ func runServe(ctx context.Context, f serveFlags, out io.Writer) error {
 	if zero {
 		printDiscovery(out, g.URL(), found, selfInvocation())
 	}
-	log.Info("llmgate listening", "url", g.URL(), "models", len(cfg.Models), "database", cfg.Database)
+	log.Info("llmgate listening", "url", g.URL(), "models", len(cfg.Models), "database", redact.Secrets(cfg.Database))
 	if !zero {
 		watchConfig(ctx, g, f, cfg, log)
 	}
@@ -135,7 +139,7 @@ func runServe(ctx context.Context, f serveFlags, out io.Writer) error {
 func waitAndClose(ctx context.Context, g *gateway.Gateway, log *slog.Logger, after ...func()) error {
 	<-ctx.Done()
 	log.Info("shutting down: finishing requests in flight and flushing the usage ledger")
-	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	sctx, cancel := context.WithTimeout(context.Background(), g.Config.ShutdownWait())
 	defer cancel()
 	err := g.Close(sctx)
 	for _, f := range after {
@@ -155,9 +159,9 @@ func logBackends(log *slog.Logger, cfg *config.Config) {
 	sort.Strings(names)
 	for _, n := range names {
 		b := cfg.Backends[n]
-		attrs := []any{"backend", n, "base_url", b.BaseURL, "dialect", b.Dialect, "api_key", b.APIKey != ""}
+		attrs := []any{"backend", n, "base_url", redact.Secrets(b.BaseURL), "dialect", b.Dialect, "api_key", b.APIKey != ""}
 		if strings.TrimRight(b.URL, "/") != b.BaseURL {
-			attrs = append(attrs, "configured_url", b.URL)
+			attrs = append(attrs, "configured_url", redact.Secrets(b.URL))
 		}
 		if b.CAFile != "" {
 			attrs = append(attrs, "ca_file", b.CAFile)

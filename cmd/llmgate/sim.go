@@ -28,7 +28,7 @@ func newSimCmd() *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "sim --model NAME [--model NAME2 ...] [--listen 127.0.0.1:8000]",
-		Short: "Run a simulated vLLM server (continuous batching timing model, no GPU)",
+		Short: "Run a simulated vLLM (or llama.cpp) server (continuous batching timing model, no GPU)",
 		Long: `Run an OpenAI-compatible server that answers like vLLM, field for field, with the
 timing of a continuous-batching engine: at most --max-num-seqs sequences run at once, the
 rest wait in a FIFO queue; prefill cost grows with prompt tokens; each decode step costs
@@ -62,7 +62,8 @@ after_tool, reasoning, id (of a call). See the sim package documentation.`,
   llmgate sim --model qwen2.5-7b-instruct --model qwen3-32b --listen 127.0.0.1:9000
   llmgate sim --model my-model --decode-base 20ms --max-num-seqs 8 --fail-429-rate 0.05
   llmgate sim --model qwen2.5-7b-instruct --tool-call-rate 0.3 --max-parallel-tool-calls 2
-  llmgate sim --model qwen2.5-7b-instruct --script agent-turns.yaml`,
+  llmgate sim --model qwen2.5-7b-instruct --script agent-turns.yaml
+  llmgate sim --engine llamacpp --model qwen3-tiny --max-model-len 2048 --max-num-seqs 4`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if listAll {
@@ -122,7 +123,11 @@ after_tool, reasoning, id (of a call). See the sim package documentation.`,
 			}
 			defer stop()
 			out := cmd.OutOrStdout()
-			fmt.Fprintf(out, "llmgate sim: vLLM-compatible simulator on http://%s/v1\n", addr)
+			face := "vLLM"
+			if cfg.Engine == sim.EngineLlamaCpp {
+				face = "llama.cpp (llama-server)"
+			}
+			fmt.Fprintf(out, "llmgate sim: %s-compatible simulator on http://%s/v1\n", face, addr)
 			for _, mc := range cfg.Models {
 				printModel(cmd, mc)
 			}
@@ -173,6 +178,7 @@ after_tool, reasoning, id (of a call). See the sim package documentation.`,
 	f.Float64Var(&cfg.ToolCallRate, "tool-call-rate", 0, "Fraction of tool_choice \"auto\" requests with tools answered by a tool call")
 	f.IntVar(&cfg.MaxParallelToolCalls, "max-parallel-tool-calls", 0, "Allow up to this many calls per answer (unless parallel_tool_calls is false); 0 or 1 = one")
 	f.StringVar(&script, "script", "", "Answer chat requests with the canned turns of this YAML or JSON file")
+	f.StringVar(&cfg.Engine, "engine", sim.EngineVLLM, "Answer as this engine where engines differ: vllm or llamacpp (llama-server: /props, /apply-template, its /tokenize, its errors, one model served whatever the name, connection closed after each stream)")
 	return cmd
 }
 

@@ -7,7 +7,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	neturl "net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -20,6 +19,7 @@ import (
 	"llmgate/internal/config"
 	"llmgate/internal/gateway"
 	"llmgate/internal/keys"
+	"llmgate/internal/redact"
 )
 
 // defaultGatewayURL is where a gateway listens when nothing says otherwise.
@@ -252,10 +252,7 @@ func isPostgres(db string) bool {
 // absolute path, a PostgreSQL URL without its password.
 func describeDatabase(db string) string {
 	if isPostgres(db) {
-		if u, err := neturl.Parse(db); err == nil {
-			return u.Redacted()
-		}
-		return "a PostgreSQL database"
+		return redact.Secrets(db)
 	}
 	if abs, err := filepath.Abs(db); err == nil {
 		return abs

@@ -113,7 +113,11 @@ func (h *Handler) fail(w http.ResponseWriter, err error) {
 	}
 	var e *apierror.Error
 	if !errors.As(err, &e) {
-		h.opt.Logger.Error("admin request failed", "err", err)
+		// Anything else is the store's: its words (address, user and
+		// database names, SQL) go to the log under the request id.
+		id := w.Header().Get("X-Request-Id")
+		h.opt.Logger.Error("admin request failed: database unavailable", "request_id", id, "err", err)
+		err = apierror.DatabaseUnavailable(id, err)
 	}
 	openai.WriteError(w, err)
 }

@@ -34,6 +34,7 @@ import (
 	"llmgate/internal/keys"
 	"llmgate/internal/limit"
 	"llmgate/internal/policy"
+	"llmgate/internal/sat"
 	"llmgate/internal/usage"
 )
 
@@ -61,6 +62,16 @@ func (p *ModelPolicy) Cost(prompt, cached, completion int) float64 {
 	}
 	cached = max(0, min(cached, prompt))
 	return (float64(prompt-cached)*p.InputPrice + float64(cached)*cp + float64(completion)*p.OutputPrice) / 1e6
+}
+
+// reservation prices a request's estimate: token counts of any size (an
+// int conversion would truncate them on 32-bit platforms), in float64,
+// which nanos saturates.
+func (p *ModelPolicy) reservation(prompt, completion int64) float64 {
+	if p == nil {
+		return 0
+	}
+	return (float64(prompt)*p.InputPrice + float64(completion)*p.OutputPrice) / 1e6
 }
 
 // Options configures an Admission.
@@ -242,8 +253,11 @@ func (t *ticket) Done(rec *usage.Record) {
 var ticketPool = sync.Pool{New: func() any { return new(ticket) }}
 
 // nanos converts USD to the limiter's unit. Rounding (not ceiling) keeps a
-// counter's sum equal to the ledger's sum of the same costs.
-func nanos(usd float64) int64 { return int64(math.Round(usd * limit.NanosPerUSD)) }
+// counter's sum equal to the ledger's sum of the same costs. A cost beyond
+// the int64 range (2^31 choices of 30,000 tokens at $1,000 per million is
+// $64 billion, 6.4e19 nano-USD) saturates: Go's own conversion would turn
+// it into a negative reservation that every budget admits.
+func nanos(usd float64) int64 { return max(0, sat.FromFloat(usd*limit.NanosPerUSD)) }
 
 // Admit implements policy.Admission.
 func (a *Admission) Admit(ctx context.Context, req policy.AdmitRequest) (policy.Ticket, error) {
@@ -261,8 +275,8 @@ func (a *Admission) Admit(ctx context.Context, req policy.AdmitRequest) (policy.
 	}
 	prompt, out := a.estimate(req)
 	var lr limit.Request
-	lr.Tokens = prompt + out
-	lr.CostNanos = nanos(policy.Cost(int(prompt), 0, int(out)))
+	lr.Tokens = sat.Add(prompt, out)
+	lr.CostNanos = nanos(policy.reservation(prompt, out))
 	if keyLimited {
 		s := &lr.Scopes[lr.N]
 		lr.N++

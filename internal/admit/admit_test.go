@@ -17,6 +17,7 @@ import (
 	"llmgate/internal/limit"
 	"llmgate/internal/policy"
 	"llmgate/internal/store/sqlite"
+	"llmgate/internal/testenv"
 	"llmgate/internal/usage"
 )
 
@@ -289,4 +290,46 @@ func TestPrecheck_RepeatsAKeysRefusalUntilItsRetryAfter(t *testing.T) {
 	if err := a.Precheck(p); err != nil {
 		t.Fatalf("precheck after the refusal's time: %v", err)
 	}
+}
+
+// TestAdmit_ReservationSaturatesAtTheOverflowEdge: an output bound of 2^31
+// choices of 30,000 tokens at $1,000 per million tokens is $64 billion,
+// beyond an int64 of nano-USD; converted as it was, it wrapped to a
+// negative reservation that every budget admitted. Saturated, it is
+// refused by a $1 budget, with both limiters.
+func TestAdmit_ReservationSaturatesAtTheOverflowEdge(t *testing.T) {
+	for name, lim := range map[string]func(t *testing.T) limit.Limiter{
+		"memory": func(*testing.T) limit.Limiter { return limit.NewMemory() },
+		"redis":  newTestRedis,
+	} {
+		t.Run(name, func(t *testing.T) {
+			a := admit.New(admit.Options{Limiter: lim(t), Models: map[string]admit.ModelPolicy{"m": {InputPrice: 1, OutputPrice: 1000}}})
+			k := &keys.Key{ID: "key_edge_" + name, BudgetUSD: 1}
+			for _, out := range []int64{30000 * (1 << 31), math.MaxInt64, math.MaxInt64 - 1} {
+				_, err := a.Admit(context.Background(), policy.AdmitRequest{Principal: keys.Principal{Key: k}, Model: "m", Endpoint: "chat",
+					PromptTokens: math.MaxInt64, OutputTokens: out})
+				var e *apierror.Error
+				if !errors.As(err, &e) || e.Code != "budget_exceeded" {
+					t.Fatalf("output bound %d: %v, want a budget refusal", out, err)
+				}
+			}
+			// A request that fits is still admitted.
+			tk, err := a.Admit(context.Background(), policy.AdmitRequest{Principal: keys.Principal{Key: k}, Model: "m", Endpoint: "chat",
+				PromptTokens: 10, OutputTokens: 100})
+			if err != nil {
+				t.Fatalf("a $0.10 request on a $1 budget: %v", err)
+			}
+			tk.Done(&usage.Record{PromptTokens: 10, CompletionTokens: 100})
+		})
+	}
+}
+
+func newTestRedis(t *testing.T) limit.Limiter {
+	url, prefix := testenv.Redis(t)
+	r, err := limit.NewRedis(context.Background(), url, limit.RedisOptions{Prefix: prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	return r
 }

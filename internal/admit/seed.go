@@ -78,3 +78,50 @@ func (a *Admission) KeySpend(ctx context.Context, k *keys.Key) (settledUSD, rese
 	}
 	return float64(sp.Settled) / limit.NanosPerUSD, float64(sp.Reserved) / limit.NanosPerUSD, nil
 }
+
+// RateSeeds reads from the ledger what every rate-limited key and model
+// used since since (a minute ago), second by second, for the limiter to
+// rebuild its RPM and TPM buckets after Redis lost them. A key's scope
+// counts its requests on every model; a model's counts every key's but the
+// master key's, which no limit applies to.
+func (a *Admission) RateSeeds(ctx context.Context, ks KeyLister, q usage.RateReader, since time.Time) ([]limit.RateSeed, error) {
+	uses, err := q.UseSince(ctx, since)
+	if err != nil {
+		return nil, err
+	}
+	if len(uses) == 0 {
+		return nil, nil
+	}
+	list, err := ks.ListKeys(ctx)
+	if err != nil {
+		return nil, err
+	}
+	limited := map[string]*keys.Key{}
+	for _, k := range list {
+		if k.RPM > 0 || k.TPM > 0 {
+			limited[k.ID] = k
+		}
+	}
+	seeds := map[string]*limit.RateSeed{}
+	add := func(scope string, rpm, tpm int64, u usage.SecondUse) {
+		s := seeds[scope]
+		if s == nil {
+			s = &limit.RateSeed{ScopeID: scope, RPM: rpm, TPM: tpm}
+			seeds[scope] = s
+		}
+		s.Uses = append(s.Uses, limit.Use{At: time.Unix(u.Second+1, 0), Requests: u.Requests, Tokens: u.Tokens})
+	}
+	for _, u := range uses {
+		if k := limited[u.KeyID]; k != nil {
+			add(a.keyScope(k.ID), int64(k.RPM), int64(k.TPM), u)
+		}
+		if m := a.models[u.Model]; m != nil && (m.policy.RPM > 0 || m.policy.TPM > 0) && u.KeyID != "master" {
+			add(m.scope, m.policy.RPM, m.policy.TPM, u)
+		}
+	}
+	out := make([]limit.RateSeed, 0, len(seeds))
+	for _, s := range seeds {
+		out = append(out, *s)
+	}
+	return out, nil
+}

@@ -37,6 +37,9 @@ const StatusClientClosed = 499
 const (
 	CodeClientClosed = "client_closed"
 	CodeStreamCut    = "stream_cut"
+	// CodeDatabaseUnavailable: the gateway's own database failed the
+	// request (unreachable, refusing, timing out).
+	CodeDatabaseUnavailable = "database_unavailable"
 )
 
 // Sentinels for errors.Is: an *Error matches one when their Codes are equal.
@@ -57,6 +60,16 @@ type Error struct {
 	Err     error  // internal cause, logged but never sent to clients
 	// Header holds extra response headers (Retry-After, rate-limit headers).
 	Header http.Header
+	// Context, on a prompt too long for the model's context, carries the
+	// numbers, which the OpenAI envelope passes on as llama.cpp names them
+	// (n_prompt_tokens, n_ctx).
+	Context *ContextOverflow
+}
+
+// ContextOverflow is a prompt too long for a model's context, in tokens.
+type ContextOverflow struct {
+	PromptTokens  int // the prompt's length, as the engine counted it (or surely at least)
+	ContextTokens int // the context length
 }
 
 func (e *Error) Error() string {
@@ -91,6 +104,10 @@ func (e *Error) Clone() *Error {
 	if e.Header != nil {
 		c.Header = e.Header.Clone()
 	}
+	if e.Context != nil {
+		co := *e.Context
+		c.Context = &co
+	}
 	return &c
 }
 
@@ -123,6 +140,25 @@ func From(err error) *Error {
 	}
 	return &Error{Status: http.StatusInternalServerError, Kind: KindInternal, Code: "internal_error",
 		Message: "internal error in llmgate; the gateway log has the details", Err: err}
+}
+
+// Unavailable returns the 503 a client gets when one of the gateway's own
+// stores failed its request: msg says what to do, the request id (when
+// known) names the log line that holds the cause, and the cause itself is
+// kept for the log only. A database's words (its address, user and
+// database names, its SQL) never reach a client.
+func Unavailable(code, msg, requestID string, cause error) *Error {
+	if requestID != "" {
+		msg += " (request " + requestID + "; the gateway log has the cause)"
+	}
+	return &Error{Status: http.StatusServiceUnavailable, Kind: KindOverloaded, Code: code, Message: msg, Err: cause,
+		Header: http.Header{"Retry-After": {"1"}}}
+}
+
+// DatabaseUnavailable returns the 503 for a request the gateway's database
+// failed (see Unavailable).
+func DatabaseUnavailable(requestID string, cause error) *Error {
+	return Unavailable(CodeDatabaseUnavailable, "the gateway's database is unavailable; retry shortly", requestID, cause)
 }
 
 // InvalidRequest returns a 400 error.

@@ -52,7 +52,7 @@ func TestCheckResult(t *testing.T) {
 			if tc.cached > 0 && (u.PromptTokensDetails == nil || u.PromptTokensDetails.CachedTokens != tc.cached) {
 				t.Fatalf("cached tokens %+v, want %d", u.PromptTokensDetails, tc.cached)
 			}
-			if u == nil && strings.Contains(tc.body, `"text":"x"`) && approxGeneratedChars([]byte(tc.body)) == 0 {
+			if u == nil && strings.Contains(tc.body, `"text":"x"`) && generatedChars([]byte(tc.body)) == 0 {
 				t.Fatal("no usage and no generated-text estimate")
 			}
 		})

@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"sort"
 	"strconv"
-	"strings"
 
 	"llmgate/internal/api/anthropic"
 	"llmgate/internal/api/openai"
@@ -41,10 +40,10 @@ type Target struct {
 type Outbound struct {
 	// Path follows the backend's base URL.
 	Path string
-	// BesideV1: Path replaces the base URL's trailing /v1 (vLLM's
-	// /tokenize sits at the server root).
-	BesideV1 bool
-	Body     []byte
+	// Count: nothing is sent; the relay counts the prompt with the
+	// engine's own tokenizer (count_tokens on an OpenAI-dialect backend).
+	Count bool
+	Body  []byte
 	// Beta is the anthropic-beta header to send, if any.
 	Beta string
 }
@@ -66,7 +65,7 @@ func FormFor(d Dialect, backend string) Form {
 // from the decoded request.
 func (r *Request) Outbound(t Target) (Outbound, error) {
 	out, err := r.outbound(t)
-	if err == nil && len(t.DropParams) > 0 && !out.BesideV1 {
+	if err == nil && len(t.DropParams) > 0 && !out.Count {
 		out.Body = jsonscan.Without(out.Body, t.DropParams)
 	}
 	return out, err
@@ -78,7 +77,12 @@ func (r *Request) outbound(t Target) (Outbound, error) {
 	case r.Dialect == CountTokens && anthropicBackend:
 		return Outbound{Path: "/v1/messages/count_tokens", Body: r.patch(t.UpstreamModel), Beta: r.AnthropicBeta}, nil
 	case r.Dialect == CountTokens:
-		return r.tokenizeOutbound(t)
+		// Checked here so that a request the translation refuses gets its
+		// own message; the count itself is the relay's.
+		if _, _, err := r.CountPrompt(); err != nil {
+			return Outbound{}, err
+		}
+		return Outbound{Count: true}, nil
 	case r.Dialect == Messages && anthropicBackend:
 		return Outbound{Path: "/v1/messages", Body: r.anthropicPassthrough(t.UpstreamModel), Beta: r.AnthropicBeta}, nil
 	case anthropicBackend && r.Dialect != Chat && r.Dialect != Responses:
@@ -210,8 +214,18 @@ func skipWS(b []byte, i int) int {
 // anthropicPassthrough is the body of a Messages request to an Anthropic
 // backend: the client's, with the model renamed. History produced by a chat
 // backend carries thinking blocks with empty signatures, which Anthropic
-// rejects; those are dropped (the body is then re-encoded).
+// rejects; those are dropped (the body is then re-encoded). A client's n or
+// best_of is dropped too (see Request.Choices).
 func (r *Request) anthropicPassthrough(model string) []byte {
+	if r.fields.has(fN) || r.fields.has(fBestOf) {
+		// The Messages API has no choices, and the gateway reserves for
+		// one: a backend that took n from the body would generate more.
+		return jsonscan.Without(r.anthropicPassthroughBody(model), []string{fieldNames[fN], fieldNames[fBestOf]})
+	}
+	return r.anthropicPassthroughBody(model)
+}
+
+func (r *Request) anthropicPassthroughBody(model string) []byte {
 	if !hasUnsignedThinking(r.Messages) {
 		return r.patch(model)
 	}
@@ -269,63 +283,41 @@ func hasUnsignedThinking(req *anthropic.MessagesRequest) bool {
 	return false
 }
 
-// tokenizeChat is the body of vLLM's POST /tokenize for chat messages.
-type tokenizeChat struct {
-	Model               string               `json:"model"`
-	Messages            []openai.ChatMessage `json:"messages"`
-	Tools               []openai.Tool        `json:"tools,omitempty"`
-	AddGenerationPrompt bool                 `json:"add_generation_prompt"`
-}
-
-// tokenizeOutbound asks an OpenAI-dialect backend's tokenizer (vLLM's POST
-// /tokenize beside /v1) for a count_tokens request.
-func (r *Request) tokenizeOutbound(t Target) (Outbound, error) {
-	body, err := r.tokenizeBody(t.UpstreamModel)
-	if err != nil {
-		return Outbound{}, err
-	}
-	return Outbound{Path: "/tokenize", BesideV1: true, Body: body}, nil
-}
-
-// TokenizeBody is the body of vLLM's POST /tokenize that counts this
-// request's prompt as the backend will see it: the chat messages and tools
-// (chat template and generation prompt included) for chat-like dialects,
-// the prompt for completions. ok is false when the prompt cannot be
-// counted that way (a list prompt, embeddings).
-func (r *Request) TokenizeBody(upstreamModel string) (body []byte, ok bool) {
-	body, err := r.tokenizeBody(upstreamModel)
-	return body, err == nil
-}
-
-// errNotCountable is tokenizeBody's answer for a prompt the tokenizer
-// endpoint cannot count (a list prompt, embeddings).
+// errNotCountable is CountPrompt's answer for a prompt an engine's
+// tokenizer endpoint cannot count (a list prompt, embeddings).
 var errNotCountable = apierror.InvalidRequest("invalid_request", "the request's prompt cannot be counted by the backend's tokenizer")
 
-func (r *Request) tokenizeBody(upstreamModel string) ([]byte, error) {
-	var chat *openai.ChatCompletionRequest
-	var err error
+// CountPrompt is what the engine reads of this request, for counting it
+// with the engine's own tokenizer and chat template: the chat messages and
+// tools for chat-like dialects (the translation the backend gets), or the
+// prompt for completions (chat is nil). A prompt that cannot be counted
+// that way (a list prompt, embeddings) is an error.
+func (r *Request) CountPrompt() (chat *openai.ChatCompletionRequest, prompt string, err error) {
 	switch r.Dialect {
 	case Completions:
 		prompt, isString := jsonscan.String(r.Body, r.fieldSpan("prompt"))
 		if !isString {
-			return nil, errNotCountable
+			return nil, "", errNotCountable
 		}
-		return json.Marshal(map[string]string{"model": upstreamModel, "prompt": prompt})
+		return nil, prompt, nil
 	case CountTokens:
 		// count_tokens takes a Messages body without max_tokens, which the
 		// translation requires; the tokenizer does not look at it.
+		if err := r.checkExpansion(r.Messages); err != nil {
+			return nil, "", err
+		}
 		m := *r.Messages
 		m.MaxTokens, m.Stream = 1, false
 		chat, err = translate.AnthropicToChatWith(&m, r.chatOpts)
 	case Chat, Messages, Responses:
 		chat, err = r.Hub()
 	default:
-		return nil, errNotCountable
+		return nil, "", errNotCountable
 	}
 	if err != nil {
-		return nil, err // what is wrong with the request, in its own words
+		return nil, "", err // what is wrong with the request, in its own words
 	}
-	return json.Marshal(tokenizeChat{Model: upstreamModel, Messages: chat.Messages, Tools: chat.Tools, AddGenerationPrompt: true})
+	return chat, "", nil
 }
 
 // fieldSpan finds a top-level member that is not a decision field.
@@ -341,14 +333,4 @@ func (r *Request) fieldSpan(name string) jsonscan.Span {
 // for backends without a tokenizer.
 func (r *Request) EstimateInputTokens() int {
 	return translate.EstimateAnthropicInputTokens(r.Messages)
-}
-
-// TokenizerURLPath returns the path of vLLM's tokenizer for a base URL
-// path, and false when the base URL does not end in /v1 (a cloud API's
-// /api/paas/v4 is not a vLLM server).
-func TokenizerURLPath(basePath string) (string, bool) {
-	if !strings.HasSuffix(basePath, "/v1") {
-		return "", false
-	}
-	return strings.TrimSuffix(basePath, "/v1") + "/tokenize", true
 }

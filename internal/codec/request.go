@@ -27,6 +27,7 @@ import (
 	"llmgate/internal/apierror"
 	"llmgate/internal/config"
 	"llmgate/internal/jsonscan"
+	"llmgate/internal/sat"
 	"llmgate/internal/translate"
 )
 
@@ -91,13 +92,25 @@ type Request struct {
 	// what a backend honouring any of them may produce per choice. Zero
 	// when none is set.
 	OutputLimit int
-	// Choices is the number of sequences generated (n, best_of), at least 1.
+	// Choices is the number of sequences generated per prompt (n,
+	// best_of), at least 1 and at most MaxChoices. Always 1 for Messages
+	// and Responses, whose APIs have no such field and whose backends are
+	// never sent one.
 	Choices int
+	// Prompts is the number of prompts a completions request gives (a
+	// list of strings or of token-id lists): the engine generates Choices
+	// sequences for each. At least 1.
+	Prompts int
 	// AnthropicBeta is the client's anthropic-beta header, passed to
 	// Anthropic backends.
 	AnthropicBeta string
 
 	fields fields // where the decision fields are in Body
+	// promptIDs is the number of token ids the prompt (completions) or
+	// input (embeddings) gives as numbers, and idBytes the bytes they take
+	// in Body: such a prompt is counted by its ids, not its bytes.
+	promptIDs int64
+	idBytes   int
 
 	// Typed forms, for the dialects that are always translated or read.
 	Messages     *anthropic.MessagesRequest
@@ -137,6 +150,8 @@ const (
 	fThinking
 	fPreviousResponseID
 	fStore
+	fPrompt // completions only
+	fInput  // embeddings only
 	numFields
 )
 
@@ -146,6 +161,14 @@ var fieldNames = [numFields]string{
 	fMaxNewTokens: "max_new_tokens", fNPredict: "n_predict", fN: "n", fBestOf: "best_of",
 	fTools: "tools", fToolChoice: "tool_choice", fThinking: "thinking",
 	fPreviousResponseID: "previous_response_id", fStore: "store",
+	fPrompt: "prompt", fInput: "input",
+}
+
+// otherDialects reports whether f is a decision field of another dialect
+// alone ("prompt" of completions, "input" of embeddings): here an ordinary
+// member (Responses decodes its own "input").
+func otherDialects(f field, d Dialect) bool {
+	return f == fPrompt && d != Completions || f == fInput && d != Embeddings
 }
 
 // limitFields are the token-limit aliases engines honour for output length.
@@ -166,7 +189,7 @@ func Decode(d Dialect, body []byte) (*Request, error) {
 		off, desc := jsonscan.SyntaxOffset(body)
 		return nil, apierror.InvalidRequest("invalid_json", "request body is not valid JSON: %s (at byte offset %d)", desc, off)
 	}
-	r := &Request{Dialect: d, Body: body, Choices: 1}
+	r := &Request{Dialect: d, Body: body, Choices: 1, Prompts: 1}
 	if err := r.scan(); err != nil {
 		return nil, err
 	}
@@ -218,6 +241,9 @@ func (r *Request) scan() error {
 		f, exact := lookupField(key)
 		exact = exact && !escaped
 		if f == numFields {
+			return true
+		}
+		if otherDialects(f, r.Dialect) {
 			return true
 		}
 		name := fieldNames[f]
@@ -311,14 +337,22 @@ func (r *Request) readFields() error {
 			r.OutputLimit = n
 		}
 	}
-	for _, cf := range [...]field{fN, fBestOf} {
-		n, ok, err := r.intField(cf, 1)
-		if err != nil {
-			return err
+	if r.Dialect == Chat || r.Dialect == Completions { // Messages and Responses have no choices: see Choices
+		for _, cf := range [...]field{fN, fBestOf} {
+			n, ok, err := r.choicesField(cf)
+			if err != nil {
+				return err
+			}
+			if ok && n > r.Choices {
+				r.Choices = n
+			}
 		}
-		if ok && n > r.Choices {
-			r.Choices = n
-		}
+	}
+	switch r.Dialect {
+	case Completions:
+		r.countPrompts(r.fields[fPrompt], true)
+	case Embeddings:
+		r.countPrompts(r.fields[fInput], false)
 	}
 	return nil
 }
@@ -327,21 +361,74 @@ func (r *Request) readFields() error {
 // wrapped (no engine generates 2^31 tokens).
 const maxInt = 1 << 31
 
+// MaxChoices bounds n and best_of: the sequences one request may generate
+// per prompt. OpenAI's own limit on n is 128; every choice reserves the
+// whole output limit against the key's budget, so more is refused with a
+// 400 that says to send several requests.
+const MaxChoices = 128
+
 // intField reads an integer decision field: absent or null is ok=false;
 // anything but a whole number between min and maxInt is a 400 naming it.
 // 1000.0 and 1e3 are whole numbers, as Python's validators take them.
 func (r *Request) intField(f field, min int) (n int, ok bool, err error) {
+	return r.boundedInt(f, min, maxInt, "")
+}
+
+// choicesField reads n or best_of: a whole number from 1 to MaxChoices.
+func (r *Request) choicesField(f field) (n int, ok bool, err error) {
+	return r.boundedInt(f, 1, MaxChoices,
+		"; the gateway generates at most "+strconv.Itoa(MaxChoices)+" choices per request: for more, send several requests")
+}
+
+func (r *Request) boundedInt(f field, min, most int, hint string) (n int, ok bool, err error) {
 	s := r.fields[f]
 	if jsonscan.IsNull(r.Body, s) {
 		return 0, false, nil
 	}
 	name := fieldNames[f]
 	v, perr := strconv.ParseFloat(string(r.Body[s.Start:s.End]), 64)
-	if perr != nil || v != math.Trunc(v) || v < float64(min) || v > maxInt {
-		return 0, false, param(apierror.InvalidRequest("invalid_"+name, "%q must be a whole number between %d and %d, not %s",
-			name, min, maxInt, truncate(string(r.Body[s.Start:s.End]), 40)), name)
+	if perr != nil || v != math.Trunc(v) || v < float64(min) || v > float64(most) {
+		return 0, false, param(apierror.InvalidRequest("invalid_"+name, "%q must be a whole number between %d and %d, not %s%s",
+			name, min, most, truncate(string(r.Body[s.Start:s.End]), 40), hint), name)
 	}
 	return int(v), true, nil
+}
+
+// countPrompts reads a completions prompt or an embeddings input: a list
+// of strings or of token-id lists is that many prompts (the engine
+// generates for each), and token ids given as numbers are counted one
+// token each (two bytes of "1," are one token, not half of one). Shapes
+// the API does not take are left to the backend to refuse; they count as
+// one prompt.
+func (r *Request) countPrompts(s jsonscan.Span, generates bool) {
+	b := r.Body
+	if !s.Valid() || b[s.Start] != '[' {
+		return
+	}
+	list := b[s.Start:s.End]
+	prompts, ids := 0, int64(0)
+	_ = jsonscan.Elements(list, func(_ int, v jsonscan.Span) bool {
+		switch c := list[v.Start]; {
+		case c == '[': // one prompt of token ids
+			prompts++
+			n := int64(0)
+			_ = jsonscan.Elements(list[v.Start:v.End], func(int, jsonscan.Span) bool { n++; return true })
+			ids += n
+			r.idBytes += v.End - v.Start
+		case c == '-' || c >= '0' && c <= '9': // the list itself is one prompt of token ids
+			ids++
+		default:
+			prompts++
+		}
+		return true
+	})
+	if prompts == 0 && ids > 0 { // [1, 2, 3]: one prompt
+		prompts, r.idBytes = 1, s.End-s.Start
+	}
+	r.promptIDs = ids
+	if generates {
+		r.Prompts = max(prompts, 1)
+	}
 }
 
 // decodeTyped decodes a whole body into a wire type, with client-safe
@@ -370,6 +457,9 @@ func (r *Request) Hub() (*openai.ChatCompletionRequest, error) {
 			}
 			r.hub = &c
 		case Messages:
+			if r.hubErr = r.checkExpansion(r.Messages); r.hubErr != nil {
+				return
+			}
 			r.hub, r.hubErr = translate.AnthropicToChatWith(r.Messages, r.chatOpts)
 		case Responses:
 			in := r.ResponsesReq
@@ -420,13 +510,17 @@ func (r *Request) WithChatOptions(o translate.ChatOptions) *Request {
 // clone copies the decoded request; derived forms are computed again.
 func (r *Request) clone() *Request {
 	return &Request{Dialect: r.Dialect, Body: r.Body, Model: r.Model, Stream: r.Stream, WantsUsage: r.WantsUsage,
-		OutputLimit: r.OutputLimit, Choices: r.Choices, AnthropicBeta: r.AnthropicBeta, fields: r.fields,
+		OutputLimit: r.OutputLimit, Choices: r.Choices, Prompts: r.Prompts, AnthropicBeta: r.AnthropicBeta, fields: r.fields,
+		promptIDs: r.promptIDs, idBytes: r.idBytes,
 		Messages: r.Messages, ResponsesReq: r.ResponsesReq, responsesIn: r.responsesIn, fitted: r.fitted, chatOpts: r.chatOpts}
 }
 
 // PromptEstimate estimates the request's input tokens from its size (about
-// four bytes a token), for admission before the backend counts.
-func (r *Request) PromptEstimate() int64 { return int64(len(r.Body)+3) / 4 }
+// four bytes a token; token ids given as numbers, one token each), for
+// admission before the backend counts.
+func (r *Request) PromptEstimate() int64 {
+	return int64(len(r.Body)-r.idBytes+3)/4 + r.promptIDs
+}
 
 // DefaultOutputTokens is the output bound of a request that sets no limit
 // on a model whose context length is unknown: what it reserves against
@@ -440,8 +534,10 @@ const DefaultOutputTokens = translate.DefaultAnthropicMaxTokens
 // OpenAI backend, which may honour any of them; the translated max_tokens
 // for an Anthropic one), or — when the request sets none — what
 // contextWindow leaves after the prompt estimate (engines such as vLLM then
-// generate up to the context), else DefaultOutputTokens; times Choices.
-// Dialects that generate nothing return 0.
+// generate up to the context), else DefaultOutputTokens; times Choices and
+// times Prompts (an engine generates Choices sequences for each prompt of
+// a list), in saturating arithmetic. Dialects that generate nothing
+// return 0.
 func (r *Request) MaxOutput(backendDialects []string, contextWindow int) int64 {
 	if !r.Dialect.Generates() {
 		return 0
@@ -453,7 +549,7 @@ func (r *Request) MaxOutput(backendDialects []string, contextWindow int) int64 {
 	if len(backendDialects) == 0 {
 		most = r.outputBound(config.DialectOpenAI, contextWindow)
 	}
-	return most * int64(r.Choices)
+	return sat.Mul(sat.Mul(most, int64(r.Choices)), int64(r.Prompts))
 }
 
 func (r *Request) outputBound(backend string, contextWindow int) int64 {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"unicode/utf8"
 
 	"github.com/valyala/fastjson"
 
@@ -96,7 +97,7 @@ var (
 // error. Once content was seen (started), a chunk that mentions neither
 // usage nor error is not parsed: the hot path of a stream.
 func tapChunk(data []byte, backend string, started bool) (Event, error) {
-	ev := Event{Data: data, OutChars: approxGeneratedChars(data)}
+	ev := Event{Data: data, OutChars: generatedChars(data)}
 	hasUsage, hasError := bytes.Contains(data, keyUsage), bytes.Contains(data, keyError)
 	if started && !hasUsage && !hasError {
 		ev.Content = true
@@ -141,7 +142,7 @@ func (d *openaiDecoder) Body(raw []byte) ([]Event, error) {
 	if !d.r.Stream {
 		ev := Event{Data: raw, Content: true, End: true, Usage: u}
 		if u == nil {
-			ev.OutChars = approxGeneratedChars(raw)
+			ev.OutChars = generatedChars(raw)
 		}
 		return []Event{ev}, nil
 	}
@@ -161,7 +162,7 @@ func completionEvents(raw []byte, text bool, u *openai.Usage, backend string) ([
 		return nil, apierror.Newf(http.StatusBadGateway, apierror.KindUpstream, "bad_upstream_response",
 			"backend %q answered a stream request with a completion the gateway cannot stream: %v", backend, err)
 	}
-	evs := []Event{{Data: chunk, Content: true, OutChars: approxGeneratedChars(chunk)}}
+	evs := []Event{{Data: chunk, Content: true, OutChars: generatedChars(chunk)}}
 	if usageChunk != nil {
 		evs = append(evs, Event{Data: usageChunk, UsageOnly: true, Usage: u})
 	}
@@ -277,7 +278,7 @@ func (d *anthropicDecoder) Event(dst []Event, name string, data []byte) ([]Event
 	if d.native {
 		ev := Event{Name: name, Data: data, Usage: u, End: name == "message_stop"}
 		if name == "content_block_delta" {
-			ev.Content, ev.OutChars = true, approxGeneratedChars(data)
+			ev.Content, ev.OutChars = true, generatedChars(data)
 		}
 		return append(dst, ev), nil
 	}
@@ -482,35 +483,49 @@ func QuoteStart(b []byte, n int) string {
 	return fmt.Sprintf("%q", s)
 }
 
-var genKeys = [][]byte{[]byte(`"content":"`), []byte(`"reasoning_content":"`), []byte(`"arguments":"`), []byte(`"text":"`),
-	[]byte(`"thinking":"`), []byte(`"partial_json":"`)}
+// generatedChars counts the characters of generated text in an answer or
+// an event: the string values of the members that carry it (content,
+// reasoning_content, tool-call arguments, text, thinking, partial_json), at
+// any depth, read as JSON whatever its spacing ("content": "x", as Python
+// writes it, counts as "content":"x" does). It is only used when a backend
+// reports no usage; escapes count as the character they stand for. A body
+// that is not JSON counts nothing.
+func generatedChars(data []byte) int {
+	p := answerParsers.Get()
+	defer answerParsers.Put(p)
+	v, err := p.ParseBytes(data)
+	if err != nil {
+		return 0
+	}
+	return textChars(v)
+}
 
-// approxGeneratedChars counts characters inside generated-text string
-// fields. It is only used when a backend reports no usage, so it favours
-// speed over exactness (escapes count as one character).
-func approxGeneratedChars(data []byte) int {
+func textChars(v *fastjson.Value) int {
 	n := 0
-	for _, k := range genKeys {
-		rest := data
-		for {
-			i := bytes.Index(rest, k)
-			if i < 0 {
-				break
+	switch v.Type() {
+	case fastjson.TypeObject:
+		o, _ := v.Object()
+		o.Visit(func(k []byte, x *fastjson.Value) {
+			if x.Type() == fastjson.TypeString && generatedKey(k) {
+				n += utf8.RuneCount(x.GetStringBytes())
+			} else {
+				n += textChars(x)
 			}
-			rest = rest[i+len(k):]
-			j := 0
-			for j < len(rest) && rest[j] != '"' {
-				if rest[j] == '\\' {
-					j++
-				}
-				// Count runes, not bytes: skip UTF-8 continuation bytes.
-				if j < len(rest) && rest[j]&0xC0 != 0x80 {
-					n++
-				}
-				j++
-			}
-			rest = rest[min(j, len(rest)):]
+		})
+	case fastjson.TypeArray:
+		a, _ := v.Array()
+		for _, x := range a {
+			n += textChars(x)
 		}
 	}
 	return n
+}
+
+// generatedKey reports whether a member's string value is generated text.
+func generatedKey(k []byte) bool {
+	switch string(k) {
+	case "content", "reasoning_content", "arguments", "text", "thinking", "partial_json":
+		return true
+	}
+	return false
 }

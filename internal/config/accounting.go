@@ -4,6 +4,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"llmgate/internal/redact"
 )
 
 func (c *Config) noteLine(key string, line int) {
@@ -23,7 +25,7 @@ func (c *Config) validateAccounting() error {
 		return &LineError{Source: c.Source, Line: line, Key: key, Msg: msg}
 	}
 	if c.Redis != "" && !strings.HasPrefix(c.Redis, "redis://") && !strings.HasPrefix(c.Redis, "rediss://") {
-		return le(c.Line("redis"), "redis", "must be a URL like redis://127.0.0.1:6379/0, not "+quote(c.Redis))
+		return le(c.Line("redis"), "redis", "must be a URL like redis://127.0.0.1:6379/0, not "+quote(redact.Secrets(c.Redis)))
 	}
 	if c.RedisReplicas < 0 {
 		return le(c.Line("redis_replicas"), "redis_replicas", "must be the number of replicas sharing Redis, or 0 to count them through Redis")
@@ -50,16 +52,34 @@ func (c *Config) validateAccounting() error {
 	return nil
 }
 
-// Spool returns the usage spool directory: spool_dir, else a directory
-// next to a SQLite database, else ./llmgate-spool.
+// Spool returns the usage spool directory: spool_dir, else one named after
+// the SQLite database file (llmgate.db -> llmgate.db.spool, beside it), so
+// that gateways on different files in one folder never share one, else
+// ./llmgate-spool.
 func (c *Config) Spool() string {
 	if c.SpoolDir != "" {
 		return c.SpoolDir
 	}
-	if c.Database != "" && !strings.Contains(c.Database, "://") && c.Database != ":memory:" {
-		return filepath.Join(filepath.Dir(c.Database), "llmgate-spool")
+	if c.sqliteFile() {
+		return c.Database + ".spool"
 	}
 	return "llmgate-spool"
+}
+
+// LegacySpool returns the spool directory earlier versions used by default
+// for this config (llmgate-spool beside the SQLite file), whose unsent
+// records a gateway takes over; "" when spool_dir is set or the database
+// is not a SQLite file.
+func (c *Config) LegacySpool() string {
+	if c.SpoolDir != "" || !c.sqliteFile() {
+		return ""
+	}
+	return filepath.Join(filepath.Dir(c.Database), "llmgate-spool")
+}
+
+// sqliteFile reports whether the database is a SQLite file.
+func (c *Config) sqliteFile() bool {
+	return c.Database != "" && !strings.Contains(c.Database, "://") && c.Database != ":memory:"
 }
 
 // CostUSD prices a request on a model: prompt tokens (cached ones at the

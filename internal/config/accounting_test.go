@@ -39,6 +39,8 @@ models:
 func TestConfig_AccountingErrorsNameTheLine(t *testing.T) {
 	cases := []struct{ src, want string }{
 		{"listen: 127.0.0.1:1\nredis: 127.0.0.1:6379\n", "c.yaml:2: redis: must be a URL like redis://"},
+		// A URL of another scheme is quoted without its password.
+		{"redis: http://:s3cret@cache:6379/0\n", `not "http://:xxxxx@cache:6379/0"`},
 		{"retention: 5m\n", "c.yaml:1: retention: must be at least 1h"},
 		{"redis_replicas: -2\n", "c.yaml:1: redis_replicas: must be the number of replicas"},
 		{"backends:\n  b: {url: http://x:1}\nmodels:\n  m: {backend: b, output_price: -1}\n", "c.yaml:4: models.m.output_price: must not be negative"},
@@ -53,14 +55,22 @@ func TestConfig_AccountingErrorsNameTheLine(t *testing.T) {
 	}
 }
 
-func TestConfig_SpoolDefaultsNextToSQLite(t *testing.T) {
-	c := &Config{Database: "/var/lib/llmgate/llmgate.db"}
-	if got := c.Spool(); got != "/var/lib/llmgate/llmgate-spool" {
-		t.Fatalf("spool = %q", got)
-	}
-	c = &Config{Database: "postgres://db/x"}
-	if got := c.Spool(); got != "llmgate-spool" {
-		t.Fatalf("spool for postgres = %q", got)
+// The default spool is named after the SQLite file, so gateways on two
+// files in one folder have their own; the old shared default is the one to
+// take records over from.
+func TestConfig_SpoolDefaultsToTheSQLiteFilesName(t *testing.T) {
+	for _, c := range []struct{ db, dir, spool, spoolDir, legacy string }{
+		{"/var/lib/llmgate/llmgate.db", "", "/var/lib/llmgate/llmgate.db.spool", "", "/var/lib/llmgate/llmgate-spool"},
+		{"/var/lib/llmgate/team-b.db", "", "/var/lib/llmgate/team-b.db.spool", "", "/var/lib/llmgate/llmgate-spool"},
+		{"llmgate.db", "", "llmgate.db.spool", "", "llmgate-spool"},
+		{"/var/lib/llmgate/llmgate.db", "/srv/spool", "/srv/spool", "/srv/spool", ""},
+		{"postgres://db/x", "", "llmgate-spool", "", ""},
+		{":memory:", "", "llmgate-spool", "", ""},
+	} {
+		cfg := &Config{Database: c.db, SpoolDir: c.spoolDir}
+		if got, legacy := cfg.Spool(), cfg.LegacySpool(); got != c.spool || legacy != c.legacy {
+			t.Errorf("database %q, spool_dir %q: spool %q, legacy %q; want %q and %q", c.db, c.spoolDir, got, legacy, c.spool, c.legacy)
+		}
 	}
 }
 

@@ -31,27 +31,21 @@ const (
 	DialectAnthropic = "anthropic"
 )
 
-// Values of http_server.
-const (
-	HTTPServerBuiltin = "builtin"
-	HTTPServerStdlib  = "stdlib"
-)
+// DefaultShutdownTimeout is how long a stopping gateway lets requests in
+// flight finish when shutdown_timeout is not set.
+const DefaultShutdownTimeout = 30 * time.Second
 
-// Values of upstream_client.
-const (
-	UpstreamClientBuiltin = "builtin"
-	UpstreamClientStdlib  = "stdlib"
-)
+// ShutdownWait is the configured shutdown_timeout, or its default.
+func (c *Config) ShutdownWait() time.Duration {
+	if c == nil || c.ShutdownTimeout <= 0 {
+		return DefaultShutdownTimeout
+	}
+	return time.Duration(c.ShutdownTimeout)
+}
 
 // DefaultMaxConnections caps the client connections open at once when
 // max_connections is not set.
 const DefaultMaxConnections = 4096
-
-// Values of socket_io.
-const (
-	SocketIORaw      = "raw"
-	SocketIOStandard = "standard"
-)
 
 // Config is the whole gateway configuration. Models, backends and engines
 // live here; keys and usage live in the database.
@@ -61,25 +55,15 @@ type Config struct {
 	// MaxBodyBytes limits request bodies (default 32 MiB).
 	MaxBodyBytes int64  `yaml:"max_body_bytes"`
 	LogFormat    string `yaml:"log_format"` // text (default) or json
-	// HTTPServer picks the server on the listener: stdlib (default, Go's
-	// net/http server) or builtin (llmgate's HTTP/1.1 server).
-	HTTPServer string `yaml:"http_server"`
 	// MaxConnections caps the client connections open at once (default
 	// DefaultMaxConnections; 0 = no cap): more wait to be accepted.
 	MaxConnections *int `yaml:"max_connections"`
-	// UpstreamClient picks the HTTP client for plain-http backends, the
-	// default of every backend's upstream_client: builtin (default,
-	// llmgate's HTTP/1.1 client) or stdlib (net/http's Transport).
-	UpstreamClient string `yaml:"upstream_client"`
 	// TLSCertFile and TLSKeyFile (PEM) make the listener serve HTTPS; the
 	// files are read again when they change (certificate renewal).
-	TLSCertFile string `yaml:"tls_cert_file"`
-	TLSKeyFile  string `yaml:"tls_key_file"`
-	// SocketIO picks how the HTTP server and the lean upstream client do
-	// socket reads and writes: raw (default) or standard (net.Conn's own).
-	SocketIO string              `yaml:"socket_io"`
-	Backends map[string]*Backend `yaml:"backends"`
-	Models   map[string]*Model   `yaml:"models"`
+	TLSCertFile string              `yaml:"tls_cert_file"`
+	TLSKeyFile  string              `yaml:"tls_key_file"`
+	Backends    map[string]*Backend `yaml:"backends"`
+	Models      map[string]*Model   `yaml:"models"`
 	// Engines are local model servers started on demand (see engines.go).
 	Engines map[string]*Engine `yaml:"engines"`
 	// Redis (redis://host:port/db) shares rate-limit counters, concurrency
@@ -108,13 +92,18 @@ type Config struct {
 	StoreResponses *bool `yaml:"store_responses"`
 	// SpoolDir is the usage ledger's journal: every record is appended
 	// there before the answer's last byte, and waits there while the
-	// database is unreachable (default: next to a SQLite database, else
-	// ./llmgate-spool). One gateway process per directory.
+	// database is unreachable (default: named after a SQLite database
+	// file, beside it - llmgate.db.spool -, else ./llmgate-spool). One
+	// gateway process per directory.
 	SpoolDir string `yaml:"spool_dir"`
 	// SpoolFsync fsyncs every journal append, so records also survive a
 	// power loss or kernel crash, not only a killed process (default
 	// false: a disk flush per group of requests costs milliseconds).
 	SpoolFsync bool `yaml:"spool_fsync"`
+	// ShutdownTimeout bounds how long a stopping gateway (SIGTERM, SIGINT)
+	// lets requests in flight, streams included, finish before it closes
+	// them; zero means DefaultShutdownTimeout.
+	ShutdownTimeout Duration `yaml:"shutdown_timeout"`
 	// Routing tunes retries and the per-deployment circuit breakers.
 	Routing Routing `yaml:"routing"`
 	// Features switch the access log, console and metrics key.
@@ -122,6 +111,10 @@ type Config struct {
 
 	// Source names where the configuration came from, for messages.
 	Source string `yaml:"-"`
+	// Warnings are what the file says that is accepted but ignored (the
+	// settings of earlier versions, see retiredKeys), one message each,
+	// naming the line; the gateway logs them at start and reload.
+	Warnings []string `yaml:"-"`
 	// lookup reads the environment for preset API key variables.
 	lookup func(string) (string, bool)
 	// lines holds the line of each top-level key (see accounting.go).
@@ -141,10 +134,6 @@ type Backend struct {
 	Timeout        Duration `yaml:"timeout"` // whole request, default none
 	// IdleTimeout bounds the gap between two stream events; zero for none.
 	IdleTimeout Duration `yaml:"idle_timeout"`
-	// UpstreamClient overrides the top-level upstream_client for this
-	// backend (builtin or stdlib; set from it by ApplyDefaults). Only
-	// plain http:// backends without a proxy can use the builtin client.
-	UpstreamClient string `yaml:"upstream_client"`
 	// Provider and Engine name presets (see internal/preset) that fill in
 	// the URL, dialect, API key variable and health path.
 	Provider    string       `yaml:"provider"`
@@ -336,7 +325,8 @@ func LoadWithEnv(r io.Reader, source string, lookup func(string) (string, bool))
 		return cfg, cfg.Validate()
 	}
 	doc := root.Content[0]
-	if err := checkKnownKeys(doc, source); err != nil {
+	warnings, err := checkKnownKeys(doc, source)
+	if err != nil {
 		return nil, err
 	}
 	if err := checkTypes(doc, source); err != nil {
@@ -347,6 +337,7 @@ func LoadWithEnv(r io.Reader, source string, lookup func(string) (string, bool))
 	}
 	cfg.Source = source
 	cfg.lookup = lookup
+	cfg.Warnings = warnings
 	recordLines(doc, cfg)
 	if err := cfg.ApplyEnv(lookup); err != nil {
 		return nil, err
@@ -363,25 +354,40 @@ func LoadWithEnv(r io.Reader, source string, lookup func(string) (string, bool))
 // The codec's decision fields must all be here (a codec test checks).
 var GatewayDecidedFields = []string{"model", "stream", "stream_options", "max_tokens", "max_completion_tokens",
 	"max_output_tokens", "max_new_tokens", "n_predict", "n", "best_of", "tools", "tool_choice", "thinking",
-	"previous_response_id", "store"}
+	"previous_response_id", "store", "prompt", "input"}
 
 var knownKeys = map[string][]string{
-	"":                {"listen", "database", "max_body_bytes", "log_format", "http_server", "socket_io", "upstream_client", "max_connections", "tls_cert_file", "tls_key_file", "backends", "models", "redis", "redis_prefix", "redis_fail_open", "redis_replicas", "retention", "responses_ttl", "store_responses", "spool_dir", "spool_fsync", "routing"},
+	"":                {"listen", "database", "max_body_bytes", "log_format", "max_connections", "tls_cert_file", "tls_key_file", "backends", "models", "redis", "redis_prefix", "redis_fail_open", "redis_replicas", "retention", "responses_ttl", "store_responses", "spool_dir", "spool_fsync", "shutdown_timeout", "routing"},
 	"routing":         {"retry_backoff", "circuit_breaker"},
 	"circuit_breaker": {"enabled", "consecutive_failures", "failure_rate", "min_requests", "half_life", "open_for", "open_max", "timeout_weight", "rate_limit_wait", "rate_limit_max"},
 	"backend": {"url", "api_key", "dialect", "headers", "connect_timeout", "first_byte_timeout", "timeout", "ca_file", "client_cert_file", "client_key_file", "tls_skip_verify",
-		"idle_timeout", "provider", "engine", "health_check", "upstream_client", "drop_params"},
+		"idle_timeout", "provider", "engine", "health_check", "drop_params"},
 	"model": {"backend", "upstream_model", "deployments", "fallbacks", "balancing",
 		"input_price", "output_price", "cached_input_price", "rpm", "tpm", "max_concurrency"},
 	"deployment":   {"backend", "upstream_model", "weight", "priority"},
 	"health_check": {"path", "interval", "timeout", "enabled"},
 }
 
+// retiredKeys are settings of earlier versions that no longer do anything,
+// by the kind of block they were in, with what replaced them. A file that
+// names one still loads: its warning names the line and says it is ignored.
+var retiredKeys = map[string]map[string]string{
+	"": {
+		"http_server":     "llmgate always serves with Go's net/http; the builtin server was removed",
+		"socket_io":       "llmgate always uses Go's own socket I/O; the raw system calls were removed",
+		"upstream_client": "backends are always called through Go's net/http Transport; the builtin client was removed",
+	},
+	"backend": {
+		"upstream_client": "backends are always called through Go's net/http Transport; the builtin client was removed",
+	},
+}
+
 // checkKnownKeys rejects misspelled keys with the line and the nearest name,
-// because a silently ignored key costs hours.
-func checkKnownKeys(doc *yaml.Node, source string) error {
+// because a silently ignored key costs hours. Retired keys are let through
+// with a warning each, since a config that worked should not stop a start.
+func checkKnownKeys(doc *yaml.Node, source string) (warnings []string, _ error) {
 	if doc.Kind != yaml.MappingNode {
-		return &LineError{Source: source, Line: doc.Line, Msg: "the top level must be a mapping of settings"}
+		return nil, &LineError{Source: source, Line: doc.Line, Msg: "the top level must be a mapping of settings"}
 	}
 	check := func(m *yaml.Node, kind, path string) error {
 		if m.Kind != yaml.MappingNode {
@@ -389,6 +395,11 @@ func checkKnownKeys(doc *yaml.Node, source string) error {
 		}
 		for i := 0; i+1 < len(m.Content); i += 2 {
 			k := m.Content[i]
+			if why, ok := retiredKeys[kind][k.Value]; ok {
+				w := &LineError{Source: source, Line: k.Line, Key: joinKey(path, k.Value), Msg: "is ignored now (" + why + "): delete the line"}
+				warnings = append(warnings, w.Error())
+				continue
+			}
 			if !contains(knownKeys[kind], k.Value) {
 				msg := fmt.Sprintf("unknown key %q", k.Value)
 				if near := Nearest(k.Value, knownKeys[kind]); near != "" {
@@ -400,13 +411,13 @@ func checkKnownKeys(doc *yaml.Node, source string) error {
 		return nil
 	}
 	if err := check(doc, "", ""); err != nil {
-		return err
+		return nil, err
 	}
 	for i := 0; i+1 < len(doc.Content); i += 2 {
 		k, v := doc.Content[i], doc.Content[i+1]
 		if k.Value == "routing" && v.Kind == yaml.MappingNode {
 			if err := checkRoutingKeys(v, check); err != nil {
-				return err
+				return nil, err
 			}
 			continue
 		}
@@ -418,19 +429,19 @@ func checkKnownKeys(doc *yaml.Node, source string) error {
 			continue
 		}
 		if v.Kind != yaml.MappingNode {
-			return &LineError{Source: source, Line: v.Line, Key: k.Value, Msg: "must be a mapping of names to settings"}
+			return nil, &LineError{Source: source, Line: v.Line, Key: k.Value, Msg: "must be a mapping of names to settings"}
 		}
 		for j := 0; j+1 < len(v.Content); j += 2 {
 			name, body := v.Content[j], v.Content[j+1]
 			if err := check(body, kind, k.Value+"."+name.Value); err != nil {
-				return err
+				return nil, err
 			}
 			if err := checkNested(body, kind, k.Value+"."+name.Value, source, check); err != nil {
-				return err
+				return nil, err
 			}
 		}
 	}
-	return nil
+	return warnings, nil
 }
 
 // recordLines remembers where each backend and model was defined.
@@ -470,9 +481,6 @@ func (c *Config) ApplyDefaults() {
 	if c.MaxBodyBytes == 0 {
 		c.MaxBodyBytes = DefaultMaxBodyBytes
 	}
-	if c.HTTPServer == "" {
-		c.HTTPServer = HTTPServerStdlib
-	}
 	if c.Backends == nil {
 		c.Backends = map[string]*Backend{}
 	}
@@ -486,9 +494,6 @@ func (c *Config) ApplyDefaults() {
 			c.Backends[name] = b
 		}
 		b.Name = name
-		if b.UpstreamClient == "" {
-			b.UpstreamClient = c.UpstreamClient
-		}
 		c.applyPreset(b)
 		if b.Dialect == "" {
 			b.Dialect = DialectOpenAI
@@ -543,14 +548,8 @@ func (c *Config) Validate() error {
 	if c.LogFormat != "" && c.LogFormat != "text" && c.LogFormat != "json" {
 		return le(c.Line("log_format"), "log_format", "must be text or json, not %q", c.LogFormat)
 	}
-	if c.SocketIO != "" && c.SocketIO != SocketIORaw && c.SocketIO != SocketIOStandard {
-		return le(c.Line("socket_io"), "socket_io", "must be %s or %s, not %q", SocketIORaw, SocketIOStandard, c.SocketIO)
-	}
-	if c.HTTPServer != "" && c.HTTPServer != HTTPServerBuiltin && c.HTTPServer != HTTPServerStdlib {
-		return le(c.Line("http_server"), "http_server", "must be %s or %s, not %q", HTTPServerStdlib, HTTPServerBuiltin, c.HTTPServer)
-	}
-	if c.UpstreamClient != "" && c.UpstreamClient != UpstreamClientBuiltin && c.UpstreamClient != UpstreamClientStdlib {
-		return le(c.Line("upstream_client"), "upstream_client", "must be %s or %s, not %q", UpstreamClientBuiltin, UpstreamClientStdlib, c.UpstreamClient)
+	if c.ShutdownTimeout < 0 {
+		return le(c.Line("shutdown_timeout"), "shutdown_timeout", "must not be negative (for example 60s; unset or 0 means the default %s)", DefaultShutdownTimeout)
 	}
 	if c.BodyReadTimeout < 0 {
 		return le(c.Line("body_read_timeout"), "body_read_timeout", "must not be negative (for example 60s; unset or 0 means the default %s)", DefaultBodyReadTimeout)
@@ -580,9 +579,6 @@ func (c *Config) Validate() error {
 			if slices.Contains(GatewayDecidedFields, p) {
 				return le(b.line, key+".drop_params", "cannot remove %q: the gateway checks and prices requests on it, so the backend must get it as checked", p)
 			}
-		}
-		if b.UpstreamClient != "" && b.UpstreamClient != UpstreamClientBuiltin && b.UpstreamClient != UpstreamClientStdlib {
-			return le(b.line, key+".upstream_client", "must be %s or %s, not %q", UpstreamClientBuiltin, UpstreamClientStdlib, b.UpstreamClient)
 		}
 		base, err := NormalizeBaseURL(b.URL, b.Dialect)
 		if err != nil {

@@ -62,8 +62,6 @@ func TestLoad_ErrorsNameKeyAndLine(t *testing.T) {
 		{"bad dialect", "backends:\n  a: {url: http://x, dialect: grpc}\n", `backends.a.dialect: must be openai or anthropic`},
 		{"yaml syntax", "backends:\n  a: {url: [\n", `x.yaml:2: invalid YAML: `},
 		{"bad duration", "backends:\n  a: {url: http://x, timeout: soon}\n", `x.yaml:2: backends.a.timeout: "soon" is not a duration`},
-		{"bad socket_io", "socket_io: fast\n", `x.yaml:1: socket_io: must be raw or standard, not "fast"`},
-		{"bad http_server", "listen: 127.0.0.1:4000\nhttp_server: nginx\n", `x.yaml:2: http_server: must be stdlib or builtin, not "nginx"`},
 		{"negative responses_ttl", "listen: 127.0.0.1:4000\nresponses_ttl: -1h\n", `x.yaml:2: responses_ttl: must not be negative`},
 	}
 	for _, c := range cases {

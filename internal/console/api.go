@@ -62,7 +62,7 @@ func (c *Console) handleOverview(w http.ResponseWriter, r *http.Request, s *sess
 		for t := since; t.Before(end); t = t.Add(time.Hour) {
 			rows, err := c.opt.Store.Summary(ctx, usage.Filter{Since: t, Until: t.Add(time.Hour), KeyID: keyID, GroupBy: []string{"day"}})
 			if err != nil {
-				writeError(w, http.StatusInternalServerError, "usage query failed: "+err.Error())
+				c.unavailable(w, "usage query failed", err)
 				return
 			}
 			p := point{T: t}
@@ -77,7 +77,7 @@ func (c *Console) handleOverview(w http.ResponseWriter, r *http.Request, s *sess
 		since = start
 		rows, err := c.opt.Store.Summary(ctx, usage.Filter{Since: start, KeyID: keyID, GroupBy: []string{"day"}})
 		if err != nil {
-			writeError(w, http.StatusInternalServerError, "usage query failed: "+err.Error())
+			c.unavailable(w, "usage query failed", err)
 			return
 		}
 		byDay := map[string]usage.SummaryRow{}
@@ -95,13 +95,13 @@ func (c *Console) handleOverview(w http.ResponseWriter, r *http.Request, s *sess
 	}
 	models, err := c.opt.Store.Summary(ctx, usage.Filter{Since: since, KeyID: keyID, GroupBy: []string{"model"}})
 	if err != nil {
-		writeError(w, http.StatusInternalServerError, "usage query failed: "+err.Error())
+		c.unavailable(w, "usage query failed", err)
 		return
 	}
 	sort.Slice(models, func(i, j int) bool { return models[i].Requests > models[j].Requests })
 	totals, err := c.opt.Store.Summary(ctx, usage.Filter{Since: since, KeyID: keyID, GroupBy: []string{"key"}})
 	if err != nil {
-		writeError(w, http.StatusInternalServerError, "usage query failed: "+err.Error())
+		c.unavailable(w, "usage query failed", err)
 		return
 	}
 	var tot point
@@ -195,14 +195,14 @@ func (c *Console) handleKeys(w http.ResponseWriter, r *http.Request, s *session)
 	if !s.admin() {
 		k, err := c.opt.Store.GetKey(r.Context(), s.principal.KeyID())
 		if err != nil {
-			writeError(w, http.StatusInternalServerError, "read key: "+err.Error())
+			c.unavailable(w, "read key", err)
 			return
 		}
 		list = []*keys.Key{k}
 	} else {
 		var err error
 		if list, err = c.opt.Store.ListKeys(r.Context()); err != nil {
-			writeError(w, http.StatusInternalServerError, "list keys: "+err.Error())
+			c.unavailable(w, "list keys", err)
 			return
 		}
 	}
@@ -321,7 +321,7 @@ func (c *Console) handleCreateKey(w http.ResponseWriter, r *http.Request, s *ses
 		k.ExpiresAt = &t
 	}
 	if err := c.opt.Store.CreateKey(r.Context(), k); err != nil {
-		writeError(w, http.StatusInternalServerError, "create key: "+err.Error())
+		c.unavailable(w, "create key", err)
 		return
 	}
 	c.keysChanged(r)
@@ -333,11 +333,11 @@ func (c *Console) handleCreateKey(w http.ResponseWriter, r *http.Request, s *ses
 func (c *Console) handleRevokeKey(w http.ResponseWriter, r *http.Request, s *session) {
 	id := r.PathValue("id")
 	if err := c.opt.Store.RevokeKey(r.Context(), id, c.opt.Now()); err != nil {
-		status := http.StatusInternalServerError
 		if errors.Is(err, keys.ErrNotFound) {
-			status = http.StatusNotFound
+			writeError(w, http.StatusNotFound, "revoke key "+id+": no such key")
+			return
 		}
-		writeError(w, status, "revoke key "+id+": "+err.Error())
+		c.unavailable(w, "revoke key", err)
 		return
 	}
 	c.keysChanged(r)
@@ -355,11 +355,11 @@ func (c *Console) handleRotateKey(w http.ResponseWriter, r *http.Request, s *ses
 	id := r.PathValue("id")
 	secret, err := keys.Rotate(r.Context(), up, id)
 	if err != nil {
-		status := http.StatusInternalServerError
 		if errors.Is(err, keys.ErrNotFound) {
-			status = http.StatusNotFound
+			writeError(w, http.StatusNotFound, "rotate key "+id+": no such key (or it is revoked)")
+			return
 		}
-		writeError(w, status, "rotate key "+id+": "+err.Error())
+		c.unavailable(w, "rotate key", err)
 		return
 	}
 	c.keysChanged(r)
@@ -495,7 +495,7 @@ func (c *Console) handleUsage(w http.ResponseWriter, r *http.Request, s *session
 	}
 	rows, err := c.opt.Store.Summary(r.Context(), f)
 	if err != nil {
-		writeError(w, http.StatusInternalServerError, "usage query failed: "+err.Error())
+		c.unavailable(w, "usage query failed", err)
 		return
 	}
 	names := c.keyNames(r, s)
@@ -590,7 +590,7 @@ func (c *Console) handleRecent(w http.ResponseWriter, r *http.Request, s *sessio
 	}
 	recs, err := c.opt.Store.Recent(r.Context(), fetch)
 	if err != nil {
-		writeError(w, http.StatusInternalServerError, "recent requests: "+err.Error())
+		c.unavailable(w, "recent requests", err)
 		return
 	}
 	names := c.keyNames(r, s)

@@ -16,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"llmgate/internal/apierror"
 	"llmgate/internal/keys"
 	"llmgate/internal/store"
 	"llmgate/internal/usage"
@@ -164,4 +165,17 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 
 func writeError(w http.ResponseWriter, status int, msg string) {
 	writeJSON(w, status, map[string]any{"error": map[string]any{"message": msg, "status": status}})
+}
+
+// unavailable answers a request the database failed: a 503 that says to
+// retry and names the request id; the database's own words (its address,
+// user and database names) go to the log under that id, never to the page.
+func (c *Console) unavailable(w http.ResponseWriter, what string, err error) {
+	id := w.Header().Get("X-Request-Id")
+	c.log.Warn("console: "+what+": database unavailable", "request_id", id, "err", err)
+	e := apierror.DatabaseUnavailable(id, err)
+	for k, v := range e.Header {
+		w.Header()[k] = v
+	}
+	writeJSON(w, e.Status, map[string]any{"error": map[string]any{"message": e.Message, "status": e.Status, "code": e.Code}})
 }

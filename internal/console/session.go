@@ -188,8 +188,7 @@ func (c *Console) session(adminOnly bool, h func(http.ResponseWriter, *http.Requ
 			writeError(w, http.StatusUnauthorized, ended.msg)
 			return
 		case err != nil:
-			c.log.Warn("console: read session", "err", err)
-			writeError(w, http.StatusServiceUnavailable, "cannot read the session from the database: try again shortly")
+			c.unavailable(w, "read session", err)
 			return
 		case s == nil:
 			writeError(w, http.StatusUnauthorized, "not signed in (or the session expired): sign in with the master key or your API key")
@@ -234,6 +233,10 @@ func (c *Console) handleLogin(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p, err := c.opt.Verify(secret)
+	if errors.Is(err, keys.ErrUnavailable) {
+		c.unavailable(w, "sign-in key lookup", err)
+		return
+	}
 	if err != nil {
 		msg := "that key was not accepted"
 		switch {
@@ -248,8 +251,7 @@ func (c *Console) handleLogin(w http.ResponseWriter, r *http.Request) {
 	}
 	id, s, err := c.createSession(r.Context(), p)
 	if err != nil {
-		c.log.Warn("console: store session", "err", err)
-		writeError(w, http.StatusServiceUnavailable, "cannot store the session in the database: try again shortly")
+		c.unavailable(w, "store session", err)
 		return
 	}
 	http.SetCookie(w, c.cookie(r, id, int(c.opt.SessionTTL.Seconds())))
@@ -259,8 +261,7 @@ func (c *Console) handleLogin(w http.ResponseWriter, r *http.Request) {
 
 func (c *Console) handleLogout(w http.ResponseWriter, r *http.Request, s *session) {
 	if err := c.opt.Store.DeleteSession(r.Context(), s.idHash); err != nil {
-		c.log.Warn("console: sign out", "err", err)
-		writeError(w, http.StatusServiceUnavailable, "cannot end the session in the database: try again shortly")
+		c.unavailable(w, "sign out", err)
 		return
 	}
 	http.SetCookie(w, c.cookie(r, "", -1))

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"golang.org/x/net/http/httpproxy"
+
+	"llmgate/internal/redact"
 )
 
 // proxyConfig reads the proxy variables the way net/http does (upper case
@@ -96,10 +98,7 @@ func (d *diagnosis) setProxyVars() []string {
 	var out []string
 	for _, n := range []string{"HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy", "NO_PROXY", "no_proxy"} {
 		if v, ok := d.env(n); ok && v != "" {
-			if u, err := url.Parse(v); err == nil && u.User != nil {
-				v = u.Redacted()
-			}
-			out = append(out, n+"="+v)
+			out = append(out, n+"="+redact.Secrets(v))
 		}
 	}
 	return out
@@ -139,7 +138,7 @@ func (d *diagnosis) checkProxy(ctx context.Context) {
 		}
 		return
 	}
-	pshow := proxy.Redacted()
+	pshow := redact.Secrets(proxy.String())
 	pctx, cancel := context.WithTimeout(ctx, d.connectTimeout()+time.Second)
 	defer cancel()
 	start := time.Now()
@@ -194,7 +193,7 @@ func (d *diagnosis) checkNetwork(ctx context.Context) {
 	u, _ := url.Parse(d.api)
 	if p, _ := d.proxyFor(u); p != nil && !d.direct {
 		for _, x := range ids {
-			d.add(Check{ID: x.id, Title: x.title, Status: StatusSkip, Detail: "requests go through proxy " + p.Redacted() + ", which connects for us"})
+			d.add(Check{ID: x.id, Title: x.title, Status: StatusSkip, Detail: "requests go through proxy " + redact.Secrets(p.String()) + ", which connects for us"})
 		}
 		return
 	}

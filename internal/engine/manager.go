@@ -52,19 +52,26 @@ type Options struct {
 	// Default: llmgate-engines.json next to a SQLite database (the user's
 	// cache directory with PostgreSQL); "-" disables it.
 	StateFile string
+	// OnReady, when set, runs each time an engine's health check first
+	// answers 200 after a start, before the requests waiting for it are
+	// admitted: the gateway asks the new engine about itself (its context
+	// length, its tokenizer) there, so that those requests are fitted with
+	// its numbers. ctx bounds the call.
+	OnReady func(ctx context.Context, b *provider.Backend)
 }
 
 // Manager owns the engine processes of one gateway.
 type Manager struct {
-	log      *slog.Logger
-	mu       sync.Mutex
-	engines  map[string]*Engine
-	names    []string
-	closed   bool
-	watching bool // the idle watcher runs
-	quit     chan struct{}
-	ttlDone  chan struct{}
-	state    *stateFile // nil when disabled
+	log       *slog.Logger
+	readyHook func(ctx context.Context, b *provider.Backend)
+	mu        sync.Mutex
+	engines   map[string]*Engine
+	names     []string
+	closed    bool
+	watching  bool // the idle watcher runs
+	quit      chan struct{}
+	ttlDone   chan struct{}
+	state     *stateFile // nil when disabled
 }
 
 // group is a set of engines of which at most one runs.
@@ -116,7 +123,7 @@ func New(cfg *config.Config, opt Options) (*Manager, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	m := &Manager{log: log, engines: map[string]*Engine{}, quit: make(chan struct{}), ttlDone: make(chan struct{})}
+	m := &Manager{log: log, readyHook: opt.OnReady, engines: map[string]*Engine{}, quit: make(chan struct{}), ttlDone: make(chan struct{})}
 	// Before any port is chosen or engine started: a leftover engine holds
 	// its port and its GPU memory.
 	m.state = openState(statePath(cfg, opt), log)

@@ -155,6 +155,10 @@ func portFree(port int) error {
 	return l.Close()
 }
 
+// readyLearnTimeout bounds what the gateway asks an engine that just
+// became ready before admitting the requests waiting for it.
+const readyLearnTimeout = 2 * time.Second
+
 // pollHealth polls the health path until it answers 200.
 func (m *Manager) pollHealth(ctx context.Context, e *Engine, r *run) {
 	url := fmt.Sprintf("http://127.0.0.1:%d%s", e.cfg.Port, e.cfg.HealthPath)
@@ -168,6 +172,14 @@ func (m *Manager) pollHealth(ctx context.Context, e *Engine, r *run) {
 		if resp, err := client.Do(req); err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
+				m.mu.Lock()
+				b := e.backend
+				m.mu.Unlock()
+				if m.readyHook != nil && b != nil {
+					hctx, cancel := context.WithTimeout(ctx, readyLearnTimeout)
+					m.readyHook(hctx, b)
+					cancel()
+				}
 				m.mu.Lock()
 				m.onReady(e, r)
 				m.mu.Unlock()

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -30,15 +31,60 @@ func (g *Gateway) withSpool(o usage.Options) (usage.Options, error) {
 	if o.Spool != nil {
 		return o, nil
 	}
-	dir := g.Config.Spool()
-	sp, err := usage.OpenSpool(dir)
+	sp, err := usage.OpenSpool(g.Config.Spool())
 	if err != nil {
 		// Without its journal a gateway would answer requests whose usage
-		// records a crash can lose: refuse to start instead.
-		return o, fmt.Errorf("usage spool %s: %w (each gateway process needs its own writable spool_dir)", dir, err)
+		// records a crash can lose: refuse to start instead. (The error
+		// names the directory and what to do.)
+		return o, err
 	}
+	g.adoptLegacySpool(sp)
 	o.Spool, o.SpoolSync = sp, g.Config.SpoolFsync
 	return o, nil
+}
+
+// adoptLegacySpool moves the unsent records of the spool directory
+// earlier versions used by default (llmgate-spool beside the SQLite file,
+// shared by every database of that folder) into this gateway's spool,
+// where the ledger drains them, when they are this database's: every key
+// they name is one it knows. Records of another database stay where they
+// are, and so do those of a directory a running gateway still holds; the
+// log says so. Nothing is lost either way.
+func (g *Gateway) adoptLegacySpool(sp *usage.Spool) {
+	legacy := g.Config.LegacySpool()
+	if legacy == "" {
+		return
+	}
+	ours := func(keyIDs map[string]bool) bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		list, err := g.Store.ListKeys(ctx)
+		if err != nil {
+			return false
+		}
+		known := map[string]bool{"master": true}
+		for _, k := range list {
+			known[k.ID] = true
+		}
+		for id := range keyIDs {
+			if !known[id] {
+				return false
+			}
+		}
+		return true
+	}
+	n, err := sp.Adopt(legacy, ours)
+	switch {
+	case errors.Is(err, usage.ErrForeignSpool):
+		g.log.Warn("the old default usage spool holds records of another database's keys: left there; they are written when the gateway of that database starts",
+			"dir", legacy)
+	case errors.Is(err, usage.ErrSpoolBusy):
+		g.log.Warn("the old default usage spool is in use by another gateway process: its records stay there for it", "dir", legacy)
+	case err != nil:
+		g.log.Warn("the old default usage spool could not be taken over; its records stay there", "dir", legacy, "err", err)
+	case n > 0:
+		g.log.Info("usage records left in the old default spool are written from this gateway's spool", "from", legacy, "to", sp.Dir(), "records", n)
+	}
 }
 
 // startAccounting builds the limiter (Redis when configured) and the
@@ -69,8 +115,15 @@ func (g *Gateway) startAccounting(ctx context.Context, opt *Options) error {
 	a := admit.New(admit.Options{Limiter: lim, Models: models, Logger: g.log})
 	if shared != nil {
 		// After a Redis restart or outage the limiter re-seeds every budget
-		// from the ledger at once, not at the next tick below.
+		// from the ledger at once, not at the next tick below...
 		shared.SetLedger(func(ctx context.Context) ([]limit.BudgetSeed, error) { return a.BudgetSeeds(ctx, g.Store, g.Store) })
+		// ... and rebuilds the RPM and TPM buckets from the ledger's last
+		// minute, so that a restart hands out no fresh minute.
+		if rr, ok := g.Store.(usage.RateReader); ok {
+			shared.SetRates(func(ctx context.Context, since time.Time) ([]limit.RateSeed, error) {
+				return a.RateSeeds(ctx, g.Store, rr, since)
+			})
+		}
 		g.limiterGauges(shared)
 	}
 	if err := a.SeedBudgets(ctx, g.Store, g.Store); err != nil {

@@ -5,7 +5,6 @@ package gateway
 
 import (
 	"context"
-	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -17,18 +16,14 @@ import (
 	"strings"
 	"time"
 
-	"llmgate/internal/api/openai"
-	"llmgate/internal/apierror"
 	"llmgate/internal/config"
 	"llmgate/internal/console"
-	"llmgate/internal/ctxlen"
 	"llmgate/internal/engine"
-	"llmgate/internal/h1server"
+	"llmgate/internal/engineinfo"
 	"llmgate/internal/keys"
 	"llmgate/internal/metrics"
 	"llmgate/internal/netlimit"
 	"llmgate/internal/policy"
-	"llmgate/internal/rawio"
 	"llmgate/internal/router"
 	"llmgate/internal/server"
 	"llmgate/internal/store"
@@ -71,20 +66,20 @@ type Gateway struct {
 	// Engines runs the configured local engines (none when the config has
 	// no engines: section).
 	Engines *engine.Manager
-	// HTTP serves the listener: net/http's Server by default, h1server
-	// with http_server: builtin.
+	// HTTP serves the listener: net/http's Server (with TLS when
+	// configured).
 	HTTP   httpServer
 	Addr   string // actual listen address
 	log    *slog.Logger
 	ln     net.Listener
 	scheme string // "https" when the listener serves TLS; "" for http
-	// contexts learns the models' context lengths from their backends;
-	// learned is closed once the start's round of asking is over.
-	contexts *ctxlen.Learner
-	learned  chan struct{}
-	cancel   context.CancelFunc
-	served   chan error
-	acct     *accounting
+	// engineInfo learns from each deployment's engine (context lengths,
+	// tokenizer); learned is closed once the start's round of asking is over.
+	engineInfo *engineinfo.Learner
+	learned    chan struct{}
+	cancel     context.CancelFunc
+	served     chan error
+	acct       *accounting
 }
 
 // OpenStore opens the store named by a database setting.
@@ -160,13 +155,13 @@ func Start(ctx context.Context, opt Options) (g *Gateway, err error) {
 		return nil, err
 	}
 	undo = append(undo, g.stopAccounting)
-	if g.Engines, err = engine.New(cfg, engine.Options{Logger: log}); err != nil {
+	g.engineInfo = engineinfo.New(engineinfo.Options{Logger: log})
+	if g.Engines, err = engine.New(cfg, engine.Options{Logger: log, OnReady: g.engineInfo.Refresh}); err != nil {
 		return nil, err
 	}
 	table := router.NewWithOptions(cfg, router.Options{Logger: log})
 	g.Engines.Attach(table)
-	g.contexts = ctxlen.New()
-	sopt := server.Options{Table: table, Verifier: g.Verifier, Ledger: g.Ledger, Observer: g.observer(), Ready: g.Ledger.Healthy, Logger: log, Contexts: g.contexts, MaxBodyBytes: cfg.MaxBodyBytes,
+	sopt := server.Options{Table: table, Verifier: g.Verifier, Ledger: g.Ledger, Observer: g.observer(), Ready: g.Ledger.Healthy, Logger: log, Engines: g.engineInfo, MaxBodyBytes: cfg.MaxBodyBytes,
 		Admission: g.Metrics.Admission(opt.Admission), Middleware: opt.Middleware}
 	if on, ttl := cfg.ResponsesStorage(); on {
 		sopt.Responses, sopt.ResponsesTTL = g.Store, ttl
@@ -181,19 +176,26 @@ func Start(ctx context.Context, opt Options) (g *Gateway, err error) {
 	g.Server.Handle(engine.AdminPrefix+"/", engines)
 	g.mountAdmin()
 	g.mountObservability()
-	rawio.SetEnabled(cfg.SocketIO != config.SocketIOStandard)
-	g.HTTP = newHTTPServer(cfg.HTTPServer, g.Server, log, certs)
+	var connState func(net.Conn, http.ConnState)
+	if lim, ok := ln.(*netlimit.Listener); ok {
+		connState = lim.ConnState // idle keep-alive connections make room at the cap
+	}
+	g.HTTP = newHTTPServer(g.Server, log, certs, connState)
 	wctx, cancel := context.WithCancel(context.Background())
 	g.cancel = cancel
 	go g.Verifier.Watch(wctx, 500*time.Millisecond)
-	serveLn := ln
-	if cfg.HTTPServer != config.HTTPServerBuiltin {
-		serveLn = rawListener{ln} // the builtin server wraps its connections itself
-	}
-	go func() { g.served <- g.HTTP.Serve(serveLn) }()
+	go func() { g.served <- g.HTTP.Serve(ln) }()
 	g.Engines.Start()
 	go g.learnContexts(wctx, table)
 	return g, nil
+}
+
+// LogWarnings logs what the configuration says that is accepted but
+// ignored (config.Config.Warnings), one line each.
+func LogWarnings(log *slog.Logger, cfg *config.Config) {
+	for _, w := range cfg.Warnings {
+		log.Warn("config: " + w)
+	}
 }
 
 // learnContexts asks the backends for their models' context lengths at
@@ -207,7 +209,7 @@ func (g *Gateway) learnContexts(ctx context.Context, t *router.Table) {
 			continue
 		}
 		d := r.Deployments[0]
-		if l := g.contexts.Lookup(ctx, r.ContextWindow, d.Backend, d.UpstreamModel); l.Tokens > 0 {
+		if l := g.engineInfo.Lookup(ctx, r.ContextWindow, d.Backend, d.UpstreamModel); l.Tokens > 0 {
 			g.log.Debug("model context length", "model", name, "tokens", l.Tokens, "source", l.Source)
 		}
 		if ctx.Err() != nil {
@@ -223,50 +225,17 @@ type httpServer interface {
 	Close() error
 }
 
-// rawListener hands net/http connections whose reads and writes are raw
-// system calls (socket_io: raw, see package rawio): net/http's read of each
-// request, and its background read while the handler runs, then no longer
-// wake the runtime's monitor thread after an idle spell. Deadlines, Close
-// and CloseWrite behave as on the plain connection; with socket_io:
-// standard, or a connection that is not TCP, the connection is unchanged.
-type rawListener struct{ net.Listener }
-
-func (l rawListener) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
-	if err != nil {
-		return nil, err
+// newHTTPServer returns net/http's server for the listener: HTTP/1.1, and
+// HTTP/2 too with TLS. connState, when set, hears of every connection's
+// state (the connection cap's).
+func newHTTPServer(h http.Handler, log *slog.Logger, certs *certReloader, connState func(net.Conn, http.ConnState)) httpServer {
+	s := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second,
+		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn), ConnState: connState}
+	if certs == nil {
+		return s
 	}
-	return rawio.Wrap(c), nil
-}
-
-// newHTTPServer returns the server for the listener. Both answer the
-// errors they raise themselves before a handler runs (malformed request,
-// headers too large) with the default limits of net/http.
-func newHTTPServer(kind string, h http.Handler, log *slog.Logger, certs *certReloader) httpServer {
-	if kind != config.HTTPServerBuiltin {
-		s := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second,
-			ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
-		if certs == nil {
-			return s
-		}
-		s.TLSConfig = certs.tlsConfig("h2", "http/1.1")
-		return tlsStdServer{s}
-	}
-	var tlsCfg *tls.Config
-	if certs != nil {
-		tlsCfg = certs.tlsConfig("http/1.1") // the builtin server speaks HTTP/1.1 only
-	}
-	return &h1server.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second, Logger: log, TLSConfig: tlsCfg,
-		ErrorBody: func(status int, msg string) (string, []byte) {
-			kind := apierror.KindInvalidRequest
-			if status >= 500 {
-				kind = apierror.KindInternal
-			}
-			if msg != h1server.PlainHTTPToTLS { // that one already says what to do
-				msg += " (llmgate speaks HTTP/1.1; check the client or proxy in front of it)"
-			}
-			return "application/json", openai.MarshalError(apierror.New(status, kind, "bad_request", msg))
-		}}
+	s.TLSConfig = certs.tlsConfig("h2", "http/1.1")
+	return tlsStdServer{s}
 }
 
 // URL is the base URL clients use, with /v1.

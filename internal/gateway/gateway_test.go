@@ -618,7 +618,86 @@ func TestGateway_ASecondProcessOnOneSpoolDirDoesNotStart(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer g.Close(context.Background())
-	if _, err := start("b.db"); err == nil || !strings.Contains(err.Error(), "own writable spool_dir") {
+	_, err = start("b.db")
+	if err == nil || !strings.Contains(err.Error(), "its own spool_dir") {
 		t.Fatalf("a second gateway on the same spool_dir: %v, want a refusal naming spool_dir", err)
+	}
+	// One hint, and the directory named once.
+	if msg := err.Error(); strings.Count(msg, "spool_dir") != 1 || strings.Count(msg, filepath.Join(dir, "spool")) != 1 {
+		t.Fatalf("refusal %q: want the directory and the hint once each", msg)
+	}
+}
+
+// Two gateways on two SQLite files in one folder, neither setting
+// spool_dir, start and serve side by side: each default spool is named
+// after its database file.
+func TestGateway_TwoSQLiteFilesInOneFolderServeSideBySide(t *testing.T) {
+	dir := t.TempDir()
+	up := newFakeVLLM(t)
+	start := func(db string) *Gateway {
+		t.Helper()
+		cfg, err := config.Load(strings.NewReader(fmt.Sprintf("backends:\n  vllm: {url: %s}\nmodels:\n  qwen: {backend: vllm}\n", up.URL)), "t.yaml")
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.Database, cfg.Listen = filepath.Join(dir, db), "127.0.0.1:0"
+		g, err := Start(context.Background(), Options{Config: cfg, MasterKey: testMaster, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+			LedgerOptions: usage.Options{Interval: 10 * time.Millisecond}})
+		if err != nil {
+			t.Fatalf("gateway on %s: %v", db, err)
+		}
+		t.Cleanup(func() { _ = g.Close(context.Background()) })
+		return g
+	}
+	a, b := start("a.db"), start("b.db")
+	for _, g := range []*Gateway{a, b} {
+		e := &env{t: t, g: g}
+		if r := e.do("POST", "/v1/chat/completions", testMaster, chatBody("qwen", false, "")); r.status != 200 {
+			t.Fatalf("gateway on %s: %d %s", g.Config.Database, r.status, r.body)
+		}
+		if recs := e.records(1); len(recs) != 1 {
+			t.Fatalf("gateway on %s: %d records, want its own 1", g.Config.Database, len(recs))
+		}
+	}
+	for _, name := range []string{"a.db.spool", "b.db.spool"} {
+		if fi, err := os.Stat(filepath.Join(dir, name)); err != nil || !fi.IsDir() {
+			t.Fatalf("no spool %s beside its database: %v", name, err)
+		}
+	}
+}
+
+// Records an earlier version left in its default spool (llmgate-spool
+// beside the database) are written by the next start, which uses the new
+// default: nothing is lost in the upgrade. Another database's are left.
+func TestGateway_RecordsInTheOldDefaultSpoolAreWrittenAfterTheUpgrade(t *testing.T) {
+	dir := t.TempDir()
+	old := filepath.Join(dir, "llmgate-spool")
+	sp, err := usage.OpenSpool(old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sp.Append([]usage.Record{{ID: "req_left_1", Time: time.Now(), KeyID: "master", Model: "qwen", Status: 200},
+		{ID: "req_left_2", Time: time.Now(), KeyID: "master", Model: "qwen", Status: 200}}); err != nil {
+		t.Fatal(err)
+	}
+	sp.Close()
+	cfg := &config.Config{Database: filepath.Join(dir, "llmgate.db"), Listen: "127.0.0.1:0"}
+	cfg.ApplyDefaults()
+	g, err := Start(context.Background(), Options{Config: cfg, MasterKey: testMaster, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		LedgerOptions: usage.Options{Interval: 10 * time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close(context.Background())
+	e := &env{t: t, g: g}
+	got := map[string]bool{}
+	for _, r := range e.records(2) {
+		got[r.ID] = true
+	}
+	if !got["req_left_1"] || !got["req_left_2"] {
+		t.Fatalf("records %v, want the two left in the old spool", got)
+	}
+	if _, err := os.Stat(old); !os.IsNotExist(err) {
+		t.Fatalf("the old spool is still there: %v", err)
 	}
 }

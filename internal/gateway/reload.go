@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/url"
 	"os"
 	"os/signal"
 	"reflect"
@@ -17,6 +16,7 @@ import (
 	"time"
 
 	"llmgate/internal/config"
+	"llmgate/internal/redact"
 	"llmgate/internal/router"
 )
 
@@ -111,6 +111,7 @@ func (r *Reloader) Reload() error {
 		r.log.Error("config reload rejected: keeping the running config", "file", r.path, "err", err)
 		return err
 	}
+	LogWarnings(r.log, cfg)
 	r.apply(cfg)
 	return nil
 }
@@ -147,11 +148,9 @@ func (r *Reloader) warnRestartOnly(cfg *config.Config) {
 		old, new any
 	}{
 		{"listen", prev.Listen, cfg.Listen},
-		{"database", redactURL(prev.Database), redactURL(cfg.Database)},
+		{"database", redact.Secrets(prev.Database), redact.Secrets(cfg.Database)},
 		{"max_body_bytes", prev.MaxBodyBytes, cfg.MaxBodyBytes},
 		{"log_format", prev.LogFormat, cfg.LogFormat},
-		{"http_server", prev.HTTPServer, cfg.HTTPServer},
-		{"socket_io", prev.SocketIO, cfg.SocketIO},
 		{"max_connections", prev.ConnectionLimit(), cfg.ConnectionLimit()},
 		{"tls_cert_file", prev.TLSCertFile, cfg.TLSCertFile}, // the files' contents are re-read; the paths are not
 		{"tls_key_file", prev.TLSKeyFile, cfg.TLSKeyFile},
@@ -165,14 +164,14 @@ func (r *Reloader) warnRestartOnly(cfg *config.Config) {
 		{"body_read_timeout", time.Duration(prev.BodyReadTimeout), time.Duration(cfg.BodyReadTimeout)},
 		{"max_body_reads_per_key", optInt(prev.MaxBodyReadsPerKey), optInt(cfg.MaxBodyReadsPerKey)},
 		{"engines", prev.Engines, cfg.Engines},
-		{"redis", prev.Redis, cfg.Redis},
+		{"redis", redact.Secrets(prev.Redis), redact.Secrets(cfg.Redis)},
 		{"redis_prefix", prev.RedisPrefix, cfg.RedisPrefix},
 		{"redis_fail_open", prev.RedisFailOpen, cfg.RedisFailOpen},
 		{"redis_replicas", prev.RedisReplicas, cfg.RedisReplicas},
 		{"retention", time.Duration(prev.Retention), time.Duration(cfg.Retention)},
 	} {
 		if !reflect.DeepEqual(s.old, s.new) {
-			if s.key == "engines" || s.key == "redis" || s.key == "metrics_key" { // too big to print, or secret
+			if s.key == "engines" || s.key == "metrics_key" { // too big to print, or secret
 				r.log.Warn("config setting changed but needs a restart to take effect", "key", s.key)
 				continue
 			}
@@ -266,12 +265,4 @@ func optInt(p *int) any {
 		return nil
 	}
 	return *p
-}
-
-// redactURL hides the password of a database URL (a SQLite path is kept).
-func redactURL(s string) string {
-	if u, err := url.Parse(s); err == nil && u.User != nil {
-		return u.Redacted()
-	}
-	return s
 }

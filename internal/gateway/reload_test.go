@@ -162,8 +162,8 @@ func TestReload_NewEngineIsRejectedUntilRestart(t *testing.T) {
 	}
 }
 
-// Settings a reload cannot apply are named in a warning, and a Redis URL
-// (which may hold a password) is not printed.
+// Settings a reload cannot apply are named in a warning; a Redis URL is
+// printed without its password.
 func TestReload_WarnsAboutRestartOnlySettings(t *testing.T) {
 	a := newUpstream(t, "a", answer)
 	path := filepath.Join(t.TempDir(), "llmgate.yaml")
@@ -190,16 +190,35 @@ func TestReload_WarnsAboutRestartOnlySettings(t *testing.T) {
 	if strings.Contains(out, "s3cret") {
 		t.Errorf("a password or key was logged:\n%s", out)
 	}
+	if !strings.Contains(out, "redis://:xxxxx@127.0.0.1:1/0") {
+		t.Errorf("the new Redis URL is not shown (password hidden):\n%s", out)
+	}
 	if code, _, _ := gw.chat("m", false); code != 200 {
 		t.Fatalf("after the reload: %d", code)
 	}
 }
 
-func TestRedactURL_HidesTheDatabasePassword(t *testing.T) {
-	if got := redactURL("postgres://u:s3cret@127.0.0.1:5432/x"); strings.Contains(got, "s3cret") || !strings.Contains(got, "127.0.0.1:5432/x") {
-		t.Errorf("redactURL = %q", got)
+// A file that names a removed transport setting still reloads; the log
+// says, naming the line, that the setting is ignored now.
+func TestReload_RetiredSettingIsWarnedAboutNotRejected(t *testing.T) {
+	a := newUpstream(t, "a", answer)
+	path := filepath.Join(t.TempDir(), "llmgate.yaml")
+	good := fmt.Sprintf("backends:\n  a: {url: %s}\nmodels:\n  m: {backend: a}\n", a.URL)
+	if err := os.WriteFile(path, []byte(good), 0o600); err != nil {
+		t.Fatal(err)
 	}
-	if got := redactURL("/var/lib/llmgate/llmgate.db"); got != "/var/lib/llmgate/llmgate.db" {
-		t.Errorf("a SQLite path changed: %q", got)
+	logs := &testenv.SyncBuffer{}
+	gw, r := startFileGW(t, path, logs)
+	if err := os.WriteFile(path, []byte(good+"socket_io: raw\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Reload(); err != nil {
+		t.Fatalf("a file naming socket_io was rejected: %v", err)
+	}
+	if out := logs.String(); !strings.Contains(out, "llmgate.yaml:5: socket_io: is ignored now") || strings.Contains(out, "reload rejected") {
+		t.Fatalf("want a warning naming line 5 and no rejection:\n%s", out)
+	}
+	if code, _, _ := gw.chat("m", false); code != 200 {
+		t.Fatalf("after the reload: %d", code)
 	}
 }

@@ -119,7 +119,8 @@ func (v *Verifier) MasterHash() string {
 
 // Verify returns the principal for a presented secret. A secret not in
 // memory is looked up in the store first (see lookup.go), so a key created
-// a moment ago by another process works on its first request.
+// a moment ago by another process works on its first request; when that
+// lookup fails, the error wraps ErrUnavailable (the key may exist).
 func (v *Verifier) Verify(secret string) (Principal, error) {
 	h := HashBytes(secret)
 	if m := v.master.Load(); m != nil && *m != ([32]byte{}) && Equal(h, *m) {
@@ -127,8 +128,11 @@ func (v *Verifier) Verify(secret string) (Principal, error) {
 	}
 	k, ok := (*v.keys.Load())[h]
 	if !ok {
-		v.lookupUnknown()
+		err := v.lookupUnknown()
 		if k, ok = (*v.keys.Load())[h]; !ok {
+			if err != nil {
+				return Principal{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
+			}
 			return Principal{}, ErrNotFound
 		}
 	}

@@ -44,6 +44,10 @@ var (
 	ErrNotFound = errors.New("key not found")
 	ErrRevoked  = errors.New("key revoked")
 	ErrExpired  = errors.New("key expired")
+	// ErrUnavailable: the key is not among those in memory, and the store
+	// that would know a key created moments ago could not be asked. It
+	// wraps the store's error, for the log.
+	ErrUnavailable = errors.New("key store unavailable")
 )
 
 // Allows reports whether the key may use the public model name.

@@ -42,11 +42,13 @@ type lookups struct {
 type flight struct {
 	done    chan struct{}
 	waiters int
+	err     error // the store's error, set before done is closed
 }
 
 // lookupUnknown waits for a store lookup that starts after the call (or
-// is skipped for want of budget).
-func (v *Verifier) lookupUnknown() {
+// is skipped for want of budget), and returns the store's error if it
+// failed.
+func (v *Verifier) lookupUnknown() error {
 	l := &v.lookups
 	l.mu.Lock()
 	f := l.next
@@ -61,6 +63,7 @@ func (v *Verifier) lookupUnknown() {
 	}
 	l.mu.Unlock()
 	<-f.done
+	return f.err
 }
 
 // runLookups runs the pending lookup, then the one callers queued
@@ -79,7 +82,7 @@ func (v *Verifier) runLookups() {
 		allowed := l.take(v.now())
 		l.mu.Unlock()
 		if allowed {
-			v.checkVersion()
+			f.err = v.checkVersion()
 		}
 		close(f.done)
 	}
@@ -100,21 +103,26 @@ func (l *lookups) take(now time.Time) bool {
 	return true
 }
 
-// checkVersion reloads the keys when the store's version moved.
-func (v *Verifier) checkVersion() {
+// checkVersion reloads the keys when the store's version moved, and
+// returns the store's error if it could not tell.
+func (v *Verifier) checkVersion() error {
 	ctx, cancel := context.WithTimeout(context.Background(), lookupTimeout)
 	defer cancel()
 	ver, err := v.store.KeysVersion(ctx)
 	if err != nil {
 		if v.log != nil {
-			v.log.Warn("key lookup for an unknown key failed; answering from memory", "err", err)
+			v.log.Warn("key lookup for an unknown key failed: keys not loaded yet are refused until the database answers", "err", err)
 		}
-		return
+		return err
 	}
 	if ver == v.ver.Load() {
-		return
+		return nil
 	}
-	if err := v.Reload(ctx); err != nil && v.log != nil {
-		v.log.Warn("key reload failed", "err", err)
+	if err := v.Reload(ctx); err != nil {
+		if v.log != nil {
+			v.log.Warn("key reload failed", "err", err)
+		}
+		return err
 	}
+	return nil
 }

@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"llmgate/internal/sat"
 )
 
 // fallback enforces this replica's share of every limit while Redis is
@@ -119,8 +121,8 @@ func (f *fallback) acquire(r *Redis, req Request) (Lease, Decision) {
 		}
 		keys[i] = r.spendKey(s.ID, s.BudgetWindow)
 		b := f.budget(keys[i], s)
-		if room := (s.BudgetNanos - b.base - b.unseen) / f.n; b.settled+b.reserved+req.CostNanos > room {
-			spent := b.base + b.settled + b.reserved
+		if room := (s.BudgetNanos - b.base - b.unseen) / f.n; sat.Add(sat.Add(b.settled, b.reserved), req.CostNanos) > room {
+			spent := sat.Add(sat.Add(b.base, b.settled), b.reserved)
 			f.mu.Unlock()
 			return Lease{}, Decision{Scope: s.ID, Limit: LimitBudget, BudgetNanos: s.BudgetNanos, SpentNanos: spent}
 		}
@@ -157,7 +159,7 @@ func (f *fallback) acquire(r *Redis, req Request) (Lease, Decision) {
 func (f *fallback) reserveLocked(req *Request, keys *[MaxScopes]string, cost int64) {
 	for i := 0; i < req.N; i++ {
 		if keys[i] != "" {
-			f.budgets[keys[i]].reserved += cost
+			f.budgets[keys[i]].reserved = sat.Add(f.budgets[keys[i]].reserved, cost)
 		}
 	}
 }
@@ -170,7 +172,7 @@ func (f *fallback) release(l *Lease, actualTokens, actualCost int64) {
 		if s := &l.Scopes[i]; s.BudgetNanos > 0 {
 			if b := f.budgets[f.r.spendKey(s.ID, s.BudgetWindow)]; b != nil {
 				b.reserved -= l.CostNanos
-				b.settled += actualCost
+				b.settled = sat.Add(b.settled, actualCost)
 			}
 		}
 	}
@@ -205,7 +207,7 @@ func (f *fallback) spent(r *Redis, key, scopeID, window string) Spend {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if b := f.budgets[key]; b != nil {
-		return Spend{Settled: b.base + b.settled, Reserved: b.reserved}
+		return Spend{Settled: sat.Add(b.base, b.settled), Reserved: b.reserved}
 	}
 	return Spend{Settled: f.knownSpend(scopeID, window)}
 }

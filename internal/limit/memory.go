@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync"
 	"time"
+
+	"llmgate/internal/sat"
 )
 
 // Memory is the in-process limiter. Counters live in this process only, so
@@ -84,8 +86,8 @@ func (m *Memory) Acquire(_ context.Context, req Request) (Lease, Decision, error
 			d.Allowed, d.Limit, d.RetryAfter = false, LimitRequests, wait(rl[i], 1, s.RPM)
 		case s.TPM > 0 && tl[i] < float64(min(req.Tokens, s.TPM)):
 			d.Allowed, d.Limit, d.RetryAfter = false, LimitTokens, wait(tl[i], float64(min(req.Tokens, s.TPM)), s.TPM)
-		case s.BudgetNanos > 0 && x.settled+x.reserved+req.CostNanos > s.BudgetNanos:
-			d.Allowed, d.Limit, d.BudgetNanos, d.SpentNanos = false, LimitBudget, s.BudgetNanos, x.settled+x.reserved
+		case s.BudgetNanos > 0 && sat.Add(sat.Add(x.settled, x.reserved), req.CostNanos) > s.BudgetNanos:
+			d.Allowed, d.Limit, d.BudgetNanos, d.SpentNanos = false, LimitBudget, s.BudgetNanos, sat.Add(x.settled, x.reserved)
 		}
 		if !d.Allowed {
 			d.Scope = s.ID
@@ -107,7 +109,7 @@ func (m *Memory) Acquire(_ context.Context, req Request) (Lease, Decision, error
 			x.conc++
 		}
 		if s.BudgetNanos > 0 {
-			x.reserved += req.CostNanos
+			x.reserved = sat.Add(x.reserved, req.CostNanos)
 		}
 	}
 	fillHeaders(&d, &req, req.N, &rl, &tl)
@@ -156,11 +158,11 @@ func (m *Memory) Release(_ context.Context, l Lease, actualTokens, actualCostNan
 			x.conc--
 		}
 		if s.TPM > 0 && x.tokInit {
-			x.tokLevel = min(x.tokLevel-float64(actualTokens-l.Tokens), float64(s.TPM))
+			x.tokLevel = min(x.tokLevel-float64(actualTokens)+float64(l.Tokens), float64(s.TPM))
 		}
 		if s.BudgetNanos > 0 && x.window == s.BudgetWindow {
 			x.reserved = max(0, x.reserved-l.CostNanos)
-			x.settled += actualCostNanos
+			x.settled = sat.Add(x.settled, actualCostNanos)
 		}
 		x.mu.Unlock()
 	}

@@ -14,6 +14,9 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"llmgate/internal/redact"
+	"llmgate/internal/sat"
 )
 
 // Redis keeps limiter state in Redis so every replica enforces the same
@@ -64,6 +67,8 @@ type Redis struct {
 	fb       atomic.Pointer[fallback]
 	live     atomic.Int64 // replicas alive at the last heartbeat
 	ledger   atomic.Pointer[func(context.Context) ([]BudgetSeed, error)]
+	rates    atomic.Pointer[func(context.Context, time.Time) ([]RateSeed, error)]
+	inflight map[string]*inflightRate // scope ID -> this replica's requests in flight (mu)
 	resyncMu sync.Mutex
 	resyncCh chan struct{} // closed when the running resync ends
 	failLog  bool          // the last resync failure was logged (resyncMu)
@@ -149,7 +154,7 @@ type RedisOptions struct {
 func NewRedis(ctx context.Context, url string, opt RedisOptions) (*Redis, error) {
 	o, err := redis.ParseURL(url)
 	if err != nil {
-		return nil, fmt.Errorf("redis URL %q: %w", url, err)
+		return nil, fmt.Errorf("redis URL %q: %w", redact.Secrets(url), err)
 	}
 	o.PoolSize = max(o.PoolSize, 64)
 	// A limiter must notice an outage in about a second, not after
@@ -182,7 +187,7 @@ func NewRedis(ctx context.Context, url string, opt RedisOptions) (*Redis, error)
 	_, _ = rand.Read(b[:])
 	r := &Redis{c: redis.NewClient(o), prefix: opt.Prefix, lease: opt.LeaseTTL, replica: hex.EncodeToString(b[:]),
 		log: opt.Logger, failOpen: opt.FailOpen, fixedN: int64(opt.Replicas), heartbeat: opt.Heartbeat,
-		active: map[string][]string{}, budgets: map[string]*localBudget{}, lastSeed: map[string]ledgerFigure{},
+		active: map[string][]string{}, budgets: map[string]*localBudget{}, lastSeed: map[string]ledgerFigure{}, inflight: map[string]*inflightRate{},
 		stop: make(chan struct{}), done: make(chan struct{})}
 	r.rfield, r.ufield = "r:"+r.replica, "u:"+r.replica
 	r.live.Store(1)
@@ -237,6 +242,9 @@ func (r *Redis) Acquire(ctx context.Context, req Request) (Lease, Decision, erro
 			}
 			l, d := r.fb.Load().acquire(r, req)
 			r.gate.RUnlock()
+			if d.Allowed {
+				r.trackRates(&req.Scopes, req.N, req.Tokens, 1)
+			}
 			return l, d, nil
 		}
 		l, d, stale, err := r.acquireShared(ctx, req)
@@ -250,6 +258,9 @@ func (r *Redis) Acquire(ctx context.Context, req Request) (Lease, Decision, erro
 				return Lease{}, Decision{}, fmt.Errorf("redis limiter: %w", ctx.Err())
 			}
 		case !stale:
+			if d.Allowed {
+				r.trackRates(&req.Scopes, req.N, req.Tokens, 1)
+			}
 			return l, d, nil
 		case try >= 2:
 			// Redis keeps changing under us: decide locally this once.
@@ -351,7 +362,7 @@ func (r *Redis) reserve(req *Request, cost int64) {
 	for i := 0; i < req.N; i++ {
 		if s := &req.Scopes[i]; s.BudgetNanos > 0 {
 			b := r.localBudget(r.spendKey(s.ID, s.BudgetWindow), s.BudgetTTL)
-			b.inflight += cost
+			b.inflight = sat.Add(b.inflight, cost)
 		}
 	}
 	r.mu.Unlock()
@@ -384,6 +395,7 @@ func (r *Redis) forget(member string) {
 // counter when this replica resyncs.
 func (r *Redis) Release(ctx context.Context, l Lease, actualTokens, actualCostNanos int64) error {
 	r.forget(l.member)
+	r.trackRates(&l.Scopes, l.N, l.Tokens, -1)
 	r.gate.RLock()
 	r.settleLocal(&l)
 	if l.fb != nil {
@@ -467,7 +479,8 @@ func (r *Redis) unsynced(l *Lease, cost int64) {
 	r.mu.Lock()
 	for i := 0; i < l.N; i++ {
 		if s := &l.Scopes[i]; s.BudgetNanos > 0 {
-			r.localBudget(r.spendKey(s.ID, s.BudgetWindow), s.BudgetTTL).unsynced += cost
+			b := r.localBudget(r.spendKey(s.ID, s.BudgetWindow), s.BudgetTTL)
+			b.unsynced = sat.Add(b.unsynced, cost)
 		}
 	}
 	r.mu.Unlock()
@@ -552,8 +565,10 @@ func toInt(v any) int64 {
 	case string:
 		n, err := strconv.ParseInt(x, 10, 64)
 		if err != nil {
+			// A script's '%.0f' of a saturated counter is 2^63, one past
+			// the int64 range: it saturates rather than wrapping negative.
 			f, _ := strconv.ParseFloat(x, 64)
-			return int64(f)
+			return sat.FromFloat(f)
 		}
 		return n
 	}

@@ -7,12 +7,32 @@ import "github.com/redis/go-redis/v9"
 // spend, "r:<replica>" a replica's reservations in flight, "u:<replica>"
 // costs a replica settled that Redis could not count and the ledger may not
 // have yet; the spend a budget is enforced against is their sum.
+//
+// Lua numbers are doubles, so sums and comparisons in the scripts never
+// wrap (beyond 2^53 nano-USD, $9 million, they round to a few millionths
+// of a dollar). Counters are Redis integers, whose HINCRBY refuses to go
+// past the int64 range with an error that would abort a script half-way:
+// satIncr stops them at the end of the range instead.
+
+// satIncrLua defines satIncr(key, field, v): HINCRBY that saturates at the
+// int64 range instead of failing; it returns the new value.
+const satIncrLua = `
+local function satIncr(k, f, v)
+  local r = redis.pcall('HINCRBY', k, f, v)
+  if type(r) == 'table' and r.err then
+    if string.sub(v, 1, 1) == '-' then r = '-9223372036854775808' else r = '9223372036854775807' end
+    redis.call('HSET', k, f, r)
+    r = tonumber(r)
+  end
+  return r
+end
+`
 
 // acquireScript checks every scope, then takes from all of them, or
 // nothing. Bucket levels are stored with the millisecond they refer to. A
 // replica whose epoch is not Redis's (Redis restarted, or lost the marker)
 // is told so ({-1}) and takes nothing until it has re-seeded.
-var acquireScript = redis.NewScript(`
+var acquireScript = redis.NewScript(satIncrLua + `
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return {-1} end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -68,7 +88,8 @@ for i = 1, n do
     if code == 0 and spent + cost > budget then code = 4 end
   end
   if code ~= 0 then
-    res = {0, i, code, math.max(sp[i], 0), now}
+    -- A string: Redis would convert a number beyond int64 to a negative one.
+    res = {0, i, code, string.format('%.0f', math.max(sp[i], 0)), now}
     break
   end
 end
@@ -92,7 +113,7 @@ if res[1] == 1 then
       redis.call('PEXPIRE', ck, lease * 2)
     end
     if budget > 0 then
-      if cost > 0 then redis.call('HINCRBY', bk, rf, ARGV[3]) end
+      if cost > 0 then satIncr(bk, rf, ARGV[3]) end
       sp[i] = sp[i] + cost
       if ttl > 0 then redis.call('EXPIRE', bk, ttl) end
     end
@@ -112,7 +133,7 @@ return res
 // replica's field; it returns Redis's time and each budget's spend after
 // that. A stale epoch changes nothing ({-1}): the caller keeps the cost for
 // its resync.
-var releaseScript = redis.NewScript(`
+var releaseScript = redis.NewScript(satIncrLua + `
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return {-1} end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -133,9 +154,9 @@ for i = 1, n do
     if cur then redis.call('HSET', rk, 't', string.format('%.6f', math.min(tpm, tonumber(cur) - dtok))) end
   end
   if budget > 0 then
-    if actual ~= 0 then redis.call('HINCRBY', bk, 's', ARGV[3]) end
+    if actual ~= 0 then satIncr(bk, 's', ARGV[3]) end
     if reserved ~= 0 then
-      if redis.call('HINCRBY', bk, rf, '-' .. ARGV[4]) <= 0 then redis.call('HDEL', bk, rf) end
+      if satIncr(bk, rf, '-' .. ARGV[4]) <= 0 then redis.call('HDEL', bk, rf) end
     end
     if ttl > 0 and redis.call('EXISTS', bk) == 1 then redis.call('EXPIRE', bk, ttl) end
     local spent, oth, h = 0, 0, redis.call('HGETALL', bk)
@@ -182,7 +203,10 @@ local bk, live = KEYS[2], KEYS[3]
 local ledger, rf, rme, uf, ume, assert, ttl = tonumber(ARGV[2]), ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], tonumber(ARGV[8])
 local s = tonumber(redis.call('HGET', bk, 's') or '0')
 if ledger > s then s = ledger end
-redis.call('HSET', bk, 's', string.format('%.0f', s))
+-- A saturated counter reads as 2^63 in a double: it is written back as the largest int64.
+local sf = string.format('%.0f', s)
+if s >= 9223372036854775807 then sf = '9223372036854775807' end
+redis.call('HSET', bk, 's', sf)
 if assert == '1' then
   if tonumber(rme) > 0 then redis.call('HSET', bk, rf, rme) else redis.call('HDEL', bk, rf) end
   if tonumber(ume) > 0 then redis.call('HSET', bk, uf, ume) else redis.call('HDEL', bk, uf) end

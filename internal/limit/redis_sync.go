@@ -24,7 +24,9 @@ package limit
 // leases. Each replica writes only its own fields and the settled figure
 // only grows, so the result does not depend on the order in which replicas
 // resync, and reservations in flight are not lost.
-// Rate buckets (RPM, TPM) start full again after Redis lost them.
+// Rate buckets (RPM, TPM) of the scopes used in the last minute are rebuilt
+// from the ledger's last minute and this replica's requests in flight (see
+// redis_rates.go), so a restart hands out no fresh minute.
 //
 // Outages. A script that fails (connection refused, time-out) switches the
 // replica to its local fallback (fallback.go) - or, with FailOpen, to no
@@ -382,6 +384,17 @@ func (r *Redis) doResync(why string) error {
 		}
 		seeds = s
 	}
+	var rateSeeds []RateSeed
+	if fn := r.rates.Load(); fn != nil {
+		s, err := (*fn)(ctx, time.Now().Add(-time.Minute))
+		if err != nil {
+			if r.down.Load() {
+				r.markDown(why+", and the last minute's requests cannot be read from the ledger", err)
+			}
+			return fmt.Errorf("read the last minute's requests from the ledger: %w", err)
+		}
+		rateSeeds = s
+	}
 	// Return to the shared counters only when every other replica this one
 	// knew of has announced itself since this recovery began.
 	back := !r.down.Load()
@@ -453,6 +466,10 @@ func (r *Redis) doResync(why string) error {
 		cmds = append(cmds, seedScript.Eval(ctx, pipe, []string{r.epochKey(), it.key, r.replicasKey()},
 			ep, it.ledger, r.rfield, it.inUse, r.ufield, it.unsynced, "1", int64(it.ttl/time.Second)))
 	}
+	rateItems := r.rateItems(rateSeeds, now)
+	for _, it := range rateItems {
+		cmds = append(cmds, rateSeedScript.Eval(ctx, pipe, []string{r.epochKey(), it.key}, ep, it.rpm, it.tpm, it.rl, it.tl))
+	}
 	for start := 0; start < len(concKeys); start += 500 {
 		end := min(start+500, len(concKeys))
 		renewScript.Eval(ctx, pipe, concKeys[start:end], append([]any{r.lease.Milliseconds(), "add"}, members[start:end]...)...)
@@ -502,12 +519,12 @@ func (r *Redis) doResync(why string) error {
 	}
 	switch {
 	case r.sawRestart:
-		attrs := []any{"budgets", len(items), "replicas", r.shareOf(), "local_shares_for", downFor.Round(time.Millisecond).String()}
-		r.log.Warn("shared limits restored after "+r.restartWhy(why)+": budget counters re-seeded from the ledger (the larger value wins); this replica's reservations and concurrency leases put back",
+		attrs := []any{"budgets", len(items), "rate_scopes", len(rateItems), "replicas", r.shareOf(), "local_shares_for", downFor.Round(time.Millisecond).String()}
+		r.log.Warn("shared limits restored after "+r.restartWhy(why)+": budget counters re-seeded from the ledger (the larger value wins), RPM/TPM buckets rebuilt from its last minute; this replica's reservations, requests in flight and concurrency leases put back",
 			attrs...)
 	case wasDown:
-		r.log.Info("redis reachable again: shared limits restored, local shares dropped; budget counters corrected from the ledger (the larger value wins)",
-			"down_for", downFor.Round(time.Millisecond).String(), "budgets", len(items), "replicas", r.shareOf())
+		r.log.Info("redis reachable again: shared limits restored, local shares dropped; budget counters corrected from the ledger (the larger value wins), RPM/TPM buckets lowered to its last minute",
+			"down_for", downFor.Round(time.Millisecond).String(), "budgets", len(items), "rate_scopes", len(rateItems), "replicas", r.shareOf())
 	}
 	r.sawRestart, r.restartReason = false, ""
 	return nil

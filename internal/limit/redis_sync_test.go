@@ -445,3 +445,107 @@ func TestRedis_ACancelledRequestLeavesNoReservation(t *testing.T) {
 		t.Fatal("the concurrency slot of the cancelled request was not given back")
 	}
 }
+
+// A Redis URL the client cannot use is named in the error without its
+// password.
+func TestRedis_BadURLErrorHidesThePassword(t *testing.T) {
+	_, err := limit.NewRedis(context.Background(), "redis://:s3cret@127.0.0.1:6379/x/y", limit.RedisOptions{})
+	if err == nil || strings.Contains(err.Error(), "s3cret") || !strings.Contains(err.Error(), "redis://:xxxxx@127.0.0.1:6379/x/y") {
+		t.Fatalf("err = %v, want the URL named with its password hidden", err)
+	}
+}
+
+// ratesStub plays the ledger's last minute of rate-limited scopes.
+type ratesStub struct {
+	mu    sync.Mutex
+	seeds []limit.RateSeed
+	reads int
+}
+
+func (r *ratesStub) set(seeds ...limit.RateSeed) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.seeds = seeds
+}
+
+func (r *ratesStub) read(context.Context, time.Time) ([]limit.RateSeed, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.reads++
+	return append([]limit.RateSeed(nil), r.seeds...), nil
+}
+
+// After Redis restarted empty, the RPM bucket is rebuilt from the ledger's
+// last minute and from this replica's requests in flight (which the
+// ledger does not have yet): a key that used its minute gets no fresh one.
+func TestRedis_RestartEmptyRebuildsRateBucketsFromTheLedgerAndRequestsInFlight(t *testing.T) {
+	url, prefix := testenv.Redis(t)
+	cleanPrefix(t, url, prefix)
+	a, _ := replica(t, url, prefix, limit.RedisOptions{Heartbeat: 200 * time.Millisecond}, &ledgerStub{})
+	rates := &ratesStub{}
+	a.SetRates(rates.read)
+	ctx := context.Background()
+	s := limit.Scope{ID: "key:rpm60", RPM: 60}
+	for i := 0; i < 40; i++ { // finished: in the ledger
+		if err := a.Release(ctx, mustAcquire(t, a, req(s)), 10, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var inFlight []limit.Lease
+	for i := 0; i < 20; i++ { // admitted, not finished: not in the ledger
+		inFlight = append(inFlight, mustAcquire(t, a, req(s)))
+	}
+	rates.set(limit.RateSeed{ScopeID: s.ID, RPM: 60, Uses: []limit.Use{{At: time.Now(), Requests: 40, Tokens: 400}}})
+
+	dropPrefix(t, a, prefix) // Redis restarts empty
+	start := time.Now()
+	n := 0
+	for i := 0; i < 30; i++ {
+		if _, d, err := a.Acquire(ctx, req(s)); err == nil && d.Allowed {
+			n++
+		}
+	}
+	refilled := int(time.Since(start).Seconds()) + 1
+	if n > refilled+1 {
+		t.Fatalf("%d of 30 admitted right after the restart, want at most %d: 40 finished + 20 in flight used the minute", n, refilled+1)
+	}
+	if rates.reads == 0 {
+		t.Fatal("the resync did not read the ledger's last minute")
+	}
+	for _, l := range inFlight {
+		if err := a.Release(ctx, l, 10, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Logf("after a restart, %d of 30 admitted on an RPM 60 key that had used its minute", n)
+}
+
+// A resync lowers a bucket to the ledger's figure but never raises one:
+// a bucket Redis kept, emptier than the ledger says, stays as it is.
+func TestRedis_ResyncNeverRaisesARateBucket(t *testing.T) {
+	url, prefix := testenv.Redis(t)
+	cleanPrefix(t, url, prefix)
+	a, _ := replica(t, url, prefix, limit.RedisOptions{Heartbeat: 200 * time.Millisecond}, &ledgerStub{})
+	rates := &ratesStub{}
+	a.SetRates(rates.read)
+	ctx := context.Background()
+	s := limit.Scope{ID: "key:rpm10", RPM: 10}
+	for i := 0; i < 10; i++ {
+		mustAcquire(t, a, req(s))
+	}
+	// The ledger has only 2 of them (the rest not written yet).
+	rates.set(limit.RateSeed{ScopeID: s.ID, RPM: 10, Uses: []limit.Use{{At: time.Now(), Requests: 2}}})
+	// Only the epoch marker goes: a resync runs, the bucket stays.
+	if err := a.Client().Del(ctx, prefix+"epoch").Err(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "a resync that read the ledger", 3*time.Second, func() bool {
+		_, _, _ = a.Acquire(ctx, req(limit.Scope{ID: "key:poke"}))
+		rates.mu.Lock()
+		defer rates.mu.Unlock()
+		return rates.reads > 0 && a.Shared()
+	})
+	if _, d, _ := a.Acquire(ctx, req(s)); d.Allowed {
+		t.Fatalf("admitted on a bucket Redis kept empty: the resync raised it to the ledger's figure (%+v)", d)
+	}
+}

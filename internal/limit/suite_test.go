@@ -2,6 +2,7 @@ package limit_test
 
 import (
 	"context"
+	"math"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -205,6 +206,50 @@ func runSuite(t *testing.T, newLimiter func(t *testing.T) limit.Limiter) {
 		r.CostNanos = 1300
 		if _, d, _ := l.Acquire(ctx, r); d.Allowed || d.Limit != limit.LimitBudget || d.SpentNanos != 800 {
 			t.Fatalf("want a budget refusal at 800 spent: %+v", d)
+		}
+	})
+	t.Run("Budget_SaturatesAtTheOverflowEdge", func(t *testing.T) {
+		// Reservations and settled costs as large as an int64 holds: sums
+		// stop at the largest value instead of wrapping to a negative
+		// spend that admits everything.
+		l := newLimiter(t)
+		s := limit.Scope{ID: "key:edge", BudgetNanos: 1_000_000_000, BudgetWindow: "all"}
+		r := req(s)
+		r.CostNanos = 1
+		lease, d, _ := l.Acquire(ctx, r)
+		if !d.Allowed {
+			t.Fatalf("refused: %+v", d)
+		}
+		if err := l.Release(ctx, lease, 10, 1); err != nil {
+			t.Fatal(err)
+		}
+		r.CostNanos = math.MaxInt64 // 1 settled + MaxInt64 wrapped to MinInt64
+		if _, d, err := l.Acquire(ctx, r); err != nil || d.Allowed || d.Limit != limit.LimitBudget {
+			t.Fatalf("a reservation of MaxInt64 nano-USD on 1 settled: %+v %v, want a budget refusal", d, err)
+		}
+		r.CostNanos = 1
+		for i := 0; i < 2; i++ { // settled costs of MaxInt64, twice: the counter stays at the top
+			lease, d, err := l.Acquire(ctx, r)
+			if err != nil || (i == 0 && !d.Allowed) {
+				t.Fatalf("acquire %d: %+v %v", i, d, err)
+			}
+			if !d.Allowed {
+				lease = limit.Lease{Scopes: r.Scopes, N: r.N}
+			}
+			if err := l.Release(ctx, lease, 10, math.MaxInt64); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// A ledger figure seeded afterwards keeps the larger, saturated one.
+		if err := l.SeedBudget(ctx, s.ID, s.BudgetWindow, 5, 0); err != nil {
+			t.Fatal(err)
+		}
+		got, err := l.Spent(ctx, s.ID, s.BudgetWindow)
+		if err != nil || got.Settled < s.BudgetNanos {
+			t.Fatalf("spend after settling MaxInt64 twice: %+v %v, want it saturated, not wrapped", got, err)
+		}
+		if _, d, err := l.Acquire(ctx, r); err != nil || d.Allowed || d.Limit != limit.LimitBudget || d.SpentNanos < s.BudgetNanos {
+			t.Fatalf("a 1-nano request after the counter saturated: %+v %v, want a budget refusal naming a saturated spend", d, err)
 		}
 	})
 	t.Run("Concurrent_BurstNeverExceedsLimit", func(t *testing.T) {

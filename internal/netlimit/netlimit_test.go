@@ -1,14 +1,16 @@
 package netlimit
 
 import (
+	"crypto/tls"
 	"errors"
-	"llmgate/internal/testenv"
 	"log/slog"
 	"net"
+	"net/http"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
+
+	"llmgate/internal/testenv"
 )
 
 func listen(t *testing.T, max int) (*Listener, *testenv.SyncBuffer) {
@@ -63,9 +65,9 @@ func next(t *testing.T, ch <-chan net.Conn) net.Conn {
 	}
 }
 
-// At the cap a further connection is held, not accepted and not closed,
-// until an open one closes; reaching the cap logs one warning that names
-// the setting to raise.
+// At the cap, with no connection idle, a further connection is held, not
+// handed out and not closed, until an open one closes; a client held at
+// the cap logs one warning that names the setting to raise.
 func TestLimit_HoldsConnectionsBeyondTheCapUntilOneCloses(t *testing.T) {
 	l, logs := listen(t, 2)
 	ch := accepted(l)
@@ -101,23 +103,145 @@ func isTimeout(err error) bool {
 func TestLimit_WarnsAtMostOnceAMinute(t *testing.T) {
 	l, logs := listen(t, 1)
 	ch := accepted(l)
+	dial(t, l)
+	c := next(t, ch)
 	for i := 0; i < 5; i++ {
-		dial(t, l)
-		c := next(t, ch)
-		if i == 0 { // the accept loop reaches the cap and warns
+		dial(t, l)  // beyond the cap: held
+		if i == 0 { // the accept loop holds it and warns
 			for deadline := time.Now().Add(5 * time.Second); !strings.Contains(logs.String(), "connection limit reached"); {
 				if time.Now().After(deadline) {
-					t.Fatal("no warning 5s after reaching the cap")
+					t.Fatal("no warning 5s after a client was held at the cap")
 				}
 				time.Sleep(5 * time.Millisecond)
 			}
-		} else {
-			time.Sleep(20 * time.Millisecond) // let Accept reach the cap again
 		}
 		c.Close()
+		c = next(t, ch)
 	}
 	if n := strings.Count(logs.String(), "connection limit reached"); n != 1 {
 		t.Fatalf("%d warnings for 5 times at the cap within a minute, want 1:\n%s", n, logs)
+	}
+}
+
+// At the cap, a connection idle between requests is closed so that a new
+// client is accepted at once; the client of the idle one reads EOF. No
+// warning: nobody waited.
+func TestLimit_AtTheCapAnIdleConnectionMakesRoom(t *testing.T) {
+	l, logs := listen(t, 1)
+	ch := accepted(l)
+	idleClient := dial(t, l)
+	idle := next(t, ch)
+	l.ConnState(idle, http.StateNew)
+	l.ConnState(idle, http.StateActive)
+	l.ConnState(idle, http.StateIdle) // its request is answered; keep-alive
+	dial(t, l)
+	next(t, ch)
+	idleClient.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if n, err := idleClient.Read(make([]byte, 1)); n != 0 || err == nil || isTimeout(err) {
+		t.Fatalf("the idle connection's client read %d, %v; want EOF (closed to make room)", n, err)
+	}
+	if l.Open() != 1 || l.ClosedIdle() != 1 {
+		t.Fatalf("open %d, closed idle %d; want 1 and 1", l.Open(), l.ClosedIdle())
+	}
+	idle.Close() // the server's own Close, once its read fails: no slot given back twice
+	if l.Open() != 1 {
+		t.Fatalf("open %d after the server closed the idle connection too, want 1", l.Open())
+	}
+	if strings.Contains(logs.String(), "connection limit reached") {
+		t.Fatalf("warned though no client waited:\n%s", logs)
+	}
+}
+
+// A connection holding work (a request being read or served, or a new
+// one with no request yet) is never closed to make room: the new client
+// waits, and is accepted as soon as that connection goes idle, which then
+// is closed for it.
+func TestLimit_ActiveConnectionsAreNotClosed(t *testing.T) {
+	for _, state := range []http.ConnState{http.StateNew, http.StateActive} {
+		t.Run(state.String(), func(t *testing.T) {
+			l, _ := listen(t, 1)
+			ch := accepted(l)
+			busyClient := dial(t, l)
+			busy := next(t, ch)
+			l.ConnState(busy, http.StateNew)
+			if state == http.StateActive {
+				l.ConnState(busy, http.StateActive)
+			}
+			dial(t, l)
+			select {
+			case <-ch:
+				t.Fatalf("a second connection was accepted while the first was %s", state)
+			case <-time.After(200 * time.Millisecond):
+			}
+			// The busy connection is untouched: it still carries bytes.
+			if _, err := busy.Write([]byte("x")); err != nil {
+				t.Fatalf("write to the busy connection: %v", err)
+			}
+			busyClient.SetReadDeadline(time.Now().Add(5 * time.Second))
+			if n, err := busyClient.Read(make([]byte, 1)); n != 1 || err != nil {
+				t.Fatalf("the busy connection's client read %d, %v", n, err)
+			}
+			l.ConnState(busy, http.StateActive)
+			l.ConnState(busy, http.StateIdle)
+			next(t, ch)
+			if n, err := busyClient.Read(make([]byte, 1)); n != 0 || err == nil || isTimeout(err) {
+				t.Fatalf("after going idle, its client read %d, %v; want EOF", n, err)
+			}
+		})
+	}
+}
+
+// A connection that was idle and took a new request is busy again.
+func TestLimit_IdleThenActiveIsNotClosed(t *testing.T) {
+	l, _ := listen(t, 1)
+	ch := accepted(l)
+	dial(t, l)
+	c := next(t, ch)
+	l.ConnState(c, http.StateIdle)
+	l.ConnState(c, http.StateActive)
+	dial(t, l)
+	select {
+	case <-ch:
+		t.Fatal("a connection serving its second request was closed to make room")
+	case <-time.After(200 * time.Millisecond):
+	}
+	c.Close()
+	next(t, ch)
+}
+
+// The connection idle the longest is closed first.
+func TestLimit_ClosesTheLongestIdleFirst(t *testing.T) {
+	l, _ := listen(t, 2)
+	ch := accepted(l)
+	aClient, bClient := dial(t, l), dial(t, l)
+	a, b := next(t, ch), next(t, ch)
+	l.ConnState(b, http.StateIdle)
+	l.ConnState(a, http.StateIdle)
+	dial(t, l)
+	next(t, ch)
+	bClient.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := bClient.Read(make([]byte, 1)); err == nil || isTimeout(err) {
+		t.Fatalf("the longest idle connection: read %v, want EOF", err)
+	}
+	a.Write([]byte("x"))
+	aClient.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if n, err := aClient.Read(make([]byte, 1)); n != 1 || err != nil {
+		t.Fatalf("the more recently idle connection: read %d, %v; want it open", n, err)
+	}
+}
+
+// The HTTP server reports a TLS connection, not the listener's: it is
+// recognised underneath.
+func TestLimit_ConnStateSeesThroughTLS(t *testing.T) {
+	l, _ := listen(t, 1)
+	ch := accepted(l)
+	dial(t, l)
+	c := next(t, ch)
+	l.ConnState(tls.Server(c, &tls.Config{}), http.StateIdle)
+	dial(t, l)
+	next(t, ch)
+	if l.ClosedIdle() != 1 {
+		t.Fatal("the idle TLS connection was not closed to make room")
 	}
 }
 
@@ -180,18 +304,13 @@ func TestLimit_ZeroIsNoCap(t *testing.T) {
 	}
 }
 
-// The accepted connections can be half-closed and expose the socket.
-func TestLimit_ConnsKeepCloseWriteAndSyscallConn(t *testing.T) {
+// The accepted connections can be half-closed.
+func TestLimit_ConnsKeepCloseWrite(t *testing.T) {
 	l, _ := listen(t, 1)
 	ch := accepted(l)
 	client := dial(t, l)
 	c := next(t, ch)
 	defer c.Close()
-	if sc, ok := c.(syscall.Conn); !ok {
-		t.Fatal("no SyscallConn on an accepted connection")
-	} else if _, err := sc.SyscallConn(); err != nil {
-		t.Fatalf("SyscallConn: %v", err)
-	}
 	cw, ok := c.(interface{ CloseWrite() error })
 	if !ok || cw.CloseWrite() != nil {
 		t.Fatal("no CloseWrite on an accepted connection")

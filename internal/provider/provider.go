@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"net/url"
 	"strings"
 	"syscall"
 	"time"
@@ -35,74 +34,80 @@ type Backend struct {
 	// DropParams are top-level request members this backend never gets
 	// (drop_params).
 	DropParams []string
-	apiKey     string
-	headers    map[string]string
-	client     *http.Client
-	h1         *h1Client // plain-http backends without a proxy; nil otherwise
-	timeout    time.Duration
-	idle       time.Duration
-	firstByte  time.Duration
-	health     *config.HealthCheck
+	// Engine is the backend's engine preset (engine: vllm, llamacpp, ...),
+	// "" when it names none: a hint of which engine answers there.
+	Engine  string
+	apiKey  string
+	bearer  string // "Bearer " + apiKey
+	headers map[string]string
+	// tr sends the requests; client, on the same pool, the health probes
+	// (which follow redirects).
+	tr        *http.Transport
+	client    *http.Client
+	timeout   time.Duration
+	idle      time.Duration
+	firstByte time.Duration
+	health    *config.HealthCheck
 }
 
 // NewBackend builds a Backend from configuration. Each backend owns its
 // transport so that pools and time-outs do not interfere across backends.
 func NewBackend(b *config.Backend) *Backend {
+	tr := newTransport(b)
+	return &Backend{
+		Name: b.Name, BaseURL: b.BaseURL, Dialect: b.Dialect, apiKey: b.APIKey, bearer: "Bearer " + b.APIKey, DropParams: b.DropParams, Engine: b.Engine,
+		headers: b.Headers, tr: tr, client: &http.Client{Transport: tr}, timeout: time.Duration(b.Timeout),
+		idle: time.Duration(b.IdleTimeout), firstByte: time.Duration(b.FirstByte), health: b.HealthCheck,
+	}
+}
+
+// maxIdlePerHost is how many keep-alive connections a backend keeps
+// open: more than the requests a gateway has in flight to one engine, so
+// that a burst does not end with connections closed and dialled again.
+const maxIdlePerHost = 512
+
+// newTransport returns net/http's Transport tuned for one backend. Two
+// kinds differ: a plain http:// backend (a local engine) speaks
+// HTTP/1.1 only, whatever the Transport's defaults may try one day; an
+// https:// one (a cloud API) negotiates HTTP/2 or HTTP/1.1 with ALPN.
+// Both go through a proxy when HTTP_PROXY / HTTPS_PROXY / NO_PROXY say so
+// (read once, at the first request), as they always have.
+func newTransport(b *config.Backend) *http.Transport {
 	connect := time.Duration(b.ConnectTimeout)
 	if connect <= 0 {
 		connect = 5 * time.Second
 	}
+	var protocols http.Protocols
+	protocols.SetHTTP1(true)
+	tls := strings.HasPrefix(b.BaseURL, "https://")
+	if tls {
+		protocols.SetHTTP2(true)
+	}
 	tr := &http.Transport{
 		Proxy:                 http.ProxyFromEnvironment,
 		DialContext:           (&net.Dialer{Timeout: connect, KeepAlive: 30 * time.Second}).DialContext,
-		MaxIdleConns:          1024,
-		MaxIdleConnsPerHost:   512,
+		MaxIdleConns:          2 * maxIdlePerHost,
+		MaxIdleConnsPerHost:   maxIdlePerHost,
 		IdleConnTimeout:       90 * time.Second,
 		TLSHandshakeTimeout:   connect,
 		ResponseHeaderTimeout: time.Duration(b.FirstByte),
 		ExpectContinueTimeout: time.Second,
 		// Bodies are inspected for usage; ask upstreams for identity encoding.
 		DisableCompression: true,
-		ForceAttemptHTTP2:  true,
+		ForceAttemptHTTP2:  tls,
+		Protocols:          &protocols,
 		WriteBufferSize:    32 << 10,
 		ReadBufferSize:     32 << 10,
 	}
 	if b.TLS != nil {
 		tr.TLSClientConfig = b.TLS.Clone()
 	}
-	be := &Backend{
-		Name: b.Name, BaseURL: b.BaseURL, Dialect: b.Dialect, apiKey: b.APIKey, DropParams: b.DropParams,
-		headers: b.Headers, client: &http.Client{Transport: tr}, timeout: time.Duration(b.Timeout),
-		idle: time.Duration(b.IdleTimeout), firstByte: time.Duration(b.FirstByte), health: b.HealthCheck,
-	}
-	if b.UpstreamClient != config.UpstreamClientStdlib && directHTTP(b.BaseURL) {
-		be.h1 = newH1Client(&net.Dialer{Timeout: connect, KeepAlive: 30 * time.Second},
-			time.Duration(b.FirstByte), 90*time.Second, 512)
-	}
-	return be
-}
-
-// directHTTP reports whether requests to baseURL go straight to an
-// http:// server: no TLS and no proxy from HTTP_PROXY / NO_PROXY. Such
-// backends (local engines) use the lean HTTP/1.1 client unless their
-// upstream_client is stdlib; the rest use net/http's Transport (TLS,
-// HTTP/2, proxies).
-func directHTTP(baseURL string) bool {
-	u, err := url.Parse(baseURL)
-	if err != nil || u.Scheme != "http" || u.Host == "" || u.User != nil {
-		return false
-	}
-	probe := &http.Request{Method: http.MethodPost, URL: u, Header: http.Header{}}
-	p, err := http.ProxyFromEnvironment(probe)
-	return err == nil && p == nil
+	return tr
 }
 
 // Close releases idle connections.
 func (b *Backend) Close() {
-	b.client.CloseIdleConnections()
-	if b.h1 != nil {
-		b.h1.CloseIdleConnections()
-	}
+	b.tr.CloseIdleConnections()
 }
 
 // Timeout is the whole-request time-out, zero for none.
@@ -117,29 +122,29 @@ func (b *Backend) IdleTimeout() time.Duration { return b.idle }
 func (b *Backend) FirstByteTimeout() time.Duration { return b.firstByte }
 
 // NewRequest builds a POST (or GET when body is nil) to BaseURL+path with the
-// backend's credentials.
+// backend's credentials. The request has its own copy of body: net/http's
+// Transport may still read a body after RoundTrip returns (an early
+// answer, a cut connection).
 func (b *Backend) NewRequest(ctx context.Context, path string, body []byte, requestID string) (*http.Request, error) {
-	method := http.MethodPost
-	var rd *bytes.Reader
-	if body == nil {
-		method = http.MethodGet
-	} else {
-		if !b.directH1() {
-			// net/http's Transport may still read the body after RoundTrip
-			// returns (an early answer, a cut connection), while the
-			// caller's bytes go back to a pool once its request ends: the
-			// Transport gets a copy. The builtin client writes the body
-			// before Do returns.
-			body = bytes.Clone(body)
-		}
-		rd = bytes.NewReader(body)
+	if body != nil {
+		body = bytes.Clone(body)
 	}
+	return b.NewRequestGiving(ctx, path, body, requestID)
+}
+
+// NewRequestGiving is NewRequest without the copy: body is given to the
+// Transport, which may read it after RoundTrip returns, so the caller must
+// neither change nor reuse it afterwards (a pooled buffer is dropped, not
+// put back).
+func (b *Backend) NewRequestGiving(ctx context.Context, path string, body []byte, requestID string) (*http.Request, error) {
 	var req *http.Request
 	var err error
-	if rd != nil {
-		req, err = http.NewRequestWithContext(ctx, method, b.BaseURL+path, rd)
+	if body == nil {
+		req, err = http.NewRequestWithContext(ctx, http.MethodGet, b.BaseURL+path, nil)
 	} else {
-		req, err = http.NewRequestWithContext(ctx, method, b.BaseURL+path, nil)
+		// A *bytes.Reader: the Transport sends the headers and a small
+		// body in one write.
+		req, err = http.NewRequestWithContext(ctx, http.MethodPost, b.BaseURL+path, bytes.NewReader(body))
 	}
 	if err != nil {
 		return nil, err
@@ -150,16 +155,24 @@ func (b *Backend) NewRequest(ctx context.Context, path string, body []byte, requ
 	}
 	if b.apiKey != "" {
 		if b.Dialect == config.DialectAnthropic {
-			h.Set("X-Api-Key", b.apiKey)
+			h["X-Api-Key"] = []string{b.apiKey}
 		} else {
-			h["Authorization"] = []string{"Bearer " + b.apiKey}
+			h["Authorization"] = []string{b.bearer}
 		}
 	}
 	if b.Dialect == config.DialectAnthropic {
-		h.Set("Anthropic-Version", "2023-06-01")
+		h["Anthropic-Version"] = anthropicVersion
 	}
 	if requestID != "" {
 		h["X-Request-Id"] = []string{requestID}
+	}
+	if req.URL.Scheme == "http" {
+		// A local engine closes idle keep-alive connections on its own
+		// clock (uvicorn after 5 s): a request sent on one as it closes
+		// is sent again on a fresh connection when no byte of an answer
+		// came back. The Transport does that for requests it deems
+		// idempotent; a nil Idempotency-Key says so without sending it.
+		h["Idempotency-Key"] = nil
 	}
 	for k, v := range b.headers {
 		h.Set(k, v)
@@ -167,21 +180,16 @@ func (b *Backend) NewRequest(ctx context.Context, path string, body []byte, requ
 	return req, nil
 }
 
+var anthropicVersion = []string{"2023-06-01"}
+
 var jsonCT = []string{"application/json"}
 
-// directH1 reports whether requests go through the builtin HTTP/1.1 client.
-func (b *Backend) directH1() bool { return b.h1 != nil && strings.HasPrefix(b.BaseURL, "http://") }
-
-// Do sends the request. Transport failures come back as *apierror.Error
+// Do sends the request, as a proxy does: straight to the Transport, so a
+// redirect is the backend's answer rather than followed (and no headers
+// are copied for one). Transport failures come back as *apierror.Error
 // that say which backend failed and how.
 func (b *Backend) Do(req *http.Request) (*http.Response, error) {
-	var resp *http.Response
-	var err error
-	if b.directH1() && req.URL.Scheme == "http" {
-		resp, err = b.h1.Do(req)
-	} else {
-		resp, err = b.client.Do(req)
-	}
+	resp, err := b.tr.RoundTrip(req)
 	if err != nil {
 		return nil, b.Classify(req.Context(), err)
 	}

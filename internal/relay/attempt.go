@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+	"unsafe"
 
 	"llmgate/internal/apierror"
 	"llmgate/internal/codec"
@@ -37,8 +39,33 @@ func target(dep router.Deployment) codec.Target {
 	return codec.Target{Backend: dep.Backend.Name, Dialect: dep.Backend.Dialect, UpstreamModel: dep.UpstreamModel, DropParams: dep.Backend.DropParams}
 }
 
-// relay sends the request to one deployment and relays its answer.
-func (rl *Relay) relay(ctx context.Context, w http.ResponseWriter, c *Call, dep router.Deployment, n int) (res Result) {
+// relay sends the request to one deployment and relays its answer. An
+// engine that refuses the request because the prompt plus the output
+// limit does not fit its context, where the prompt alone does, has said
+// exactly how many tokens are left: unless fitting is off for the model,
+// the request is sent again once with its limit lowered to that (said in
+// the Llmgate-Output-Limit header, as any fit is). The engine has the last
+// word on what fits.
+func (rl *Relay) relay(ctx context.Context, w http.ResponseWriter, c *Call, dep router.Deployment, n int) Result {
+	res := rl.relayOnce(ctx, w, c, dep, n)
+	e := res.Err
+	if e == nil || res.Committed || e.Context == nil || !c.route.FitOutput || !c.Req.Dialect.Generates() {
+		return res
+	}
+	left := e.Context.ContextTokens - e.Context.PromptTokens
+	if left < 1 || c.Req.OutputLimit <= left {
+		return res
+	}
+	w.Header().Set(OutputLimitHeader, fmt.Sprintf("%d->%d; context=%d; prompt=%d; prompt_source=engine",
+		c.Req.OutputLimit, left, e.Context.ContextTokens, e.Context.PromptTokens))
+	rl.log.Info("output limit lowered to what the engine said fits", "request_id", c.ID, "model", c.Req.Model,
+		"backend", dep.Backend.Name, "requested", c.Req.OutputLimit, "fitted", left, "context", e.Context.ContextTokens, "prompt_tokens", e.Context.PromptTokens)
+	c.Req = c.Req.WithOutputLimit(left)
+	return rl.relayOnce(ctx, w, c, dep, n)
+}
+
+// relayOnce sends the request to one deployment and relays its answer.
+func (rl *Relay) relayOnce(ctx context.Context, w http.ResponseWriter, c *Call, dep router.Deployment, n int) (res Result) {
 	res.Dep = dep
 	t0 := time.Now()
 	ctx, endSpan := rl.traceAttempt(ctx, c, dep)
@@ -51,13 +78,13 @@ func (rl *Relay) relay(ctx context.Context, w http.ResponseWriter, c *Call, dep 
 	if err != nil {
 		return res.failed(err)
 	}
-	if out.BesideV1 { // count_tokens on an OpenAI backend: its tokenizer, or an estimate
-		return rl.pump(w, c, res, rl.countTokens(ctx, w, c, dep, out), codec.FormAnthropic)
+	if out.Count { // count_tokens on an OpenAI backend: its engine's tokenizer, or an estimate
+		return rl.pump(w, c, res, rl.countTokens(ctx, w, c, dep), codec.FormAnthropic)
 	}
 	b := dep.Backend
 	// The timeout bounds the whole attempt, stream included; the idle gap
 	// (armed once headers arrive) cancels with errIdleGap as the cause.
-	ctx, cancel, release := attemptContext(ctx, b)
+	ctx, cancel, release := attemptContext(ctx, b, c.Req.Stream)
 	defer release()
 	resp, sent, err := rl.send(ctx, c, dep, out)
 	if err != nil {
@@ -197,8 +224,17 @@ func (s *sseSource) next() ([]codec.Event, *apierror.Error) {
 	}
 }
 
-// streamError turns a stream read failure into the client-facing error.
+// streamError turns a stream read failure into the client-facing error;
+// a local engine whose process died under the stream says so.
 func (s *sseSource) streamError(err error) *apierror.Error {
+	e := s.readError(err)
+	if errors.Is(e, apierror.ErrClientClosed) {
+		return e
+	}
+	return explainFailure(s.ctx, e)
+}
+
+func (s *sseSource) readError(err error) *apierror.Error {
 	name := s.b.Name
 	cause := context.Cause(s.ctx)
 	switch {
@@ -276,9 +312,13 @@ func (s *localSource) next() ([]codec.Event, *apierror.Error) {
 }
 
 // attemptContext bounds one attempt by the backend's whole-request
-// timeout. cancel, with a cause, is also how the idle gap ends a stream;
-// release must be deferred.
-func attemptContext(ctx context.Context, b *provider.Backend) (_ context.Context, cancel context.CancelCauseFunc, release func()) {
+// timeout. cancel, with a cause, is also how the idle gap ends a stream
+// (nil when the request is not a stream and nothing bounds it: the
+// request's own context then serves as it is); release must be deferred.
+func attemptContext(ctx context.Context, b *provider.Backend, stream bool) (_ context.Context, cancel context.CancelCauseFunc, release func()) {
+	if !stream && b.Timeout() <= 0 {
+		return ctx, nil, func() {}
+	}
 	ctx, cancel = context.WithCancelCause(ctx)
 	if t := b.Timeout(); t > 0 {
 		tctx, cancelT := context.WithTimeout(ctx, t)
@@ -293,7 +333,13 @@ func attemptContext(ctx context.Context, b *provider.Backend) (_ context.Context
 // upstreamError.
 func (rl *Relay) send(ctx context.Context, c *Call, dep router.Deployment, out codec.Outbound) (*http.Response, time.Time, error) {
 	t0 := time.Now()
-	req, err := dep.Backend.NewRequest(ctx, out.Path, out.Body, c.UpstreamID())
+	// The body is given to the Transport, which may read it after the
+	// answer came back: when it is the client's own bytes (a passthrough
+	// with nothing patched), their pooled buffer is not reused.
+	if sharesMemory(out.Body, c.Req.Body) {
+		c.bodyGiven.Store(true)
+	}
+	req, err := dep.Backend.NewRequestGiving(ctx, out.Path, out.Body, c.UpstreamID())
 	if err != nil {
 		return nil, t0, err
 	}
@@ -314,6 +360,15 @@ func (rl *Relay) send(ctx context.Context, c *Call, dep router.Deployment, out c
 	}
 	dep.ObserveLatency(time.Since(t0))
 	return resp, t0, nil
+}
+
+// sharesMemory reports whether a and b overlap in memory.
+func sharesMemory(a, b []byte) bool {
+	if len(a) == 0 || len(b) == 0 {
+		return false
+	}
+	a0, b0 := uintptr(unsafe.Pointer(unsafe.SliceData(a))), uintptr(unsafe.Pointer(unsafe.SliceData(b)))
+	return a0 < b0+uintptr(len(b)) && b0 < a0+uintptr(len(a))
 }
 
 // upstreamError maps a non-2xx backend answer to what the client should
@@ -344,9 +399,36 @@ func upstreamError(c *Call, dep router.Deployment, path string, resp *http.Respo
 		return apierror.Newf(http.StatusGatewayTimeout, apierror.KindTimeout, "backend_timeout", "backend %q timed out (%s)", name, msg)
 	case st >= 500:
 		return apierror.Newf(http.StatusBadGateway, apierror.KindUpstream, "backend_error", "backend %q failed (%d: %s)", name, st, msg)
-	default: // 400, 413, 422 ...: the request itself was refused
-		return apierror.Newf(st, apierror.KindInvalidRequest, "backend_rejected_request", "backend %q rejected the request: %s", name, msg)
 	}
+	// 400, 413, 422 ...: the request itself was refused. The engine's own
+	// words and numbers go to the client.
+	ee := codec.ParseEngineError(body)
+	if ee.ContextOverflow() {
+		return engineContextError(c, name, msg, ee)
+	}
+	if ee.Type != "" {
+		msg = ee.Type + ": " + msg
+	}
+	return apierror.Newf(st, apierror.KindInvalidRequest, "backend_rejected_request", "backend %q rejected the request: %s", name, msg)
+}
+
+// engineContextError is an engine's refusal of a request that does not
+// fit its context, with the engine's numbers: a prompt that alone fills it
+// is "prompt is too long" (what Anthropic says, and what Claude Code
+// compacts on); otherwise the output limit is what to lower.
+func engineContextError(c *Call, backend, msg string, ee codec.EngineError) *apierror.Error {
+	var e *apierror.Error
+	if ee.PromptTokens >= ee.ContextTokens {
+		e = apierror.InvalidRequest("context_length_exceeded",
+			"prompt is too long: %d tokens > %d maximum (model %q, counted by the engine behind backend %q, which says: %s): shorten the prompt or start a new conversation",
+			ee.PromptTokens, ee.ContextTokens, c.Req.Model, backend, msg)
+	} else {
+		e = apierror.InvalidRequest("context_length_exceeded",
+			"the prompt (%d tokens) plus the output limit exceeds model %q's context of %d tokens (the engine behind backend %q says: %s): lower the output limit to %d or less",
+			ee.PromptTokens, c.Req.Model, ee.ContextTokens, backend, msg, ee.ContextTokens-ee.PromptTokens)
+	}
+	e.Context = &apierror.ContextOverflow{PromptTokens: ee.PromptTokens, ContextTokens: ee.ContextTokens}
+	return e
 }
 
 // isEventStream reports whether an answer is SSE.

@@ -26,6 +26,21 @@ type leaseKey struct{}
 // leased reports whether the attempt already holds an engine lease.
 func leased(ctx context.Context) bool { return ctx.Value(leaseKey{}) != nil }
 
+// explainFailure lets the engine of the attempt's lease, if it holds one,
+// explain a failure (its process exited: engine_crashed with its last log
+// lines) before the client is told. It ends the lease early, which is
+// harmless: the answer has failed.
+func explainFailure(ctx context.Context, e *apierror.Error) *apierror.Error {
+	release, _ := ctx.Value(leaseKey{}).(func(error) error)
+	if release == nil {
+		return e
+	}
+	if err := release(e); err != nil {
+		return apierror.From(err)
+	}
+	return e
+}
+
 // withEngine takes a lease on the local engine of dep (starting it, or
 // waiting in its queue) and runs the attempt with it; the engine may
 // explain a failure by its process exiting. A streaming client gets the SSE
@@ -40,7 +55,7 @@ func (rl *Relay) withEngine(ctx context.Context, w http.ResponseWriter, c *Call,
 	if err != nil {
 		return rl.engineFailed(sw, c, Result{Dep: dep}, err)
 	}
-	ctx = context.WithValue(ctx, leaseKey{}, true)
+	ctx = context.WithValue(ctx, leaseKey{}, release)
 	if sw == nil {
 		res := rl.relay(ctx, w, c, dep, n)
 		return withCause(res, release(res.routerErr()))

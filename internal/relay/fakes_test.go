@@ -54,6 +54,12 @@ func (f *fakeBackend) Calls() []upstreamCall {
 }
 
 func (f *fakeBackend) serve(w http.ResponseWriter, r *http.Request) {
+	if r.Method == http.MethodGet || r.URL.Path == "/api/show" {
+		// What the gateway asks an engine about itself (context length,
+		// which engine): this fake says nothing, and is not a call.
+		http.NotFound(w, r)
+		return
+	}
 	raw, _ := io.ReadAll(r.Body)
 	var body map[string]any
 	_ = json.Unmarshal(raw, &body)

@@ -2,33 +2,49 @@ package relay
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"time"
 
+	"llmgate/internal/api/openai"
 	"llmgate/internal/apierror"
 	"llmgate/internal/codec"
 	"llmgate/internal/config"
+	"llmgate/internal/engineinfo"
 	"llmgate/internal/router"
+	"llmgate/internal/usage"
 )
 
 // countTimeout bounds a prompt count made on a request's way to the
-// backend (a vLLM tokenizer answers in milliseconds).
+// backend (an engine's tokenizer answers in milliseconds).
 const countTimeout = time.Second
 
 // OutputLimitHeader tells a client that its output limit was lowered to fit
 // the model's context, and from what to what.
 const OutputLimitHeader = "Llmgate-Output-Limit"
 
+// lowerBytesPerToken makes an estimated prompt's lower bound: no tokenizer
+// of the field packs more than this many bytes of text into one token on
+// average (English prose is ~4, code ~3, CJK text 1.5-3; only long runs of
+// one character come near it).
+const lowerBytesPerToken = 16
+
 // promptCount is a request's prompt size in tokens.
 type promptCount struct {
 	tokens int
-	exact  bool // the backend's tokenizer counted it
+	exact  bool // the engine's tokenizer counted it
+	// lower is, for an estimate, a conservative lower bound: the prompt
+	// is surely at least this long (0 when nothing is sure).
+	lower int
+	// why says why the count is an estimate (the tokenizer's failure).
+	why string
 }
 
 func (p promptCount) source() string {
 	if p.exact {
-		return "counted by the backend's tokenizer"
+		return "counted by the engine's tokenizer"
 	}
 	return "estimated"
 }
@@ -41,21 +57,26 @@ func (p promptCount) source() string {
 // whatever the model; an engine with a 32k context refuses that, and some
 // clients then misread the refusal as their own context overflowing.
 //
+// A request is refused for length only on the engine's own count, or when
+// even a conservative lower bound of an estimated prompt exceeds the
+// context: on a guess, the limit is lowered (and the header says the
+// prompt was estimated) and the engine has the last word.
+//
 // The context length is what the gateway knows already (configured, or
-// learned from the backend in the background: see ctxlen); a request never
-// waits for a backend to be asked.
+// learned from the engine: see engineinfo); a request never waits for a
+// backend to be asked about it.
 func (rl *Relay) fitOutput(ctx context.Context, w http.ResponseWriter, c *Call) error {
 	req := c.Req
-	if !req.Dialect.Generates() || req.OutputLimit <= 0 || rl.opt.Contexts == nil {
+	if !req.Dialect.Generates() || req.OutputLimit <= 0 || rl.opt.Engines == nil {
 		return nil // without a limit the engine takes what the context leaves
 	}
 	dep, ok := c.Table.Healthy(c.route)
 	if !ok {
 		return nil // the attempt will say what is wrong
 	}
-	window := rl.opt.Contexts.Known(c.route.ContextWindow, dep.Backend, dep.UpstreamModel)
+	window := rl.opt.Engines.Known(c.route.ContextWindow, dep.Backend, dep.UpstreamModel)
 	if window.Tokens == 0 {
-		rl.opt.Contexts.Learn(c.route.ContextWindow, dep.Backend, dep.UpstreamModel)
+		rl.opt.Engines.Learn(c.route.ContextWindow, dep.Backend, dep.UpstreamModel)
 		return nil
 	}
 	// A cheap upper bound first (two bytes a token is more than any
@@ -67,30 +88,61 @@ func (rl *Relay) fitOutput(ctx context.Context, w http.ResponseWriter, c *Call) 
 	if p.tokens+req.OutputLimit <= window.Tokens {
 		return nil
 	}
+	sure := p.tokens // what the prompt surely takes
+	if !p.exact {
+		sure = p.lower
+	}
+	if sure >= window.Tokens {
+		return contextExceeded(req.Model, sure, window, p)
+	}
 	left := window.Tokens - p.tokens
-	if left < 1 || !c.route.FitOutput {
-		e := apierror.InvalidRequest("context_length_exceeded",
-			"model %q has a context of %d tokens (%s); the prompt (%d tokens, %s) plus the output limit %d exceeds it: ",
-			req.Model, window.Tokens, window.Source, p.tokens, p.source(), req.OutputLimit)
-		if left < 1 {
-			e.Message += "the prompt alone fills the context, so shorten it"
-		} else {
-			e.Message += fmt.Sprintf("lower the output limit to %d or less, or shorten the prompt (fit_output_limit is off for this model)", left)
+	if !p.exact && left < 1 {
+		// The estimate fills the context but the prompt may well be
+		// shorter: leave the engine what the lower bound leaves, and let
+		// it decide.
+		left = window.Tokens - p.lower
+	}
+	if left >= req.OutputLimit {
+		return nil
+	}
+	if !c.route.FitOutput {
+		if !p.exact && p.lower+req.OutputLimit <= window.Tokens {
+			return nil // it may fit: the engine decides
 		}
-		return e
+		return apierror.InvalidRequest("context_length_exceeded",
+			"model %q has a context of %d tokens (%s); the prompt (%d tokens, %s) plus the output limit %d exceeds it: lower the output limit to %d or less, or shorten the prompt (fit_output_limit is off for this model)",
+			req.Model, window.Tokens, window.Source, p.tokens, p.source(), req.OutputLimit, max(window.Tokens-p.tokens, 1))
+	}
+	source := "tokenizer"
+	if !p.exact {
+		source = "estimate"
 	}
 	w.Header().Set(OutputLimitHeader, fmt.Sprintf("%d->%d; context=%d; prompt=%d; prompt_source=%s",
-		req.OutputLimit, left, window.Tokens, p.tokens, map[bool]string{true: "tokenizer", false: "estimate"}[p.exact]))
+		req.OutputLimit, left, window.Tokens, p.tokens, source))
 	rl.log.Info("output limit lowered to fit the model's context", "request_id", c.ID, "model", req.Model,
 		"requested", req.OutputLimit, "fitted", left, "context", window.Tokens, "context_source", window.Source,
-		"prompt_tokens", p.tokens, "prompt_exact", p.exact)
+		"prompt_tokens", p.tokens, "prompt_exact", p.exact, "estimated_because", p.why)
 	c.Req = req.WithOutputLimit(left)
 	return nil
 }
 
-// promptTokens counts the request's prompt with the deployment's tokenizer
-// when it has one, else estimates it on the safe side (three bytes a
-// token, plus a little for the chat template).
+// contextExceeded is the refusal of a prompt that alone fills the context,
+// worded as Anthropic words it (clients such as Claude Code compact the
+// conversation on "prompt is too long") and carrying the numbers.
+func contextExceeded(model string, prompt int, window engineinfo.Length, p promptCount) *apierror.Error {
+	e := apierror.InvalidRequest("context_length_exceeded",
+		"prompt is too long: %d tokens > %d maximum (model %q has a context of %d tokens, %s; the prompt was %s): shorten the prompt or start a new conversation",
+		prompt, window.Tokens, model, window.Tokens, window.Source, p.source())
+	if !p.exact {
+		e.Message = fmt.Sprintf("prompt is too long: at least %d tokens > %d maximum (model %q has a context of %d tokens, %s; the prompt was estimated, at its smallest): shorten the prompt or start a new conversation",
+			prompt, window.Tokens, model, window.Tokens, window.Source)
+	}
+	e.Context = &apierror.ContextOverflow{PromptTokens: prompt, ContextTokens: window.Tokens}
+	return e
+}
+
+// promptTokens counts the request's prompt with the deployment's engine
+// when it can, else estimates it.
 func (rl *Relay) promptTokens(ctx context.Context, c *Call, dep router.Deployment) promptCount {
 	if c.promptFor == dep.Backend && c.promptUp == dep.UpstreamModel {
 		return c.prompt
@@ -101,21 +153,74 @@ func (rl *Relay) promptTokens(ctx context.Context, c *Call, dep router.Deploymen
 }
 
 func (rl *Relay) countPrompt(ctx context.Context, c *Call, dep router.Deployment) promptCount {
-	if dep.Backend.Dialect != config.DialectAnthropic {
-		if body, ok := c.Req.TokenizeBody(dep.UpstreamModel); ok {
-			if n, exact := rl.tokenize(ctx, c, dep, body, countTimeout); exact {
-				return promptCount{tokens: n, exact: true}
-			}
-		}
+	chat, text, err := c.Req.CountPrompt()
+	if err != nil {
+		est := int(c.Req.PromptEstimate())
+		return promptCount{tokens: est, why: "the prompt cannot be counted by a tokenizer"}
 	}
-	return promptCount{tokens: len(c.Req.Body)/3 + 16}
+	if rl.opt.Engines != nil {
+		cctx, cancel := context.WithTimeout(ctx, countTimeout)
+		n, err := rl.opt.Engines.Count(cctx, dep.Backend, dep.UpstreamModel, countInput(chat, text), maxCountBody(c.Req))
+		cancel()
+		if err == nil {
+			return promptCount{tokens: n, exact: true}
+		}
+		p := estimatePrompt(chat, text)
+		p.why = err.Error()
+		if errors.Is(err, engineinfo.ErrNoTokenizer) {
+			p.why = "no tokenizer: " + p.why
+		}
+		return p
+	}
+	return estimatePrompt(chat, text)
 }
 
-// countInput counts an admitted Messages stream's prompt with the backend's
+// countInput is the engine's view of a prompt.
+func countInput(chat *openai.ChatCompletionRequest, text string) engineinfo.Prompt {
+	if chat == nil {
+		return engineinfo.Prompt{Text: text}
+	}
+	return engineinfo.Prompt{Messages: chat.Messages, Tools: chat.Tools}
+}
+
+// maxCountBody bounds what is sent to an engine's tokenizer for one
+// request (codec.Request.MaxTokenizeBody): tool definitions a
+// tool_reference brought in, the chat template's framing, never an
+// amplifier.
+func maxCountBody(r *codec.Request) int { return r.MaxTokenizeBody() }
+
+// estimatePrompt estimates a prompt without a tokenizer: its text at the
+// usual rule of thumb plus a few tokens of chat template per message and
+// the tool definitions, and a lower bound from the text alone.
+func estimatePrompt(chat *openai.ChatCompletionRequest, text string) promptCount {
+	if chat == nil {
+		return promptCount{tokens: usage.EstimateTokens(text), lower: len(text) / lowerBytesPerToken}
+	}
+	n, textBytes := 3, 0
+	for i := range chat.Messages {
+		m := &chat.Messages[i]
+		s := m.Content.String()
+		r := m.ReasoningText()
+		n += 5 + usage.EstimateTokens(s) + usage.EstimateTokens(r)
+		textBytes += len(s) + len(r)
+		for _, tc := range m.ToolCalls {
+			n += 4 + usage.EstimateTokens(tc.Function.Name) + usage.EstimateTokens(tc.Function.Arguments)
+			textBytes += len(tc.Function.Arguments)
+		}
+	}
+	for i := range chat.Tools {
+		raw, _ := json.Marshal(&chat.Tools[i])
+		n += 8 + usage.EstimateTokens(string(raw))
+		textBytes += len(raw)
+	}
+	return promptCount{tokens: n, lower: textBytes / lowerBytesPerToken}
+}
+
+// countInput counts an admitted Messages stream's prompt with the engine's
 // tokenizer when it has one (the one count_tokens uses), so that the
 // translated stream's message_start carries the exact input_tokens that
 // Claude Code tracks its context with, not an estimate.
-func (rl *Relay) countInput(ctx context.Context, c *Call) {
+func (rl *Relay) countMessagesInput(ctx context.Context, c *Call) {
 	if c.Req.Dialect != codec.Messages || !c.Req.Stream {
 		return
 	}

@@ -16,7 +16,7 @@ import (
 
 	"llmgate/internal/codec"
 	"llmgate/internal/config"
-	"llmgate/internal/ctxlen"
+	"llmgate/internal/engineinfo"
 	"llmgate/internal/keys"
 	"llmgate/internal/relay"
 	"llmgate/internal/router"
@@ -45,6 +45,18 @@ func newContextEngine(t *testing.T, source string, promptTokens int) *contextEng
 			fmt.Fprint(w, `{"context_length":1000}`)
 		case r.URL.Path == "/api/show" && source == "ollama":
 			fmt.Fprint(w, `{"parameters":"num_ctx 1000"}`)
+		case r.URL.Path == "/apply-template" && source == "llama.cpp":
+			fmt.Fprint(w, `{"prompt":"<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"}`)
+		case r.URL.Path == "/tokenize" && source == "llama.cpp":
+			// llama.cpp: {"content": ...} gets the token ids; vLLM's body
+			// gets none.
+			e.tokenizes.Add(1)
+			if !strings.Contains(string(raw), `"content"`) {
+				fmt.Fprint(w, `{"tokens":[]}`)
+				return
+			}
+			ids := strings.TrimSuffix(strings.Repeat("7,", promptTokens), ",")
+			fmt.Fprintf(w, `{"tokens":[%s]}`, ids)
 		case r.URL.Path == "/tokenize":
 			e.tokenizes.Add(1)
 			fmt.Fprintf(w, `{"count":%d,"max_model_len":1000,"tokens":[]}`, promptTokens)
@@ -89,13 +101,13 @@ func fitRelayModels(t *testing.T, modelYAML string) (*httptest.Server, *recAdmis
 	}
 	table := router.NewWithOptions(cfg, router.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	t.Cleanup(table.Close)
-	learner := ctxlen.New()
+	learner := engineinfo.New(engineinfo.Options{})
 	for _, name := range table.Models() { // as the gateway does at start
 		r, _ := table.Route(name)
 		learner.Lookup(context.Background(), r.ContextWindow, r.Deployments[0].Backend, r.Deployments[0].UpstreamModel)
 	}
 	adm, led := &recAdmission{}, &recLedger{}
-	rl := relay.New(relay.Options{Ledger: led, Admission: adm, Contexts: learner, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	rl := relay.New(relay.Options{Ledger: led, Admission: adm, Engines: learner, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	paths := map[string]codec.Dialect{}
 	for _, c := range clients {
 		paths[c.path] = c.dialect
@@ -152,6 +164,16 @@ func TestFit_LowersTheOutputLimitToTheContextInEveryDialect(t *testing.T) {
 			if status != 200 {
 				t.Fatalf("%s %s: %d %s", source, tc.path, status, body)
 			}
+			if source == "ollama" {
+				// Ollama has no tokenizer endpoint: the prompt is estimated
+				// and the limit lowered to what the estimate leaves.
+				got := h.Get(relay.OutputLimitHeader)
+				var to, prompt int
+				if _, err := fmt.Sscanf(got, "32000->%d; context=1000; prompt=%d; prompt_source=estimate", &to, &prompt); err != nil || to != 1000-prompt {
+					t.Errorf("%s %s: %s header %q, want an estimate", source, tc.path, relay.OutputLimitHeader, got)
+				}
+				continue
+			}
 			if got := h.Get(relay.OutputLimitHeader); !strings.HasPrefix(got, "32000->700; context=1000; prompt=300; prompt_source=tokenizer") {
 				t.Errorf("%s %s: %s header %q", source, tc.path, relay.OutputLimitHeader, got)
 			}
@@ -194,7 +216,7 @@ func TestFit_OffOrAPromptThatFillsTheContextIsA400NamingTheNumbers(t *testing.T)
 	srv, _, _ = fitRelay(t, fmt.Sprintf("backends:\n  e: {url: %s/v1}\nmodels:\n  m: {backend: e}\n", full.URL))
 	long := strings.Repeat("lorem ipsum ", 300) // 3600 bytes, counted as 1200 tokens
 	status, _, body = post(t, srv.URL+"/v1/chat/completions", `{"model":"m","max_tokens":10,"messages":[{"role":"user","content":"`+long+`"}]}`)
-	if status != 400 || !strings.Contains(body, "the prompt alone fills the context") {
+	if status != 400 || !strings.Contains(body, "prompt is too long: 1200 tokens > 1000 maximum") || !strings.Contains(body, `"n_prompt_tokens":1200,"n_ctx":1000`) {
 		t.Fatalf("prompt larger than the context: %d %s", status, body)
 	}
 }
@@ -267,5 +289,91 @@ func TestFit_StreamedMessagesAskTheTokenizerOnce(t *testing.T) {
 	}
 	if n := eng.tokenizes.Load() - before; n != 1 {
 		t.Errorf("the backend's tokenizer was asked %d times; want 1", n)
+	}
+}
+
+// TestFit_NeverRefusesOnAGuess: an engine without a tokenizer, a prompt
+// whose estimate fills the context but whose smallest possible size does
+// not: the request goes to the engine (the limit lowered, the header says
+// the prompt was estimated) and the engine decides. A prompt that surely
+// fills the context is refused, saying it was estimated.
+func TestFit_NeverRefusesOnAGuess(t *testing.T) {
+	eng := newContextEngine(t, "ollama", 0) // a context of 1000, no tokenizer
+	srv, _, _ := fitRelay(t, fmt.Sprintf("backends:\n  e: {url: %s/v1}\nmodels:\n  m: {backend: e}\n", eng.URL))
+	words := strings.Repeat("lorem ipsum ", 400) // 4800 bytes: estimated ~1200 tokens, surely at least 300
+	status, h, body := post(t, srv.URL+"/v1/chat/completions", `{"model":"m","max_tokens":900,"messages":[{"role":"user","content":"`+words+`"}]}`)
+	if status != 200 {
+		t.Fatalf("refused on a guess: %d %s", status, body)
+	}
+	if got := h.Get(relay.OutputLimitHeader); !strings.HasPrefix(got, "900->") || !strings.HasSuffix(got, "prompt_source=estimate") {
+		t.Errorf("header %q", got)
+	}
+	if v, _ := eng.last()["max_tokens"].(float64); v <= 0 || v >= 900 {
+		t.Errorf("the engine got max_tokens %v", eng.last()["max_tokens"])
+	}
+	huge := strings.Repeat("lorem ipsum ", 2000) // 24000 bytes: surely more than 1000 tokens
+	status, _, body = post(t, srv.URL+"/v1/chat/completions", `{"model":"m","max_tokens":10,"messages":[{"role":"user","content":"`+huge+`"}]}`)
+	if status != 400 || !strings.Contains(body, "prompt is too long: at least") || !strings.Contains(body, "estimated") {
+		t.Fatalf("a prompt that surely fills the context: %d %s", status, body)
+	}
+}
+
+// TestEngineErrors_PassedOnWithTheEnginesNumbers: an engine's context
+// refusal reaches the client in its own dialect with the engine's numbers;
+// a vLLM refusal of the output limit alone is served by lowering the
+// limit to what the engine said is left.
+func TestEngineErrors_PassedOnWithTheEnginesNumbers(t *testing.T) {
+	var mu sync.Mutex
+	var limits []float64
+	eng := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var body map[string]any
+		_ = json.NewDecoder(r.Body).Decode(&body)
+		if r.Method != http.MethodPost || !strings.HasSuffix(r.URL.Path, "/chat/completions") {
+			http.NotFound(w, r)
+			return
+		}
+		limit, _ := body["max_tokens"].(float64)
+		mu.Lock()
+		limits = append(limits, limit)
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		switch body["model"] {
+		case "llama":
+			w.WriteHeader(400)
+			fmt.Fprint(w, `{"error":{"code":400,"message":"request (2409 tokens) exceeds the available context size (2048 tokens), try increasing it","type":"exceed_context_size_error","n_prompt_tokens":2409,"n_ctx":2048}}`)
+		case "vllm":
+			if limit > 31768 {
+				w.WriteHeader(400)
+				fmt.Fprintf(w, `{"object":"error","message":"This model's maximum context length is 32768 tokens. However, you requested %d tokens (1000 in the messages, %d in the completion).","type":"BadRequestError","code":400}`, 1000+int(limit), int(limit))
+				return
+			}
+			fmt.Fprint(w, `{"id":"c","object":"chat.completion","created":1,"model":"vllm","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}],"usage":{"prompt_tokens":1000,"completion_tokens":1,"total_tokens":1001}}`)
+		}
+	}))
+	defer eng.Close()
+	srv, _, led := fitRelayModels(t, fmt.Sprintf("backends:\n  e: {url: %s/v1}\nmodels:\n  llama: {backend: e}\n  vllm: {backend: e}\n", eng.URL))
+
+	status, _, body := post(t, srv.URL+"/v1/chat/completions", `{"model":"llama","max_tokens":10,"messages":[{"role":"user","content":"hi"}]}`)
+	if status != 400 || !strings.Contains(body, `"code":"context_length_exceeded"`) || !strings.Contains(body, `"n_prompt_tokens":2409,"n_ctx":2048`) ||
+		!strings.Contains(body, "prompt is too long: 2409 tokens > 2048 maximum") || !strings.Contains(body, "exceeds the available context size") {
+		t.Fatalf("chat: %d %s", status, body)
+	}
+	status, _, body = post(t, srv.URL+"/v1/messages", `{"model":"llama","max_tokens":10,"stream":true,"messages":[{"role":"user","content":"hi"}]}`)
+	if status != 400 || !strings.Contains(body, `"type":"error"`) || !strings.Contains(body, "prompt is too long: 2409 tokens > 2048 maximum") {
+		t.Fatalf("messages: %d %s", status, body)
+	}
+
+	status, h, body := post(t, srv.URL+"/v1/chat/completions", `{"model":"vllm","max_tokens":32000,"messages":[{"role":"user","content":"hi"}]}`)
+	if status != 200 || h.Get(relay.OutputLimitHeader) != "32000->31768; context=32768; prompt=1000; prompt_source=engine" {
+		t.Fatalf("vLLM output limit: %d %q %s", status, h.Get(relay.OutputLimitHeader), body)
+	}
+	mu.Lock()
+	if n := len(limits); n < 2 || limits[n-2] != 32000 || limits[n-1] != 31768 {
+		t.Errorf("limits sent: %v", limits)
+	}
+	mu.Unlock()
+	recs := led.Records()
+	if len(recs) != 3 || recs[2].Status != 200 || recs[0].ErrorType != "context_length_exceeded" {
+		t.Errorf("records: %+v", recs)
 	}
 }

@@ -20,7 +20,7 @@ import (
 	"llmgate/internal/api/openai"
 	"llmgate/internal/apierror"
 	"llmgate/internal/codec"
-	"llmgate/internal/ctxlen"
+	"llmgate/internal/engineinfo"
 	"llmgate/internal/keys"
 	"llmgate/internal/policy"
 	"llmgate/internal/respstore"
@@ -39,24 +39,28 @@ type Options struct {
 	// Responses, when set, stores Responses API answers for
 	// previous_response_id.
 	Responses *respstore.Store
-	// Contexts knows the models' context lengths: an output limit that
-	// does not fit is lowered (or refused, where the route's FitOutput is
-	// off), and a request without one reserves what the context leaves.
-	Contexts *ctxlen.Learner
-	Logger   *slog.Logger
+	// Engines knows what each deployment's engine said: the model's
+	// context length (an output limit that does not fit is lowered, or
+	// refused where the route's FitOutput is off, and a request without
+	// one reserves what the context leaves) and how to count a prompt
+	// with the engine's own tokenizer.
+	Engines *engineinfo.Learner
+	Logger  *slog.Logger
 }
 
 // Relay serves decoded requests.
 type Relay struct {
-	opt        Options
-	log        *slog.Logger
-	noTokenize tokenizeMemo
+	opt Options
+	log *slog.Logger
 }
 
 // New returns a Relay.
 func New(opt Options) *Relay {
 	if opt.Logger == nil {
 		opt.Logger = slog.Default()
+	}
+	if opt.Engines == nil {
+		opt.Engines = engineinfo.New(engineinfo.Options{Logger: opt.Logger})
 	}
 	return &Relay{opt: opt, log: opt.Logger}
 }
@@ -89,12 +93,20 @@ type Call struct {
 	settled atomic.Bool  // the record was written
 	rec     usage.Record // the record, once settled
 	refused string       // the error code of a refusal without a record
+	// bodyGiven is set when Req.Body's bytes went to a backend as they
+	// are: its Transport may still read them, so they are not reused.
+	bodyGiven atomic.Bool
 }
 
 // Recorded reports whether the request has its ledger record; when not
 // (it was refused before a model was resolved), refusal is the error code
 // the client got.
 func (c *Call) Recorded() (recorded bool, refusal string) { return c.settled.Load(), c.refused }
+
+// BodyGiven reports whether the request's body bytes were sent to a
+// backend as they are: the caller must then not reuse them (net/http's
+// Transport may read a body after the answer came back).
+func (c *Call) BodyGiven() bool { return c.bodyGiven.Load() }
 
 // Result is the outcome of one attempt, returned by value; the request's
 // record is built from the result of its last attempt.
@@ -204,9 +216,9 @@ func (rl *Relay) resolve(ctx context.Context, w http.ResponseWriter, c *Call) er
 			ar.PromptTokens = 0 // a count generates and bills nothing
 		}
 		window := 0
-		if rl.opt.Contexts != nil && len(route.Deployments) > 0 && c.Req.OutputLimit <= 0 && c.Req.Dialect.Generates() {
+		if rl.opt.Engines != nil && len(route.Deployments) > 0 && c.Req.OutputLimit <= 0 && c.Req.Dialect.Generates() {
 			d := route.Deployments[0]
-			window = rl.opt.Contexts.Known(route.ContextWindow, d.Backend, d.UpstreamModel).Tokens
+			window = rl.opt.Engines.Known(route.ContextWindow, d.Backend, d.UpstreamModel).Tokens
 		}
 		ar.OutputTokens = c.Req.MaxOutput(route.Dialects(), window)
 		c.ticket, err = rl.opt.Admission.Admit(ctx, ar)
@@ -218,7 +230,7 @@ func (rl *Relay) resolve(ctx context.Context, w http.ResponseWriter, c *Call) er
 		anthropic.RateLimitHeaders(w.Header(), time.Now())
 	}
 	if err == nil {
-		rl.countInput(ctx, c)
+		rl.countMessagesInput(ctx, c)
 	}
 	return err
 }
@@ -231,7 +243,7 @@ func (rl *Relay) prepareResponses(ctx context.Context, c *Call) (int, error) {
 	turn := respstore.TurnItems(q.Input)
 	size := 0
 	if q.PreviousResponseID != "" {
-		items, n, err := rl.opt.Responses.Previous(ctx, c.Principal.KeyID(), q.PreviousResponseID)
+		items, n, err := rl.opt.Responses.Previous(ctx, c.UpstreamID(), c.Principal.KeyID(), q.PreviousResponseID)
 		if err != nil {
 			return 0, err
 		}

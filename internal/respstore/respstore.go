@@ -25,6 +25,10 @@ import (
 	"llmgate/internal/store"
 )
 
+// CodeUnavailable is the code of a 503 for a request whose stored
+// responses the database could not read or change.
+const CodeUnavailable = "response_store_unavailable"
+
 // purgeEvery is how often expired responses are deleted (on the back of a
 // store, not on a timer).
 const purgeEvery = 10 * time.Minute
@@ -72,14 +76,17 @@ func TurnItems(in openai.ResponsesInput) []openai.InputItem {
 // Previous returns the conversation up to and including the response id,
 // as the key keyID may see it: each stored turn's input items, then its
 // output items. size is the stored JSON's length, for estimating tokens.
-func (s *Store) Previous(ctx context.Context, keyID, id string) (items []openai.InputItem, size int, err error) {
+// A database that fails is logged under requestID; the client reads only
+// what to do.
+func (s *Store) Previous(ctx context.Context, requestID, keyID, id string) (items []openai.InputItem, size int, err error) {
 	chain, err := s.st.ResponseChain(ctx, id, keyID, time.Now())
 	switch {
 	case errors.Is(err, store.ErrBrokenChain):
 		return nil, 0, previousNotFound(id, "an earlier response of that conversation has expired or was deleted; send the full conversation in input instead")
 	case err != nil:
-		return nil, 0, apierror.Newf(http.StatusServiceUnavailable, apierror.KindOverloaded, "response_store_unavailable",
-			"the stored responses cannot be read right now (%v); retry, or send the full conversation in input without previous_response_id", err)
+		s.log.Warn("response store unavailable: cannot read a stored conversation", "request_id", requestID, "err", err)
+		return nil, 0, apierror.Unavailable(CodeUnavailable,
+			"the stored responses cannot be read right now; retry shortly, or send the full conversation in input without previous_response_id", requestID, err)
 	case chain == nil:
 		return nil, 0, previousNotFound(id, "responses are kept for the key that created them, for responses_ttl (default 30 days); send the full conversation in input instead")
 	}
@@ -87,8 +94,9 @@ func (s *Store) Previous(ctx context.Context, keyID, id string) (items []openai.
 		for _, raw := range []json.RawMessage{r.Input, r.Output} {
 			var part []openai.InputItem
 			if err := json.Unmarshal(raw, &part); err != nil {
+				s.log.Error("stored response cannot be read back", "request_id", requestID, "response_id", r.ID, "err", err)
 				return nil, 0, apierror.Newf(http.StatusInternalServerError, apierror.KindInternal, "response_store_corrupt",
-					"stored response %s cannot be read back (%v); send the full conversation in input instead", r.ID, err)
+					"stored response %s cannot be read back; send the full conversation in input instead (request %s; the gateway log has the cause)", r.ID, requestID).Wrap(err)
 			}
 			items = append(items, part...)
 			size += len(raw)
@@ -148,7 +156,9 @@ func (s *Store) Save(ctx context.Context, requestID, keyID string, resp *openai.
 
 // Handler answers GET and DELETE /v1/responses/{id} for the principal
 // auth returns. s may be nil (storage off): every id is then not stored.
-func Handler(s *Store, auth func(*http.Request) (keys.Principal, error)) http.Handler {
+// The request id a failure names is the answer's X-Request-Id (the
+// server's edge sets it).
+func Handler(s *Store, auth func(http.ResponseWriter, *http.Request) (keys.Principal, error)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if s == nil {
 			openai.WriteError(w, apierror.New(http.StatusNotFound, apierror.KindNotFound, "response_not_stored",
@@ -159,14 +169,14 @@ func Handler(s *Store, auth func(*http.Request) (keys.Principal, error)) http.Ha
 	})
 }
 
-func (s *Store) serveLookup(w http.ResponseWriter, r *http.Request, auth func(*http.Request) (keys.Principal, error)) {
+func (s *Store) serveLookup(w http.ResponseWriter, r *http.Request, auth func(http.ResponseWriter, *http.Request) (keys.Principal, error)) {
 	if r.Method != http.MethodGet && r.Method != http.MethodDelete {
 		w.Header().Set("Allow", "GET, DELETE")
 		openai.WriteError(w, apierror.Newf(http.StatusMethodNotAllowed, apierror.KindInvalidRequest, "method_not_allowed",
 			"%s %s is not supported: use GET to read a stored response or DELETE to delete it", r.Method, r.URL.Path))
 		return
 	}
-	p, err := auth(r)
+	p, err := auth(w, r)
 	if err != nil {
 		openai.WriteError(w, err)
 		return
@@ -180,8 +190,9 @@ func (s *Store) serveLookup(w http.ResponseWriter, r *http.Request, auth func(*h
 	notFound := apierror.Newf(http.StatusNotFound, apierror.KindNotFound, "response_not_found",
 		"No response found with id '%s' for this API key (responses are kept for the key that created them, for responses_ttl)", id)
 	storeErr := func(err error) *apierror.Error {
-		return apierror.Newf(http.StatusServiceUnavailable, apierror.KindOverloaded, "response_store_unavailable",
-			"the stored responses cannot be reached right now (%v); retry shortly", err)
+		rid := w.Header().Get("X-Request-Id")
+		s.log.Warn("response store unavailable", "request_id", rid, "method", r.Method, "err", err) // the database's words stay in the log
+		return apierror.Unavailable(CodeUnavailable, "the stored responses cannot be reached right now; retry shortly", rid, err)
 	}
 	if r.Method == http.MethodDelete {
 		ok, err := s.st.DeleteResponse(r.Context(), id, p.KeyID())

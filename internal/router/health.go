@@ -69,6 +69,14 @@ type DeploymentHealth struct {
 	RetryInS      float64       `json:"retry_in_s,omitempty"`
 	HealthCheck   string        `json:"health_check,omitempty"` // ok, the last check's error, or empty when off
 	Breaker       BreakerStatus `json:"breaker"`
+	// What the deployment's engine said about itself (filled in by the
+	// server from what the gateway learned; empty until it is asked):
+	// which engine, the model's context length, how prompts are counted,
+	// or why they cannot be.
+	Engine        string `json:"engine,omitempty"`
+	ContextLength int    `json:"context_length,omitempty"`
+	Tokenizer     string `json:"tokenizer,omitempty"`
+	NoTokenizer   string `json:"no_tokenizer,omitempty"`
 }
 
 // ModelHealth is the health of one public model.

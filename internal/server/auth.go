@@ -111,8 +111,9 @@ func schemeName(s string) bool {
 }
 
 // authenticate returns the principal behind the request's credential, or
-// the one an in-process caller attached with keys.WithPrincipal.
-func (s *Server) authenticate(r *http.Request) (keys.Principal, error) {
+// the one an in-process caller attached with keys.WithPrincipal. w, when
+// not nil, carries the request id a refusal names.
+func (s *Server) authenticate(w http.ResponseWriter, r *http.Request) (keys.Principal, error) {
 	if p, ok := keys.PrincipalFrom(r.Context()); ok {
 		return p, nil
 	}
@@ -126,6 +127,15 @@ func (s *Server) authenticate(r *http.Request) (keys.Principal, error) {
 	}
 	var e *apierror.Error
 	switch {
+	case errors.Is(err, keys.ErrUnavailable):
+		// The verifier logged the store's error; the client learns only
+		// that its key could not be checked, never the database's words.
+		var id string
+		if w != nil {
+			id = w.Header().Get("X-Request-Id")
+		}
+		return p, apierror.Unavailable(apierror.CodeDatabaseUnavailable, "API key "+keys.Hint(secret)+" is not among the keys this gateway has loaded, "+
+			"and the gateway's database, which would know a key created moments ago, is unavailable: retry shortly, and check the key if it persists", id, err)
 	case errors.Is(err, keys.ErrRevoked):
 		e = unauthorized("key_revoked", "API key "+keys.Hint(secret)+" has been revoked: ask the gateway admin for a new key")
 	case errors.Is(err, keys.ErrExpired):

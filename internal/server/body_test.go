@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"llmgate/internal/h1server"
 	"log/slog"
 	"net"
 	"net/http"
@@ -162,27 +161,5 @@ func TestBody_AKeyJustRefusedIsRefusedBeforeItsBodyIsRead(t *testing.T) {
 	_, rd := rawRequest(t, srv, good, 8<<20, `{"model":"a","messages":[`)
 	if code, body := status(t, rd); code != 429 || !strings.Contains(body, "rate_limit_requests") {
 		t.Fatalf("third, body not sent: %d %s", code, body)
-	}
-}
-
-// The builtin HTTP server enforces body_read_timeout too: it gives the
-// handler the connection's read deadline, as net/http does.
-func TestBody_ReadTimeout_BuiltinServer(t *testing.T) {
-	srv := bodyServer(t, server.Options{BodyReadTimeout: 300 * time.Millisecond})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	h1 := &h1server.Server{Handler: srv.Config.Handler}
-	go h1.Serve(ln)
-	t.Cleanup(func() { h1.Close() })
-	start := time.Now()
-	_, rd := rawRequest(t, &httptest.Server{URL: "http://" + ln.Addr().String()}, master, 1000, `{"model":"a"`)
-	code, body := status(t, rd)
-	if code != 408 || !strings.Contains(body, "body_read_timeout") {
-		t.Fatalf("trickled body: %d %s", code, body)
-	}
-	if waited := time.Since(start); waited > 5*time.Second {
-		t.Fatalf("answered after %v", waited)
 	}
 }

@@ -72,7 +72,7 @@ func owner(route *router.Route) string {
 // asking the backends in parallel for those not learned yet.
 func (s *Server) contextLengths(ctx context.Context, routes []*router.Route) []int {
 	out := make([]int, len(routes))
-	if s.contexts == nil {
+	if s.engines == nil {
 		for i, r := range routes {
 			out[i] = r.ContextWindow
 		}
@@ -90,7 +90,7 @@ func (s *Server) contextLengths(ctx context.Context, routes []*router.Route) []i
 		go func() {
 			defer wg.Done()
 			d := r.Deployments[0]
-			out[i] = s.contexts.Lookup(ctx, r.ContextWindow, d.Backend, d.UpstreamModel).Tokens
+			out[i] = s.engines.Lookup(ctx, r.ContextWindow, d.Backend, d.UpstreamModel).Tokens
 		}()
 	}
 	wg.Wait()

@@ -28,7 +28,19 @@ func (s *Server) handleModelsHealth(w http.ResponseWriter, r *http.Request, p ke
 		if err != nil {
 			continue
 		}
-		out.Data = append(out.Data, t.ModelHealth(route))
+		mh := t.ModelHealth(route)
+		if s.engines != nil && len(mh.Deployments) == len(route.Deployments) {
+			for i, d := range route.Deployments {
+				info := s.engines.Info(d.Backend, d.UpstreamModel)
+				dh := &mh.Deployments[i]
+				dh.Engine, dh.Tokenizer, dh.NoTokenizer = string(info.Kind), string(info.Tokenizer), info.NoTokenizer
+				dh.ContextLength = s.engines.Known(route.ContextWindow, d.Backend, d.UpstreamModel).Tokens
+				if dh.Engine == "" && !info.Learned.IsZero() {
+					dh.Engine = "other"
+				}
+			}
+		}
+		out.Data = append(out.Data, mh)
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")

@@ -24,7 +24,41 @@ import (
 // downResponses is a response store whose database is unreachable.
 type downResponses struct{ puts int }
 
-var errDown = errors.New("dial tcp 127.0.0.1:5432: connect: connection refused")
+// errDown is what pgx says when PostgreSQL is down: the user, the
+// database and the address, none of which a client may read.
+var errDown = errors.New("failed to connect to `user=llmgate database=llmgate_prod`: 10.0.0.5:5432 (db.internal): dial error: dial tcp 10.0.0.5:5432: connect: connection refused")
+
+// dbWords are the parts of errDown that must stay in the log.
+var dbWords = []string{"llmgate_prod", "user=", "10.0.0.5", "db.internal", "connection refused", "dial"}
+
+// wantDatabaseDown checks a 503 that says what to do in the dialect's
+// envelope, names the request id, and holds none of the database's words,
+// which the log has under that id.
+func wantDatabaseDown(t *testing.T, what string, code int, header http.Header, body string, logs string, wantCode string, anthropic bool) {
+	t.Helper()
+	if code != http.StatusServiceUnavailable || header.Get("Retry-After") == "" {
+		t.Fatalf("%s: %d %s, want a 503 %s", what, code, body, wantCode)
+	}
+	if anthropic {
+		if !strings.HasPrefix(body, `{"type":"error","error":{"type":"overloaded_error"`) {
+			t.Fatalf("%s: %s, want Anthropic's error envelope", what, body)
+		}
+	} else if !strings.HasPrefix(body, `{"error":{`) || !strings.Contains(body, `"code":"`+wantCode+`"`) {
+		t.Fatalf("%s: %s, want OpenAI's error envelope with code %s", what, body, wantCode)
+	}
+	for _, w := range dbWords {
+		if strings.Contains(body, w) {
+			t.Fatalf("%s: the client reads the database's %q: %s", what, w, body)
+		}
+	}
+	id := header.Get("X-Request-Id")
+	if id == "" || !strings.Contains(body, "retry") || !strings.Contains(body, "request "+id) {
+		t.Fatalf("%s: %s, want a message that says to retry and names request %q", what, body, id)
+	}
+	if !strings.Contains(logs, "request_id="+id) || !strings.Contains(logs, "llmgate_prod") {
+		t.Fatalf("%s: the log does not hold the cause under request %s:\n%s", what, id, logs)
+	}
+}
 
 func (d *downResponses) PutResponse(context.Context, store.StoredResponse) error {
 	d.puts++
@@ -50,8 +84,9 @@ func (s *syncBuf) Write(p []byte) (int, error) { s.mu.Lock(); defer s.mu.Unlock(
 func (s *syncBuf) String() string              { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
 
 // With the response store down, a new response is still answered (and
-// the failure logged); continuing or reading one gets a 503 that says
-// what to do instead, never a 500.
+// the failure logged); continuing, reading or deleting one gets a 503 that
+// says what to do instead, never a 500, and never the database's words:
+// those are in the log under the request id the message names.
 func TestResponses_StoreDown(t *testing.T) {
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
@@ -89,9 +124,58 @@ func TestResponses_StoreDown(t *testing.T) {
 		{"DELETE", "/v1/responses/resp_x", ""},
 	} {
 		w := do(c.method, c.path, c.body)
-		if w.Code != http.StatusServiceUnavailable || !strings.Contains(w.Body.String(), "response_store_unavailable") ||
-			!strings.Contains(w.Body.String(), "connection refused") || !strings.Contains(w.Body.String(), `"error"`) {
-			t.Fatalf("%s %s with the store down: %d %s, want a 503 in the OpenAI envelope", c.method, c.path, w.Code, w.Body)
+		wantDatabaseDown(t, c.method+" "+c.path+" with the store down", w.Code, w.Header(), w.Body.String(), logs.String(), "response_store_unavailable", false)
+	}
+}
+
+// downKeys is a key store whose database goes away after the gateway
+// loaded its keys.
+type downKeys struct {
+	memStore
+	down bool
+}
+
+func (d *downKeys) KeysVersion(ctx context.Context) (int64, error) {
+	if d.down {
+		return 0, errDown
+	}
+	return d.memStore.KeysVersion(ctx)
+}
+
+// A key the gateway has not loaded is looked up in the database (it may
+// have been created a moment ago on another replica). With the database
+// down the client learns its key could not be checked - a 503 in its
+// dialect's envelope that says to retry - and not the dial error, which
+// is in the log; loaded keys keep working from memory.
+func TestAuth_UnknownKeyWithTheDatabaseDownIsA503WithoutTheDatabasesWords(t *testing.T) {
+	st := &downKeys{memStore: memStore{keys: []*keys.Key{{ID: "key_good", Name: "good", Hash: keys.Hash(good)}}}}
+	logs := &syncBuf{}
+	log := slog.New(slog.NewTextHandler(logs, nil))
+	v, err := keys.NewVerifier(context.Background(), st, keys.HashBytes(master), log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := server.New(server.Options{Verifier: v, Logger: log, AccessLog: func(e server.AccessEntry) {
+		log.Info("access", "request_id", e.RequestID, "status", e.Status, "code", e.Code)
+	}})
+	st.down = true
+	for _, c := range []struct {
+		path, body string
+		hdr        []string
+		anthropic  bool
+	}{
+		{"/v1/chat/completions", `{"model":"m","messages":[]}`, []string{"Authorization", "Bearer sk-lg-made-on-another-replica-0123"}, false},
+		{"/v1/messages", `{"model":"m","max_tokens":5,"messages":[]}`, []string{"x-api-key", "sk-lg-made-on-another-replica-0123", "anthropic-version", "2023-06-01"}, true},
+	} {
+		r := httptest.NewRequest("POST", c.path, strings.NewReader(c.body))
+		for i := 0; i < len(c.hdr); i += 2 {
+			r.Header.Set(c.hdr[i], c.hdr[i+1])
 		}
+		w := httptest.NewRecorder()
+		s.ServeHTTP(w, r)
+		wantDatabaseDown(t, c.path+" with an unknown key and the database down", w.Code, w.Header(), w.Body.String(), logs.String(), "database_unavailable", c.anthropic)
+	}
+	if _, err := v.Verify(good); err != nil {
+		t.Fatalf("a loaded key with the database down: %v, want it accepted from memory", err)
 	}
 }

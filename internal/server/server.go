@@ -20,10 +20,11 @@ import (
 	"llmgate/internal/api/openai"
 	"llmgate/internal/apierror"
 	"llmgate/internal/codec"
-	"llmgate/internal/ctxlen"
+	"llmgate/internal/engineinfo"
 	"llmgate/internal/jsonscan"
 	"llmgate/internal/keys"
 	"llmgate/internal/policy"
+	"llmgate/internal/redact"
 	"llmgate/internal/relay"
 	"llmgate/internal/respstore"
 	"llmgate/internal/router"
@@ -53,9 +54,10 @@ type Options struct {
 	// for ResponsesTTL (default 30 days).
 	Responses    store.Responses
 	ResponsesTTL time.Duration
-	// Contexts knows the models' context lengths (output limits are
-	// fitted to them, /v1/models lists them).
-	Contexts *ctxlen.Learner
+	// Engines knows what each deployment's engine said: context lengths
+	// (output limits are fitted to them, /v1/models lists them) and how to
+	// count prompts with the engine's tokenizer.
+	Engines *engineinfo.Learner
 	// BodyReadTimeout bounds the time a client takes to send a body
 	// (default 60 s); MaxBodyReadsPerKey caps the bodies one key may be
 	// sending at once (0: no cap).
@@ -91,7 +93,7 @@ type Server struct {
 	handler   http.Handler
 	relay     *relay.Relay
 	precheck  policy.Prechecker // refuses a key before its body is read; nil: none
-	contexts  *ctxlen.Learner
+	engines   *engineinfo.Learner
 	accessLog func(AccessEntry)
 	console   bool // the web console is mounted at /ui/
 	bodyTime  time.Duration
@@ -110,7 +112,7 @@ func New(opt Options) *Server {
 	if opt.BodyReadTimeout <= 0 {
 		opt.BodyReadTimeout = 60 * time.Second
 	}
-	s := &Server{verifier: opt.Verifier, log: opt.Logger, maxBody: opt.MaxBodyBytes, contexts: opt.Contexts, accessLog: opt.AccessLog,
+	s := &Server{verifier: opt.Verifier, log: opt.Logger, maxBody: opt.MaxBodyBytes, engines: opt.Engines, accessLog: opt.AccessLog,
 		bodyTime: opt.BodyReadTimeout, bodyReads: perKey{limit: opt.MaxBodyReadsPerKey},
 		ready: opt.Ready, started: time.Now()}
 	s.table.Store(opt.Table)
@@ -119,10 +121,10 @@ func New(opt Options) *Server {
 		responses = respstore.New(opt.Responses, opt.ResponsesTTL, opt.Logger)
 	}
 	s.relay = relay.New(relay.Options{Ledger: opt.Ledger, Observer: opt.Observer, Admission: opt.Admission,
-		Responses: responses, Contexts: opt.Contexts, Logger: opt.Logger})
+		Responses: responses, Engines: opt.Engines, Logger: opt.Logger})
 	s.precheck, _ = opt.Admission.(policy.Prechecker)
 	s.routes(responses)
-	s.handler = http.Handler(s.mux)
+	s.handler = s.identify(s.mux)
 	if s.accessLog != nil {
 		s.handler = s.logUnrecorded(s.handler)
 	}
@@ -163,7 +165,7 @@ func (s *Server) Handle(pattern string, h http.Handler) {
 }
 
 // Authenticate exposes the gateway's key check to mounted handlers.
-func (s *Server) Authenticate(r *http.Request) (keys.Principal, error) { return s.authenticate(r) }
+func (s *Server) Authenticate(r *http.Request) (keys.Principal, error) { return s.authenticate(nil, r) }
 
 func (s *Server) routes(responses *respstore.Store) {
 	m := http.NewServeMux()
@@ -216,7 +218,7 @@ func (s *Server) endpoint(method string, dialect func(*http.Request) codec.Diale
 			codec.WriteError(d, w, e)
 			return
 		}
-		p, err := s.authenticate(r)
+		p, err := s.authenticate(w, r)
 		if err != nil {
 			refused(w, err)
 			codec.WriteError(d, w, err)
@@ -237,7 +239,15 @@ func (s *Server) serveModel(d codec.Dialect) func(http.ResponseWriter, *http.Req
 			c.ID = usage.NewID() // the ledger's key is never the client's
 		}
 		buf := getBuf()
-		defer putBuf(buf) // after the relay: the request value points into it
+		defer func() {
+			// After the relay, since the request value points into the
+			// buffer; and never when a backend's Transport got the bytes
+			// as they are, which it may read after the answer came back.
+			if c.BodyGiven() {
+				return
+			}
+			putBuf(buf)
+		}()
 		var err error
 		if s.precheck != nil && (r.ContentLength < 0 || r.ContentLength > precheckAbove) {
 			// A large body from a key just refused: refused without being
@@ -446,8 +456,8 @@ func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
 			// /readyz needs no key; the reason (which may name files) is
 			// shown to the master key and always logged.
 			msg := "not ready: the usage ledger cannot write to its database (the gateway log says why; ask with the master key to see it here)"
-			if p, aerr := s.authenticate(r); aerr == nil && p.Master {
-				msg = "not ready: " + err.Error()
+			if p, aerr := s.authenticate(w, r); aerr == nil && p.Master {
+				msg = "not ready: " + redact.Secrets(err.Error())
 			}
 			openai.WriteError(w, apierror.New(http.StatusServiceUnavailable, apierror.KindOverloaded, "not_ready", msg))
 			return
@@ -489,6 +499,19 @@ func refused(w http.ResponseWriter, err error) {
 	if aw, ok := w.(*accessWriter); ok {
 		aw.code = apierror.From(err).Code
 	}
+}
+
+// identify gives every answer its X-Request-Id before a handler runs (all
+// but the health probe and the metrics scrape), so that any error, from
+// the API, the admin API, the console or the stored responses, can name the
+// request whose log line holds the cause.
+func (s *Server) identify(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if p := r.URL.Path; p != "/healthz" && p != "/metrics" {
+			s.idOf(w, r)
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // quietPaths are not access-logged: probes and scrapes every few seconds.

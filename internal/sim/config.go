@@ -42,6 +42,10 @@ type Config struct {
 	// calls when the request does not set parallel_tool_calls to false; 0
 	// or 1 means one call per answer. A named tool_choice always gets one.
 	MaxParallelToolCalls int
+	// Engine is the engine the simulator answers as where engines differ:
+	// EngineVLLM ("" too) or EngineLlamaCpp (see llamaCpp for what
+	// changes). A llama.cpp simulator serves one model.
+	Engine string
 	// Script, when set, answers chat requests with canned turns (see
 	// LoadScript); requests no turn matches fall back to the generator or
 	// get an error, as the script says.
@@ -276,6 +280,15 @@ func (m *ModelConfig) validate() error {
 func (c *Config) validate() error {
 	if len(c.Models) == 0 {
 		return fmt.Errorf("no models configured: give at least one model")
+	}
+	switch c.Engine {
+	case "", EngineVLLM:
+	case EngineLlamaCpp:
+		if len(c.Models) != 1 {
+			return fmt.Errorf("engine %s serves one model (llama-server loads one), got %d", c.Engine, len(c.Models))
+		}
+	default:
+		return fmt.Errorf("engine must be %s or %s, got %q", EngineVLLM, EngineLlamaCpp, c.Engine)
 	}
 	seen := map[string]bool{}
 	for i := range c.Models {

@@ -88,6 +88,9 @@ func (s *Server) commonChecks(g *genRequest, n *int, temperature *float64, so *s
 	if g.maxTokens != nil && *g.maxTokens < 1 {
 		return badRequest("max_tokens", "max_tokens must be at least 1, got %d.", *g.maxTokens)
 	}
+	if s.llamaCpp() {
+		return s.llamaContextCheck(g)
+	}
 	limit := g.e.mc.MaxModelLen
 	if g.promptTokens >= limit {
 		return badRequest("", "This model's maximum context length is %d tokens. However, your request has %d input tokens. Please reduce the length of the input messages.",
@@ -170,6 +173,10 @@ func (s *Server) serveGeneration(w http.ResponseWriter, r *http.Request, g genRe
 	}
 
 	sse.SetHeaders(w.Header())
+	if s.llamaCpp() {
+		// llama-server closes the connection after each streamed answer.
+		w.Header().Set("Connection", "close")
+	}
 	w.WriteHeader(http.StatusOK)
 	sw := sse.NewWriter(w)
 	st := streamer{w: sw, id: id, created: created, model: g.model, chat: g.chat, gen: &gen,

@@ -34,6 +34,8 @@ type Server struct {
 
 	rngMu sync.Mutex
 	rng   *mrand.Rand
+
+	llama llamaCpp // the llama.cpp face's state (Config.Engine llamacpp)
 }
 
 // New validates cfg and starts one engine loop per model.
@@ -58,13 +60,19 @@ func New(cfg Config) (*Server, error) {
 	mux.HandleFunc("GET /ping", s.handleHealth)
 	mux.HandleFunc("GET /version", s.handleVersion)
 	mux.HandleFunc("GET /metrics", s.handleMetrics)
-	mux.HandleFunc("GET /v1/models", s.auth(s.handleModels))
+	if s.llamaCpp() {
+		mux.HandleFunc("GET /v1/models", s.auth(s.handleLlamaModels))
+		mux.HandleFunc("POST /tokenize", s.handleLlamaTokenize)
+		s.mountLlamaCpp(mux)
+	} else {
+		mux.HandleFunc("GET /v1/models", s.auth(s.handleModels))
+		// vLLM serves its tokenizer at the root, outside /v1 (and outside
+		// --api-key's protection).
+		mux.HandleFunc("POST /tokenize", s.handleTokenize)
+	}
 	mux.HandleFunc("POST /v1/chat/completions", s.auth(s.handleChat))
 	mux.HandleFunc("POST /v1/completions", s.auth(s.handleCompletion))
 	mux.HandleFunc("POST /v1/embeddings", s.auth(s.handleEmbeddings))
-	// vLLM serves its tokenizer at the root, outside /v1 (and outside
-	// --api-key's protection).
-	mux.HandleFunc("POST /tokenize", s.handleTokenize)
 	for _, p := range []string{"/v1/rerank", "/rerank", "/v2/rerank"} {
 		mux.HandleFunc("POST "+p, s.auth(s.handleRerank))
 	}
@@ -216,6 +224,9 @@ type apiError struct {
 	msg    string
 	param  string
 	header http.Header
+	// prompt and nCtx are llama.cpp's n_prompt_tokens and n_ctx on a
+	// request that does not fit the context.
+	prompt, nCtx int
 }
 
 func (e *apiError) Error() string { return e.msg }
@@ -228,7 +239,7 @@ func writeAPIError(w http.ResponseWriter, e *apiError) {
 	for k, v := range e.header {
 		w.Header()[k] = v
 	}
-	body := errorResponse{Error: errorInfo{Message: e.msg, Type: e.typ, Code: e.status}}
+	body := errorResponse{Error: errorInfo{Message: e.msg, Type: e.typ, Code: e.status, NPromptTokens: e.prompt, NCtx: e.nCtx}}
 	if e.param != "" {
 		p := e.param
 		body.Error.Param = &p
@@ -326,7 +337,7 @@ func (s *Server) begin(w http.ResponseWriter, r *http.Request, req modelRequest)
 // lookup resolves the requested model; an empty name means the first
 // served model, as in vLLM.
 func (s *Server) lookup(name string) (*engine, *apiError) {
-	if name == "" {
+	if name == "" || s.llamaCpp() { // llama.cpp serves its model whatever the name
 		return s.models[0], nil
 	}
 	if e := s.byName[name]; e != nil {

@@ -34,6 +34,9 @@ type errorInfo struct {
 	Type    string  `json:"type"`
 	Param   *string `json:"param"`
 	Code    int     `json:"code"`
+	// llama.cpp's numbers on a request that does not fit the context.
+	NPromptTokens int `json:"n_prompt_tokens,omitempty"`
+	NCtx          int `json:"n_ctx,omitempty"`
 }
 
 type errorResponse struct {

@@ -35,7 +35,9 @@ const BigOutput = 2000
 // GreedyUpstream is an OpenAI-compatible backend that generates as much as
 // any output-limit alias in the request allows (the worst case for a
 // budget: vLLM takes max_completion_tokens, llama.cpp n_predict, others
-// max_tokens), holding each request for Delay so that many are in flight.
+// max_tokens), for every choice (n, best_of) of every prompt of a list, as
+// vLLM does, holding each request for Delay so that many are in flight.
+// Embeddings are billed for every input, token ids one token each.
 type GreedyUpstream struct {
 	*httptest.Server
 	Delay        time.Duration
@@ -68,13 +70,54 @@ func (u *GreedyUpstream) serve(w http.ResponseWriter, r *http.Request) {
 			out = int(v)
 		}
 	}
+	choices := 1
+	for _, k := range []string{"n", "best_of"} {
+		if v, ok := req[k].(float64); ok && v > float64(choices) {
+			choices = int(min(v, 1<<40))
+		}
+	}
 	time.Sleep(u.Delay)
 	u.mu.Lock()
 	u.served++
 	u.mu.Unlock()
 	w.Header().Set("Content-Type", "application/json")
-	fmt.Fprintf(w, `{"id":"c1","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"x"},"finish_reason":"length"}],"usage":{"prompt_tokens":%d,"completion_tokens":%d,"total_tokens":%d}}`,
-		u.PromptTokens, out, u.PromptTokens+out)
+	switch {
+	case strings.HasSuffix(r.URL.Path, "/embeddings"):
+		prompt := inputTokens(req["input"])
+		fmt.Fprintf(w, `{"object":"list","model":"m","data":[{"object":"embedding","index":0,"embedding":[0.1]}],"usage":{"prompt_tokens":%d,"total_tokens":%d}}`, prompt, prompt)
+	case strings.HasSuffix(r.URL.Path, "/completions") && !strings.HasSuffix(r.URL.Path, "/chat/completions"):
+		prompts := 1
+		if l, ok := req["prompt"].([]any); ok && len(l) > 0 {
+			if _, ids := l[0].(float64); !ids {
+				prompts = len(l)
+			}
+		}
+		gen := int64(out) * int64(choices) * int64(prompts)
+		fmt.Fprintf(w, `{"id":"c1","object":"text_completion","created":1,"model":"m","choices":[{"index":0,"text":"x","finish_reason":"length"}],"usage":{"prompt_tokens":%d,"completion_tokens":%d,"total_tokens":%d}}`,
+			u.PromptTokens*prompts, gen, int64(u.PromptTokens*prompts)+gen)
+	default:
+		gen := int64(out) * int64(choices)
+		fmt.Fprintf(w, `{"id":"c1","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"x"},"finish_reason":"length"}],"usage":{"prompt_tokens":%d,"completion_tokens":%d,"total_tokens":%d}}`,
+			u.PromptTokens, gen, int64(u.PromptTokens)+gen)
+	}
+}
+
+// inputTokens counts an embeddings input as an engine would: token ids one
+// each, text about four bytes a token, every element of a list.
+func inputTokens(v any) int {
+	switch x := v.(type) {
+	case string:
+		return max(1, len(x)/4)
+	case float64:
+		return 1
+	case []any:
+		n := 0
+		for _, e := range x {
+			n += inputTokens(e)
+		}
+		return n
+	}
+	return 1
 }
 
 // MaxInFlight is the most requests the upstream held at once.

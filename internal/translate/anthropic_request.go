@@ -549,6 +549,37 @@ func referencedTools(msgs []anthropic.MessageParam) map[string]bool {
 	return out
 }
 
+// ToolReferenceBytes is how much the <functions> blocks that tool_reference
+// blocks become add to req's chat translation, in decoded bytes, counted
+// before anything is written: each referenced tool's name, description and
+// schema the first time (as functionsBlock writes them), its name at every
+// later reference. The JSON escaping of the written text can add to it.
+// A caller bounds a request's expansion with it before translating.
+func ToolReferenceBytes(req *anthropic.MessagesRequest) int64 {
+	const perFunction = len("\n<function>{\"description\":\"\",\"name\":\"\",\"parameters\":}</function>")
+	var n int64
+	defs := newToolIndex(req.Tools)
+	for i := range req.Messages {
+		for _, b := range req.Messages[i].Content.Blocks {
+			if b.Type != "tool_result" || b.Content == nil {
+				continue
+			}
+			for _, c := range b.Content.Blocks {
+				if c.Type != "tool_reference" {
+					continue
+				}
+				name := toolReferenceName(c)
+				n += int64(len(name) + perFunction)
+				if d := defs.defs[name]; d != nil && !defs.shown[name] {
+					defs.shown[name] = true
+					n += int64(len(d.Description) + len(d.InputSchema))
+				}
+			}
+		}
+	}
+	return n
+}
+
 // functionsBlock writes the definitions of the referenced tools as
 // <functions><function>{"description","name","parameters"}</function>…
 // A tool's description and parameters are written the first time the

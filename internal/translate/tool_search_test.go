@@ -125,3 +125,33 @@ func TestAnthropicToChat_ToolChoiceOfAnUnloadedDeferredToolIs400(t *testing.T) {
 		t.Fatalf("a loaded deferred tool as tool_choice: %v", err)
 	}
 }
+
+// TestToolReferenceBytes_CountsWhatTheFunctionsBlocksAdd: the size a caller
+// bounds before translating is what the <functions> blocks then hold (for
+// text that needs no escaping), each definition once however often it is
+// referenced.
+func TestToolReferenceBytes_CountsWhatTheFunctionsBlocksAdd(t *testing.T) {
+	desc := strings.Repeat("a", 10000)
+	body := `{"model":"m","max_tokens":10,"tools":[{"name":"big","description":"` + desc + `","input_schema":{"type":"object"},"defer_loading":true}],
+ "messages":[{"role":"user","content":"go"},
+  {"role":"assistant","content":[{"type":"tool_use","id":"t1","name":"ToolSearch","input":{}}]},
+  {"role":"user","content":[{"type":"tool_result","tool_use_id":"t1","content":[{"type":"tool_reference","tool_name":"big"},{"type":"tool_reference","tool_name":"big"}]}]}]}`
+	var req anthropic.MessagesRequest
+	if err := json.Unmarshal([]byte(body), &req); err != nil {
+		t.Fatal(err)
+	}
+	out, err := AnthropicToChat(&req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	written := 0
+	for _, m := range out.Messages {
+		if m.Role == "tool" {
+			written += len(m.Content.String())
+		}
+	}
+	got := ToolReferenceBytes(&req)
+	if got < int64(written)-64 || got > int64(written)+256 || got < 10000 || got > 11000 {
+		t.Fatalf("ToolReferenceBytes = %d, the functions blocks hold %d bytes (one 10,000-byte definition, referenced twice)", got, written)
+	}
+}

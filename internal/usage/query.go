@@ -38,3 +38,20 @@ type Querier interface {
 	// Recent returns the newest records, newest first.
 	Recent(ctx context.Context, limit int) ([]Record, error)
 }
+
+// SecondUse is what one key did on one model in one second: the requests
+// the gateway let through to a backend (its own 429 refusals left out)
+// and the tokens the ledger has for them.
+type SecondUse struct {
+	KeyID, Model string
+	// Second is the Unix second in which the requests started.
+	Second           int64
+	Requests, Tokens int64
+}
+
+// RateReader is implemented by stores that can say, second by second, what
+// keys and models used since a time: after Redis lost the rate limiters'
+// buckets, they are rebuilt from the ledger's last minute.
+type RateReader interface {
+	UseSince(ctx context.Context, since time.Time) ([]SecondUse, error)
+}

@@ -14,8 +14,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-
-	"llmgate/internal/rawio"
 )
 
 // Spool is the ledger's journal on disk: every record is appended to it
@@ -47,7 +45,6 @@ type Spool struct {
 	// The segment being appended to, and the next one opened ahead.
 	fmu     sync.Mutex
 	f       *os.File
-	fw      *rawio.File // writes to f without waking the runtime's monitor thread
 	fSeq    uint64
 	fSize   int64
 	fTorn   bool // a failed write may have left part of a line at the end
@@ -69,27 +66,30 @@ const (
 
 // ErrSpoolBusy is returned by OpenSpool when another process holds the
 // spool directory.
-var ErrSpoolBusy = errors.New("usage spool directory in use by another process")
+var ErrSpoolBusy = errors.New("in use by another gateway process")
 
 // OpenSpool opens (creating) a spool directory and locks it for this
 // process. Segments left by an earlier run are drained by the ledger.
+//
+// Its errors name the directory and say, once, what to do.
 func OpenSpool(dir string) (*Spool, error) {
+	const writable = " (spool_dir must name a directory this process can write)"
 	if fi, err := os.Stat(dir); err == nil && !fi.IsDir() {
-		return nil, fmt.Errorf("usage spool %s is not a directory", dir)
+		return nil, fmt.Errorf("usage spool %s is not a directory%s", dir, writable)
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("create usage spool directory: %w", err)
+		return nil, fmt.Errorf("usage spool %s: %w%s", dir, err, writable)
 	}
 	lf, err := os.OpenFile(filepath.Join(dir, lockName), os.O_CREATE|os.O_RDWR, 0o600)
 	if err != nil {
-		return nil, fmt.Errorf("usage spool lock: %w", err)
+		return nil, fmt.Errorf("usage spool %s: lock: %w%s", dir, err, writable)
 	}
 	if err := lockFile(lf); err != nil {
 		lf.Close()
 		if errors.Is(err, errLocked) {
-			return nil, fmt.Errorf("%w: %s (give each gateway process its own spool_dir)", ErrSpoolBusy, dir)
+			return nil, fmt.Errorf("usage spool %s: %w (give each gateway process its own spool_dir)", dir, ErrSpoolBusy)
 		}
-		return nil, fmt.Errorf("usage spool lock %s: %w", dir, err)
+		return nil, fmt.Errorf("usage spool %s: lock: %w%s", dir, err, writable)
 	}
 	s := &Spool{dir: dir, lock: lf, owned: map[uint64]bool{}}
 	segs, err := s.segments()
@@ -252,16 +252,16 @@ func (s *Spool) write(seq uint64, b []byte) error {
 			f.Close()
 			return err
 		}
-		s.f, s.fw, s.fSeq, s.fSize, s.fTorn = f, rawio.NewFile(f), seq, fi.Size(), false
+		s.f, s.fSeq, s.fSize, s.fTorn = f, seq, fi.Size(), false
 	}
 	if s.fTorn {
-		if _, err := s.fw.Write([]byte{'\n'}); err != nil {
+		if _, err := s.f.Write([]byte{'\n'}); err != nil {
 			return fmt.Errorf("write usage spool: %w", err)
 		}
 		s.fSize++
 		s.fTorn = false
 	}
-	n, err := s.fw.Write(b)
+	n, err := s.f.Write(b)
 	if err == nil && s.syncOn {
 		err = s.f.Sync()
 	}

@@ -1,6 +1,7 @@
 package anthropic
 
 import (
+	"bytes"
 	"encoding/json"
 	"net/http"
 	"time"
@@ -80,8 +81,13 @@ func NewErrorEnvelope(e *apierror.Error) ErrorEnvelope {
 // MarshalError returns the JSON bytes of the envelope for err; any error that
 // is not an *apierror.Error becomes a 500 with a message that hides details.
 func MarshalError(err error) []byte {
-	b, _ := json.Marshal(NewErrorEnvelope(apierror.From(err)))
-	return b
+	// Messages say "prompt is too long: 12 tokens > 10 maximum" as
+	// written, not with HTML escapes.
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(NewErrorEnvelope(apierror.From(err)))
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
 }
 
 // WriteError renders err in the Anthropic envelope with its status and

@@ -3,6 +3,7 @@
 package openai
 
 import (
+	"bytes"
 	"encoding/json"
 	"net/http"
 
@@ -15,6 +16,10 @@ type ErrorBody struct {
 	Type    string  `json:"type"`
 	Param   *string `json:"param"`
 	Code    *string `json:"code"`
+	// NPromptTokens and NCtx are set on a prompt too long for the model's
+	// context, named as llama.cpp names them.
+	NPromptTokens int `json:"n_prompt_tokens,omitempty"`
+	NCtx          int `json:"n_ctx,omitempty"`
 }
 
 // ErrorEnvelope is the OpenAI error envelope {"error": {...}}.
@@ -55,13 +60,21 @@ func NewErrorEnvelope(e *apierror.Error) ErrorEnvelope {
 		p := e.Param
 		env.Error.Param = &p
 	}
+	if e.Context != nil {
+		env.Error.NPromptTokens, env.Error.NCtx = e.Context.PromptTokens, e.Context.ContextTokens
+	}
 	return env
 }
 
 // MarshalError returns the JSON bytes of the envelope for e.
 func MarshalError(e *apierror.Error) []byte {
-	b, _ := json.Marshal(NewErrorEnvelope(e))
-	return b
+	// Messages say "prompt is too long: 12 tokens > 10 maximum" as
+	// written, not with HTML escapes.
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(NewErrorEnvelope(e))
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
 }
 
 // WriteError renders err in the OpenAI envelope with its status and headers.

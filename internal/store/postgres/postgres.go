@@ -15,6 +15,7 @@ import (
 	_ "github.com/jackc/pgx/v5/stdlib" // registers the "pgx" driver
 
 	"llmgate/internal/keys"
+	"llmgate/internal/redact"
 	"llmgate/internal/store"
 	"llmgate/internal/store/sqlstore"
 	"llmgate/internal/usage"
@@ -52,7 +53,7 @@ func Open(ctx context.Context, url string) (*Store, error) {
 	defer cancel()
 	if err := db.PingContext(pctx); err != nil {
 		db.Close()
-		return nil, fmt.Errorf("connect to postgres %s: %w (is the server running and the database created?)", redact(url), err)
+		return nil, fmt.Errorf("connect to postgres %s: %w (is the server running and the database created?)", redact.Secrets(url), err)
 	}
 	s := &Store{db: db}
 	if err := s.migrate(ctx); err != nil {
@@ -177,6 +178,11 @@ func (s *Store) Summary(ctx context.Context, f usage.Filter) ([]usage.SummaryRow
 	return sqlstore.Summary(ctx, s.db, d, f)
 }
 
+// UseSince implements usage.RateReader.
+func (s *Store) UseSince(ctx context.Context, since time.Time) ([]usage.SecondUse, error) {
+	return sqlstore.UseSince(ctx, s.db, d, since)
+}
+
 // Recent returns the newest records, newest first.
 func (s *Store) Recent(ctx context.Context, limit int) ([]usage.Record, error) {
 	return sqlstore.Recent(ctx, s.db, d, limit)
@@ -204,22 +210,4 @@ func (s *Store) CheckHealth(ctx context.Context) error {
 		return fmt.Errorf("postgres unreachable: %w", err)
 	}
 	return nil
-}
-
-// redact hides a password in a database URL for messages.
-func redact(u string) string {
-	for i := len("postgres://"); i < len(u); i++ {
-		if u[i] == '@' {
-			for j := len("postgres://"); j < i; j++ {
-				if u[j] == ':' {
-					return u[:j+1] + "***" + u[i:]
-				}
-			}
-			return u
-		}
-		if u[i] == '/' {
-			return u
-		}
-	}
-	return u
 }

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"io/fs"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -60,6 +61,20 @@ func TestMigration_OldRowsKeepTheirIDAndGetTheClientOne(t *testing.T) {
 	for _, r := range recs {
 		if w, ok := want[r.ID]; !ok || r.ClientRequestID != w {
 			t.Errorf("record %q: client request id %q, want %q", r.ID, r.ClientRequestID, w)
+		}
+	}
+}
+
+// A server that does not answer is named in the error without the
+// password of its URL, whichever form the password takes.
+func TestOpen_UnreachableServerErrorHidesThePassword(t *testing.T) {
+	for _, url := range []string{
+		"postgres://llm:s3cret@127.0.0.1:1/x?connect_timeout=1",
+		"postgres://llm@127.0.0.1:1/x?password=s3cret&connect_timeout=1",
+	} {
+		_, err := Open(context.Background(), url)
+		if err == nil || strings.Contains(err.Error(), "s3cret") || !strings.Contains(err.Error(), "xxxxx") {
+			t.Errorf("Open(%s): err = %v, want it to name the URL with the password hidden", url, err)
 		}
 	}
 }

@@ -317,13 +317,19 @@ func (s *Store) KeysVersion(ctx context.Context) (int64, error) {
 // database file's identity is compared with the path's before and after:
 // a batch that may have gone into a deleted or replaced file counts as not
 // written, so the ledger keeps it (and writes it again, idempotently, into
-// the database that takes its place).
+// the database that takes its place). The batch is not cut short when ctx
+// ends.
 func (s *Store) InsertUsage(ctx context.Context, recs []usage.Record) error {
 	h := s.cur()
 	if err := h.identity(s.path); err != nil {
 		return err
 	}
-	if err := sqlstore.InsertUsage(ctx, h.db, sqlstore.SQLite, h.us, recs); err != nil {
+	// The statements run without the caller's cancellation: for a
+	// context that can end, the driver starts a goroutine and installs a
+	// progress handler around every statement, which cost a third of the
+	// CPU of a ledger row (~10 µs). A wait for the database lock is bounded
+	// by busy_timeout, and the statements themselves do not block.
+	if err := sqlstore.InsertUsage(context.WithoutCancel(ctx), h.db, sqlstore.SQLite, h.us, recs); err != nil {
 		return err
 	}
 	if err := h.identity(s.path); err != nil {
@@ -336,6 +342,11 @@ func (s *Store) InsertUsage(ctx context.Context, recs []usage.Record) error {
 // records of partial hours at the range's edges (see usage.SummaryBuilder).
 func (s *Store) Summary(ctx context.Context, f usage.Filter) ([]usage.SummaryRow, error) {
 	return sqlstore.Summary(ctx, s.db(), sqlstore.SQLite, f)
+}
+
+// UseSince implements usage.RateReader.
+func (s *Store) UseSince(ctx context.Context, since time.Time) ([]usage.SecondUse, error) {
+	return sqlstore.UseSince(ctx, s.db(), sqlstore.SQLite, since)
 }
 
 // Recent returns the newest records, newest first.

@@ -387,6 +387,27 @@ func Recent(ctx context.Context, db *sql.DB, d Dialect, limit int) ([]usage.Reco
 	return queryRecords(ctx, db, d.Q(`SELECT `+usageCols+` FROM usage ORDER BY ts DESC, id DESC LIMIT ?`), limit)
 }
 
+// UseSince returns, per key, model and second, the requests and tokens of
+// the records since since; the gateway's own 429 refusals (which took
+// nothing from a rate limit) are left out.
+func UseSince(ctx context.Context, db *sql.DB, d Dialect, since time.Time) ([]usage.SecondUse, error) {
+	rows, err := db.QueryContext(ctx, d.Q(`SELECT key_id, model, ts / 1000, COUNT(*), COALESCE(SUM(prompt_tokens + completion_tokens), 0)
+		FROM usage WHERE ts >= ? AND status <> 429 GROUP BY key_id, model, ts / 1000`), since.UnixMilli())
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []usage.SecondUse
+	for rows.Next() {
+		var u usage.SecondUse
+		if err := rows.Scan(&u.KeyID, &u.Model, &u.Second, &u.Requests, &u.Tokens); err != nil {
+			return nil, err
+		}
+		out = append(out, u)
+	}
+	return out, rows.Err()
+}
+
 // ByClientRequestID returns the records whose client request id is id,
 // newest first. Clients choose their ids, so there may be several. An
 // empty id matches nothing (records without one are not indexed).

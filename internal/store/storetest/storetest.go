@@ -25,6 +25,7 @@ type Store interface {
 	CountUsage(ctx context.Context) (rows, distinct int64, err error)
 	ByClientRequestID(ctx context.Context, id string, limit int) ([]usage.Record, error)
 	usage.HealthChecker
+	usage.RateReader
 }
 
 // Run runs the suite; open returns a fresh, empty store for each case.
@@ -45,6 +46,7 @@ func Run(t *testing.T, open func(t *testing.T) Store) {
 		{"Usage_SummaryGroupsByDay", testSummaryByDay},
 		{"Usage_RetentionKeepsRollups", testRetention},
 		{"Usage_RecentNewestFirst", testRecent},
+		{"Usage_UseSinceBySecondWithoutRefusals", testUseSince},
 		{"Sessions_CreateGetDelete", testSessionsCreateGetDelete},
 		{"Sessions_KeyPurgeTrim", testSessionsKeyPurgeTrim},
 		{"Responses_ChainOwnerExpiry", testResponsesChain},
@@ -358,6 +360,45 @@ func testRecent(t *testing.T, s Store) {
 	}
 	if got[0].ID != "r2" || got[0].ClientRequestID != "" || got[1].ClientRequestID != "client-1" || !got[0].Estimated || got[0].CostUSD != 0.25 || got[1].TTFT != 5*time.Millisecond || !got[1].Stream || !got[1].Time.Equal(recs[0].Time) {
 		t.Fatalf("recent = %+v", got)
+	}
+}
+
+// UseSince says, per key, model and second, what went through since a
+// time: the gateway's own 429 refusals took nothing from a rate limit and
+// are left out; a backend's error still counts.
+func testUseSince(t *testing.T, s Store) {
+	ctx := context.Background()
+	now := time.Now().Truncate(time.Second)
+	at := func(ms int) time.Time { return now.Add(time.Duration(ms) * time.Millisecond) }
+	recs := []usage.Record{
+		{ID: "old", Time: at(-61_000), KeyID: "k", Model: "m", Status: 200, PromptTokens: 1000},
+		{ID: "a", Time: at(-2000), KeyID: "k", Model: "m", Status: 200, PromptTokens: 10, CompletionTokens: 5},
+		{ID: "b", Time: at(-1500), KeyID: "k", Model: "m", Status: 502, PromptTokens: 7},
+		{ID: "c", Time: at(-1000), KeyID: "k", Model: "m", Status: 200, PromptTokens: 1, CompletionTokens: 1},
+		{ID: "d", Time: at(-1000), KeyID: "k", Model: "m", Status: 429, ErrorType: "rate_limit_requests"},
+		{ID: "e", Time: at(-1000), KeyID: "k2", Model: "m", Status: 200, PromptTokens: 3},
+	}
+	if err := s.InsertUsage(ctx, recs); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.UseSince(ctx, now.Add(-time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sort.Slice(got, func(i, j int) bool {
+		if got[i].KeyID != got[j].KeyID {
+			return got[i].KeyID < got[j].KeyID
+		}
+		return got[i].Second < got[j].Second
+	})
+	sec := now.Unix()
+	want := []usage.SecondUse{
+		{KeyID: "k", Model: "m", Second: sec - 2, Requests: 2, Tokens: 22},
+		{KeyID: "k", Model: "m", Second: sec - 1, Requests: 1, Tokens: 2},
+		{KeyID: "k2", Model: "m", Second: sec - 1, Requests: 1, Tokens: 3},
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("UseSince = %+v\nwant %+v", got, want)
 	}
 }
 

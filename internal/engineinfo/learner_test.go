@@ -1,0 +1,148 @@
+package engineinfo
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"llmgate/internal/config"
+	"llmgate/internal/provider"
+)
+
+// server answers like one engine; hits counts every request.
+func server(t *testing.T, routes map[string]string, hits *atomic.Int64) *httptest.Server {
+	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		key := r.Method + " " + r.URL.Path
+		body, ok := routes[key]
+		if !ok {
+			http.NotFound(w, r)
+			return
+		}
+		if r.Method == http.MethodPost {
+			raw, _ := io.ReadAll(r.Body)
+			if !strings.Contains(string(raw), `"model":"qwen3:8b"`) {
+				http.Error(w, "wrong model", 400)
+				return
+			}
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, body)
+	}))
+	t.Cleanup(s.Close)
+	return s
+}
+
+func backend(url, dialect string) *provider.Backend {
+	return provider.NewBackend(&config.Backend{Name: "b", URL: url, BaseURL: url, Dialect: dialect})
+}
+
+// TestLookup_EverySource learns the context length the way each engine
+// reports it.
+func TestLookup_EverySource(t *testing.T) {
+	cases := []struct {
+		name, upstream, source string
+		routes                 map[string]string
+		want                   int
+	}{
+		{"vLLM", "Qwen/Qwen3-32B", "/v1/models max_model_len", map[string]string{
+			"GET /v1/models": `{"object":"list","data":[{"id":"other","max_model_len":8192},{"id":"Qwen/Qwen3-32B","object":"model","max_model_len":40960}]}`}, 40960},
+		{"SGLang /v1/models", "qwen", "/v1/models max_model_len", map[string]string{
+			"GET /v1/models": `{"data":[{"id":"qwen","max_model_len":32768.0}]}`}, 32768},
+		{"an OpenAI-compatible server with context_length", "m", "/v1/models context_length", map[string]string{
+			"GET /v1/models": `{"data":[{"id":"m","context_length":131072}]}`}, 131072},
+		{"llama.cpp", "gguf", "llama.cpp /props n_ctx", map[string]string{
+			"GET /v1/models": `{"data":[{"id":"gguf"}]}`,
+			"GET /props":     `{"default_generation_settings":{"n_ctx":16384,"model":"gguf"},"total_slots":4}`}, 16384},
+		{"SGLang native", "qwen", "SGLang /get_model_info context_length", map[string]string{
+			"GET /get_model_info": `{"model_path":"qwen","is_generation":true,"context_length":65536}`}, 65536},
+		{"SGLang server info", "qwen", "SGLang /get_server_info context_length", map[string]string{
+			"GET /get_model_info":  `{"model_path":"qwen"}`,
+			"GET /get_server_info": `{"context_length":4096,"max_total_num_tokens":100000}`}, 4096},
+		{"Ollama num_ctx", "qwen3:8b", "Ollama /api/show num_ctx", map[string]string{
+			"POST /api/show": `{"parameters":"temperature 0.6\nnum_ctx                        8192\n","model_info":{"qwen3.context_length":40960}}`}, 8192},
+		{"Ollama model info", "qwen3:8b", "Ollama /api/show qwen3.context_length", map[string]string{
+			"POST /api/show": `{"parameters":"temperature 0.6","model_info":{"general.architecture":"qwen3","qwen3.context_length":40960}}`}, 40960},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var hits atomic.Int64
+			s := server(t, tc.routes, &hits)
+			l := New(Options{})
+			b := backend(s.URL+"/v1", config.DialectOpenAI)
+			got := l.Lookup(context.Background(), 0, b, tc.upstream)
+			if got.Tokens != tc.want || got.Source != tc.source {
+				t.Fatalf("got %+v, want %d from %s", got, tc.want, tc.source)
+			}
+			n := hits.Load()
+			if again := l.Lookup(context.Background(), 0, b, tc.upstream); again != got || hits.Load() != n {
+				t.Fatalf("a second lookup asked the server again (%d -> %d requests)", n, hits.Load())
+			}
+			if k := l.Known(0, b, tc.upstream); k != got {
+				t.Fatalf("Known = %+v", k)
+			}
+		})
+	}
+}
+
+func TestLookup_ConfigWinsAndUnknownIsRetriedAfterAMinute(t *testing.T) {
+	var hits atomic.Int64
+	s := server(t, map[string]string{}, &hits)
+	l := New(Options{})
+	now := time.Now()
+	l.now = func() time.Time { return now }
+	b := backend(s.URL+"/v1", config.DialectOpenAI)
+	if got := l.Lookup(context.Background(), 12000, b, "m"); got.Tokens != 12000 || got.Source != "config context_window" || hits.Load() != 0 {
+		t.Fatalf("configured: %+v after %d requests", got, hits.Load())
+	}
+	if got := l.Lookup(context.Background(), 0, b, "m"); got.Tokens != 0 {
+		t.Fatalf("nothing knows it: %+v", got)
+	}
+	n := hits.Load()
+	l.Learn(0, b, "m") // within the minute: not asked again
+	l.Lookup(context.Background(), 0, b, "m")
+	if hits.Load() != n {
+		t.Fatalf("asked again within a minute: %d -> %d", n, hits.Load())
+	}
+	now = now.Add(61 * time.Second)
+	l.Lookup(context.Background(), 0, b, "m")
+	if hits.Load() == n {
+		t.Fatal("not asked again after a minute")
+	}
+	if got := l.Lookup(context.Background(), 0, backend(s.URL, config.DialectAnthropic), "claude"); got.Tokens != 0 {
+		t.Fatalf("an Anthropic backend without context_window: %+v", got)
+	}
+}
+
+func TestLookup_ConcurrentLookupsShareOneFetch(t *testing.T) {
+	var hits atomic.Int64
+	release := make(chan struct{})
+	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		<-release
+		fmt.Fprint(w, `{"data":[{"id":"m","max_model_len":2048}]}`)
+	}))
+	defer s.Close()
+	l := New(Options{})
+	b := backend(s.URL+"/v1", config.DialectOpenAI)
+	done := make(chan Length, 8)
+	for i := 0; i < 8; i++ {
+		go func() { done <- l.Lookup(context.Background(), 0, b, "m") }()
+	}
+	time.Sleep(50 * time.Millisecond)
+	close(release)
+	for i := 0; i < 8; i++ {
+		if got := <-done; got.Tokens != 2048 {
+			t.Fatalf("lookup %d: %+v", i, got)
+		}
+	}
+	if hits.Load() != 1 {
+		t.Fatalf("%d fetches for 8 concurrent lookups, want 1", hits.Load())
+	}
+}
