@@ -69,7 +69,7 @@ func printUsage(ctx context.Context, c *admin.Client, q admin.UsageQuery, format
 		return nil
 	}
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "KEY\tMODEL\tBACKEND\tDAY\tREQUESTS\tERRORS\tPROMPT TOK\tCOMPL TOK\tCOST USD\tP50 MS\tP95 MS\t")
+	fmt.Fprintln(tw, "KEY\tMODEL\tBACKEND\tDAY\tREQUESTS\tERRORS\tPROMPT TOK\tCACHED TOK\tCOMPL TOK\tCOST USD\tP50 MS\tP95 MS\t")
 	est := false
 	for _, r := range rows {
 		k := r.KeyName
@@ -80,8 +80,8 @@ func printUsage(ctx context.Context, c *admin.Client, q admin.UsageQuery, format
 		if r.Estimated > 0 {
 			mark, est = "~", true
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%s%d\t%s%d\t%.4f\t%.1f\t%.1f\t\n", orDash(k), orDash(r.Model), orDash(r.Backend), orDash(r.Day),
-			r.Requests, r.Errors, mark, r.PromptTokens, mark, r.CompletionTokens, r.CostUSD, r.P50LatencyMS, r.P95LatencyMS)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%s%d\t%d\t%s%d\t%.4f\t%.1f\t%.1f\t\n", orDash(k), orDash(r.Model), orDash(r.Backend), orDash(r.Day),
+			r.Requests, r.Errors, mark, r.PromptTokens, r.CachedTokens, mark, r.CompletionTokens, r.CostUSD, r.P50LatencyMS, r.P95LatencyMS)
 	}
 	if err := tw.Flush(); err != nil {
 		return err

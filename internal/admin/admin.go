@@ -326,8 +326,8 @@ func (h *Handler) usage(w http.ResponseWriter, r *http.Request) {
 }
 
 // CSVHeader names the columns WriteCSV writes.
-var CSVHeader = []string{"key_id", "key_name", "model", "backend", "day", "requests", "errors", "prompt_tokens", "completion_tokens",
-	"cost_usd", "estimated_records", "p50_latency_ms", "p95_latency_ms"}
+var CSVHeader = []string{"key_id", "key_name", "model", "backend", "day", "requests", "errors", "prompt_tokens", "cached_tokens",
+	"completion_tokens", "cost_usd", "estimated_records", "p50_latency_ms", "p95_latency_ms"}
 
 // WriteCSV writes summary rows as CSV with a header line.
 func WriteCSV(w io.Writer, rows []usage.SummaryRow) error {
@@ -337,7 +337,7 @@ func WriteCSV(w io.Writer, rows []usage.SummaryRow) error {
 	f64 := func(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
 	for _, r := range rows {
 		_ = cw.Write([]string{r.KeyID, r.KeyName, r.Model, r.Backend, r.Day, i64(r.Requests), i64(r.Errors), i64(r.PromptTokens),
-			i64(r.CompletionTokens), f64(r.CostUSD), i64(r.Estimated), f64(r.P50LatencyMS), f64(r.P95LatencyMS)})
+			i64(r.CachedTokens), i64(r.CompletionTokens), f64(r.CostUSD), i64(r.Estimated), f64(r.P50LatencyMS), f64(r.P95LatencyMS)})
 	}
 	cw.Flush()
 	return cw.Error()
