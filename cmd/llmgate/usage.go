@@ -78,7 +78,7 @@ func printUsage(ctx context.Context, c *admin.Client, q admin.UsageQuery, format
 	for _, g := range group {
 		fmt.Fprint(tw, strings.ToUpper(g)+"\t")
 	}
-	fmt.Fprintln(tw, "REQUESTS\tERRORS\tPROMPT TOK\tCOMPL TOK\tCOST USD\tP50 MS\tP95 MS\t")
+	fmt.Fprintln(tw, "REQUESTS\tERRORS\tPROMPT TOK\tCACHED TOK\tCOMPL TOK\tCOST USD\tP50 MS\tP95 MS\t")
 	est := false
 	for _, r := range rows {
 		for _, g := range group {
@@ -102,8 +102,8 @@ func printUsage(ctx context.Context, c *admin.Client, q admin.UsageQuery, format
 		if r.Estimated > 0 {
 			mark, est = "~", true
 		}
-		fmt.Fprintf(tw, "%d\t%d\t%s%d\t%s%d\t%s\t%.1f\t%.1f\t\n",
-			r.Requests, r.Errors, mark, r.PromptTokens, mark, r.CompletionTokens, strings.TrimPrefix(usage.FormatUSD(r.CostUSD), "$"), r.P50LatencyMS, r.P95LatencyMS)
+		fmt.Fprintf(tw, "%d\t%d\t%s%d\t%d\t%s%d\t%s\t%.1f\t%.1f\t\n",
+			r.Requests, r.Errors, mark, r.PromptTokens, r.CachedTokens, mark, r.CompletionTokens, strings.TrimPrefix(usage.FormatUSD(r.CostUSD), "$"), r.P50LatencyMS, r.P95LatencyMS)
 	}
 	if err := tw.Flush(); err != nil {
 		return err

@@ -330,7 +330,7 @@ func (h *Handler) usage(w http.ResponseWriter, r *http.Request) {
 }
 
 // csvMetricColumns are the figures WriteCSV writes after the groups.
-var csvMetricColumns = []string{"requests", "errors", "prompt_tokens", "completion_tokens",
+var csvMetricColumns = []string{"requests", "errors", "prompt_tokens", "cached_tokens", "completion_tokens",
 	"cost_usd", "estimated_records", "p50_latency_ms", "p95_latency_ms"}
 
 // CSVHeader names the columns WriteCSV writes for a grouping (empty: key
@@ -377,7 +377,7 @@ func WriteCSV(w io.Writer, rows []usage.SummaryRow, group []string) error {
 			}
 		}
 		_ = cw.Write(append(rec, i64(r.Requests), i64(r.Errors), i64(r.PromptTokens),
-			i64(r.CompletionTokens), f64(r.CostUSD), i64(r.Estimated), f64(r.P50LatencyMS), f64(r.P95LatencyMS)))
+			i64(r.CachedTokens), i64(r.CompletionTokens), f64(r.CostUSD), i64(r.Estimated), f64(r.P50LatencyMS), f64(r.P95LatencyMS)))
 	}
 	cw.Flush()
 	return cw.Error()

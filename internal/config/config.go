@@ -200,7 +200,11 @@ type Model struct {
 	// model (see translation.go).
 	Reasoning      *Reasoning `yaml:"reasoning"`
 	SystemMessages string     `yaml:"system_messages"`
-	line           int
+	// AnthropicBillingHeader is "remove" (default) or "keep": whether
+	// Claude Code's x-anthropic-billing-header line stays in the system
+	// prompt of the model's requests translated for a chat backend.
+	AnthropicBillingHeader string `yaml:"anthropic_billing_header"`
+	line                   int
 }
 
 // FitsOutput reports whether output limits are fitted to the context.

@@ -63,7 +63,11 @@ type Engine struct {
 	MaxQueue int `yaml:"max_queue"`
 	// APIKey is sent to the engine (for engines started with --api-key).
 	APIKey string `yaml:"api_key"`
-	line   int
+	// AnthropicBillingHeader is the models' anthropic_billing_header
+	// (their only place to set it: an engine's models are not listed
+	// under models:).
+	AnthropicBillingHeader string `yaml:"anthropic_billing_header"`
+	line                   int
 	// conflict records a backend of the same name found by ApplyDefaults.
 	conflict bool
 }
@@ -71,7 +75,7 @@ type Engine struct {
 func init() {
 	knownKeys[""] = append(knownKeys[""], "engines")
 	knownKeys["engine"] = []string{"cmd", "env", "workdir", "port", "models", "group", "ttl", "always_on", "health_path",
-		"health_interval", "startup_timeout", "stop_signal", "stop_grace", "drain_timeout", "max_queue", "api_key"}
+		"health_interval", "startup_timeout", "stop_signal", "stop_grace", "drain_timeout", "max_queue", "api_key", "anthropic_billing_header"}
 }
 
 // Command is an argv that reads from a YAML list or a shell-like string.
@@ -223,7 +227,7 @@ func (c *Config) applyEngineDefaults() {
 		}
 		for _, m := range e.Models {
 			if _, ok := c.Models[m]; !ok {
-				c.Models[m] = &Model{Name: m, Backend: name, UpstreamModel: m, Engine: name, line: e.line}
+				c.Models[m] = &Model{Name: m, Backend: name, UpstreamModel: m, Engine: name, AnthropicBillingHeader: e.AnthropicBillingHeader, line: e.line}
 			}
 		}
 	}
@@ -282,6 +286,9 @@ func (c *Config) validateEngines() error {
 		}
 		if e.MaxQueue < 0 {
 			return le(e, ".max_queue", "must be positive")
+		}
+		if h := e.AnthropicBillingHeader; h != "" && h != BillingHeaderRemove && h != BillingHeaderKeep {
+			return le(e, ".anthropic_billing_header", "must be %s or %s, not %q", BillingHeaderRemove, BillingHeaderKeep, h)
 		}
 		if e.Group != "" {
 			groups[e.Group] = append(groups[e.Group], name)

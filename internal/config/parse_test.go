@@ -208,3 +208,38 @@ func TestLoad_TypeErrorsNameKeyAndLine(t *testing.T) {
 		})
 	}
 }
+
+// anthropic_billing_header: remove (the default) or keep, per model, or
+// per engine for the models it lists; any other value is an error naming
+// the key and line.
+func TestLoad_AnthropicBillingHeaderIsRemoveOrKeep(t *testing.T) {
+	src := `backends:
+  vllm: {url: http://127.0.0.1:8000/v1}
+engines:
+  llama: {cmd: "llama-server --port ${PORT}", models: [local], anthropic_billing_header: keep}
+models:
+  plain: {backend: vllm}
+  kept: {backend: vllm, anthropic_billing_header: keep}
+  removed: {backend: vllm, anthropic_billing_header: remove}
+`
+	cfg, err := LoadWithEnv(strings.NewReader(src), "llmgate.yaml", env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, keep := range map[string]bool{"plain": false, "kept": true, "removed": false, "local": true} {
+		o, err := cfg.Models[name].ChatOptions()
+		if err != nil || o.KeepBillingHeader != keep {
+			t.Errorf("%s: KeepBillingHeader = %v (%v), want %v", name, o.KeepBillingHeader, err, keep)
+		}
+	}
+	bad := strings.Replace(src, "kept: {backend: vllm, anthropic_billing_header: keep}", "kept: {backend: vllm, anthropic_billing_header: strip}", 1)
+	_, err = LoadWithEnv(strings.NewReader(bad), "llmgate.yaml", env(nil))
+	if err == nil || !strings.Contains(err.Error(), "llmgate.yaml:7: models.kept") || !strings.Contains(err.Error(), `anthropic_billing_header must be remove or keep, not "strip"`) {
+		t.Errorf("bad value: %v", err)
+	}
+	bad = strings.Replace(src, "models: [local], anthropic_billing_header: keep", "models: [local], anthropic_billing_header: yes", 1)
+	_, err = LoadWithEnv(strings.NewReader(bad), "llmgate.yaml", env(nil))
+	if err == nil || !strings.Contains(err.Error(), "llmgate.yaml:4: engines.llama.anthropic_billing_header: must be remove or keep") {
+		t.Errorf("bad engine value: %v", err)
+	}
+}

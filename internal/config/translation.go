@@ -25,13 +25,20 @@ const (
 	SystemMessagesInPlace = "in_place"
 )
 
+// Values of anthropic_billing_header.
+const (
+	BillingHeaderRemove = "remove"
+	BillingHeaderKeep   = "keep"
+)
+
 func init() {
-	knownKeys["model"] = append(knownKeys["model"], "reasoning", "system_messages")
+	knownKeys["model"] = append(knownKeys["model"], "reasoning", "system_messages", "anthropic_billing_header")
 	knownKeys["reasoning"] = []string{"preset", "switch", "effort", "budget", "drop_history"}
 }
 
 // ChatOptions are the options a model's translated requests are built
-// with: its reasoning mapping and where system messages go.
+// with: its reasoning mapping, where system messages go, and whether
+// Claude Code's billing line stays.
 func (m *Model) ChatOptions() (translate.ChatOptions, error) {
 	var o translate.ChatOptions
 	switch m.SystemMessages {
@@ -40,6 +47,13 @@ func (m *Model) ChatOptions() (translate.ChatOptions, error) {
 		o.SystemInPlace = true
 	default:
 		return o, fmt.Errorf("system_messages must be %s or %s, not %q", SystemMessagesMerge, SystemMessagesInPlace, m.SystemMessages)
+	}
+	switch m.AnthropicBillingHeader {
+	case "", BillingHeaderRemove:
+	case BillingHeaderKeep:
+		o.KeepBillingHeader = true
+	default:
+		return o, fmt.Errorf("anthropic_billing_header must be %s or %s, not %q", BillingHeaderRemove, BillingHeaderKeep, m.AnthropicBillingHeader)
 	}
 	r := m.Reasoning
 	if r == nil {

@@ -22,6 +22,7 @@ type point struct {
 	Requests         int64     `json:"requests"`
 	Errors           int64     `json:"errors"`
 	PromptTokens     int64     `json:"prompt_tokens"`
+	CachedTokens     int64     `json:"cached_tokens"`
 	CompletionTokens int64     `json:"completion_tokens"`
 	CostUSD          float64   `json:"cost_usd"`
 	P50MS            float64   `json:"p50_ms"`
@@ -109,6 +110,7 @@ func (c *Console) handleOverview(w http.ResponseWriter, r *http.Request, s *sess
 		tot.Requests += row.Requests
 		tot.Errors += row.Errors
 		tot.PromptTokens += row.PromptTokens
+		tot.CachedTokens += row.CachedTokens
 		tot.CompletionTokens += row.CompletionTokens
 		tot.CostUSD += row.CostUSD
 	}
@@ -128,6 +130,7 @@ func addRow(p *point, row usage.SummaryRow) {
 	p.Requests += row.Requests
 	p.Errors += row.Errors
 	p.PromptTokens += row.PromptTokens
+	p.CachedTokens += row.CachedTokens
 	p.CompletionTokens += row.CompletionTokens
 	p.CostUSD += row.CostUSD
 	// A bucket holds one row per day; an hour never spans two.
@@ -537,11 +540,11 @@ func writeUsageCSV(w http.ResponseWriter, rows []usage.SummaryRow) {
 	w.Header().Set("Content-Type", "text/csv; charset=utf-8")
 	w.Header().Set("Content-Disposition", `attachment; filename="llmgate-usage.csv"`)
 	cw := csv.NewWriter(w)
-	_ = cw.Write([]string{"day", "key_id", "key_name", "model", "backend", "requests", "errors", "prompt_tokens", "completion_tokens",
-		"cost_usd", "estimated_records", "p50_latency_ms", "p95_latency_ms"})
+	_ = cw.Write([]string{"day", "key_id", "key_name", "model", "backend", "requests", "errors", "prompt_tokens", "cached_tokens",
+		"completion_tokens", "cost_usd", "estimated_records", "p50_latency_ms", "p95_latency_ms"})
 	for _, r := range rows {
 		_ = cw.Write([]string{r.Day, r.KeyID, csvSafe(r.KeyName), r.Model, r.Backend, i64(r.Requests), i64(r.Errors), i64(r.PromptTokens),
-			i64(r.CompletionTokens), strconv.FormatFloat(r.CostUSD, 'f', 6, 64), i64(r.Estimated),
+			i64(r.CachedTokens), i64(r.CompletionTokens), strconv.FormatFloat(r.CostUSD, 'f', 6, 64), i64(r.Estimated),
 			strconv.FormatFloat(r.P50LatencyMS, 'f', 1, 64), strconv.FormatFloat(r.P95LatencyMS, 'f', 1, 64)})
 	}
 	cw.Flush()
@@ -571,6 +574,7 @@ type recentView struct {
 	Status           int       `json:"status"`
 	ErrorType        string    `json:"error_type,omitempty"`
 	PromptTokens     int       `json:"prompt_tokens"`
+	CachedTokens     int       `json:"cached_tokens"` // of the prompt, served from the backend's prefix cache
 	CompletionTokens int       `json:"completion_tokens"`
 	TTFTMS           float64   `json:"ttft_ms"`
 	LatencyMS        float64   `json:"latency_ms"`
@@ -605,7 +609,7 @@ func (c *Console) handleRecent(w http.ResponseWriter, r *http.Request, s *sessio
 		}
 		out = append(out, recentView{ID: rec.ID, RequestID: rec.ClientRequestID, Time: rec.Time, KeyID: rec.KeyID, KeyName: names[rec.KeyID], Model: rec.Model,
 			Backend: rec.Backend, Endpoint: rec.Endpoint, Status: rec.Status, ErrorType: rec.ErrorType, PromptTokens: rec.PromptTokens,
-			CompletionTokens: rec.CompletionTokens, TTFTMS: ms(rec.TTFT), LatencyMS: ms(rec.Latency), Stream: rec.Stream,
+			CachedTokens: rec.CachedTokens, CompletionTokens: rec.CompletionTokens, TTFTMS: ms(rec.TTFT), LatencyMS: ms(rec.Latency), Stream: rec.Stream,
 			Estimated: rec.Estimated, CostUSD: rec.CostUSD})
 		if len(out) == limit {
 			break

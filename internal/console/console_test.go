@@ -345,7 +345,7 @@ func TestConsole_UsageCSVExportDefusesFormulas(t *testing.T) {
 	admin, _ := f.signIn(master)
 	id, _ := f.createKey(admin, `{"name":"=HYPERLINK(\"x\")"}`)
 	if err := f.st.InsertUsage(context.Background(), []usage.Record{{ID: "r1", Time: time.Now(), KeyID: id, Model: "alpha", Status: 200,
-		PromptTokens: 7, CompletionTokens: 3, Latency: 20 * time.Millisecond}}); err != nil {
+		PromptTokens: 7, CachedTokens: 5, CompletionTokens: 3, Latency: 20 * time.Millisecond}}); err != nil {
 		t.Fatal(err)
 	}
 	r := admin.do(http.MethodGet, "/ui/api/usage?group=key,model&format=csv", "")
@@ -356,7 +356,7 @@ func TestConsole_UsageCSVExportDefusesFormulas(t *testing.T) {
 	if len(lines) != 2 || !strings.HasPrefix(lines[0], "day,key_id,key_name,model") {
 		t.Fatalf("csv body:\n%s", r.body)
 	}
-	if !strings.Contains(lines[1], `"'=HYPERLINK`) || !strings.Contains(lines[1], ",alpha,,1,0,7,3,") {
+	if !strings.Contains(lines[1], `"'=HYPERLINK`) || !strings.Contains(lines[1], ",alpha,,1,0,7,5,3,") {
 		t.Errorf("csv row %q: want the formula defused and the figures", lines[1])
 	}
 	if r := admin.do(http.MethodGet, "/ui/api/usage?group=nonsense", ""); r.status != http.StatusBadRequest {
@@ -371,7 +371,7 @@ func TestConsole_RecentShowsTheClientRequestID(t *testing.T) {
 	admin, _ := f.signIn(master)
 	now := time.Now()
 	recs := []usage.Record{
-		{ID: usage.NewID(), ClientRequestID: "client-trace-7", Time: now, KeyID: "master", Model: "alpha", Status: 200},
+		{ID: usage.NewID(), ClientRequestID: "client-trace-7", Time: now, KeyID: "master", Model: "alpha", Status: 200, PromptTokens: 90, CachedTokens: 64},
 		{ID: usage.NewID(), ClientRequestID: "client-trace-7", Time: now.Add(time.Millisecond), KeyID: "master", Model: "alpha", Status: 200},
 	}
 	if err := f.st.InsertUsage(context.Background(), recs); err != nil {
@@ -380,8 +380,9 @@ func TestConsole_RecentShowsTheClientRequestID(t *testing.T) {
 	r := admin.do(http.MethodGet, "/ui/api/recent", "")
 	var got struct {
 		Requests []struct {
-			ID        string `json:"id"`
-			RequestID string `json:"request_id"`
+			ID           string `json:"id"`
+			RequestID    string `json:"request_id"`
+			CachedTokens int    `json:"cached_tokens"`
 		} `json:"requests"`
 	}
 	if err := json.Unmarshal([]byte(r.body), &got); err != nil || len(got.Requests) != 2 {
@@ -390,6 +391,9 @@ func TestConsole_RecentShowsTheClientRequestID(t *testing.T) {
 	if got.Requests[0].RequestID != "client-trace-7" || got.Requests[1].RequestID != "client-trace-7" ||
 		got.Requests[0].ID != recs[1].ID || got.Requests[1].ID != recs[0].ID {
 		t.Fatalf("recent = %+v, want both records with the client's id", got.Requests)
+	}
+	if got.Requests[1].CachedTokens != 64 {
+		t.Errorf("recent: cached_tokens %d, want the record's 64", got.Requests[1].CachedTokens)
 	}
 }
 

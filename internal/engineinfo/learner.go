@@ -18,10 +18,12 @@
 //     <arch>.context_length.
 //
 // {root} is the base URL without its trailing /v1. What is learned is kept
-// until the engine behind the deployment changes: Refresh (an engine that
-// became ready, a health check) asks again at once; otherwise answers are
-// kept for ten minutes, and a server that gave none is asked again after a
-// minute (an engine that was stopped, a backend that was down).
+// until the engine behind the deployment changes: Refresh (a local engine
+// that became ready) forgets and asks again at once, Recheck (a backend's
+// passed health check) asks again while the old answer stays in use;
+// otherwise answers are kept for ten minutes, and a server that gave none
+// is asked again after a minute (an engine that was stopped, a backend
+// that was down).
 //
 // Counting (Count) uses the engine's tokenizer endpoint, chosen by the
 // engine found: vLLM and SGLang POST {root}/tokenize with the chat messages
@@ -180,23 +182,79 @@ func (l *Learner) fetchInto(ctx context.Context, e *entry, gen int, b *provider.
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if e.gen == gen {
-		prev := e.info
-		got.Tokenizer, got.NoTokenizer = prev.Tokenizer, prev.NoTokenizer
-		if got.Kind != prev.Kind {
-			got.Tokenizer, got.NoTokenizer = "", "" // another engine: its tokenizer is asked anew
-			e.tok = tokenizerState{}
-		}
-		e.info, e.until = got, l.now().Add(keepFor)
-		if got.Context.Tokens == 0 {
-			e.until = l.now().Add(retryAfter)
-		}
-		if prev.Context.Tokens != 0 && prev.Context.Tokens != got.Context.Tokens {
-			l.log.Info("model context length changed", "backend", b.Name, "model", upstream,
-				"was", prev.Context.Tokens, "now", got.Context.Tokens, "source", got.Context.Source)
-		}
+		l.storeLocked(e, got, b, upstream)
 	}
 	close(e.once)
 	e.once = nil
+}
+
+// storeLocked keeps what the server said in e (l.mu held).
+func (l *Learner) storeLocked(e *entry, got Info, b *provider.Backend, upstream string) {
+	prev := e.info
+	got.Tokenizer, got.NoTokenizer = prev.Tokenizer, prev.NoTokenizer
+	if got.Kind != prev.Kind {
+		got.Tokenizer, got.NoTokenizer = "", "" // another engine: its tokenizer is asked anew
+		e.tok = tokenizerState{}
+	}
+	e.info, e.until = got, l.now().Add(keepFor)
+	if got.Context.Tokens == 0 {
+		e.until = l.now().Add(retryAfter)
+	}
+	if prev.Context.Tokens != 0 && prev.Context.Tokens != got.Context.Tokens {
+		l.log.Info("model context length changed", "backend", b.Name, "model", upstream,
+			"was", prev.Context.Tokens, "now", got.Context.Tokens, "source", got.Context.Source)
+	}
+}
+
+// Recheck asks b's server again about every model it was asked about,
+// while lookups go on using what it said before: a passed health check
+// calls it, so that a server restarted with another context (or another
+// engine behind the same address) is known within one check interval,
+// not when the ten minutes an answer is kept run out. A changed answer
+// replaces the old one; an answer of nothing (the server did not say, or
+// did not answer in time) keeps the old one until it expires. recovered
+// says the backend was down before this check: a tokenizer that could not
+// be used is then asked again at the next count. It returns when the
+// answers are in or ctx ends.
+func (l *Learner) Recheck(ctx context.Context, b *provider.Backend, recovered bool) {
+	if b == nil || b.Dialect == config.DialectAnthropic {
+		return
+	}
+	type job struct {
+		e        *entry
+		gen      int
+		upstream string
+	}
+	l.mu.Lock()
+	var jobs []job
+	for k, e := range l.cache {
+		if k.b != b || e.once != nil { // an entry being asked now gets a current answer anyway
+			continue
+		}
+		if recovered {
+			e.tok.retryAt = time.Time{}
+		}
+		jobs = append(jobs, job{e, e.gen, k.upstream})
+	}
+	l.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, j := range jobs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			got := fetch(ctx, b, j.upstream)
+			l.mu.Lock()
+			defer l.mu.Unlock()
+			if j.e.gen != j.gen || j.e.once != nil {
+				return // a Refresh or lookup asked meanwhile: its answer is newer
+			}
+			if got.Context.Tokens == 0 && j.e.info.Context.Tokens != 0 {
+				return // no answer is not news: keep what was said until it expires
+			}
+			l.storeLocked(j.e, got, b, j.upstream)
+		}()
+	}
+	wg.Wait()
 }
 
 // Learn asks the server in the background when nothing is known about the

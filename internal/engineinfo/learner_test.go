@@ -146,3 +146,61 @@ func TestLookup_ConcurrentLookupsShareOneFetch(t *testing.T) {
 		t.Fatalf("%d fetches for 8 concurrent lookups, want 1", hits.Load())
 	}
 }
+
+// A backend restarted with another context answers /v1/models with the new
+// max_model_len: a Recheck (a passed health check) learns it, while
+// lookups made during the Recheck keep using the old answer rather than
+// nothing; an answer of nothing (a 500) does not erase what is known.
+func TestRecheck_LearnsAChangedContextAndKeepsTheOldMeanwhile(t *testing.T) {
+	var ctxLen atomic.Int64
+	ctxLen.Store(2048)
+	var failing atomic.Bool
+	hold := make(chan chan struct{}, 1) // a request takes a gate to wait on, when one is offered
+	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case gate := <-hold:
+			<-gate
+		default:
+		}
+		if failing.Load() {
+			http.Error(w, "restarting", http.StatusInternalServerError)
+			return
+		}
+		fmt.Fprintf(w, `{"data":[{"id":"m","owned_by":"vllm","max_model_len":%d}]}`, ctxLen.Load())
+	}))
+	defer s.Close()
+	l := New(Options{})
+	b := backend(s.URL+"/v1", config.DialectOpenAI)
+	if got := l.Lookup(context.Background(), 0, b, "m"); got.Tokens != 2048 {
+		t.Fatalf("first lookup: %+v", got)
+	}
+
+	ctxLen.Store(4096)
+	gate := make(chan struct{})
+	hold <- gate
+	done := make(chan struct{})
+	go func() { l.Recheck(context.Background(), b, false); close(done) }()
+	for len(hold) != 0 { // the Recheck's request took the gate and waits on it
+		time.Sleep(time.Millisecond)
+	}
+	if got := l.Known(0, b, "m"); got.Tokens != 2048 {
+		t.Fatalf("during the Recheck: Known = %+v, want the old 2048", got)
+	}
+	close(gate)
+	<-done
+	if got := l.Known(0, b, "m"); got.Tokens != 4096 || got.Source != "/v1/models max_model_len" {
+		t.Fatalf("after the Recheck: Known = %+v, want 4096", got)
+	}
+	if k := l.Info(b, "m").Kind; k != KindVLLM {
+		t.Fatalf("engine: %q", k)
+	}
+
+	failing.Store(true)
+	l.Recheck(context.Background(), b, true)
+	if got := l.Known(0, b, "m"); got.Tokens != 4096 {
+		t.Fatalf("after a Recheck that got no answer: Known = %+v, want 4096 kept", got)
+	}
+	if other := backend(s.URL+"/v1", config.DialectOpenAI); l.Known(0, other, "m").Tokens != 0 {
+		t.Fatal("a backend never asked about learned something")
+	}
+}

@@ -35,6 +35,9 @@ func (a accessLog) Observe(r usage.Record) {
 		if r.Estimated {
 			attrs = append(attrs, slog.Bool("estimated", true))
 		}
+		if r.CachedTokens > 0 {
+			attrs = append(attrs, slog.Int("cached_tokens", r.CachedTokens))
+		}
 		a.write(ctx, level, attrs)
 	}
 }

@@ -159,7 +159,7 @@ func Start(ctx context.Context, opt Options) (g *Gateway, err error) {
 	if g.Engines, err = engine.New(cfg, engine.Options{Logger: log, OnReady: g.engineInfo.Refresh}); err != nil {
 		return nil, err
 	}
-	table := router.NewWithOptions(cfg, router.Options{Logger: log})
+	table := router.NewWithOptions(cfg, router.Options{Logger: log, OnHealthy: g.engineInfo.Recheck})
 	g.Engines.Attach(table)
 	sopt := server.Options{Table: table, Verifier: g.Verifier, Ledger: g.Ledger, Observer: g.observer(), Ready: g.Ledger.Healthy, Logger: log, Engines: g.engineInfo, MaxBodyBytes: cfg.MaxBodyBytes,
 		Admission: g.Metrics.Admission(opt.Admission), Middleware: opt.Middleware}

@@ -391,3 +391,16 @@ func TestAccessLog_RequestsRefusedBeforeRoutingAreLoggedToo(t *testing.T) {
 		}
 	}
 }
+
+// A record whose prompt the backend partly served from its prefix cache
+// says how much on its access line; one without cached tokens says nothing.
+func TestAccessLog_CachedTokensWhenTheBackendReportedThem(t *testing.T) {
+	var buf strings.Builder
+	a := accessLog{log: slog.New(slog.NewJSONHandler(&buf, nil))}
+	a.Observe(usage.Record{ID: "r1", Model: "qwen3", Status: 200, PromptTokens: 11604, CachedTokens: 11590})
+	a.Observe(usage.Record{ID: "r2", Model: "qwen3", Status: 200, PromptTokens: 11554})
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	if len(lines) != 2 || !strings.Contains(lines[0], `"cached_tokens":11590`) || strings.Contains(lines[1], "cached_tokens") {
+		t.Fatalf("access lines:\n%s", buf.String())
+	}
+}

@@ -49,6 +49,9 @@ func target(dep router.Deployment) codec.Target {
 func (rl *Relay) relay(ctx context.Context, w http.ResponseWriter, c *Call, dep router.Deployment, n int) Result {
 	res := rl.relayOnce(ctx, w, c, dep, n)
 	e := res.Err
+	if e != nil && e.Context != nil {
+		rl.engineSaidContext(c, dep, e.Context.ContextTokens)
+	}
 	if e == nil || res.Committed || e.Context == nil || !c.route.FitOutput || !c.Req.Dialect.Generates() {
 		return res
 	}
@@ -62,6 +65,21 @@ func (rl *Relay) relay(ctx context.Context, w http.ResponseWriter, c *Call, dep 
 		"backend", dep.Backend.Name, "requested", c.Req.OutputLimit, "fitted", left, "context", e.Context.ContextTokens, "prompt_tokens", e.Context.PromptTokens)
 	c.Req = c.Req.WithOutputLimit(left)
 	return rl.relayOnce(ctx, w, c, dep, n)
+}
+
+// engineSaidContext has the engine asked about itself again, in the
+// background, when its refusal names another context length than the
+// gateway knows for it: the engine was restarted with another one (a
+// backend without health checks is otherwise asked again only after ten
+// minutes), and the next requests should be fitted to what it has now.
+func (rl *Relay) engineSaidContext(c *Call, dep router.Deployment, n int) {
+	if rl.opt.Engines == nil || n <= 0 || c.route.ContextWindow > 0 {
+		return // a configured context_window is the user's word
+	}
+	if known := rl.opt.Engines.Known(0, dep.Backend, dep.UpstreamModel).Tokens; known == 0 || known == n {
+		return
+	}
+	go rl.opt.Engines.Recheck(context.Background(), dep.Backend, false)
 }
 
 // relayOnce sends the request to one deployment and relays its answer.

@@ -55,6 +55,10 @@ func (rl *Relay) withEngine(ctx context.Context, w http.ResponseWriter, c *Call,
 	if err != nil {
 		return rl.engineFailed(sw, c, Result{Dep: dep}, err)
 	}
+	if err := rl.sizeAfterStart(ctx, w, c, dep); err != nil {
+		res := Result{Dep: dep}.failed(err)
+		return rl.engineFailed(sw, c, withCause(res, release(res.routerErr())), res.Err)
+	}
 	ctx = context.WithValue(ctx, leaseKey{}, release)
 	if sw == nil {
 		res := rl.relay(ctx, w, c, dep, n)

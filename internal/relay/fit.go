@@ -66,15 +66,22 @@ func (p promptCount) source() string {
 // learned from the engine: see engineinfo); a request never waits for a
 // backend to be asked about it.
 func (rl *Relay) fitOutput(ctx context.Context, w http.ResponseWriter, c *Call) error {
-	req := c.Req
-	if !req.Dialect.Generates() || req.OutputLimit <= 0 || rl.opt.Engines == nil {
-		return nil // without a limit the engine takes what the context leaves
-	}
 	dep, ok := c.Table.Healthy(c.route)
 	if !ok {
 		return nil // the attempt will say what is wrong
 	}
+	return rl.fitFor(ctx, w, c, dep)
+}
+
+// fitFor is fitOutput at the deployment dep. It notes in c.unsized that
+// dep's context was not known, so the request could not be fitted.
+func (rl *Relay) fitFor(ctx context.Context, w http.ResponseWriter, c *Call, dep router.Deployment) error {
+	req := c.Req
+	if !req.Dialect.Generates() || req.OutputLimit <= 0 || rl.opt.Engines == nil {
+		return nil // without a limit the engine takes what the context leaves
+	}
 	window := rl.opt.Engines.Known(c.route.ContextWindow, dep.Backend, dep.UpstreamModel)
+	c.unsized = window.Tokens == 0
 	if window.Tokens == 0 {
 		rl.opt.Engines.Learn(c.route.ContextWindow, dep.Backend, dep.UpstreamModel)
 		return nil
@@ -221,14 +228,45 @@ func estimatePrompt(chat *openai.ChatCompletionRequest, text string) promptCount
 // translated stream's message_start carries the exact input_tokens that
 // Claude Code tracks its context with, not an estimate.
 func (rl *Relay) countMessagesInput(ctx context.Context, c *Call) {
-	if c.Req.Dialect != codec.Messages || !c.Req.Stream {
-		return
+	if dep, ok := c.Table.Healthy(c.route); ok {
+		rl.countMessagesInputFor(ctx, c, dep)
 	}
-	dep, ok := c.Table.Healthy(c.route)
-	if !ok || dep.Backend.Dialect == config.DialectAnthropic {
+}
+
+func (rl *Relay) countMessagesInputFor(ctx context.Context, c *Call, dep router.Deployment) {
+	if c.Req.Dialect != codec.Messages || !c.Req.Stream || dep.Backend.Dialect == config.DialectAnthropic {
 		return // the backend's own message_start is relayed
 	}
 	if p := rl.promptTokens(ctx, c, dep); p.exact {
 		c.enc.InputTokens = p.tokens
 	}
+}
+
+// sizeAfterStart fits and counts, at the local engine of dep, a request
+// that waited for that engine to start. While it was stopped the engine
+// could tell neither its context length nor the prompt's size, so the
+// request was resolved without them; the engine manager has the gateway
+// ask a started engine about itself before it lets the waiting requests
+// through, so both are known now. A request resolved with the engine's
+// numbers is left as it was.
+func (rl *Relay) sizeAfterStart(ctx context.Context, w http.ResponseWriter, c *Call, dep router.Deployment) error {
+	counted := c.promptFor == dep.Backend && c.promptUp == dep.UpstreamModel
+	if counted && c.prompt.exact {
+		return nil
+	}
+	if counted {
+		c.promptFor = nil // an estimate made while the engine was down: count again
+	}
+	if c.unsized {
+		// What the engine said when it became ready; a lookup still in
+		// flight from before is waited for (briefly), not taken for none.
+		lctx, cancel := context.WithTimeout(ctx, countTimeout)
+		rl.opt.Engines.Lookup(lctx, c.route.ContextWindow, dep.Backend, dep.UpstreamModel)
+		cancel()
+		if err := rl.fitFor(ctx, w, c, dep); err != nil {
+			return err
+		}
+	}
+	rl.countMessagesInputFor(ctx, c, dep)
+	return nil
 }

@@ -377,3 +377,115 @@ func TestEngineErrors_PassedOnWithTheEnginesNumbers(t *testing.T) {
 		t.Errorf("records: %+v", recs)
 	}
 }
+
+// A request that starts a stopped local engine could not be fitted or
+// counted when it was resolved (the engine answered nothing); the engine
+// manager has the gateway ask the started engine before letting it through
+// (OnReady, here inside Acquire), and the request is then fitted and its
+// message_start counted with the engine's numbers, as requests to a
+// running engine are.
+func TestFit_ARequestThatStartsItsEngineIsFittedAndCountedOnceItRuns(t *testing.T) {
+	inner := newContextEngine(t, "llama.cpp", 420)
+	var started atomic.Bool
+	eng := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !started.Load() {
+			http.Error(w, "Loading model", http.StatusServiceUnavailable) // as llama-server answers while it loads
+			return
+		}
+		inner.Config.Handler.ServeHTTP(w, r)
+	}))
+	t.Cleanup(eng.Close)
+	cfg, err := config.Load(strings.NewReader("backends:\n  e: {url: "+eng.URL+"/v1}\nmodels:\n  m: {backend: e}\n"), "fit.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	table := router.NewWithOptions(cfg, router.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	t.Cleanup(table.Close)
+	learner := engineinfo.New(engineinfo.Options{})
+	b := table.Backend("e")
+	b.Acquire = func(ctx context.Context, model string) (func(error) error, error) {
+		if !started.Swap(true) {
+			learner.Refresh(ctx, b) // the engine manager's OnReady
+		}
+		return func(error) error { return nil }, nil
+	}
+	rl := relay.New(relay.Options{Ledger: &recLedger{}, Engines: learner, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		req, err := codec.Decode(codec.Messages, body)
+		if err != nil {
+			codec.WriteError(codec.Messages, w, err)
+			return
+		}
+		rl.Serve(w, r, &relay.Call{ID: "cold", Start: time.Now(), Principal: keys.Principal{Master: true}, Req: req, Table: table})
+	}))
+	t.Cleanup(srv.Close)
+
+	code, _, body := post(t, srv.URL+"/v1/messages", `{"model":"m","stream":true,"max_tokens":32000,"messages":[{"role":"user","content":"hi"}]}`)
+	if code != 200 {
+		t.Fatalf("%d %s", code, body)
+	}
+	if got := inner.last()["max_tokens"]; got != float64(1000-420) {
+		t.Errorf("the engine got max_tokens %v, want %d (its 1000-token context less the 420-token prompt)", got, 1000-420)
+	}
+	if !strings.Contains(body, `"input_tokens":420`) {
+		t.Errorf("message_start does not carry the engine's count of 420 input tokens:\n%s", body)
+	}
+}
+
+// An engine that refuses a request naming another context than the gateway
+// learned (restarted with a smaller -c, no health checks configured) is
+// asked about itself again at once, so the next requests are fitted to
+// what it has now rather than for the rest of the ten minutes.
+func TestFit_AnEnginesRefusalNamingAnotherContextIsLearned(t *testing.T) {
+	var ctxLen atomic.Int64
+	ctxLen.Store(4096)
+	eng := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		switch r.URL.Path {
+		case "/v1/models":
+			fmt.Fprintf(w, `{"data":[{"id":"m","owned_by":"vllm","max_model_len":%d}]}`, ctxLen.Load())
+		case "/v1/chat/completions":
+			w.WriteHeader(http.StatusBadRequest)
+			fmt.Fprintf(w, `{"error":{"message":"This model's maximum context length is %d tokens. However, your request has 2409 input tokens. Please reduce the length of the input messages.","type":"BadRequestError","param":null,"code":400}}`, ctxLen.Load())
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	t.Cleanup(eng.Close)
+	cfg, err := config.Load(strings.NewReader("backends:\n  e: {url: "+eng.URL+"/v1}\nmodels:\n  m: {backend: e}\n"), "fit.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	table := router.NewWithOptions(cfg, router.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	t.Cleanup(table.Close)
+	learner := engineinfo.New(engineinfo.Options{})
+	b := table.Backend("e")
+	if got := learner.Lookup(context.Background(), 0, b, "m"); got.Tokens != 4096 {
+		t.Fatalf("learned %+v", got)
+	}
+	rl := relay.New(relay.Options{Ledger: &recLedger{}, Engines: learner, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		req, err := codec.Decode(codec.Chat, body)
+		if err != nil {
+			codec.WriteError(codec.Chat, w, err)
+			return
+		}
+		rl.Serve(w, r, &relay.Call{ID: "said", Start: time.Now(), Principal: keys.Principal{Master: true}, Req: req, Table: table})
+	}))
+	t.Cleanup(srv.Close)
+
+	ctxLen.Store(2048) // restarted with -c 2048
+	code, _, body := post(t, srv.URL+"/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"hi"}]}`)
+	if code != 400 || !strings.Contains(body, "context_length_exceeded") {
+		t.Fatalf("%d %s", code, body)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for learner.Known(0, b, "m").Tokens != 2048 {
+		if time.Now().After(deadline) {
+			t.Fatalf("after the engine said 2048: Known = %+v", learner.Known(0, b, "m"))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

@@ -89,6 +89,9 @@ type Call struct {
 	prompt    promptCount
 	promptFor *provider.Backend
 	promptUp  string
+	// unsized says the output limit was not fitted: the deployment's
+	// context length was not known (a local engine not started yet).
+	unsized bool
 
 	settled atomic.Bool  // the record was written
 	rec     usage.Record // the record, once settled

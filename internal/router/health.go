@@ -7,7 +7,8 @@ import (
 
 // startHealthCheck runs active checks of a backend on its interval when
 // its config asks for them. Two failures in a row mark it down (one could
-// be a blip); one success marks it up again.
+// be a blip); one success marks it up again, and Options.OnHealthy runs
+// after each success.
 func (t *Table) startHealthCheck(st *backendState) {
 	on, url, interval, timeout := st.b.HealthCheck()
 	if !on {
@@ -15,6 +16,7 @@ func (t *Table) startHealthCheck(st *backendState) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	st.stop, st.done = cancel, make(chan struct{})
+	onHealthy := t.opt.OnHealthy
 	go func() {
 		defer close(st.done)
 		tick := time.NewTicker(interval)
@@ -42,8 +44,14 @@ func (t *Table) startHealthCheck(st *backendState) {
 				}
 			} else {
 				fails = 0
-				if st.down.Swap(false) {
+				recovered := st.down.Swap(false)
+				if recovered {
 					t.log().Info("backend passing health checks again", "backend", st.b.Name)
+				}
+				if onHealthy != nil {
+					hctx, hcancel := context.WithTimeout(ctx, timeout)
+					onHealthy(hctx, st.b, recovered)
+					hcancel()
 				}
 			}
 			select {

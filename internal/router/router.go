@@ -86,6 +86,12 @@ type Options struct {
 	// settings did not change keep their connection pools, breakers and
 	// health checks. Close the previous table afterwards.
 	Previous *Table
+	// OnHealthy, when set, runs after each passed active health check of
+	// a backend, before the next check is due; recovered says the backend
+	// had been marked down. The gateway asks the backend's engine about
+	// itself again there (a restarted engine may have another context
+	// length). ctx ends with the check's time-out or when the check stops.
+	OnHealthy func(ctx context.Context, b *provider.Backend, recovered bool)
 }
 
 // Table is an immutable routing table built from one configuration. A config

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -13,6 +14,7 @@ import (
 
 	"llmgate/internal/apierror"
 	"llmgate/internal/config"
+	"llmgate/internal/provider"
 )
 
 // fakeClock is a settable clock for breaker tests.
@@ -486,5 +488,72 @@ func TestNotFoundFor_MessageIsPunctuatedSentences(t *testing.T) {
 		if !errors.As(err, &e) || e.Message != c.want {
 			t.Errorf("NotFoundFor(%q):\n got  %v\n want %s", c.model, err, c.want)
 		}
+	}
+}
+
+// OnHealthy runs after every passed health check, in the check's own
+// sequence, and says when the backend comes back from down (two failed
+// checks): the gateway asks the engine about itself again there.
+func TestHealthCheck_OnHealthyRunsAfterEachPassAndSaysRecovered(t *testing.T) {
+	var mu sync.Mutex
+	healthy := true
+	srv := http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		ok := healthy
+		mu.Unlock()
+		if !ok {
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+	})}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = srv.Serve(ln) }()
+	defer srv.Close()
+	cfg, err := config.Load(strings.NewReader(`
+backends:
+  e: {url: http://`+ln.Addr().String()+`/v1, health_check: {interval: 5ms}}
+models:
+  m: {backend: e}
+`), "test.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := make(chan bool, 1000)
+	tb := NewWithOptions(cfg, Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		OnHealthy: func(ctx context.Context, b *provider.Backend, recovered bool) {
+			if b.Name != "e" || ctx.Err() != nil {
+				t.Errorf("OnHealthy(%s), ctx %v", b.Name, ctx.Err())
+			}
+			calls <- recovered
+		}})
+	defer tb.Close()
+	if <-calls {
+		t.Fatal("the first pass says recovered")
+	}
+	mu.Lock()
+	healthy = false
+	mu.Unlock()
+	r, _ := tb.Route("m")
+	for { // down after two failed checks
+		if _, ok := tb.Healthy(r); !ok {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	for len(calls) > 0 { // passes before the failures
+		if <-calls {
+			t.Fatal("a pass before the failures says recovered")
+		}
+	}
+	mu.Lock()
+	healthy = true
+	mu.Unlock()
+	if !<-calls {
+		t.Fatal("the first pass after being down does not say recovered")
+	}
+	if <-calls {
+		t.Fatal("the pass after that says recovered too")
 	}
 }

@@ -22,7 +22,18 @@ type ChatOptions struct {
 	// Qwen3, Llama 3). By default every system message joins the leading
 	// one, which every template accepts.
 	SystemInPlace bool
+	// KeepBillingHeader keeps the first line of the system prompt when it
+	// is Claude Code's "x-anthropic-billing-header: ..." line. By default
+	// it is removed: it means something only to Anthropic's API, and it
+	// carries a hash of the session's first prompt, so it changes between
+	// sessions at the very start of the prompt and defeats an engine's
+	// prefix cache for everything after it.
+	KeepBillingHeader bool
 }
+
+// BillingHeaderPrefix starts the line Claude Code puts first in its system
+// prompt (cc_version, cc_entrypoint and more, for Anthropic's billing).
+const BillingHeaderPrefix = "x-anthropic-billing-header:"
 
 // AnthropicToChat converts an Anthropic Messages request into an OpenAI chat
 // completions request for an openai-dialect backend, with the default
@@ -43,7 +54,8 @@ func AnthropicToChat(req *anthropic.MessagesRequest) (*openai.ChatCompletionRequ
 // exception; a leading one is the form they all accept (opts.SystemInPlace
 // keeps them in place instead). A system message with clear_at
 // "next_user_message" is left out once a later user message exists, as
-// Anthropic does.
+// Anthropic does. Claude Code's "x-anthropic-billing-header:" first line of
+// the system prompt is removed unless opts.KeepBillingHeader.
 //
 // Text and image blocks -> content parts (base64 images become data: URIs);
 // assistant tool_use -> tool_calls; user tool_result -> "tool" messages placed
@@ -93,7 +105,11 @@ func AnthropicToChatWith(req *anthropic.MessagesRequest, opts ChatOptions) (*ope
 
 	// The leading system message comes first; its parts are gathered
 	// before the conversation so the messages are built in one pass.
-	sys, err := systemText(req.System, "system")
+	system0 := req.System
+	if !opts.KeepBillingHeader {
+		system0 = withoutBillingLine(system0)
+	}
+	sys, err := systemText(system0, "system")
 	if err != nil {
 		return nil, err
 	}
@@ -249,6 +265,38 @@ func systemText(s anthropic.SystemPrompt, path string) (string, error) {
 		parts = append(parts, b.Text)
 	}
 	return strings.Join(parts, "\n\n"), nil
+}
+
+// withoutBillingLine returns the system prompt without its first line when
+// that line is Claude Code's billing header (a first text block holding
+// only that line goes whole). s itself is not changed.
+func withoutBillingLine(s anthropic.SystemPrompt) anthropic.SystemPrompt {
+	cut := func(text string) (string, bool) {
+		if !strings.HasPrefix(text, BillingHeaderPrefix) {
+			return text, false
+		}
+		_, rest, _ := strings.Cut(text, "\n")
+		return rest, true
+	}
+	if s.Text != nil {
+		if rest, ok := cut(*s.Text); ok {
+			return anthropic.SystemPrompt{Text: &rest}
+		}
+		return s
+	}
+	if len(s.Blocks) == 0 || s.Blocks[0].Type != "text" {
+		return s
+	}
+	rest, ok := cut(s.Blocks[0].Text)
+	switch {
+	case !ok:
+		return s
+	case strings.TrimSpace(rest) == "":
+		return anthropic.SystemPrompt{Blocks: s.Blocks[1:len(s.Blocks):len(s.Blocks)]}
+	}
+	blocks := slices.Clone(s.Blocks)
+	blocks[0].Text = rest
+	return anthropic.SystemPrompt{Blocks: blocks}
 }
 
 // AnthropicIgnoredFields lists the request fields that a chat backend

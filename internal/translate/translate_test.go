@@ -488,3 +488,55 @@ func TestStreams_IgnoreEmptyKeepAliveEvents(t *testing.T) {
 		}
 	}
 }
+
+// Claude Code's billing line (a hash of the session's first prompt, first
+// in the system prompt) would make every session's prompt differ at its
+// start, so no engine could reuse another session's cached prefix: it is
+// removed for chat backends, as its own block or as the first line of one,
+// and kept with KeepBillingHeader. Other system text is untouched.
+func TestAnthropicToChat_RemovesClaudeCodesBillingLineUnlessKept(t *testing.T) {
+	const line = "x-anthropic-billing-header: cc_version=2.1.332.a1f; cc_entrypoint=sdk-cli;"
+	for _, tc := range []struct {
+		name, system string
+		want, kept   string
+	}{
+		{"own block", `[{"type":"text","text":"` + line + `"},{"type":"text","text":"You are Claude Code.","cache_control":{"type":"ephemeral"}}]`,
+			"You are Claude Code.", line + "\n\nYou are Claude Code."},
+		{"first line of a block", `[{"type":"text","text":"` + line + `\nYou are Claude Code."},{"type":"text","text":"Be brief."}]`,
+			"You are Claude Code.\n\nBe brief.", line + "\nYou are Claude Code.\n\nBe brief."},
+		{"string", `"` + line + `\nYou are Claude Code."`, "You are Claude Code.", line + "\nYou are Claude Code."},
+		{"only the line", `[{"type":"text","text":"` + line + `"}]`, "", line},
+		{"not first", `[{"type":"text","text":"You are Claude Code."},{"type":"text","text":"` + line + `"}]`,
+			"You are Claude Code.\n\n" + line, "You are Claude Code.\n\n" + line},
+		{"not at the start of the text", `" ` + line + `"`, " " + line, " " + line},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			body := `{"model":"m","max_tokens":5,"system":` + tc.system + `,"messages":[{"role":"user","content":"hi"}]}`
+			var req anthropic.MessagesRequest
+			if err := json.Unmarshal([]byte(body), &req); err != nil {
+				t.Fatal(err)
+			}
+			before, _ := json.Marshal(req.System)
+			for _, keep := range []bool{false, true} {
+				out, err := AnthropicToChatWith(&req, ChatOptions{KeepBillingHeader: keep})
+				if err != nil {
+					t.Fatal(err)
+				}
+				want := tc.want
+				if keep {
+					want = tc.kept
+				}
+				got := ""
+				if out.Messages[0].Role == "system" {
+					got = out.Messages[0].Content.String()
+				}
+				if got != want {
+					t.Errorf("keep=%v: system = %q, want %q", keep, got, want)
+				}
+			}
+			if after, _ := json.Marshal(req.System); !bytes.Equal(before, after) {
+				t.Errorf("the request's own system prompt changed: %s -> %s", before, after)
+			}
+		})
+	}
+}

@@ -25,6 +25,7 @@ type SummaryRow struct {
 	Requests         int64   `json:"requests"`
 	Errors           int64   `json:"errors"`
 	PromptTokens     int64   `json:"prompt_tokens"`
+	CachedTokens     int64   `json:"cached_tokens"` // of the prompt tokens, those the backend served from its prefix cache
 	CompletionTokens int64   `json:"completion_tokens"`
 	CostUSD          float64 `json:"cost_usd"`
 	Estimated        int64   `json:"estimated_records"`

@@ -153,11 +153,12 @@ func (b *SummaryBuilder) acc(dims []string) *sumAcc {
 }
 
 // AddTotals adds counts for a group.
-func (b *SummaryBuilder) AddTotals(dims []string, requests, errors, prompt, completion, estimated int64, cost float64) {
+func (b *SummaryBuilder) AddTotals(dims []string, requests, errors, prompt, cached, completion, estimated int64, cost float64) {
 	a := b.acc(dims)
 	a.row.Requests += requests
 	a.row.Errors += errors
 	a.row.PromptTokens += prompt
+	a.row.CachedTokens += cached
 	a.row.CompletionTokens += completion
 	a.row.Estimated += estimated
 	a.row.CostUSD += cost
@@ -169,11 +170,12 @@ func (b *SummaryBuilder) AddLatency(dims []string, bucket int, n int64) {
 }
 
 // AddRollup adds one stored rollup row: totals and an encoded histogram.
-func (b *SummaryBuilder) AddRollup(dims []string, requests, errors, prompt, completion, estimated int64, cost float64, hist []byte) {
+func (b *SummaryBuilder) AddRollup(dims []string, requests, errors, prompt, cached, completion, estimated int64, cost float64, hist []byte) {
 	a := b.acc(dims)
 	a.row.Requests += requests
 	a.row.Errors += errors
 	a.row.PromptTokens += prompt
+	a.row.CachedTokens += cached
 	a.row.CompletionTokens += completion
 	a.row.Estimated += estimated
 	a.row.CostUSD += cost
@@ -181,7 +183,7 @@ func (b *SummaryBuilder) AddRollup(dims []string, requests, errors, prompt, comp
 }
 
 // AddRecord adds one raw record for a group.
-func (b *SummaryBuilder) AddRecord(dims []string, latencyUS, status, prompt, completion int64, cost float64, estimated bool) {
+func (b *SummaryBuilder) AddRecord(dims []string, latencyUS, status, prompt, cached, completion int64, cost float64, estimated bool) {
 	var errs, est int64
 	if status >= 400 {
 		errs = 1
@@ -189,7 +191,7 @@ func (b *SummaryBuilder) AddRecord(dims []string, latencyUS, status, prompt, com
 	if estimated {
 		est = 1
 	}
-	b.AddTotals(dims, 1, errs, prompt, completion, est, cost)
+	b.AddTotals(dims, 1, errs, prompt, cached, completion, est, cost)
 	b.AddLatency(dims, LatencyBucket(latencyUS), 1)
 }
 

@@ -13,8 +13,12 @@
 // shows what each client sends; an HTTP proxy that refuses everything is
 // the clients' only way out, so no run reaches the internet.
 //
-// The test runs only with LLMGATE_AGENTS=1 (.ci/agents.sh sets it after
-// `npm ci`); otherwise it skips, saying so.
+// realengine_test.go runs the same clients on llama.cpp's real
+// llama-server, started by `llmgate serve -c` from its engines: section.
+//
+// The tests run only with LLMGATE_AGENTS=1 (.ci/agents.sh sets it after
+// `npm ci`), the real-engine one also only with llama-server prepared
+// (test/real-engine/setup.sh); otherwise they skip, saying so.
 package agents
 
 import (
@@ -73,36 +77,15 @@ func TestAgents_RealClientsAgainstDemo(t *testing.T) {
 
 func setup(t *testing.T) *env {
 	t.Helper()
-	root, err := filepath.Abs(filepath.Join("..", ".."))
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := &env{root: root, model: os.Getenv("LLMGATE_AGENTS_MODEL"), runID: randomHex(4)}
+	e := newEnv(t, "", defaultRunTimeout)
+	e.model = os.Getenv("LLMGATE_AGENTS_MODEL")
 	if e.model == "" {
 		e.model = defaultModel
 	}
-	e.timeout = defaultRunTimeout
-	if v := os.Getenv("LLMGATE_AGENTS_RUN_TIMEOUT"); v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil || d <= 0 {
-			t.Fatalf("LLMGATE_AGENTS_RUN_TIMEOUT=%q: want a positive Go duration such as 180s", v)
-		}
-		e.timeout = d
-	}
-	e.out = os.Getenv("LLMGATE_AGENTS_OUT")
-	if e.out == "" {
-		e.out = t.TempDir()
-	}
-	if err := os.MkdirAll(e.out, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("logs and recorded requests: %s", e.out)
-	checkInstalled(t)
 
 	// Each client's working directory and its sentinel file exist before
 	// the script is rendered: the script names the paths.
-	tmp := t.TempDir()
-	e.tmp = tmp
+	tmp := e.tmp
 	e.vars = map[string]string{"RUN": e.runID}
 	for _, c := range clients {
 		sb := sandboxFor(tmp, c)
@@ -122,17 +105,48 @@ func setup(t *testing.T) *env {
 	if err := renderScript("script.yaml", script, e.vars); err != nil {
 		t.Fatal(err)
 	}
+	e.gateway = startGateway(t, e.bin, []string{"serve", "--demo", "--listen", "127.0.0.1:0", "--sim-script", script, "--data", filepath.Join(tmp, "data")},
+		"sk-lg-agents-"+randomHex(16), true, filepath.Join(e.out, "gateway.log"))
+	return e
+}
 
+// newEnv prepares what every suite shares: the output directory
+// (LLMGATE_AGENTS_OUT, plus sub), the run time-out (LLMGATE_AGENTS_RUN_TIMEOUT,
+// else timeout), the installed clients (checked) and the llmgate binary
+// (LLMGATE_AGENTS_BIN, else built from this tree).
+func newEnv(t *testing.T, sub string, timeout time.Duration) *env {
+	t.Helper()
+	root, err := filepath.Abs(filepath.Join("..", ".."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &env{root: root, runID: randomHex(4), timeout: timeout, tmp: t.TempDir()}
+	if v := os.Getenv("LLMGATE_AGENTS_RUN_TIMEOUT"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			t.Fatalf("LLMGATE_AGENTS_RUN_TIMEOUT=%q: want a positive Go duration such as 180s", v)
+		}
+		e.timeout = d
+	}
+	e.out = os.Getenv("LLMGATE_AGENTS_OUT")
+	if e.out == "" {
+		e.out = t.TempDir()
+	}
+	e.out = filepath.Join(e.out, sub)
+	if err := os.MkdirAll(e.out, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("logs and recorded requests: %s", e.out)
+	checkInstalled(t)
 	e.bin = os.Getenv("LLMGATE_AGENTS_BIN")
 	if e.bin == "" {
-		e.bin = filepath.Join(tmp, "llmgate")
+		e.bin = filepath.Join(e.tmp, "llmgate")
 		build := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", e.bin, "./cmd/llmgate")
 		build.Dir = root
 		if out, err := build.CombinedOutput(); err != nil {
 			t.Fatalf("build llmgate: %v\n%s", err, out)
 		}
 	}
-	e.gateway = startGateway(t, e.bin, script, filepath.Join(tmp, "data"), filepath.Join(e.out, "gateway.log"))
 	return e
 }
 
@@ -206,33 +220,42 @@ func pinnedVersions(t *testing.T) map[string]string {
 	return pkg.Dependencies
 }
 
-// gateway is a running `llmgate serve --demo`.
+// gateway is a running `llmgate serve`.
 type gateway struct {
-	base string // root URL, without /v1
-	key  string // the demo's API key
-	log  string // path of its log
+	base   string // root URL, without /v1
+	key    string // the API key the clients get
+	master string // the master key
+	log    string // path of its log
 }
 
 var (
-	wroteLine   = regexp.MustCompile(`(?m)^wrote (\S+)$`)
-	baseURLLine = regexp.MustCompile(`(?m)^\s*Base URL\s+(http://\S+)/v1\s*$`)
-	apiKeyLine  = regexp.MustCompile(`(?m)^\s*API key\s+(\S+)\s*$`)
+	wroteLine     = regexp.MustCompile(`(?m)^wrote (\S+)$`)
+	baseURLLine   = regexp.MustCompile(`(?m)^\s*Base URL\s+(http://\S+)/v1\s*$`)
+	apiKeyLine    = regexp.MustCompile(`(?m)^\s*API key\s+(\S+)\s*$`)
+	listeningLine = regexp.MustCompile(`msg="llmgate listening" url=(http://\S+)/v1`)
 )
 
-func startGateway(t *testing.T, bin, script, data, logPath string) *gateway {
+// startGateway runs llmgate with args and the master key master, and waits
+// until it is ready. The demo prints its base URL and an API key for the
+// clients (banner); a gateway from a config file logs its URL, and the
+// clients get the master key.
+func startGateway(t *testing.T, bin string, args []string, master string, banner bool, logPath string) *gateway {
 	t.Helper()
 	logf, err := os.Create(logPath)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(bin, "serve", "--demo", "--listen", "127.0.0.1:0", "--sim-script", script, "--data", data)
-	cmd.Env = append(os.Environ(), "LLMGATE_MASTER_KEY=sk-lg-agents-"+randomHex(16))
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), "LLMGATE_MASTER_KEY="+master)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
+	// exited is closed when the process has ended (waitErr then says how),
+	// so that both the wait for readiness and the clean-up can see it.
+	exited := make(chan struct{})
+	var waitErr error
+	go func() { waitErr = cmd.Wait(); close(exited) }()
 	t.Cleanup(func() {
 		_ = cmd.Process.Signal(syscall.SIGINT)
 		select {
@@ -243,19 +266,26 @@ func startGateway(t *testing.T, bin, script, data, logPath string) *gateway {
 		}
 		logf.Close()
 	})
-	g := &gateway{log: logPath}
+	g := &gateway{log: logPath, master: master}
+	if !banner {
+		g.key = master
+	}
 	deadline := time.Now().Add(60 * time.Second)
 	for time.Now().Before(deadline) {
 		select {
-		case err := <-exited:
-			t.Fatalf("llmgate serve --demo exited early (%v):\n%s", err, readFile(logPath))
+		case <-exited:
+			t.Fatalf("llmgate %s exited early (%v):\n%s", strings.Join(args, " "), waitErr, readFile(logPath))
 		default:
 		}
 		b, _ := os.ReadFile(logPath)
-		if m := baseURLLine.FindSubmatch(b); m != nil && g.base == "" {
+		line := listeningLine
+		if banner {
+			line = baseURLLine
+		}
+		if m := line.FindSubmatch(b); m != nil && g.base == "" {
 			g.base = string(m[1])
 		}
-		if m := apiKeyLine.FindSubmatch(b); m != nil {
+		if m := apiKeyLine.FindSubmatch(b); m != nil && banner {
 			g.key = string(m[1])
 		}
 		if g.base != "" && g.key != "" {
@@ -269,7 +299,7 @@ func startGateway(t *testing.T, bin, script, data, logPath string) *gateway {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	t.Fatalf("llmgate serve --demo not ready after 60s:\n%s", readFile(logPath))
+	t.Fatalf("llmgate %s not ready after 60s:\n%s", strings.Join(args, " "), readFile(logPath))
 	return nil
 }
 
@@ -339,18 +369,7 @@ func runClient(t *testing.T, e *env, c *client) {
 	// The only configuration step: llmgate connect, pointed at the recorder.
 	wrote := map[string]string{}
 	for _, target := range append([]string{c.name}, c.alsoConnect...) {
-		connect := exec.Command(e.bin, "connect", target, "--base-url", rec.url, "--api-key", e.gateway.key, "--model", e.model)
-		connect.Env = sb.baseEnv()
-		connect.Dir = sb.work
-		cout, err := connect.CombinedOutput()
-		_ = os.WriteFile(filepath.Join(out, "connect-"+target+".txt"), cout, 0o644)
-		t.Logf("llmgate connect %s:\n%s", target, cout)
-		if err != nil {
-			t.Fatalf("llmgate connect %s: %v", target, err)
-		}
-		if m := wroteLine.FindSubmatch(cout); m != nil {
-			wrote[target] = string(m[1])
-		}
+		wrote[target] = connectClient(t, e, sb, out, target, rec.url, e.model)
 	}
 
 	env := append(sb.baseEnv(), trap.proxyEnv()...)
@@ -385,6 +404,26 @@ func runClient(t *testing.T, e *env, c *client) {
 		t.Errorf("%s tried to reach %v (refused by the test's proxy); turn it off with an env var or flag, "+
 			"or, if the pinned version has no switch, list it in allowedEgress with the reason", c.name, unexpected)
 	}
+}
+
+// connectClient runs `llmgate connect target` in the client's sandbox,
+// pointed at baseURL, keeps its output in out, and returns the file it
+// wrote.
+func connectClient(t *testing.T, e *env, sb sandbox, out, target, baseURL, model string) string {
+	t.Helper()
+	connect := exec.Command(e.bin, "connect", target, "--base-url", baseURL, "--api-key", e.gateway.key, "--model", model)
+	connect.Env = sb.baseEnv()
+	connect.Dir = sb.work
+	cout, err := connect.CombinedOutput()
+	_ = os.WriteFile(filepath.Join(out, "connect-"+target+"-"+model+".txt"), cout, 0o644)
+	t.Logf("llmgate connect %s --model %s:\n%s", target, model, cout)
+	if err != nil {
+		t.Fatalf("llmgate connect %s: %v", target, err)
+	}
+	if m := wroteLine.FindSubmatch(cout); m != nil {
+		return string(m[1])
+	}
+	return ""
 }
 
 // execClient runs a client in its own process group, killed whole when

@@ -293,7 +293,7 @@ async function renderDashboard() {
     const kpi = (label, value, sub, id) => h("div", { class: "card kpi", "data-testid": id }, h("div", { class: "label" }, label), h("div", { class: "value" }, value), h("div", { class: "sub" }, sub || "\u00a0"));
     const kpis = h("div", { class: "grid kpis" },
       kpi("Requests", num(t.requests), pct(t.errors, t.requests) + " errors", "kpi-requests"),
-      kpi("Tokens", compact(t.prompt_tokens + t.completion_tokens), compact(t.prompt_tokens) + " in · " + compact(t.completion_tokens) + " out", "kpi-tokens"),
+      kpi("Tokens", compact(t.prompt_tokens + t.completion_tokens), compact(t.prompt_tokens) + " in (" + compact(t.cached_tokens || 0) + " cached) · " + compact(t.completion_tokens) + " out", "kpi-tokens"),
       kpi("Cost", usd(t.cost_usd), "priced by the gateway", "kpi-cost"),
       kpi("Latency p50", msText(t.p50_ms), d.percentiles_approximate ? "weighted over models" : "end to end", "kpi-p50"),
       kpi("Latency p95", msText(t.p95_ms), d.percentiles_approximate ? "weighted over models" : "end to end", "kpi-p95"),
@@ -502,7 +502,7 @@ async function renderUsage() {
     if (g.includes("model")) cols.push(["Model", (r) => r.model, "mono"]);
     if (g.includes("backend")) cols.push(["Backend", (r) => r.backend]);
     const nums = [["Requests", (r) => num(r.requests)], ["Errors", (r) => num(r.errors)], ["Prompt tokens", (r) => num(r.prompt_tokens)],
-      ["Completion tokens", (r) => num(r.completion_tokens)], ["p50", (r) => msText(r.p50_latency_ms)], ["p95", (r) => msText(r.p95_latency_ms)], ["Cost", (r) => usd(r.cost_usd)]];
+      ["Cached tokens", (r) => num(r.cached_tokens || 0)], ["Completion tokens", (r) => num(r.completion_tokens)], ["p50", (r) => msText(r.p50_latency_ms)], ["p95", (r) => msText(r.p95_latency_ms)], ["Cost", (r) => usd(r.cost_usd)]];
     const tot = d.rows.reduce((a, r) => { a.requests += r.requests; a.errors += r.errors; a.prompt_tokens += r.prompt_tokens; a.completion_tokens += r.completion_tokens; a.cost_usd += r.cost_usd; return a; },
       { requests: 0, errors: 0, prompt_tokens: 0, completion_tokens: 0, cost_usd: 0 });
     out.replaceChildren(h("h2", {}, d.rows.length + " group" + (d.rows.length === 1 ? "" : "s") + " · " + num(tot.requests) + (tot.requests === 1 ? " request · " : " requests · ") + compact(tot.prompt_tokens + tot.completion_tokens) + " tokens · " + usd(tot.cost_usd)),
@@ -529,11 +529,11 @@ async function renderRequests() {
       h("td", {}, when(r.time)), h("td", {}, h("div", { class: "mono" }, r.model), h("div", { class: "muted small" }, r.backend)), h("td", {}, r.key_name || r.key_id),
       h("td", {}, r.endpoint + (r.stream ? " · stream" : "")),
       h("td", { class: "status-" + String(r.status)[0] }, r.status, r.error_type ? h("span", { class: "muted small" }, " " + r.error_type) : null),
-      h("td", { class: "num" }, num(r.prompt_tokens)), h("td", { class: "num" }, num(r.completion_tokens) + (r.estimated ? "*" : "")),
+      h("td", { class: "num" }, num(r.prompt_tokens)), h("td", { class: "num" }, num(r.cached_tokens || 0)), h("td", { class: "num" }, num(r.completion_tokens) + (r.estimated ? "*" : "")),
       h("td", { class: "num" }, msText(r.ttft_ms)), h("td", { class: "num" }, msText(r.latency_ms)),
       h("td", { class: "mono small muted ellipsis", title: (r.request_id ? r.request_id + "\n" : "") + "record " + r.id }, r.request_id || r.id)));
     out.replaceChildren(...[rows.length ? h("div", { class: "table-wrap" }, h("table", { "data-testid": "requests-table" },
-      h("thead", {}, h("tr", {}, ["Time", "Model · backend", "Key", "Endpoint", "Status", "Prompt", "Completion", "TTFT", "Latency", "Request id"].map((c, i) => h("th", { class: i >= 5 && i <= 8 ? "num" : null }, c)))),
+      h("thead", {}, h("tr", {}, ["Time", "Model · backend", "Key", "Endpoint", "Status", "Prompt", "Cached", "Completion", "TTFT", "Latency", "Request id"].map((c, i) => h("th", { class: i >= 5 && i <= 9 ? "num" : null }, c)))),
       h("tbody", {}, rows))) : h("div", { class: "empty" }, "No requests yet."),
       d.requests.some((r) => r.estimated) ? h("div", { class: "muted small" }, "* estimated locally: the backend did not report usage.") : null].filter(Boolean));
   };

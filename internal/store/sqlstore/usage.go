@@ -308,13 +308,13 @@ func Summary(ctx context.Context, db *sql.DB, d Dialect, f usage.Filter) ([]usag
 	dims := make([]string, n)
 	if hStart < hEnd {
 		args := append([]any{hStart, hEnd}, fargs...)
-		q := `SELECT ` + strings.Join(rollCols, ", ") + `, requests, errors, prompt_tokens, completion_tokens, estimated, cost_usd, latency
+		q := `SELECT ` + strings.Join(rollCols, ", ") + `, requests, errors, prompt_tokens, cached_tokens, completion_tokens, estimated, cost_usd, latency
 			FROM usage_hourly WHERE hour >= ? AND hour < ?` + filt
-		var req, errs, pt, ct, est int64
+		var req, errs, pt, cached, ct, est int64
 		var cost float64
 		var hist []byte
-		err := scanRows(ctx, db, d.Q(q), args, dims, []any{&req, &errs, &pt, &ct, &est, &cost, &hist}, func() {
-			sb.AddRollup(dims, req, errs, pt, ct, est, cost, hist)
+		err := scanRows(ctx, db, d.Q(q), args, dims, []any{&req, &errs, &pt, &cached, &ct, &est, &cost, &hist}, func() {
+			sb.AddRollup(dims, req, errs, pt, cached, ct, est, cost, hist)
 		})
 		if err != nil {
 			return nil, err
@@ -331,13 +331,13 @@ func Summary(ctx context.Context, db *sql.DB, d Dialect, f usage.Filter) ([]usag
 		if rg[0] >= rg[1] {
 			continue
 		}
-		q := `SELECT ` + strings.Join(rawCols, ", ") + `, latency_us, status, prompt_tokens, completion_tokens, cost_usd, estimated
+		q := `SELECT ` + strings.Join(rawCols, ", ") + `, latency_us, status, prompt_tokens, cached_tokens, completion_tokens, cost_usd, estimated
 			FROM usage WHERE ts >= ? AND ts < ?` + filt
 		args := append([]any{rg[0], rg[1]}, fargs...)
-		var lat, status, pt, ct, est int64
+		var lat, status, pt, cached, ct, est int64
 		var cost float64
-		err := scanRows(ctx, db, d.Q(q), args, dims, []any{&lat, &status, &pt, &ct, &cost, &est}, func() {
-			sb.AddRecord(dims, lat, status, pt, ct, cost, est != 0)
+		err := scanRows(ctx, db, d.Q(q), args, dims, []any{&lat, &status, &pt, &cached, &ct, &cost, &est}, func() {
+			sb.AddRecord(dims, lat, status, pt, cached, ct, cost, est != 0)
 		})
 		if err != nil {
 			return nil, err

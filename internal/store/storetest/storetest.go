@@ -189,7 +189,7 @@ func records(n int, end time.Time, span time.Duration, prefix string) []usage.Re
 		out[i] = usage.Record{
 			ID: fmt.Sprintf("%s-%d", prefix, i), Time: end.Add(-span + time.Duration(i)*span/time.Duration(n)),
 			KeyID: []string{"key_a", "key_b", "master"}[i%3], Model: []string{"qwen", "llama"}[i%2], Backend: []string{"vllm", "sglang"}[i%5/3],
-			Endpoint: "chat", Status: []int{200, 200, 200, 429, 502}[i%5], PromptTokens: 10 + i%7, CompletionTokens: 20 + i%11,
+			Endpoint: "chat", Status: []int{200, 200, 200, 429, 502}[i%5], PromptTokens: 10 + i%7, CachedTokens: i % 5, CompletionTokens: 20 + i%11,
 			Latency: time.Duration(1000+37*i%9000) * time.Microsecond, CostUSD: float64(i%4) * 0.001, Estimated: i%13 == 0,
 		}
 	}
@@ -228,9 +228,9 @@ func testUsageExactlyOnce(t *testing.T, s Store) {
 }
 
 type want struct {
-	req, errs, pt, ct, est int64
-	cost                   float64
-	lats                   []int64
+	req, errs, pt, cached, ct, est int64
+	cost                           float64
+	lats                           []int64
 }
 
 func testSummaryMatchesRaw(t *testing.T, s Store) {
@@ -258,6 +258,7 @@ func testSummaryMatchesRaw(t *testing.T, s Store) {
 			w.errs++
 		}
 		w.pt += int64(r.PromptTokens)
+		w.cached += int64(r.CachedTokens)
 		w.ct += int64(r.CompletionTokens)
 		if r.Estimated {
 			w.est++
@@ -277,7 +278,7 @@ func testSummaryMatchesRaw(t *testing.T, s Store) {
 		if w == nil {
 			t.Fatalf("unexpected row %+v", r)
 		}
-		if r.Requests != w.req || r.Errors != w.errs || r.PromptTokens != w.pt || r.CompletionTokens != w.ct || r.Estimated != w.est ||
+		if r.Requests != w.req || r.Errors != w.errs || r.PromptTokens != w.pt || r.CachedTokens != w.cached || r.CompletionTokens != w.ct || r.Estimated != w.est ||
 			math.Abs(r.CostUSD-w.cost) > 1e-9 {
 			t.Fatalf("row %s/%s = %+v, want %+v", r.KeyID, r.Backend, r, *w)
 		}
