@@ -68,7 +68,8 @@ type Redis struct {
 	live     atomic.Int64 // replicas alive at the last heartbeat
 	ledger   atomic.Pointer[func(context.Context) ([]BudgetSeed, error)]
 	rates    atomic.Pointer[func(context.Context, time.Time) ([]RateSeed, error)]
-	inflight map[string]*inflightRate // scope ID -> this replica's requests in flight (mu)
+	inflight map[string]*inflightRate // scope ID -> this replica's use the ledger may not have (mu)
+	keepFrom int64                    // start of a running resync's window of finished requests, Unix ns (mu)
 	resyncMu sync.Mutex
 	resyncCh chan struct{} // closed when the running resync ends
 	failLog  bool          // the last resync failure was logged (resyncMu)
@@ -243,7 +244,7 @@ func (r *Redis) Acquire(ctx context.Context, req Request) (Lease, Decision, erro
 			l, d := r.fb.Load().acquire(r, req)
 			r.gate.RUnlock()
 			if d.Allowed {
-				r.trackRates(&req.Scopes, req.N, req.Tokens, 1)
+				r.trackAdmit(&req.Scopes, req.N, req.Tokens)
 			}
 			return l, d, nil
 		}
@@ -259,7 +260,7 @@ func (r *Redis) Acquire(ctx context.Context, req Request) (Lease, Decision, erro
 			}
 		case !stale:
 			if d.Allowed {
-				r.trackRates(&req.Scopes, req.N, req.Tokens, 1)
+				r.trackAdmit(&req.Scopes, req.N, req.Tokens)
 			}
 			return l, d, nil
 		case try >= 2:
@@ -395,7 +396,7 @@ func (r *Redis) forget(member string) {
 // counter when this replica resyncs.
 func (r *Redis) Release(ctx context.Context, l Lease, actualTokens, actualCostNanos int64) error {
 	r.forget(l.member)
-	r.trackRates(&l.Scopes, l.N, l.Tokens, -1)
+	r.trackDone(&l.Scopes, l.N, l.Tokens, actualTokens, time.Now().UnixNano())
 	r.gate.RLock()
 	r.settleLocal(&l)
 	if l.fb != nil {

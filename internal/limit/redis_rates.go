@@ -8,17 +8,27 @@ package limit
 // measured 138 requests in 20 s across a restart). So every resync also
 // rebuilds the RPM and TPM buckets of the scopes that were used in the last
 // minute, from the ledger (SetRates: what each scope used, second by
-// second, as the ledger has it) and from this replica's requests in flight,
-// which the ledger does not have yet.
+// second, as the ledger has it) and from what this replica used that the
+// ledger may not have yet: its requests in flight, and those that finished
+// in the last holdFor. The ledger writes a finished request's record a
+// moment after its lease is released (every 50 ms, in batches), so a
+// restart just after a burst finds the burst's end in neither the ledger
+// nor the requests in flight; nor would it find requests that finish while
+// the resync reads the ledger. Finished requests are kept in two slots of
+// holdFor per scope, and a resync keeps every one that finished from
+// holdFor before its ledger read on until it has used them. Those the
+// ledger already has are counted twice, which errs towards refusing: a
+// restart costs a scope at most two seconds of this replica's use.
 //
 // The rebuilt level is a lower bound of what the bucket holds: the bucket
 // is replayed from empty a minute ago (it refills completely in a minute,
 // so a bucket idle for that minute is full again), each second's use taken
-// at the end of its second, and requests in flight taken now. A level
-// never goes below zero in the replay (RPM buckets cannot; TPM buckets in
-// debt are treated as empty). The script lowers a bucket to that level and
-// never raises one, so replicas resyncing in any order, and a resync of
-// buckets Redis kept, only correct counts that are too generous.
+// at the end of its second, and this replica's own use (in flight and just
+// finished) taken now. A level never goes below zero in the replay (RPM
+// buckets cannot; TPM buckets in debt are treated as empty). The script
+// lowers a bucket to that level and never raises one, so replicas
+// resyncing in any order, and a resync of buckets Redis kept, only correct
+// counts that are too generous.
 
 import (
 	"context"
@@ -48,18 +58,79 @@ type RateSeed struct {
 
 // SetRates gives the limiter the ledger's last minute of every
 // rate-limited scope, read at every resync (after a Redis restart or
-// outage). Without it a resync leaves the RPM and TPM buckets as Redis has
-// them (full, after a restart).
+// outage). Without it a resync lowers the RPM and TPM buckets only by what
+// this replica has in flight or finished in the last holdFor (after a
+// restart the others start full).
 func (r *Redis) SetRates(fn func(ctx context.Context, since time.Time) ([]RateSeed, error)) {
 	r.rates.Store(&fn)
 }
 
-// inflightRate is this replica's requests in flight under one rate scope.
-type inflightRate struct{ requests, tokens int64 }
+// FinishedCountedFor is how long before a resync's ledger read a request
+// this replica finished may still be counted by the replica itself (holdFor,
+// in whole slots): one that finished earlier counts only as the ledger has
+// it.
+const FinishedCountedFor = 2 * holdFor
 
-// trackRates counts an admitted request (sign 1) or a finished one (-1)
-// under each of its rate-limited scopes.
-func (r *Redis) trackRates(scopes *[MaxScopes]Scope, n int, tokens, sign int64) {
+// inflightRate is this replica's use of one rate scope that the ledger may
+// not have yet: its requests in flight (their estimates) and those that
+// finished lately (what they settled).
+type inflightRate struct {
+	requests, tokens int64
+	// rpm and tpm are the scope's limits as of its last admission, for a
+	// resync that finds nothing of the scope in the ledger.
+	rpm, tpm int64
+	// done[0] is what finished in time slot slot (Unix ns / holdFor);
+	// done[1] is what finished before it that a resync may still need.
+	done [2]rateUse
+	slot int64
+}
+
+// rateUse is a number of requests and their tokens.
+type rateUse struct{ requests, tokens int64 }
+
+func (u rateUse) plus(v rateUse) rateUse {
+	return rateUse{sat.Add(u.requests, v.requests), sat.Add(u.tokens, v.tokens)}
+}
+
+// finish counts a request that finished at (Unix ns) having settled
+// tokens. keep (Unix ns, 0 = none) is where the window of a resync that is
+// reading the ledger begins: until it is done, nothing that finished after
+// keep is dropped.
+func (f *inflightRate) finish(at, keep, tokens int64) {
+	h := int64(holdFor)
+	if s := at / h; s > f.slot {
+		p := f.slot
+		switch {
+		case keep > 0 && p*h > keep: // done[1] may hold some of the window
+			f.done[1] = f.done[1].plus(f.done[0])
+		case s == p+1 || keep > 0 && (p+1)*h > keep:
+			f.done[1] = f.done[0]
+		default:
+			f.done[1] = rateUse{}
+		}
+		f.done[0], f.slot = rateUse{}, s
+	}
+	f.done[0] = f.done[0].plus(rateUse{1, tokens})
+}
+
+// finishedSince returns what finished since from (Unix ns), and perhaps
+// some of the holdFor before it (slots count whole). Nothing that finished
+// since from is missing if every finish from holdFor after from on was
+// told keep = from: a resync that reads the ledger at from + holdFor.
+func (f *inflightRate) finishedSince(from int64) rateUse {
+	h := int64(holdFor)
+	switch {
+	case (f.slot+1)*h <= from:
+		return rateUse{}
+	case f.slot*h <= from:
+		return f.done[0]
+	}
+	return f.done[0].plus(f.done[1])
+}
+
+// trackAdmit counts an admitted request under each of its rate-limited
+// scopes.
+func (r *Redis) trackAdmit(scopes *[MaxScopes]Scope, n int, tokens int64) {
 	r.mu.Lock()
 	for i := 0; i < n; i++ {
 		s := &scopes[i]
@@ -73,16 +144,54 @@ func (r *Redis) trackRates(scopes *[MaxScopes]Scope, n int, tokens, sign int64) 
 		}
 		// An entry at zero stays (no allocation per request); resyncs drop
 		// the idle ones.
-		f.requests += sign
-		f.tokens = sat.Add(f.tokens, sign*tokens)
+		f.requests++
+		f.tokens = sat.Add(f.tokens, tokens)
+		f.rpm, f.tpm = s.RPM, s.TPM
 	}
 	r.mu.Unlock()
 }
 
+// trackDone moves a request that finished at (Unix ns), which reserved
+// estimate and settled actual tokens, from in flight to finished under each
+// of its rate-limited scopes.
+func (r *Redis) trackDone(scopes *[MaxScopes]Scope, n int, estimate, actual, at int64) {
+	r.mu.Lock()
+	for i := 0; i < n; i++ {
+		s := &scopes[i]
+		if s.RPM <= 0 && s.TPM <= 0 {
+			continue
+		}
+		f := r.inflight[s.ID]
+		if f == nil { // not expected: resyncs drop only idle entries
+			f = &inflightRate{rpm: s.RPM, tpm: s.TPM}
+			r.inflight[s.ID] = f
+		} else {
+			f.requests--
+			f.tokens = sat.Add(f.tokens, -estimate)
+		}
+		f.finish(at, r.keepFrom, max(0, actual))
+	}
+	r.mu.Unlock()
+}
+
+// keepFinished marks the start of a resync's ledger read at t (zero: the
+// resync is done) and returns where its window of finished requests
+// begins: holdFor before the read, for the ledger to have written them.
+func (r *Redis) keepFinished(t time.Time) int64 {
+	var from int64
+	if !t.IsZero() {
+		from = t.Add(-holdFor).UnixNano()
+	}
+	r.mu.Lock()
+	r.keepFrom = from
+	r.mu.Unlock()
+	return from
+}
+
 // replayLevel returns the level of a bucket of the given limit at now,
 // replayed from empty a minute before now through the uses (each taken by
-// take) and, at now, what is in flight.
-func replayLevel(limit int64, now time.Time, uses []Use, take func(Use) int64, inflight int64) float64 {
+// take) and, at now, what this replica used that the ledger may not have.
+func replayLevel(limit int64, now time.Time, uses []Use, take func(Use) int64, local int64) float64 {
 	sort.Slice(uses, func(i, j int) bool { return uses[i].At.Before(uses[j].At) })
 	level, at := 0.0, now.Add(-time.Minute).UnixNano()
 	for _, u := range uses {
@@ -92,7 +201,7 @@ func replayLevel(limit int64, now time.Time, uses []Use, take func(Use) int64, i
 		level = max(0, level-float64(take(u)))
 	}
 	level = refill(level, at, now.UnixNano(), limit)
-	return max(0, level-float64(inflight))
+	return max(0, level-float64(local))
 }
 
 // rateItem is one scope's buckets to lower at a resync (-1: no bucket).
@@ -102,34 +211,44 @@ type rateItem struct {
 	rl, tl   float64
 }
 
-// rateItems turns the ledger's seeds and this replica's requests in flight
-// into levels; r.mu must not be held.
-func (r *Redis) rateItems(seeds []RateSeed, now time.Time) []rateItem {
+// rateItems turns the ledger's seeds and what this replica used that the
+// ledger may not have (in flight, and finished since from, Unix ns) into
+// levels; r.mu must not be held. A scope the ledger has nothing of is
+// rebuilt from this replica's use alone.
+func (r *Redis) rateItems(seeds []RateSeed, now time.Time, from int64) []rateItem {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	local := make(map[string]rateUse, len(r.inflight))
 	for id, f := range r.inflight {
-		if f.requests <= 0 {
+		u := rateUse{max(0, f.requests), max(0, f.tokens)}.plus(f.finishedSince(from))
+		if u == (rateUse{}) {
 			delete(r.inflight, id)
-		}
-	}
-	out := make([]rateItem, 0, len(seeds))
-	for i := range seeds {
-		s := &seeds[i]
-		if s.RPM <= 0 && s.TPM <= 0 {
 			continue
 		}
-		var in inflightRate
-		if f := r.inflight[s.ScopeID]; f != nil {
-			in = *f
+		local[id] = u
+	}
+	out := make([]rateItem, 0, len(seeds)+len(local))
+	item := func(id string, rpm, tpm int64, uses []Use) {
+		u := local[id]
+		delete(local, id)
+		it := rateItem{key: r.prefix + "rate:" + id, rpm: rpm, tpm: tpm, rl: -1, tl: -1}
+		if rpm > 0 {
+			it.rl = replayLevel(rpm, now, uses, func(u Use) int64 { return u.Requests }, u.requests)
 		}
-		it := rateItem{key: r.prefix + "rate:" + s.ScopeID, rpm: s.RPM, tpm: s.TPM, rl: -1, tl: -1}
-		if s.RPM > 0 {
-			it.rl = replayLevel(s.RPM, now, s.Uses, func(u Use) int64 { return u.Requests }, in.requests)
-		}
-		if s.TPM > 0 {
-			it.tl = replayLevel(s.TPM, now, s.Uses, func(u Use) int64 { return u.Tokens }, in.tokens)
+		if tpm > 0 {
+			it.tl = replayLevel(tpm, now, uses, func(u Use) int64 { return u.Tokens }, u.tokens)
 		}
 		out = append(out, it)
+	}
+	for i := range seeds {
+		if s := &seeds[i]; s.RPM > 0 || s.TPM > 0 {
+			item(s.ScopeID, s.RPM, s.TPM, s.Uses)
+		}
+	}
+	for id := range local {
+		if f := r.inflight[id]; f.rpm > 0 || f.tpm > 0 {
+			item(id, f.rpm, f.tpm, nil)
+		}
 	}
 	return out
 }

@@ -25,8 +25,9 @@ package limit
 // only grows, so the result does not depend on the order in which replicas
 // resync, and reservations in flight are not lost.
 // Rate buckets (RPM, TPM) of the scopes used in the last minute are rebuilt
-// from the ledger's last minute and this replica's requests in flight (see
-// redis_rates.go), so a restart hands out no fresh minute.
+// from the ledger's last minute and what this replica used that the ledger
+// may not have yet: its requests in flight and those that finished in the
+// last holdFor (see redis_rates.go), so a restart hands out no fresh minute.
 //
 // Outages. A script that fails (connection refused, time-out) switches the
 // replica to its local fallback (fallback.go) - or, with FailOpen, to no
@@ -338,7 +339,9 @@ type resyncItem struct {
 // finds them in the ledger's figure and clears the field. Until then they
 // may be counted twice, which errs towards refusing. (Records that take
 // longer, held in the spool while the database is away, are counted again
-// by the periodic seeding once written.)
+// by the periodic seeding once written.) For the same reason a resync
+// counts the requests this replica finished in the holdFor before it read
+// the ledger's last minute into the rebuilt rate buckets.
 const holdFor = time.Second
 
 func (r *Redis) doResync(why string) error {
@@ -385,6 +388,10 @@ func (r *Redis) doResync(why string) error {
 		seeds = s
 	}
 	var rateSeeds []RateSeed
+	// Requests that finish from a moment before this read on may be
+	// missing from it: this replica counts them itself.
+	from := r.keepFinished(time.Now())
+	defer r.keepFinished(time.Time{})
 	if fn := r.rates.Load(); fn != nil {
 		s, err := (*fn)(ctx, time.Now().Add(-time.Minute))
 		if err != nil {
@@ -466,7 +473,7 @@ func (r *Redis) doResync(why string) error {
 		cmds = append(cmds, seedScript.Eval(ctx, pipe, []string{r.epochKey(), it.key, r.replicasKey()},
 			ep, it.ledger, r.rfield, it.inUse, r.ufield, it.unsynced, "1", int64(it.ttl/time.Second)))
 	}
-	rateItems := r.rateItems(rateSeeds, now)
+	rateItems := r.rateItems(rateSeeds, now, from)
 	for _, it := range rateItems {
 		cmds = append(cmds, rateSeedScript.Eval(ctx, pipe, []string{r.epochKey(), it.key}, ep, it.rpm, it.tpm, it.rl, it.tl))
 	}

@@ -478,19 +478,24 @@ func (r *ratesStub) read(context.Context, time.Time) ([]limit.RateSeed, error) {
 // After Redis restarted empty, the RPM bucket is rebuilt from the ledger's
 // last minute and from this replica's requests in flight (which the
 // ledger does not have yet): a key that used its minute gets no fresh one.
+// The finished requests were served by a replica that has left since, so
+// only the ledger knows them.
 func TestRedis_RestartEmptyRebuildsRateBucketsFromTheLedgerAndRequestsInFlight(t *testing.T) {
 	url, prefix := testenv.Redis(t)
 	cleanPrefix(t, url, prefix)
-	a, _ := replica(t, url, prefix, limit.RedisOptions{Heartbeat: 200 * time.Millisecond}, &ledgerStub{})
+	opt := limit.RedisOptions{Heartbeat: 200 * time.Millisecond, Replicas: 1}
+	a, _ := replica(t, url, prefix, opt, &ledgerStub{})
+	gone, _ := replica(t, url, prefix, opt, &ledgerStub{})
 	rates := &ratesStub{}
 	a.SetRates(rates.read)
 	ctx := context.Background()
 	s := limit.Scope{ID: "key:rpm60", RPM: 60}
 	for i := 0; i < 40; i++ { // finished: in the ledger
-		if err := a.Release(ctx, mustAcquire(t, a, req(s)), 10, 0); err != nil {
+		if err := gone.Release(ctx, mustAcquire(t, gone, req(s)), 10, 0); err != nil {
 			t.Fatal(err)
 		}
 	}
+	gone.Close()
 	var inFlight []limit.Lease
 	for i := 0; i < 20; i++ { // admitted, not finished: not in the ledger
 		inFlight = append(inFlight, mustAcquire(t, a, req(s)))
