@@ -362,7 +362,7 @@ var GatewayDecidedFields = []string{"model", "stream", "stream_options", "max_to
 
 var knownKeys = map[string][]string{
 	"":                {"listen", "database", "max_body_bytes", "log_format", "max_connections", "tls_cert_file", "tls_key_file", "backends", "models", "redis", "redis_prefix", "redis_fail_open", "redis_replicas", "retention", "responses_ttl", "store_responses", "spool_dir", "spool_fsync", "shutdown_timeout", "routing"},
-	"routing":         {"retry_backoff", "circuit_breaker"},
+	"routing":         {"retry_backoff", "circuit_breaker", "engine_metrics_interval", "load_factor", "prefix_cache_tokens", "session_header"},
 	"circuit_breaker": {"enabled", "consecutive_failures", "failure_rate", "min_requests", "half_life", "open_for", "open_max", "timeout_weight", "rate_limit_wait", "rate_limit_max"},
 	"backend": {"url", "api_key", "dialect", "headers", "connect_timeout", "first_byte_timeout", "timeout", "ca_file", "client_cert_file", "client_key_file", "tls_skip_verify",
 		"idle_timeout", "provider", "engine", "health_check", "drop_params"},

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"reflect"
+	"slices"
 	"strings"
 	"time"
 
@@ -17,6 +18,26 @@ const (
 	BalanceLeastOutstanding = "least_outstanding"
 	BalanceWeightedRandom   = "weighted_random"
 	BalanceLowestLatency    = "lowest_latency"
+	// BalanceCacheAware prefers the deployment holding the longest prefix
+	// of the request's prompt, within a load bound (engine metrics, else
+	// requests in flight).
+	BalanceCacheAware = "cache_aware"
+	// BalanceLeastLoad prefers the least loaded engine by its own
+	// metrics (requests waiting and running), else by requests in flight.
+	BalanceLeastLoad = "least_load"
+	// BalanceSession pins a conversation (a session header, the user
+	// field, Anthropic metadata.user_id) to one deployment.
+	BalanceSession = "session"
+)
+
+// Balancings lists the balancing strategies a model may name.
+var Balancings = []string{BalanceLeastOutstanding, BalanceWeightedRandom, BalanceLowestLatency, BalanceCacheAware, BalanceLeastLoad, BalanceSession}
+
+// Defaults of the engine-aware balancing settings.
+const (
+	DefaultEngineMetricsInterval = time.Second
+	DefaultLoadFactor            = 1.25
+	DefaultSessionHeader         = "X-Session-Id"
 )
 
 // Default active health check settings.
@@ -215,10 +236,8 @@ func (c *Config) validateRouting(m *Model, key string, backendNames []string) er
 			return le(d.line, dk+".priority", "must be 0 or more (0 is tried first), not %d", d.Priority)
 		}
 	}
-	switch m.Balancing {
-	case BalanceLeastOutstanding, BalanceWeightedRandom, BalanceLowestLatency:
-	default:
-		return le(m.line, key+".balancing", "must be least_outstanding, weighted_random or lowest_latency, not %q", m.Balancing)
+	if !slices.Contains(Balancings, m.Balancing) {
+		return le(m.line, key+".balancing", "must be one of %s, not %q%s", strings.Join(Balancings, ", "), m.Balancing, didYouMean(m.Balancing, Balancings))
 	}
 	var modelNames []string // candidates for "did you mean", not the model itself
 	for _, n := range sortedKeys(c.Models) {
@@ -308,6 +327,21 @@ type Routing struct {
 	// doubled per attempt with jitter (default 20ms).
 	RetryBackoff   Duration       `yaml:"retry_backoff"`
 	CircuitBreaker CircuitBreaker `yaml:"circuit_breaker"`
+	// EngineMetricsInterval is how often the /metrics of engines behind
+	// cache_aware and least_load models are read (default 1s); a reading
+	// older than three intervals is not used.
+	EngineMetricsInterval Duration `yaml:"engine_metrics_interval"`
+	// LoadFactor bounds cache_aware's affinity: a deployment keeps the
+	// requests whose prefix it holds while its load stays within this
+	// many times its share of the group's load (default 1.25; at least 1).
+	LoadFactor float64 `yaml:"load_factor"`
+	// PrefixCacheTokens is the KV-cache capacity, in tokens, assumed per
+	// engine when it does not report its own; it sizes the record of the
+	// prefixes sent there (default 262144).
+	PrefixCacheTokens int `yaml:"prefix_cache_tokens"`
+	// SessionHeader names the request header whose value pins a
+	// conversation under session balancing (default X-Session-Id).
+	SessionHeader string `yaml:"session_header"`
 }
 
 // CircuitBreaker configures the per-deployment breakers (router.BreakerConfig).
@@ -381,6 +415,18 @@ func (r *Routing) validate(source string) error {
 	}
 	if cb.OpenFor > 0 && cb.OpenMax > 0 && cb.OpenMax < cb.OpenFor {
 		return le("circuit_breaker.open_max", "(%s) must be at least open_for (%s)", time.Duration(cb.OpenMax), time.Duration(cb.OpenFor))
+	}
+	if r.EngineMetricsInterval < 0 {
+		return le("engine_metrics_interval", "must not be negative")
+	}
+	if i := time.Duration(r.EngineMetricsInterval); i > 0 && i < 100*time.Millisecond {
+		return le("engine_metrics_interval", "%s would read every engine's /metrics more than ten times a second; use 1s or so", i)
+	}
+	if r.LoadFactor != 0 && r.LoadFactor < 1 {
+		return le("load_factor", "must be at least 1 (1 allows no imbalance, 1.25 is the default), not %v", r.LoadFactor)
+	}
+	if r.PrefixCacheTokens < 0 {
+		return le("prefix_cache_tokens", "must not be negative (0 keeps the default, 262144)")
 	}
 	if time.Duration(r.RetryBackoff) > 10*time.Second {
 		return le("retry_backoff", "%s is longer than a client will wait between attempts; use milliseconds, like 50ms", time.Duration(r.RetryBackoff))

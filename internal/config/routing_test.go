@@ -67,7 +67,7 @@ func TestLoad_RoutingErrorsNameKeyAndLine(t *testing.T) {
 		{"both forms", "backends:\n  a: {url: http://x}\nmodels:\n  m: {backend: a, deployments: [{backend: a}]}\n", `models.m: set backend: or deployments:, not both`},
 		{"unknown fallback", "backends:\n  a: {url: http://x}\nmodels:\n  mm: {backend: a}\n  m: {backend: a, fallbacks: [mn]}\n", `x.yaml:5: models.m.fallbacks: unknown model "mn" (did you mean "mm"?)`},
 		{"self fallback", "backends:\n  a: {url: http://x}\nmodels:\n  m: {backend: a, fallbacks: [m]}\n", `cannot fall back to itself`},
-		{"bad balancing", "backends:\n  a: {url: http://x}\nmodels:\n  m: {backend: a, balancing: round_robin}\n", `models.m.balancing: must be least_outstanding, weighted_random or lowest_latency`},
+		{"bad balancing", "backends:\n  a: {url: http://x}\nmodels:\n  m: {backend: a, balancing: round_robin}\n", `models.m.balancing: must be one of least_outstanding, weighted_random, lowest_latency, cache_aware, least_load, session, not "round_robin"`},
 		{"negative weight", "backends:\n  a: {url: http://x}\nmodels:\n  m: {deployments: [{backend: a, weight: -1}]}\n", `weight: must be positive`},
 		{"unknown provider", "backends:\n  a: {provider: deepsek, api_key: k}\n", `x.yaml:2: backends.a.provider: unknown provider "deepsek" (did you mean "deepseek"?)`},
 		{"provider without key", "backends:\n  a: {provider: groq}\n", `backends.a.api_key: provider groq needs an API key: set GROQ_API_KEY or api_key`},

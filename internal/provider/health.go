@@ -47,16 +47,7 @@ func (b *Backend) Probe(ctx context.Context, probeURL string) error {
 	if err != nil {
 		return err
 	}
-	if b.apiKey != "" {
-		if b.Dialect == "anthropic" {
-			req.Header.Set("X-Api-Key", b.apiKey)
-		} else {
-			req.Header.Set("Authorization", "Bearer "+b.apiKey)
-		}
-	}
-	for k, v := range b.headers {
-		req.Header.Set(k, v)
-	}
+	b.Authorize(req)
 	resp, err := b.client.Do(req)
 	if err != nil {
 		return b.Classify(ctx, err)

@@ -173,7 +173,7 @@ func (rl *Relay) Serve(w http.ResponseWriter, r *http.Request, c *Call) {
 	}
 	var final Result
 	attempts := 0
-	err := c.Table.Forward(ctx, c.route, func(ctx context.Context, dep router.Deployment) (bool, error) {
+	err := c.Table.ForwardHint(ctx, c.route, c.routingHint(r), func(ctx context.Context, dep router.Deployment) (bool, error) {
 		attempts++
 		final = rl.attempt(ctx, w, c, dep, attempts)
 		return final.Committed, final.routerErr()

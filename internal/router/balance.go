@@ -10,7 +10,7 @@ import (
 // them: priority groups first to last, and within a group the balancing
 // strategy's preference. It allocates nothing for up to maxAttempts
 // deployments.
-func (t *Table) order(r *Route, buf []int) []int {
+func (t *Table) order(r *Route, buf []int, hint *Hint) []int {
 	deps := r.Deployments
 	for start := 0; start < len(deps); {
 		end := start + 1
@@ -27,6 +27,10 @@ func (t *Table) order(r *Route, buf []int) []int {
 			weightedShuffle(deps, group)
 		case config.BalanceLowestLatency:
 			byLatency(deps, group)
+		case config.BalanceCacheAware, config.BalanceLeastLoad, config.BalanceSession:
+			if len(group) > 1 {
+				t.orderFleet(r, group, hint)
+			}
 		default:
 			byOutstanding(deps, group)
 		}

@@ -31,6 +31,12 @@ const maxAttempts = 8
 // byte ends the request. The error returned is the one the client should
 // see when nothing served it.
 func (t *Table) Forward(ctx context.Context, route *Route, attempt Attempt) error {
+	return t.ForwardHint(ctx, route, Hint{}, attempt)
+}
+
+// ForwardHint is Forward for a request whose prefix hashes or session key
+// the route's balancing reads (Route.WantsPrefix, Route.WantsSession).
+func (t *Table) ForwardHint(ctx context.Context, route *Route, hint Hint, attempt Attempt) error {
 	if len(route.Deployments) == 1 && len(route.fallbacks) == 0 {
 		// The common single-deployment route: no ordering, no retries.
 		d := route.Deployments[0]
@@ -38,7 +44,7 @@ func (t *Table) Forward(ctx context.Context, route *Route, attempt Attempt) erro
 		if !ok {
 			return t.unavailable(route)
 		}
-		_, err, _ := t.try(ctx, route, d, probe, attempt)
+		_, err, _ := t.try(ctx, route, d, probe, &hint, attempt)
 		return err
 	}
 	var (
@@ -56,7 +62,7 @@ func (t *Table) Forward(ctx context.Context, route *Route, attempt Attempt) erro
 				t.log().Info("every deployment failed; trying the fallback model", "model", route.Model, "fallback", r.Model, "attempts", attempts)
 			}
 		}
-		order := t.order(r, buf[:0])
+		order := t.order(r, buf[:0], &hint)
 		for _, i := range order {
 			if attempts == maxAttempts {
 				break
@@ -74,7 +80,7 @@ func (t *Table) Forward(ctx context.Context, route *Route, attempt Attempt) erro
 					return lastErr
 				}
 			}
-			committed, err, retry := t.try(ctx, r, d, probe, attempt)
+			committed, err, retry := t.try(ctx, r, d, probe, &hint, attempt)
 			tried[attempts], codes[attempts] = d.Backend.Name, errCode(err)
 			attempts++
 			if err == nil || committed || !retry {
@@ -94,9 +100,14 @@ func (t *Table) Forward(ctx context.Context, route *Route, attempt Attempt) erro
 
 // try runs one attempt and settles the deployment's breaker. retry reports
 // whether another deployment may be tried.
-func (t *Table) try(ctx context.Context, r *Route, d Deployment, probe bool, attempt Attempt) (committed bool, err error, retry bool) {
+func (t *Table) try(ctx context.Context, r *Route, d Deployment, probe bool, hint *Hint, attempt Attempt) (committed bool, err error, retry bool) {
+	if len(hint.Prefix) > 0 && r.WantsPrefix() {
+		t.remember(d, hint.Prefix)
+	}
 	d.s.outstanding.Add(1)
+	d.s.be.inflight.Add(1)
 	committed, err = attempt(ctx, d)
+	d.s.be.inflight.Add(-1)
 	d.s.outstanding.Add(-1)
 	o, retryAfter := classify(ctx, err)
 	if o == outcomeSuccess && !probe && err == nil && d.s.br.fastSuccess(t.opt.Now()) {

@@ -19,6 +19,7 @@ import (
 
 	"llmgate/internal/apierror"
 	"llmgate/internal/config"
+	"llmgate/internal/fleet"
 	"llmgate/internal/provider"
 	"llmgate/internal/translate"
 )
@@ -104,6 +105,11 @@ type Table struct {
 	deps     map[string]*depState
 	opt      Options
 	breaker  *BreakerConfig
+	// loadFactor bounds cache_aware's affinity; cacheTokens is the KV
+	// capacity assumed for an engine that does not report its own.
+	loadFactor    float64
+	cacheTokens   int
+	sessionHeader string
 
 	mu          sync.Mutex
 	transferred map[string]bool // backends handed to a newer table
@@ -121,6 +127,11 @@ type backendState struct {
 	checkAt  time.Time
 	stop     context.CancelFunc
 	done     chan struct{}
+	// inflight counts this gateway's requests in flight to the backend,
+	// over every deployment on it; scraper reads the engine's /metrics
+	// (nil when no engine-aware model uses the backend).
+	inflight atomic.Int64
+	scraper  *fleet.Scraper
 }
 
 // depState is the live state of one deployment (backend + upstream model).
@@ -129,6 +140,10 @@ type depState struct {
 	br          *breaker
 	outstanding atomic.Int64
 	latency     atomic.Int64 // EWMA of time to headers, ns
+	// rec remembers the prefix blocks sent to the deployment (cache_aware);
+	// id identifies it for session affinity.
+	rec *fleet.Record
+	id  uint64
 }
 
 // allow reports whether the deployment may take a request now.
@@ -161,6 +176,15 @@ func NewWithOptions(cfg *config.Config, opt Options) *Table {
 	t := &Table{routes: map[string]*Route{}, backends: map[string]*provider.Backend{},
 		bstates: map[string]*backendState{}, deps: map[string]*depState{}, opt: opt, transferred: map[string]bool{}}
 	t.breaker = &t.opt.Breaker
+	t.loadFactor = cfg.Routing.LoadFactor
+	if t.loadFactor < 1 {
+		t.loadFactor = config.DefaultLoadFactor
+	}
+	t.cacheTokens = cfg.Routing.PrefixCacheTokens
+	t.sessionHeader = cfg.Routing.SessionHeader
+	if t.sessionHeader == "" {
+		t.sessionHeader = config.DefaultSessionHeader
+	}
 	for name, b := range cfg.Backends {
 		settings := *b
 		if prev != nil {
@@ -198,6 +222,17 @@ func NewWithOptions(cfg *config.Config, opt Options) *Table {
 		if r.Balancing == "" {
 			r.Balancing = config.BalanceLeastOutstanding
 		}
+		if engineAware(r.Balancing) {
+			interval := time.Duration(cfg.Routing.EngineMetricsInterval)
+			if interval <= 0 {
+				interval = config.DefaultEngineMetricsInterval
+			}
+			for _, d := range r.Deployments {
+				if st := d.s.be; scrapesMetrics(st.b) {
+					t.startScraper(st, interval)
+				}
+			}
+		}
 		t.routes[name] = r
 		t.names = append(t.names, name)
 	}
@@ -225,7 +260,8 @@ func (t *Table) depState(prev *Table, backend, upstream string) *depState {
 		s = prev.deps[key]
 	}
 	if s == nil {
-		s = &depState{be: t.bstates[backend], br: newBreaker(t.breaker)}
+		s = &depState{be: t.bstates[backend], br: newBreaker(t.breaker), id: fleet.HashString(key),
+			rec: fleet.NewRecord(fleet.BlocksFor(t.cacheTokens))}
 	}
 	t.deps[key] = s
 	return s
@@ -280,6 +316,9 @@ func (t *Table) Close() {
 	}
 	t.mu.Unlock()
 	for _, st := range owned {
+		if st.scraper != nil {
+			st.scraper.Stop()
+		}
 		if st.stop != nil {
 			st.stop()
 			<-st.done

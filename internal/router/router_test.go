@@ -361,14 +361,14 @@ models:
 	lo.Deployments[0].s.outstanding.Store(4)
 	lo.Deployments[1].s.outstanding.Store(1)
 	lo.Deployments[2].s.outstanding.Store(2)
-	if got := tb.order(lo, nil); got[0] != 1 || got[1] != 2 || got[2] != 0 {
+	if got := tb.order(lo, nil, &Hint{}); got[0] != 1 || got[1] != 2 || got[2] != 0 {
 		t.Fatalf("least outstanding order %v, want [1 2 0]", got)
 	}
 	wr, _ := tb.Route("wr")
 	first := map[int]int{}
 	const n = 20000
 	for i := 0; i < n; i++ {
-		first[tb.order(wr, nil)[0]]++
+		first[tb.order(wr, nil, &Hint{})[0]]++
 	}
 	if share := float64(first[0]) / n; share < 0.72 || share > 0.78 {
 		t.Fatalf("weight 3:1 gave the heavier deployment %.3f of first picks, want about 0.75", share)
@@ -378,7 +378,7 @@ models:
 	ll.Deployments[1].ObserveLatency(10 * time.Millisecond)
 	first = map[int]int{}
 	for i := 0; i < 2000; i++ {
-		first[tb.order(ll, nil)[0]]++
+		first[tb.order(ll, nil, &Hint{})[0]]++
 	}
 	if share := float64(first[1]) / 2000; share < 0.9 {
 		t.Fatalf("lowest latency picked the faster deployment first %.3f of the time, want >= 0.9", share)

@@ -1,0 +1,29 @@
+package relay
+
+import (
+	"net/http"
+
+	"llmgate/internal/fleet"
+	"llmgate/internal/router"
+)
+
+// routingHint is what the route's balancing reads of the request: the
+// hashes of its prompt's prefix blocks (cache_aware) or its session key
+// (session: the configured header, else the body's user field or
+// Anthropic metadata.user_id). Nothing is computed for other balancings.
+func (c *Call) routingHint(r *http.Request) router.Hint {
+	var h router.Hint
+	if c.route == nil {
+		return h
+	}
+	if c.route.WantsPrefix() {
+		h.Prefix = fleet.PrefixBlocks(c.Req.Body, nil)
+	}
+	if c.route.WantsSession() {
+		h.Session = r.Header.Get(c.Table.SessionHeader())
+		if h.Session == "" {
+			h.Session = fleet.SessionKey(c.Req.Body)
+		}
+	}
+	return h
+}

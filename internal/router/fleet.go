@@ -1,0 +1,174 @@
+package router
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"net/url"
+	"time"
+
+	"llmgate/internal/config"
+	"llmgate/internal/fleet"
+	"llmgate/internal/provider"
+)
+
+// Hint is what engine-aware balancing knows of a request: the chained
+// hashes of its prompt's blocks (fleet.PrefixBlocks) for cache_aware, and
+// its session key for session. The zero Hint balances on load alone.
+type Hint struct {
+	Prefix  []uint64
+	Session string
+}
+
+// WantsPrefix reports whether the route's balancing reads the request's
+// prefix hashes; WantsSession, its session key. Callers compute only what
+// the route uses.
+func (r *Route) WantsPrefix() bool  { return r.Balancing == config.BalanceCacheAware }
+func (r *Route) WantsSession() bool { return r.Balancing == config.BalanceSession }
+
+// engineAware reports whether a balancing reads the engines' metrics.
+func engineAware(balancing string) bool {
+	return balancing == config.BalanceCacheAware || balancing == config.BalanceLeastLoad
+}
+
+// scrapesMetrics reports whether a backend is an engine whose /metrics
+// tell its queue: vLLM, SGLang (with --enable-metrics) and llama.cpp
+// (with --metrics). Cloud APIs and engines without such metrics are
+// balanced on the gateway's own requests in flight.
+func scrapesMetrics(b *provider.Backend) bool {
+	switch b.Engine {
+	case "vllm", "sglang", "llamacpp":
+		return true
+	}
+	return false
+}
+
+// metricsURL is /metrics on the backend's origin (engines serve it there,
+// outside /v1).
+func metricsURL(base string) string {
+	u, err := url.Parse(base)
+	if err != nil {
+		return base + "/metrics"
+	}
+	u.Path, u.RawPath, u.RawQuery = "/metrics", "", ""
+	return u.String()
+}
+
+// maxMetricsBytes bounds one /metrics answer: vLLM's is ~100 KB with its
+// histograms.
+const maxMetricsBytes = 4 << 20
+
+// startScraper starts reading st's engine metrics unless it already is.
+func (t *Table) startScraper(st *backendState, interval time.Duration) {
+	if st.scraper != nil {
+		return
+	}
+	b := st.b
+	get := func(ctx context.Context) ([]byte, error) {
+		// BaseURL and the credentials are the backend's; the error says
+		// which URL failed, never the key.
+		u := metricsURL(b.BaseURL)
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+		if err != nil {
+			return nil, err
+		}
+		b.Authorize(req)
+		resp, err := b.HTTPClient().Do(req)
+		if err != nil {
+			return nil, fmt.Errorf("GET %s: %w", u, b.Classify(ctx, err))
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+			return nil, fmt.Errorf("GET %s answered %d", u, resp.StatusCode)
+		}
+		return io.ReadAll(io.LimitReader(resp.Body, maxMetricsBytes))
+	}
+	st.scraper = fleet.NewScraper(get, st.inflight.Load, interval, t.opt.Now)
+	st.scraper.Start()
+}
+
+// EngineLoad is what the engine behind a deployment last reported on its
+// /metrics, for the fair queue and the status pages: requests waiting and
+// running, KV-cache use (-1 unknown), and whether the reading is fresh
+// (at most three scrape intervals old). ok is false when the deployment's
+// engine is not scraped (not an engine-aware model, or not an engine).
+func (d Deployment) EngineLoad() (load fleet.Snapshot, ok bool) {
+	if d.s == nil || d.s.be.scraper == nil {
+		return fleet.Snapshot{}, false
+	}
+	return d.s.be.scraper.Snapshot(), true
+}
+
+// PrefixBlocksHeld is the number of prefix blocks the gateway remembers
+// sending to the deployment (for the status pages and tests).
+func (d Deployment) PrefixBlocksHeld() int {
+	if d.s == nil || d.s.rec == nil {
+		return 0
+	}
+	return d.s.rec.Len()
+}
+
+// candidates fills cands[i] for each deployment index in group.
+func (t *Table) candidates(deps []Deployment, group []int, hint *Hint, cands []fleet.Candidate) {
+	for _, i := range group {
+		d := deps[i]
+		c := fleet.Candidate{Weight: d.Weight, InFlight: d.s.be.inflight.Load(), ID: d.s.id}
+		if sc := d.s.be.scraper; sc != nil {
+			c.Engine = sc.Snapshot()
+		}
+		if len(hint.Prefix) > 0 && d.s.rec != nil {
+			c.Match = d.s.rec.Match(hint.Prefix)
+		}
+		cands[i] = c
+	}
+}
+
+// orderFleet orders a priority group by an engine-aware strategy.
+func (t *Table) orderFleet(r *Route, group []int, hint *Hint) {
+	deps := r.Deployments
+	var stack [maxAttempts]fleet.Candidate
+	cands := stack[:0]
+	if len(deps) <= len(stack) {
+		cands = stack[:len(deps)]
+	} else {
+		cands = make([]fleet.Candidate, len(deps))
+	}
+	t.candidates(deps, group, hint, cands)
+	switch r.Balancing {
+	case config.BalanceSession:
+		if hint.Session == "" {
+			rotate(group, rand.IntN(len(group)))
+			fleet.LeastLoad(cands, group)
+			return
+		}
+		fleet.Session(cands, group, fleet.HashString(hint.Session))
+	case config.BalanceCacheAware:
+		rotate(group, rand.IntN(len(group)))
+		fleet.CacheAware(cands, group, t.loadFactor)
+	default:
+		rotate(group, rand.IntN(len(group)))
+		fleet.LeastLoad(cands, group)
+	}
+}
+
+// remember records that the deployment is being sent the prefix: the
+// engine prefills it now, so the next request sharing it should follow
+// even before this one ends. The record follows the engine's reported KV
+// capacity when it reports one.
+func (t *Table) remember(d Deployment, prefix []uint64) {
+	if sc := d.s.be.scraper; sc != nil {
+		if tokens := sc.Snapshot().CacheTokens; tokens > 0 {
+			if want := fleet.BlocksFor(tokens); want != d.s.rec.Cap() {
+				d.s.rec.SetCap(want)
+			}
+		}
+	}
+	d.s.rec.Add(prefix)
+}
+
+// SessionHeader is the request header that names a conversation under
+// session balancing (routing.session_header).
+func (t *Table) SessionHeader() string { return t.sessionHeader }
