@@ -57,10 +57,17 @@ func PrefixBlocks(body []byte, buf []uint64) []uint64 {
 	if !found {
 		return buf
 	}
-	var h maphash.Hash
-	h.SetSeed(seed)
-	var prev [8]byte
-	fill := 0 // bytes of the current block written so far
+	var (
+		prev  uint64
+		block [BlockBytes]byte // a block that spans two members
+		fill  int              // bytes of it so far
+	)
+	emit := func(chunk []byte) {
+		// Chained: block k's hash mixes block k-1's, so it stands for
+		// every byte before it.
+		prev = mix(prev*0x9e3779b97f4a7c15 ^ maphash.Bytes(seed, chunk))
+		buf = append(buf, prev)
+	}
 	for i, sp := range spans {
 		if !sp.Valid() {
 			continue
@@ -68,32 +75,25 @@ func PrefixBlocks(body []byte, buf []uint64) []uint64 {
 		// A separator naming the member, so that moving bytes from one
 		// member to the next changes the hash.
 		sep := [2]byte{0, byte(i)}
-		parts := [2][]byte{sep[:], body[sp.Start:sp.End]}
-		for _, p := range parts {
-			for len(p) > 0 {
-				n := min(len(p), BlockBytes-fill)
-				h.Write(p[:n])
-				p = p[n:]
+		for _, p := range [2][]byte{sep[:], body[sp.Start:sp.End]} {
+			if fill > 0 {
+				n := copy(block[fill:], p)
 				fill += n
-				if fill == BlockBytes {
-					sum := h.Sum64()
-					buf = append(buf, sum)
-					h.Reset()
-					putUint64(prev[:], sum)
-					h.Write(prev[:])
-					fill = 0
+				p = p[n:]
+				if fill < BlockBytes {
+					continue
 				}
+				emit(block[:])
+				fill = 0
 			}
+			for len(p) >= BlockBytes {
+				emit(p[:BlockBytes])
+				p = p[BlockBytes:]
+			}
+			fill = copy(block[:], p)
 		}
 	}
 	return buf
-}
-
-func putUint64(b []byte, v uint64) {
-	_ = b[7]
-	for i := range 8 {
-		b[i] = byte(v >> (8 * i))
-	}
 }
 
 // SessionKey returns the conversation key a request body carries: the

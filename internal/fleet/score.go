@@ -62,10 +62,12 @@ func LeastLoad(cands []Candidate, group []int) {
 // the longest prefix of it among those within the load bound, then the
 // rest by load (LeastLoad). A deployment is within the bound when its
 // load with this request would not exceed factor times its weighted
-// share of the group's load with this request, rounded up:
+// share of the group's load with this request, rounded up, plus one:
 // consistent-hashing-with-bounded-loads' rule, so that popular prefixes
-// spill onto other replicas instead of piling on one. With no prefix held
-// anywhere the order is LeastLoad's.
+// spill onto other replicas instead of piling on one. The one request of
+// slack keeps affinity at low load, where one request more in an engine's
+// batch costs far less than prefilling a long prompt elsewhere. With no
+// prefix held anywhere the order is LeastLoad's.
 func CacheAware(cands []Candidate, group []int, factor float64) {
 	LeastLoad(cands, group)
 	if len(group) < 2 {
@@ -83,8 +85,8 @@ func CacheAware(cands []Candidate, group []int, factor float64) {
 	for k, i := range group {
 		c := &cands[i]
 		w := float64(max(c.Weight, 1))
-		bound := math.Ceil(factor * total * w / float64(weights))
-		if c.Load()*w+1 > max(bound, 1) {
+		bound := math.Ceil(factor*total*w/float64(weights)) + 1
+		if c.Load()*w+1 > bound {
 			continue
 		}
 		if c.Match > bestMatch {

@@ -2,6 +2,7 @@ package jsonscan
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 )
 
@@ -103,5 +104,27 @@ func TestElements_SpansEachElement(t *testing.T) {
 	}
 	if err := Elements([]byte(`{"a":1}`), func(int, Span) bool { return true }); err != ErrNotArray {
 		t.Errorf("object: err = %v", err)
+	}
+}
+
+func TestFields_StringsWithEscapedQuotesAndBackslashes(t *testing.T) {
+	doc := []byte(`{"a":"x\"y\\","b":"\\\"","c":"\\\\","d":1}`)
+	var keys []string
+	var vals []string
+	if err := Fields(doc, func(key []byte, val Span) bool {
+		keys = append(keys, string(key))
+		vals = append(vals, string(doc[val.Start:val.End]))
+		return true
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(keys, ","); got != "a,b,c,d" {
+		t.Fatalf("keys %s (values %q)", got, vals)
+	}
+	if vals[0] != `"x\"y\\"` || vals[1] != `"\\\""` || vals[2] != `"\\\\"` {
+		t.Fatalf("values %q", vals)
+	}
+	if err := Fields([]byte(`{"a":"x\"}`), func([]byte, Span) bool { return true }); err == nil {
+		t.Fatal("a string whose last quote is escaped was taken as closed")
 	}
 }
