@@ -188,6 +188,16 @@ func engineColumn(d router.DeploymentHealth) string {
 	case d.NoTokenizer != "":
 		parts = append(parts, "no tokenizer")
 	}
+	if l := d.EngineLoad; l != nil {
+		switch {
+		case l.Fresh && l.KVCacheUsage != nil:
+			parts = append(parts, fmt.Sprintf("waiting %g, running %g, kv %.0f%%", l.Waiting, l.Running, 100**l.KVCacheUsage))
+		case l.Fresh:
+			parts = append(parts, fmt.Sprintf("waiting %g, running %g", l.Waiting, l.Running))
+		default:
+			parts = append(parts, "no fresh /metrics: balanced on in-flight")
+		}
+	}
 	if len(parts) == 0 {
 		return "-"
 	}

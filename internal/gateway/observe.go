@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"llmgate/internal/console"
+	"llmgate/internal/fleet"
 	"llmgate/internal/keys"
 	"llmgate/internal/metrics"
 	"llmgate/internal/policy"
@@ -82,6 +83,28 @@ func (g *Gateway) mountObservability() {
 					emit(v, mh.Model, d.Backend)
 				}
 			}
+		})
+	engineLoad := func(name, help string, value func(s fleet.Snapshot) (float64, bool)) {
+		_ = m.GaugeVecFunc(name, help, []string{"backend"}, func(emit metrics.Emit) {
+			g.Server.Table().EngineLoads(func(backend string, s fleet.Snapshot) {
+				if v, ok := value(s); ok {
+					emit(v, backend)
+				}
+			})
+		})
+	}
+	engineLoad("llmgate_engine_requests_waiting", "Requests waiting in an engine's own queue, as its /metrics said last (engines behind cache_aware or least_load models).",
+		func(s fleet.Snapshot) (float64, bool) { return s.Waiting, !s.At.IsZero() })
+	engineLoad("llmgate_engine_requests_running", "Requests an engine is generating, as its /metrics said last.",
+		func(s fleet.Snapshot) (float64, bool) { return s.Running, !s.At.IsZero() })
+	engineLoad("llmgate_engine_kv_cache_usage", "Share of an engine's KV cache in use (0-1), as its /metrics said last.",
+		func(s fleet.Snapshot) (float64, bool) { return s.KVUsage, !s.At.IsZero() && s.KVUsage >= 0 })
+	engineLoad("llmgate_engine_metrics_fresh", "1 while an engine's last /metrics reading is recent enough to route on; 0 when routing falls back to requests in flight.",
+		func(s fleet.Snapshot) (float64, bool) {
+			if s.Fresh {
+				return 1, true
+			}
+			return 0, true
 		})
 	g.observeEngines()
 	g.Server.Handle("/metrics", g.metricsHandler())

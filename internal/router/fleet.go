@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/url"
+	"slices"
 	"time"
 
 	"llmgate/internal/config"
@@ -172,3 +173,18 @@ func (t *Table) remember(d Deployment, prefix []uint64) {
 // SessionHeader is the request header that names a conversation under
 // session balancing (routing.session_header).
 func (t *Table) SessionHeader() string { return t.sessionHeader }
+
+// EngineLoads calls fn with each scraped engine backend's last reading,
+// in backend name order.
+func (t *Table) EngineLoads(fn func(backend string, s fleet.Snapshot)) {
+	names := make([]string, 0, len(t.bstates))
+	for name, st := range t.bstates {
+		if st.scraper != nil {
+			names = append(names, name)
+		}
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		fn(name, t.bstates[name].scraper.Snapshot())
+	}
+}

@@ -167,6 +167,17 @@ func TestCacheAware_EachTurnFollowsItsSessionsPrefix(t *testing.T) {
 	if len(seen) < 2 {
 		t.Fatalf("8 new sessions all went to %v", home)
 	}
+	// The status pages show each engine's reading and the prefixes held.
+	blocks := 0
+	for _, dh := range tb.ModelHealth(r).Deployments {
+		if dh.EngineLoad == nil || !dh.EngineLoad.Fresh || dh.EngineLoad.KVCacheUsage == nil || *dh.EngineLoad.KVCacheUsage != 0.1 {
+			t.Fatalf("%s: engine load %+v", dh.Backend, dh.EngineLoad)
+		}
+		blocks += dh.PrefixBlocks
+	}
+	if want := len(sessionPrefix(0, 3)); blocks < 8*want {
+		t.Fatalf("%d prefix blocks held in all, want at least 8 sessions × %d", blocks, want)
+	}
 	// The engine's credentials go with the scrape.
 	engines[0].mu.Lock()
 	defer engines[0].mu.Unlock()

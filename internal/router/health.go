@@ -85,6 +85,26 @@ type DeploymentHealth struct {
 	ContextLength int    `json:"context_length,omitempty"`
 	Tokenizer     string `json:"tokenizer,omitempty"`
 	NoTokenizer   string `json:"no_tokenizer,omitempty"`
+	// EngineLoad is what the engine's /metrics said last, for models
+	// balanced on it (cache_aware, least_load).
+	EngineLoad *EngineLoad `json:"engine_load,omitempty"`
+	// PrefixBlocks is how many prompt prefix blocks the gateway
+	// remembers sending to the deployment (cache_aware).
+	PrefixBlocks int `json:"prefix_blocks,omitempty"`
+}
+
+// EngineLoad is an engine's last /metrics reading as the status pages
+// show it.
+type EngineLoad struct {
+	Waiting float64 `json:"waiting"`
+	Running float64 `json:"running"`
+	// KVCacheUsage is 0–1, absent when the engine does not report it.
+	KVCacheUsage *float64 `json:"kv_cache_usage,omitempty"`
+	// Fresh: recent enough to route on; otherwise routing uses the
+	// gateway's requests in flight.
+	Fresh bool    `json:"fresh"`
+	AgeS  float64 `json:"age_s,omitempty"`
+	Error string  `json:"error,omitempty"`
 }
 
 // ModelHealth is the health of one public model.
@@ -137,6 +157,20 @@ func (t *Table) ModelHealth(r *Route) ModelHealth {
 			dh.Status = StateHalfOpen
 		default:
 			dh.Status = "healthy"
+		}
+		if sn, ok := d.EngineLoad(); ok {
+			el := &EngineLoad{Waiting: sn.Waiting, Running: sn.Running, Fresh: sn.Fresh, Error: sn.Err}
+			if !sn.At.IsZero() {
+				el.AgeS = now.Sub(sn.At).Seconds()
+			}
+			if sn.KVUsage >= 0 && !sn.At.IsZero() {
+				kv := sn.KVUsage
+				el.KVCacheUsage = &kv
+			}
+			dh.EngineLoad = el
+		}
+		if r.WantsPrefix() {
+			dh.PrefixBlocks = d.PrefixBlocksHeld()
 		}
 		dh.Healthy = dh.Status == "healthy" || dh.Status == StateHalfOpen
 		mh.Healthy = mh.Healthy || dh.Healthy
