@@ -81,6 +81,11 @@ func TestLoad_RoutingErrorsNameKeyAndLine(t *testing.T) {
 		{"negative max_body_reads_per_key", "max_body_reads_per_key: -1\nbackends:\n  a: {url: http://x}\n", `x.yaml:1: max_body_reads_per_key: must be a number of bodies, or 0 for no cap`},
 		{"drop_params with an empty name", "backends:\n  a: {url: http://x, drop_params: [\"\"]}\n", `backends.a.drop_params: lists an empty name`},
 		{"relative health path", "backends:\n  a: {url: http://x, health_check: {path: health}}\n", `health_check.path: must be an absolute path`},
+		{"balancing misspelt", "backends:\n  a: {url: http://x}\nmodels:\n  m: {backend: a, balancing: cache-aware}\n", `not "cache-aware" (did you mean "cache_aware"?)`},
+		{"load_factor below 1", "routing: {load_factor: 0.5}\nbackends:\n  a: {url: http://x}\n", `routing.load_factor: must be at least 1`},
+		{"scrape too often", "routing: {engine_metrics_interval: 10ms}\nbackends:\n  a: {url: http://x}\n", `routing.engine_metrics_interval: 10ms would read every engine's /metrics more than ten times a second`},
+		{"negative prefix_cache_tokens", "routing: {prefix_cache_tokens: -1}\nbackends:\n  a: {url: http://x}\n", `routing.prefix_cache_tokens: must not be negative`},
+		{"typo in a routing key", "routing: {load_facter: 2}\nbackends:\n  a: {url: http://x}\n", `routing.load_facter: unknown key "load_facter"; did you mean "load_factor"?`},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -138,5 +143,20 @@ func TestBackend_DropParamsDefaults(t *testing.T) {
 		if got := fmt.Sprint(cfg.Backends[name].DropParams); got != want {
 			t.Errorf("%s: drop_params = %s; want %s", name, got, want)
 		}
+	}
+}
+
+func TestLoad_EngineAwareRoutingSettings(t *testing.T) {
+	src := "routing:\n  engine_metrics_interval: 2s\n  load_factor: 1.5\n  prefix_cache_tokens: 65536\n  session_header: X-Conversation\nbackends:\n  a: {url: http://x, engine: vllm}\n  b: {url: http://y, engine: sglang}\nmodels:\n  m: {balancing: cache_aware, deployments: [{backend: a}, {backend: b}]}\n  s: {balancing: session, backend: a}\n  l: {balancing: least_load, backend: b}\n"
+	cfg, err := LoadWithEnv(strings.NewReader(src), "x.yaml", env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := cfg.Routing
+	if time.Duration(r.EngineMetricsInterval) != 2*time.Second || r.LoadFactor != 1.5 || r.PrefixCacheTokens != 65536 || r.SessionHeader != "X-Conversation" {
+		t.Fatalf("routing %+v", r)
+	}
+	if cfg.Models["m"].Balancing != BalanceCacheAware || cfg.Models["s"].Balancing != BalanceSession || cfg.Models["l"].Balancing != BalanceLeastLoad {
+		t.Fatal("balancing values not kept")
 	}
 }
