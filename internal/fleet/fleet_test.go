@@ -363,3 +363,33 @@ func TestSession_PinsAndFailsOverToTheSameSecondChoice(t *testing.T) {
 		}
 	}
 }
+
+func TestRecord_MissShrinksTowardsWhatTheEngineKeepsAndHitGrowsBack(t *testing.T) {
+	r := NewRecord(1600)
+	for i := range 1600 {
+		r.Add([]uint64{uint64(i)})
+	}
+	r.Miss()
+	if r.Cap() != 1200 || r.Len() != 1200 {
+		t.Fatalf("after a miss: cap %d len %d, want 1200", r.Cap(), r.Len())
+	}
+	if r.Match([]uint64{0}) != 0 || r.Match([]uint64{1599}) != 1 {
+		t.Fatal("a miss kept old blocks and dropped recent ones")
+	}
+	for range 100 {
+		r.Miss()
+	}
+	if r.Cap() != 100 {
+		t.Fatalf("cap %d after many misses, want the floor nominal/16 = 100", r.Cap())
+	}
+	for range 100 {
+		r.Hit()
+	}
+	if r.Cap() != 1600 {
+		t.Fatalf("cap %d after hits, want back to the nominal 1600", r.Cap())
+	}
+	r.SetCap(800)
+	if r.Cap() != 800 || r.Nominal() != 800 {
+		t.Fatalf("SetCap: cap %d nominal %d", r.Cap(), r.Nominal())
+	}
+}

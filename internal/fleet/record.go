@@ -13,11 +13,16 @@ const DefaultCacheTokens = 262144
 // used KV blocks. Its capacity follows the engine's KV capacity, so that
 // it forgets about when the engine does. Safe for concurrent use.
 type Record struct {
-	mu    sync.Mutex
-	cap   int
-	idx   map[uint64]int32
-	nodes []node // nodes[0] is the list's sentinel
-	free  []int32
+	mu  sync.Mutex
+	cap int
+	// nominal is the capacity the engine's KV size suggests; cap is
+	// nominal scaled down after the engine's cached_tokens showed it
+	// holding less than the record thought (Miss), and back up as it
+	// confirms (Hit).
+	nominal int
+	idx     map[uint64]int32
+	nodes   []node // nodes[0] is the list's sentinel
+	free    []int32
 }
 
 type node struct {
@@ -27,7 +32,7 @@ type node struct {
 
 // NewRecord returns a record holding at most capBlocks hashes (at least 1).
 func NewRecord(capBlocks int) *Record {
-	r := &Record{cap: max(capBlocks, 1), idx: map[uint64]int32{}}
+	r := &Record{cap: max(capBlocks, 1), nominal: max(capBlocks, 1), idx: map[uint64]int32{}}
 	r.nodes = append(r.nodes, node{})
 	return r
 }
@@ -55,14 +60,47 @@ func (r *Record) Len() int {
 	return len(r.idx)
 }
 
-// SetCap changes the capacity, evicting the oldest blocks when it
-// shrinks.
+// Nominal returns the capacity the engine's KV size suggests.
+func (r *Record) Nominal() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.nominal
+}
+
+// SetCap changes the nominal capacity (and the capacity with it),
+// evicting the oldest blocks when it shrinks.
 func (r *Record) SetCap(capBlocks int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.nominal = max(capBlocks, 1)
+	r.resize(r.nominal)
+}
+
+func (r *Record) resize(capBlocks int) {
 	r.cap = max(capBlocks, 1)
 	for len(r.idx) > r.cap {
 		r.evict()
+	}
+}
+
+// Miss says the engine served from its cache much less of a prompt than
+// the record predicted: it evicts sooner than the record does (other
+// clients use it, or its KV capacity is smaller than assumed). The
+// capacity drops by a quarter, down to a sixteenth of the nominal one,
+// and the oldest blocks go.
+func (r *Record) Miss() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.resize(max(r.cap*3/4, r.nominal/16))
+}
+
+// Hit says the engine confirmed the prediction: the capacity grows back
+// by a sixteenth towards the nominal one.
+func (r *Record) Hit() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.cap < r.nominal {
+		r.cap = min(r.nominal, r.cap+max(r.nominal/16, 1))
 	}
 }
 

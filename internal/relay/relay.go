@@ -128,7 +128,10 @@ type Result struct {
 type usageTap struct {
 	prompt, completion, cached int
 	have                       bool
-	outChars                   int
+	// cachedKnown: the usage had prompt_tokens_details (an engine that
+	// reports no cache says nothing, which is not zero).
+	cachedKnown bool
+	outChars    int
 }
 
 // failed records e as the attempt's outcome.
@@ -156,9 +159,9 @@ func (r *Result) tap(ev *codec.Event, start time.Time) {
 	}
 	if u := ev.Usage; u != nil {
 		r.Usage.prompt, r.Usage.completion, r.Usage.have = u.PromptTokens, u.CompletionTokens, true
-		r.Usage.cached = 0
+		r.Usage.cached, r.Usage.cachedKnown = 0, false
 		if d := u.PromptTokensDetails; d != nil {
-			r.Usage.cached = d.CachedTokens
+			r.Usage.cached, r.Usage.cachedKnown = d.CachedTokens, true
 		}
 	}
 	r.Usage.outChars += ev.OutChars
@@ -172,12 +175,18 @@ func (rl *Relay) Serve(w http.ResponseWriter, r *http.Request, c *Call) {
 		return
 	}
 	var final Result
+	var served router.Deployment
 	attempts := 0
-	err := c.Table.ForwardHint(ctx, c.route, c.routingHint(r), func(ctx context.Context, dep router.Deployment) (bool, error) {
+	hint := c.routingHint(r)
+	err := c.Table.ForwardHint(ctx, c.route, hint, func(ctx context.Context, dep router.Deployment) (bool, error) {
 		attempts++
+		served = dep
 		final = rl.attempt(ctx, w, c, dep, attempts)
 		return final.Committed, final.routerErr()
 	})
+	if err == nil && final.Usage.cachedKnown && len(hint.Prefix) > 0 {
+		served.ConfirmPrefix(len(hint.Prefix), final.Usage.cached, final.Usage.prompt)
+	}
 	if err != nil && !final.Committed {
 		// Forward's error is what the client should see (a trail of
 		// failed attempts, or no healthy deployment).

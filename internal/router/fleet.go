@@ -159,16 +159,45 @@ func (t *Table) orderFleet(r *Route, group []int, hint *Hint) {
 // engine prefills it now, so the next request sharing it should follow
 // even before this one ends. The record follows the engine's reported KV
 // capacity when it reports one.
-func (t *Table) remember(d Deployment, prefix []uint64) {
+func (t *Table) remember(d Deployment, prefix []uint64) (held int) {
+	held = d.s.rec.Match(prefix)
 	if sc := d.s.be.scraper; sc != nil {
 		if tokens := sc.Snapshot().CacheTokens; tokens > 0 {
-			if want := fleet.BlocksFor(tokens); want != d.s.rec.Cap() {
+			if want := fleet.BlocksFor(tokens); want != d.s.rec.Nominal() {
 				d.s.rec.SetCap(want)
 			}
 		}
 	}
 	d.s.rec.Add(prefix)
+	return held
 }
+
+// minConfirmBlocks is the smallest predicted prefix worth checking
+// against the engine's count: below it a chat template's variations
+// blur the comparison.
+const minConfirmBlocks = 4
+
+// ConfirmPrefix compares the prefix the gateway predicted the deployment
+// held when it chose it (PrefixHeld, of blocks in all) with what the
+// engine reported serving from its cache (cachedTokens of promptTokens,
+// from the answer's usage). Far less than predicted means the engine
+// evicts sooner than the record thinks, which then forgets sooner too
+// (fleet.Record.Miss); a confirmed prediction lets it grow back.
+func (d Deployment) ConfirmPrefix(blocks, cachedTokens, promptTokens int) {
+	if d.s == nil || d.s.rec == nil || d.prefixHeld < minConfirmBlocks || blocks <= 0 || promptTokens <= 0 {
+		return
+	}
+	predicted := min(d.prefixHeld, blocks) * promptTokens / blocks
+	if cachedTokens*2 < predicted {
+		d.s.rec.Miss()
+	} else {
+		d.s.rec.Hit()
+	}
+}
+
+// PrefixHeld is how many leading blocks of the request's prompt the
+// gateway predicted the deployment held when it chose it (cache_aware).
+func (d Deployment) PrefixHeld() int { return d.prefixHeld }
 
 // SessionHeader is the request header that names a conversation under
 // session balancing (routing.session_header).

@@ -341,3 +341,35 @@ func TestSession_PinsAConversationAndFailsOverWhenItsDeploymentIsDown(t *testing
 		t.Fatalf("a request without a session went to %s, which is down", down)
 	}
 }
+
+func TestConfirmPrefix_EngineThatKeepsLessMakesTheRecordForgetSooner(t *testing.T) {
+	tb, _, engines := fleetTable(t, 2, config.BalanceCacheAware)
+	r, _ := tb.Route("m")
+	waitLoads(t, r, engines)
+	prefix := sessionPrefix(3, 2)
+	var got Deployment
+	for range 2 {
+		if err := tb.ForwardHint(context.Background(), r, Hint{Prefix: prefix}, func(ctx context.Context, d Deployment) (bool, error) {
+			got = d
+			return true, nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got.PrefixHeld() != len(prefix) {
+		t.Fatalf("second request: predicted %d blocks held, want all %d", got.PrefixHeld(), len(prefix))
+	}
+	nominal := got.s.rec.Cap()
+	got.ConfirmPrefix(len(prefix), 1000, 1000) // the engine agrees
+	if got.s.rec.Cap() != nominal {
+		t.Fatalf("a confirmed prediction changed the capacity: %d → %d", nominal, got.s.rec.Cap())
+	}
+	got.ConfirmPrefix(len(prefix), 10, 1000) // it had evicted the prefix
+	if c := got.s.rec.Cap(); c != nominal*3/4 {
+		t.Fatalf("capacity %d after a miss, want %d", c, nominal*3/4)
+	}
+	got.ConfirmPrefix(len(prefix), 1000, 1000)
+	if c := got.s.rec.Cap(); c <= nominal*3/4 {
+		t.Fatalf("capacity %d did not grow back after a hit", c)
+	}
+}

@@ -102,7 +102,7 @@ func (t *Table) ForwardHint(ctx context.Context, route *Route, hint Hint, attemp
 // whether another deployment may be tried.
 func (t *Table) try(ctx context.Context, r *Route, d Deployment, probe bool, hint *Hint, attempt Attempt) (committed bool, err error, retry bool) {
 	if len(hint.Prefix) > 0 && r.WantsPrefix() {
-		t.remember(d, hint.Prefix)
+		d.prefixHeld = t.remember(d, hint.Prefix)
 	}
 	d.s.outstanding.Add(1)
 	d.s.be.inflight.Add(1)

@@ -32,6 +32,8 @@ type Deployment struct {
 	Weight        int
 	Priority      int
 	s             *depState
+	// prefixHeld is set on the copy an attempt gets (PrefixHeld).
+	prefixHeld int
 }
 
 // ObserveLatency reports the time the deployment took to answer with
