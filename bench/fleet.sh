@@ -41,16 +41,22 @@ sim)
   SESSIONS=${SESSIONS:-16} TURNS=${TURNS:-6} SYSTEM_WORDS=${SYSTEM_WORDS:-3000} TOOL_WORDS=${TOOL_WORDS:-150} MAX_TOKENS=${MAX_TOKENS:-16}
   # 16 sessions × ~4-5k tokens of prefix: ~70k tokens in all; each replica
   # holds 24k, so one holds about 4-5 sessions' prefixes, not all 16.
-  KV_TOKENS=${KV_TOKENS:-24576}
+  KV_TOKENS=${KV_TOKENS:-24576} SIM_MODEL=${SIM_MODEL:-qwen2.5-7b-instruct}
+  kvflag=()
+  if "$dir/llmgate" sim --help 2>&1 | grep -q -- --kv-cache-tokens; then
+    kvflag=(--kv-cache-tokens "$KV_TOKENS" --max-model-len 16384)
+  else
+    echo "# this llmgate sim has no prefix cache (--kv-cache-tokens): cached shares will be 0" >&2
+  fi
   start_engines() {
     for i in $(seq 0 $((n - 1))); do
-      "$dir/llmgate" sim --listen 127.0.0.1:$((18180 + i)) --kv-cache-tokens "$KV_TOKENS" ${SIM_FLAGS:-} >"$dir/engine-$i.log" 2>&1 &
+      "$dir/llmgate" sim --model "$SIM_MODEL" --listen 127.0.0.1:$((18180 + i)) "${kvflag[@]}" ${SIM_FLAGS:-} >"$dir/engine-$i.log" 2>&1 &
       pids+=($!)
     done
     for i in $(seq 0 $((n - 1))); do waitup "http://127.0.0.1:$((18180 + i))/v1/models"; done
   }
   stop_engines() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; pids=(); }
-  engine=vllm upstream=sim
+  engine=vllm upstream=$SIM_MODEL
   ;;
 llama)
   n=2

@@ -315,6 +315,16 @@ func TestLoad_StaleMetricsFallBackToInFlight(t *testing.T) {
 	if l := c.Load(); l != 7 {
 		t.Fatalf("load %v, want 1+2 from the engine plus 4 sent since", l)
 	}
+	// Requests of this gateway that ended since the reading no longer
+	// count; those still in flight always do.
+	c = Candidate{Engine: fresh(0, 5, 4), InFlight: 1}
+	if l := c.Load(); l != 2 {
+		t.Fatalf("load %v, want 5 read - 4 of ours then + 1 of ours now", l)
+	}
+	c = Candidate{Engine: fresh(0, 1, 4), InFlight: 2}
+	if l := c.Load(); l != 2 {
+		t.Fatalf("load %v, want at least our 2 in flight", l)
+	}
 }
 
 func TestLeastLoad_KVUseBreaksTies(t *testing.T) {

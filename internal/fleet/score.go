@@ -25,14 +25,15 @@ type Candidate struct {
 }
 
 // Load is the deployment's estimated load in requests: with a fresh
-// engine reading, the requests the engine had waiting and running then
-// plus those this gateway sent since (in flight now minus in flight at
-// the reading, at least zero); without one, the gateway's own requests
-// in flight. It is divided by the weight.
+// engine reading, the requests the engine had waiting and running then,
+// less this gateway's requests in flight then, plus its requests in
+// flight now (what others sent, as of the reading, and what this gateway
+// has there now), at least the latter; without a fresh reading, the
+// gateway's own requests in flight. It is divided by the weight.
 func (c *Candidate) Load() float64 {
 	l := float64(c.InFlight)
 	if c.Engine.Fresh {
-		l = c.Engine.Waiting + c.Engine.Running + float64(max(c.InFlight-c.Engine.InFlight, 0))
+		l = max(c.Engine.Waiting+c.Engine.Running+float64(c.InFlight-c.Engine.InFlight), l)
 	}
 	return l / float64(max(c.Weight, 1))
 }
