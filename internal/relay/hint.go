@@ -13,8 +13,8 @@ import (
 // Anthropic metadata.user_id). Nothing is computed for other balancings.
 func (c *Call) routingHint(r *http.Request) router.Hint {
 	var h router.Hint
-	if c.route == nil {
-		return h
+	if c.route == nil || len(c.route.Deployments) < 2 && len(c.route.Fallbacks) == 0 {
+		return h // nothing to choose between
 	}
 	if c.route.WantsPrefix() {
 		h.Prefix = fleet.PrefixBlocks(c.Req.Body, nil)
