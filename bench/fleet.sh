@@ -11,7 +11,8 @@
 #                         #   eval "$(test/real-engine/setup.sh)" sets them)
 # Environment: SESSIONS, TURNS, SYSTEM_WORDS, TOOL_WORDS, MAX_TOKENS, THINK (pause before a
 # turn, uniform up to it: the agent's tools running), KV_TOKENS (sim),
-# BALANCINGS (default "least_outstanding cache_aware"), SIM_FLAGS (more llmgate sim flags).
+# BALANCINGS (default "least_outstanding cache_aware"; a name may repeat), WORKLOADS (default
+# "agent unique"), SIM_FLAGS (more llmgate sim flags).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mode=${1:-sim}
@@ -104,10 +105,11 @@ run() { # balancing workload-label fleetload-flags...
 }
 
 echo "# $mode: $n replicas, $SESSIONS sessions x $TURNS turns, ${SYSTEM_WORDS}-word system prompts, $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
-for bal in ${BALANCINGS:-least_outstanding cache_aware}; do
-  run "$bal" agent
-done
-for bal in ${BALANCINGS:-least_outstanding cache_aware}; do
-  run "$bal" unique -unique
+for w in ${WORKLOADS:-agent unique}; do
+  flags=()
+  if [ "$w" = unique ]; then flags=(-unique); fi
+  for bal in ${BALANCINGS:-least_outstanding cache_aware}; do
+    run "$bal" "$w" "${flags[@]}"
+  done
 done
 echo "# logs in $dir"

@@ -63,7 +63,7 @@ const maxMetricsBytes = 4 << 20
 
 // startScraper starts reading st's engine metrics unless it already is.
 func (t *Table) startScraper(st *backendState, interval time.Duration) {
-	if st.scraper != nil {
+	if st.scraper.Load() != nil {
 		return
 	}
 	b := st.b
@@ -87,8 +87,12 @@ func (t *Table) startScraper(st *backendState, interval time.Duration) {
 		}
 		return io.ReadAll(io.LimitReader(resp.Body, maxMetricsBytes))
 	}
-	st.scraper = fleet.NewScraper(get, st.inflight.Load, interval, t.opt.Now)
-	st.scraper.Start()
+	// A backend carried over from the serving table may be read by its
+	// requests meanwhile: the scraper is published atomically.
+	sc := fleet.NewScraper(get, st.inflight.Load, interval, t.opt.Now)
+	if st.scraper.CompareAndSwap(nil, sc) {
+		sc.Start()
+	}
 }
 
 // EngineLoad is what the engine behind a deployment last reported on its
@@ -97,10 +101,14 @@ func (t *Table) startScraper(st *backendState, interval time.Duration) {
 // (at most three scrape intervals old). ok is false when the deployment's
 // engine is not scraped (not an engine-aware model, or not an engine).
 func (d Deployment) EngineLoad() (load fleet.Snapshot, ok bool) {
-	if d.s == nil || d.s.be.scraper == nil {
+	if d.s == nil {
 		return fleet.Snapshot{}, false
 	}
-	return d.s.be.scraper.Snapshot(), true
+	sc := d.s.be.scraper.Load()
+	if sc == nil {
+		return fleet.Snapshot{}, false
+	}
+	return sc.Snapshot(), true
 }
 
 // PrefixBlocksHeld is the number of prefix blocks the gateway remembers
@@ -117,7 +125,7 @@ func (t *Table) candidates(deps []Deployment, group []int, hint *Hint, cands []f
 	for _, i := range group {
 		d := deps[i]
 		c := fleet.Candidate{Weight: d.Weight, InFlight: d.s.be.inflight.Load(), ID: d.s.id}
-		if sc := d.s.be.scraper; sc != nil {
+		if sc := d.s.be.scraper.Load(); sc != nil {
 			c.Engine = sc.Snapshot()
 		}
 		if len(hint.Prefix) > 0 && d.s.rec != nil {
@@ -161,7 +169,7 @@ func (t *Table) orderFleet(r *Route, group []int, hint *Hint) {
 // capacity when it reports one.
 func (t *Table) remember(d Deployment, prefix []uint64) (held int) {
 	held = d.s.rec.Match(prefix)
-	if sc := d.s.be.scraper; sc != nil {
+	if sc := d.s.be.scraper.Load(); sc != nil {
 		if tokens := sc.Snapshot().CacheTokens; tokens > 0 {
 			if want := fleet.BlocksFor(tokens); want != d.s.rec.Nominal() {
 				d.s.rec.SetCap(want)
@@ -208,12 +216,12 @@ func (t *Table) SessionHeader() string { return t.sessionHeader }
 func (t *Table) EngineLoads(fn func(backend string, s fleet.Snapshot)) {
 	names := make([]string, 0, len(t.bstates))
 	for name, st := range t.bstates {
-		if st.scraper != nil {
+		if st.scraper.Load() != nil {
 			names = append(names, name)
 		}
 	}
 	slices.Sort(names)
 	for _, name := range names {
-		fn(name, t.bstates[name].scraper.Snapshot())
+		fn(name, t.bstates[name].scraper.Load().Snapshot())
 	}
 }

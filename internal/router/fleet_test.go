@@ -270,16 +270,16 @@ func TestScraper_ReplicaThatStopsAnsweringMetricsIsBalancedOnInFlight(t *testing
 
 func TestScraper_OnePerEngineBackendNoneForCloudAndCarriedAcrossReload(t *testing.T) {
 	tb, _, _ := fleetTable(t, 2, config.BalanceCacheAware)
-	if tb.bstates["e0"].scraper == nil || tb.bstates["e1"].scraper == nil {
+	if tb.bstates["e0"].scraper.Load() == nil || tb.bstates["e1"].scraper.Load() == nil {
 		t.Fatal("engine backends of a cache_aware model are not scraped")
 	}
-	if tb.bstates["cloud"].scraper != nil {
+	if tb.bstates["cloud"].scraper.Load() != nil {
 		t.Fatal("a backend that is no engine is scraped")
 	}
 	// Two models on e0 share one scraper (it is the backend's).
 	r1, _ := tb.Route("m")
 	r2, _ := tb.Route("other")
-	if r1.Deployments[0].s.be.scraper != r2.Deployments[0].s.be.scraper {
+	if r1.Deployments[0].s.be.scraper.Load() != r2.Deployments[0].s.be.scraper.Load() {
 		t.Fatal("two models on one engine have two scrapers")
 	}
 	cfgSrc := "backends:\n  e0: {url: http://127.0.0.1:9, engine: vllm}\nmodels:\n  m: {backend: e0}\n"
@@ -288,10 +288,26 @@ func TestScraper_OnePerEngineBackendNoneForCloudAndCarriedAcrossReload(t *testin
 		t.Fatal(err)
 	}
 	plain := New(cfg)
-	defer plain.Close()
-	if plain.bstates["e0"].scraper != nil {
+	if plain.bstates["e0"].scraper.Load() != nil {
 		t.Fatal("an engine under least_outstanding is scraped")
 	}
+	// A reload that makes the model cache_aware starts scraping the
+	// carried-over backend; closing the old table leaves it to the new
+	// one.
+	cfg2, err := config.Load(strings.NewReader(strings.Replace(cfgSrc, "{backend: e0}", "{backend: e0, balancing: cache_aware}", 1)), "test.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := NewWithOptions(cfg2, Options{Previous: plain})
+	sc := next.bstates["e0"].scraper.Load()
+	if next.bstates["e0"] != plain.bstates["e0"] || sc == nil {
+		t.Fatal("the reloaded table did not carry the backend over and scrape it")
+	}
+	plain.Close()
+	if next.bstates["e0"].scraper.Load() != sc {
+		t.Fatal("closing the old table dropped the new table's scraper")
+	}
+	next.Close()
 }
 
 func TestSession_PinsAConversationAndFailsOverWhenItsDeploymentIsDown(t *testing.T) {

@@ -133,7 +133,7 @@ type backendState struct {
 	// over every deployment on it; scraper reads the engine's /metrics
 	// (nil when no engine-aware model uses the backend).
 	inflight atomic.Int64
-	scraper  *fleet.Scraper
+	scraper  atomic.Pointer[fleet.Scraper]
 }
 
 // depState is the live state of one deployment (backend + upstream model).
@@ -318,8 +318,8 @@ func (t *Table) Close() {
 	}
 	t.mu.Unlock()
 	for _, st := range owned {
-		if st.scraper != nil {
-			st.scraper.Stop()
+		if sc := st.scraper.Load(); sc != nil {
+			sc.Stop()
 		}
 		if st.stop != nil {
 			st.stop()
