@@ -42,7 +42,7 @@ type kvCache struct {
 	capacity  int  // blocks
 	caching   bool // prefix caching on
 	minShare  float64
-	used      int  // blocks held by running sequences
+	used      int // blocks held by running sequences
 	cached    map[uint64]*kvBlock
 	lru       kvBlock // sentinel of the evictable list: ref 0, hashed; lru.next is evicted first
 	evictable int
