@@ -40,9 +40,10 @@ case "$mode" in
 sim)
   n=4
   SESSIONS=${SESSIONS:-16} TURNS=${TURNS:-6} SYSTEM_WORDS=${SYSTEM_WORDS:-3000} TOOL_WORDS=${TOOL_WORDS:-150} MAX_TOKENS=${MAX_TOKENS:-16}
-  # 16 sessions × ~4-5k tokens of prefix: ~70k tokens in all; each replica
-  # holds 24k, so one holds about 4-5 sessions' prefixes, not all 16.
-  KV_TOKENS=${KV_TOKENS:-24576} SIM_MODEL=${SIM_MODEL:-qwen2.5-7b-instruct}
+  # 16 sessions x ~5-6k tokens of prompt (3,000 words and the history):
+  # ~90k tokens in all; a replica's 32k hold its running requests and
+  # about 5 sessions' prefixes, not all 16.
+  KV_TOKENS=${KV_TOKENS:-32768} SIM_MODEL=${SIM_MODEL:-qwen2.5-7b-instruct}
   kvflag=()
   if "$dir/llmgate" sim --help 2>&1 | grep -q -- --kv-cache-tokens; then
     kvflag=(--kv-cache-tokens "$KV_TOKENS" --max-model-len 16384)
