@@ -512,7 +512,7 @@ func (c *Config) ApplyDefaults() {
 		if m.UpstreamModel == "" {
 			m.UpstreamModel = name
 		}
-		m.applyDeploymentDefaults()
+		m.applyDeploymentDefaults(c.Backends)
 	}
 }
 

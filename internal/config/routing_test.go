@@ -160,3 +160,29 @@ func TestLoad_EngineAwareRoutingSettings(t *testing.T) {
 		t.Fatal("balancing values not kept")
 	}
 }
+
+func TestLoad_DefaultBalancingIsCacheAwareOnlyForEngineReplicas(t *testing.T) {
+	src := `backends:
+  v1: {url: http://a, engine: vllm}
+  v2: {url: http://b, engine: sglang}
+  l1: {url: http://c, engine: llamacpp}
+  ol: {url: http://d, engine: ollama}
+  cloud: {url: http://e}
+models:
+  replicas: {deployments: [{backend: v1}, {backend: v2}, {backend: l1}]}
+  mixed: {deployments: [{backend: v1}, {backend: cloud}]}
+  ollama: {deployments: [{backend: v1}, {backend: ol}]}
+  single: {backend: v1}
+  chosen: {balancing: least_outstanding, deployments: [{backend: v1}, {backend: v2}]}
+`
+	cfg, err := LoadWithEnv(strings.NewReader(src), "x.yaml", env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for model, want := range map[string]string{"replicas": BalanceCacheAware, "mixed": BalanceLeastOutstanding,
+		"ollama": BalanceLeastOutstanding, "single": BalanceLeastOutstanding, "chosen": BalanceLeastOutstanding} {
+		if got := cfg.Models[model].Balancing; got != want {
+			t.Errorf("%s: balancing %s, want %s", model, got, want)
+		}
+	}
+}
