@@ -65,7 +65,7 @@ llama)
   : "${LLMGATE_TEST_LLAMA_SERVER:?set it: eval \"\$(test/real-engine/setup.sh)\"}"
   # llama-server caps a slot at the model's training context (2048 for
   # the test model): prompts must stay below it.
-  SESSIONS=${SESSIONS:-8} TURNS=${TURNS:-4} SYSTEM_WORDS=${SYSTEM_WORDS:-700} TOOL_WORDS=${TOOL_WORDS:-50} MAX_TOKENS=${MAX_TOKENS:-16}
+  SESSIONS=${SESSIONS:-8} TURNS=${TURNS:-6} SYSTEM_WORDS=${SYSTEM_WORDS:-700} TOOL_WORDS=${TOOL_WORDS:-50} MAX_TOKENS=${MAX_TOKENS:-16}
   start_engines() {
     for i in $(seq 0 $((n - 1))); do
       "$LLMGATE_TEST_LLAMA_SERVER" -m "$LLMGATE_TEST_LLAMA_MODEL" -c 8192 --metrics -t 1 --host 127.0.0.1 --port $((18180 + i)) >"$dir/engine-$i.log" 2>&1 &
