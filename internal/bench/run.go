@@ -75,7 +75,10 @@ type Report struct {
 	// every latency figure.
 	EngineStarts []EngineStart `json:"engine_starts,omitempty"`
 	Saturation   []Saturation  `json:"saturation,omitempty"`
-	Requests     []RequestRow  `json:"-"`
+	// Agent holds the agent workload's results, one per target (see
+	// RunAgent); Results is empty then.
+	Agent    []*AgentResult `json:"agent,omitempty"`
+	Requests []RequestRow   `json:"-"`
 }
 
 // Settings records the run's parameters in the JSON report.
@@ -100,6 +103,8 @@ type Settings struct {
 	Goodput        *Goodput `json:"goodput,omitempty"`
 	Sweep          bool     `json:"sweep,omitempty"`
 	TimeoutS       float64  `json:"timeout_s"`
+	// Agent is the agent workload's shape (--workload agent).
+	Agent *AgentWorkload `json:"agent_workload,omitempty"`
 }
 
 // ClientInfo describes the machine that ran the client, since every figure
@@ -111,6 +116,11 @@ type ClientInfo struct {
 	GOMAXPROCS int    `json:"gomaxprocs"`
 	GoVersion  string `json:"go_version"`
 	Protocol   string `json:"protocol"`
+}
+
+func clientInfo() ClientInfo {
+	return ClientInfo{GOOS: runtime.GOOS, GOARCH: runtime.GOARCH, NumCPU: runtime.NumCPU(),
+		GOMAXPROCS: runtime.GOMAXPROCS(0), GoVersion: runtime.Version(), Protocol: "HTTP/1.1"}
 }
 
 // Saturation is the sweep's finding for one target.
@@ -215,8 +225,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	rep := &Report{
 		Tool: "llmgate bench", Version: Version, Date: time.Now().UTC().Format(time.RFC3339),
 		Settings: o.settings(),
-		Client: ClientInfo{GOOS: runtime.GOOS, GOARCH: runtime.GOARCH, NumCPU: runtime.NumCPU(),
-			GOMAXPROCS: runtime.GOMAXPROCS(0), GoVersion: runtime.Version(), Protocol: "HTTP/1.1"},
+		Client:   clientInfo(),
 	}
 	probeTr := newTransport(1)
 	defer probeTr.CloseIdleConnections()

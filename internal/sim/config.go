@@ -150,6 +150,10 @@ type ModelConfig struct {
 // that sets none and matches no preset: the 7B preset's.
 const DefaultKVCacheTokens = 938192
 
+// llamaCacheTokensMax bounds the llama.cpp face's default cache, which is
+// kept token by token.
+const llamaCacheTokensMax = 262144
+
 // DefaultBlockSize is vLLM's KV-cache block size on GPUs.
 const DefaultBlockSize = 16
 
@@ -358,7 +362,8 @@ func (c *Config) validate() error {
 				mc.BlockSize = 1
 			}
 			if kv == 0 {
-				mc.KVCacheTokens = mc.MaxModelLen * mc.MaxNumSeqs
+				// Bounded: the cache keeps one entry per token.
+				mc.KVCacheTokens = max(mc.MaxModelLen, min(mc.MaxModelLen*mc.MaxNumSeqs, llamaCacheTokensMax))
 			}
 			mc.minPrefixShare = 0.1
 		}

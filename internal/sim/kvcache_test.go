@@ -296,3 +296,31 @@ func TestLive_LlamaCppFaceReportsCacheLikeLlamaServer(t *testing.T) {
 		t.Errorf("the llama.cpp face serves vLLM metric names:\n%s", m)
 	}
 }
+
+func TestPrefixCache_SmallCacheEvictsOlderSessionsPrefixes(t *testing.T) {
+	mc := fastModel()
+	mc.MaxModelLen, mc.KVCacheTokens = 1024, 1024 // room for two of the ~470-token prompts and their answers, not three
+	a, na := textHashes(words(400, "a"), DefaultBlockSize)
+	b, nb := textHashes(words(400, "b"), DefaultBlockSize)
+	c, nc := textHashes(words(400, "c"), DefaultBlockSize)
+	s := time.Second
+	res := runVirtual(t, mc, []simReq{
+		{at: 0, prompt: na, target: 4, hashes: a},
+		{at: 1 * s, prompt: nb, target: 4, hashes: b},
+		{at: 2 * s, prompt: nc, target: 4, hashes: c}, // needs room: evicts a's blocks, tail first
+		{at: 3 * s, prompt: nb, target: 4, hashes: b}, // b, freed after a, survived whole
+		{at: 4 * s, prompt: na, target: 4, hashes: a}, // a's tail is gone
+	}, nil)
+	if na+nb+nc <= 1024 || na+nb > 1024-16 {
+		t.Fatalf("prompts of %d, %d, %d tokens do not exercise a 1024-token cache", na, nb, nc)
+	}
+	if want := (nb - 1) / 16 * 16; res[3].cached != want {
+		t.Errorf("b again: %d cached, want %d (all its blocks)", res[3].cached, want)
+	}
+	if res[4].cached >= (na-1)/16*16 {
+		t.Errorf("a again: %d cached of %d, want fewer: c's admission evicted a's tail", res[4].cached, na)
+	}
+	if res[4].ttft() <= res[3].ttft() {
+		t.Errorf("a's TTFT %v not above b's %v, though more of a was prefilled", res[4].ttft(), res[3].ttft())
+	}
+}
