@@ -12,7 +12,8 @@
 # Environment: SESSIONS, TURNS, SYSTEM_WORDS, TOOL_WORDS, MAX_TOKENS, THINK (pause before a
 # turn, uniform up to it: the agent's tools running), KV_TOKENS (sim),
 # BALANCINGS (default "least_outstanding cache_aware"; a name may repeat), WORKLOADS (default
-# "agent unique"), SIM_FLAGS (more llmgate sim flags).
+# "agent unique"), SIM_FLAGS (more llmgate sim flags), DRIVER=bench (llmgate bench --workload agent
+# instead of bench/fleetload: no pause between turns).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mode=${1:-sim}
@@ -99,8 +100,18 @@ run() { # balancing workload-label fleetload-flags...
   local gw=$!
   pids+=($gw)
   waitup "http://127.0.0.1:$gwport/healthz"
-  "$dir/fleetload" -url "http://127.0.0.1:$gwport/v1" -key "$key" -model m -label "$mode $bal $label" \
-    -sessions "$SESSIONS" -turns "$TURNS" -system-words "$SYSTEM_WORDS" -tool-words "$TOOL_WORDS" -max-tokens "$MAX_TOKENS" -think "${THINK:-1s}" "$@"
+  if [ "${DRIVER:-fleetload}" = bench ]; then
+    # llmgate bench's agent workload (no pause between turns).
+    local shared=true
+    if [ "$label" = unique ]; then shared=false; fi
+    echo "## $mode $bal $label (llmgate bench --workload agent)"
+    "$dir/llmgate" bench --base-url "http://127.0.0.1:$gwport/v1" --api-key "$key" --model m --workload agent \
+      --sessions "$SESSIONS" --turns "$TURNS" --system-prompt-words "$SYSTEM_WORDS" --tool-result-words "$TOOL_WORDS" \
+      --shared-prefix="$shared" --out "$dir/bench-$bal-$label" 2>&1 | grep -iE "ttft|cached|throughput|req/s|requests" | head -12
+  else
+    "$dir/fleetload" -url "http://127.0.0.1:$gwport/v1" -key "$key" -model m -label "$mode $bal $label" \
+      -sessions "$SESSIONS" -turns "$TURNS" -system-words "$SYSTEM_WORDS" -tool-words "$TOOL_WORDS" -max-tokens "$MAX_TOKENS" -think "${THINK:-1s}" "$@"
+  fi
   kill "$gw"; wait "$gw" 2>/dev/null || true
   stop_engines
 }
