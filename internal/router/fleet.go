@@ -2,6 +2,7 @@ package router
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -13,6 +14,7 @@ import (
 	"llmgate/internal/config"
 	"llmgate/internal/fleet"
 	"llmgate/internal/provider"
+	"llmgate/internal/redact"
 )
 
 // Hint is what engine-aware balancing knows of a request: the chained
@@ -78,12 +80,14 @@ func (t *Table) startScraper(st *backendState, interval time.Duration) {
 		b.Authorize(req)
 		resp, err := b.HTTPClient().Do(req)
 		if err != nil {
-			return nil, fmt.Errorf("GET %s: %w", u, b.Classify(ctx, err))
+			// The reading's error is shown on the status pages: no
+			// password of a URL's user information in it.
+			return nil, errors.New(redact.Secrets(fmt.Sprintf("GET %s: %v", u, b.Classify(ctx, err))))
 		}
 		defer resp.Body.Close()
 		if resp.StatusCode != http.StatusOK {
 			_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
-			return nil, fmt.Errorf("GET %s answered %d", u, resp.StatusCode)
+			return nil, errors.New(redact.Secrets(fmt.Sprintf("GET %s answered %d", u, resp.StatusCode)))
 		}
 		return io.ReadAll(io.LimitReader(resp.Body, maxMetricsBytes))
 	}

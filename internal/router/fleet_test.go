@@ -63,7 +63,9 @@ func fleetTable(t *testing.T, n int, balancing string) (*Table, *fakeClock, []*f
 	engines := make([]*fakeEngine, n)
 	for i := range engines {
 		engines[i] = newFakeEngine(t)
-		fmt.Fprintf(&src, "  e%d: {url: %q, engine: vllm, api_key: sk-engine-secret}\n", i, engines[i].srv.URL+"/v1")
+		// User information in the URL: a password that must never show.
+		u := strings.Replace(engines[i].srv.URL, "http://", "http://ops:hunter2@", 1)
+		fmt.Fprintf(&src, "  e%d: {url: %q, engine: vllm, api_key: sk-engine-secret}\n", i, u+"/v1")
 	}
 	src.WriteString("  cloud: {url: http://127.0.0.1:9}\nmodels:\n  m:\n    balancing: " + balancing + "\n    deployments:\n")
 	for i := range engines {
@@ -251,7 +253,7 @@ func TestScraper_ReplicaThatStopsAnsweringMetricsIsBalancedOnInFlight(t *testing
 		return sn.Err != ""
 	})
 	sn, _ := r.Deployments[0].EngineLoad()
-	if !strings.Contains(sn.Err, "answered 500") || strings.Contains(sn.Err, "sk-engine-secret") {
+	if !strings.Contains(sn.Err, "answered 500") || strings.Contains(sn.Err, "sk-engine-secret") || strings.Contains(sn.Err, "hunter2") {
 		t.Fatalf("scrape error %q", sn.Err)
 	}
 	// e1 keeps answering; e0's last reading ages out.
