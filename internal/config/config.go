@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"llmgate/internal/dialect"
 )
 
 // Defaults applied when the file leaves a setting out.
@@ -23,12 +25,6 @@ const (
 	DefaultListen       = "127.0.0.1:4000"
 	DefaultDatabase     = "llmgate.db"
 	DefaultMaxBodyBytes = 32 << 20
-)
-
-// Dialects a backend may speak.
-const (
-	DialectOpenAI    = "openai"
-	DialectAnthropic = "anthropic"
 )
 
 // DefaultShutdownTimeout is how long a stopping gateway lets requests in
@@ -126,7 +122,7 @@ type Backend struct {
 	Name    string            `yaml:"-"`
 	URL     string            `yaml:"url"`
 	APIKey  string            `yaml:"api_key"`
-	Dialect string            `yaml:"dialect"` // openai (default) or anthropic
+	Dialect dialect.Dialect   `yaml:"dialect"` // openai (default) or anthropic
 	Headers map[string]string `yaml:"headers"`
 	// Timeouts; zero means the default.
 	ConnectTimeout Duration `yaml:"connect_timeout"` // default 5s
@@ -500,7 +496,7 @@ func (c *Config) ApplyDefaults() {
 		b.Name = name
 		c.applyPreset(b)
 		if b.Dialect == "" {
-			b.Dialect = DialectOpenAI
+			b.Dialect = dialect.OpenAI
 		}
 	}
 	for name, m := range c.Models {
@@ -573,7 +569,7 @@ func (c *Config) Validate() error {
 		if b.URL == "" {
 			return le(b.line, key+".url", "is required (for example http://127.0.0.1:8000/v1)")
 		}
-		if b.Dialect != DialectOpenAI && b.Dialect != DialectAnthropic {
+		if !b.Dialect.Valid() {
 			return le(b.line, key+".dialect", "must be openai or anthropic, not %q", b.Dialect)
 		}
 		for _, p := range b.DropParams {
@@ -636,7 +632,7 @@ func (c *Config) Validate() error {
 // OpenAI dialect a bare host (no path) gets "/v1"; a path ending in "/v1" or
 // any other explicit path (e.g. "/api/paas/v4") is kept; "/v1/v1" is fixed.
 // For the Anthropic dialect the base has no "/v1": paths are "/v1/messages".
-func NormalizeBaseURL(raw, dialect string) (string, error) {
+func NormalizeBaseURL(raw string, d dialect.Dialect) (string, error) {
 	raw = strings.TrimSpace(raw)
 	if !strings.HasPrefix(raw, "http://") && !strings.HasPrefix(raw, "https://") {
 		return "", fmt.Errorf("URL %q must start with http:// or https://", raw)
@@ -655,7 +651,7 @@ func NormalizeBaseURL(raw, dialect string) (string, error) {
 	for strings.HasSuffix(p, "/v1/v1") {
 		p = strings.TrimSuffix(p, "/v1")
 	}
-	if dialect == DialectAnthropic {
+	if d == dialect.Anthropic {
 		p = strings.TrimSuffix(p, "/v1")
 	} else if p == "" {
 		p = "/v1"

@@ -10,6 +10,8 @@ import (
 	"unicode"
 
 	"go.yaml.in/yaml/v3"
+
+	"llmgate/internal/dialect"
 )
 
 // Engine defaults, chosen for real model servers: loading weights takes
@@ -221,7 +223,7 @@ func (c *Config) applyEngineDefaults() {
 		// The engine's backend starts at port 0 (or the fixed port); the
 		// engine manager rewrites it with BindEngine once the port is known.
 		if b, ok := c.Backends[name]; !ok {
-			c.Backends[name] = &Backend{Name: name, URL: e.BaseURL(), Dialect: DialectOpenAI, APIKey: e.APIKey, line: e.line}
+			c.Backends[name] = &Backend{Name: name, URL: e.BaseURL(), Dialect: dialect.OpenAI, APIKey: e.APIKey, line: e.line}
 		} else if b == nil || b.URL != e.BaseURL() {
 			e.conflict = true
 		}

@@ -19,6 +19,7 @@ import (
 
 	"llmgate/internal/apierror"
 	"llmgate/internal/config"
+	"llmgate/internal/dialect"
 	"llmgate/internal/provider"
 	"llmgate/internal/translate"
 )
@@ -63,12 +64,12 @@ type Route struct {
 	// mapping, system messages).
 	Chat      translate.ChatOptions
 	fallbacks []*Route
-	dialects  []string
+	dialects  []dialect.Dialect
 }
 
 // Dialects returns the distinct backend dialects of the route's
 // deployments (computed when the table is built).
-func (r *Route) Dialects() []string { return r.dialects }
+func (r *Route) Dialects() []dialect.Dialect { return r.dialects }
 
 // Options tune a Table beyond its configuration.
 type Options struct {
