@@ -123,7 +123,7 @@ type Request struct {
 	fitted bool
 	// chatOpts shape the translation to chat (the model's reasoning
 	// mapping, where system messages go).
-	chatOpts translate.ChatOptions
+	chatOpts dialect.ChatOptions
 
 	hubOnce sync.Once
 	hub     *openai.ChatCompletionRequest
@@ -498,8 +498,8 @@ func (r *Request) WithOutputLimit(n int) *Request {
 
 // WithChatOptions returns a copy of r translated to chat with the model's
 // options (r itself when they are the defaults, or nothing is translated).
-func (r *Request) WithChatOptions(o translate.ChatOptions) *Request {
-	if o == (translate.ChatOptions{}) || r.Dialect != Messages && r.Dialect != Responses && r.Dialect != CountTokens {
+func (r *Request) WithChatOptions(o dialect.ChatOptions) *Request {
+	if o == (dialect.ChatOptions{}) || r.Dialect != Messages && r.Dialect != Responses && r.Dialect != CountTokens {
 		return r
 	}
 	c := r.clone()

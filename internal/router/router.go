@@ -21,7 +21,6 @@ import (
 	"llmgate/internal/config"
 	"llmgate/internal/dialect"
 	"llmgate/internal/provider"
-	"llmgate/internal/translate"
 )
 
 // Deployment is one place a public model is served: a backend and the model
@@ -62,7 +61,7 @@ type Route struct {
 	FitOutput     bool
 	// Chat shapes the requests translated for the model (reasoning
 	// mapping, system messages).
-	Chat      translate.ChatOptions
+	Chat      dialect.ChatOptions
 	fallbacks []*Route
 	dialects  []dialect.Dialect
 }
