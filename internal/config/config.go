@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/url"
 	"os"
+	"reflect"
 	"slices"
 	"sort"
 	"strings"
@@ -356,16 +357,52 @@ var GatewayDecidedFields = []string{"model", "stream", "stream_options", "max_to
 	"max_output_tokens", "max_new_tokens", "n_predict", "n", "best_of", "tools", "tool_choice", "thinking",
 	"previous_response_id", "store", "prompt", "input"}
 
-var knownKeys = map[string][]string{
-	"":                {"listen", "database", "max_body_bytes", "log_format", "max_connections", "tls_cert_file", "tls_key_file", "backends", "models", "redis", "redis_prefix", "redis_fail_open", "redis_replicas", "retention", "responses_ttl", "store_responses", "spool_dir", "spool_fsync", "shutdown_timeout", "routing"},
-	"routing":         {"retry_backoff", "circuit_breaker"},
-	"circuit_breaker": {"enabled", "consecutive_failures", "failure_rate", "min_requests", "half_life", "open_for", "open_max", "timeout_weight", "rate_limit_wait", "rate_limit_max"},
-	"backend": {"url", "api_key", "dialect", "headers", "connect_timeout", "first_byte_timeout", "timeout", "ca_file", "client_cert_file", "client_key_file", "tls_skip_verify",
-		"idle_timeout", "provider", "engine", "health_check", "drop_params"},
-	"model": {"backend", "upstream_model", "deployments", "fallbacks", "balancing",
-		"input_price", "output_price", "cached_input_price", "rpm", "tpm", "max_concurrency"},
-	"deployment":   {"backend", "upstream_model", "weight", "priority"},
-	"health_check": {"path", "interval", "timeout", "enabled"},
+// blockTypes are the struct types behind each kind of block checkKnownKeys
+// and checkNested walk: "" is the top level.
+var blockTypes = map[string]reflect.Type{
+	"":                reflect.TypeFor[Config](),
+	"routing":         reflect.TypeFor[Routing](),
+	"circuit_breaker": reflect.TypeFor[CircuitBreaker](),
+	"backend":         reflect.TypeFor[Backend](),
+	"model":           reflect.TypeFor[Model](),
+	"deployment":      reflect.TypeFor[Deployment](),
+	"health_check":    reflect.TypeFor[HealthCheck](),
+	"engine":          reflect.TypeFor[Engine](),
+	"reasoning":       reflect.TypeFor[Reasoning](),
+}
+
+// knownKeys are the keys each kind of block takes: the yaml tags of its
+// struct type, read once, so that a setting is known as soon as its field
+// is tagged.
+var knownKeys = func() map[string][]string {
+	keys := make(map[string][]string, len(blockTypes))
+	for kind, t := range blockTypes {
+		keys[kind] = yamlKeys(t)
+	}
+	return keys
+}()
+
+// yamlKeys lists the keys yaml.v3 decodes into the struct type t, in field
+// order, with the keys of inlined structs in their place.
+func yamlKeys(t reflect.Type) []string {
+	var keys []string
+	for i := range t.NumField() {
+		f := t.Field(i)
+		if !f.IsExported() {
+			continue
+		}
+		name, opts, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+		switch {
+		case name == "-":
+		case name == "" && strings.Contains(","+opts+",", ",inline,"):
+			keys = append(keys, yamlKeys(f.Type)...)
+		case name == "":
+			keys = append(keys, strings.ToLower(f.Name))
+		default:
+			keys = append(keys, name)
+		}
+	}
+	return keys
 }
 
 // retiredKeys are settings of earlier versions that no longer do anything,

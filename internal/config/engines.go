@@ -74,12 +74,6 @@ type Engine struct {
 	conflict bool
 }
 
-func init() {
-	knownKeys[""] = append(knownKeys[""], "engines")
-	knownKeys["engine"] = []string{"cmd", "env", "workdir", "port", "models", "group", "ttl", "always_on", "health_path",
-		"health_interval", "startup_timeout", "stop_signal", "stop_grace", "drain_timeout", "max_queue", "api_key", "anthropic_billing_header"}
-}
-
 // Command is an argv that reads from a YAML list or a shell-like string.
 type Command []string
 

@@ -31,11 +31,6 @@ const (
 	BillingHeaderKeep   = "keep"
 )
 
-func init() {
-	knownKeys["model"] = append(knownKeys["model"], "reasoning", "system_messages", "anthropic_billing_header")
-	knownKeys["reasoning"] = []string{"preset", "switch", "effort", "budget", "drop_history"}
-}
-
 // ChatOptions are the options a model's translated requests are built
 // with: its reasoning mapping, where system messages go, and whether
 // Claude Code's billing line stays.
