@@ -550,117 +550,157 @@ func (c *Config) ApplyDefaults() {
 }
 
 // Validate checks the configuration and normalizes backend URLs. It is safe
-// to call more than once.
+// to call more than once. Each section has its own validator; the first
+// error found is returned.
 func (c *Config) Validate() error {
-	le := func(line int, key, format string, args ...any) error {
-		return &LineError{Source: c.Source, Line: line, Key: key, Msg: fmt.Sprintf(format, args...)}
-	}
-	if err := c.validateEngines(); err != nil {
-		return err
-	}
-	if err := c.validateAccounting(); err != nil {
-		return err
-	}
-	if err := c.Routing.validate(c.Source); err != nil {
-		return err
-	}
-	if c.MaxBodyBytes < 0 {
-		return le(0, "max_body_bytes", "must be positive")
-	}
-	if (c.TLSCertFile == "") != (c.TLSKeyFile == "") {
-		k := "tls_key_file"
-		if c.TLSCertFile == "" {
-			k = "tls_cert_file"
+	for _, validate := range []func() error{
+		c.validateEngines,
+		c.validateAccounting,
+		func() error { return c.Routing.validate(c.Source) },
+		c.validateServer,
+		c.validateBackends,
+		c.validateModels,
+	} {
+		if err := validate(); err != nil {
+			return err
 		}
-		return le(c.Line(k), k, "is required with %s: give both the certificate and its private key (PEM files)", map[string]string{"tls_key_file": "tls_cert_file", "tls_cert_file": "tls_key_file"}[k])
+	}
+	return nil
+}
+
+// lineErr is a LineError of this configuration's file.
+func (c *Config) lineErr(line int, key, format string, args ...any) error {
+	return &LineError{Source: c.Source, Line: line, Key: key, Msg: fmt.Sprintf(format, args...)}
+}
+
+// validateServer checks the top-level settings of the gateway's own
+// server: body limits, TLS, logging and time-outs.
+func (c *Config) validateServer() error {
+	if c.MaxBodyBytes < 0 {
+		return c.lineErr(0, "max_body_bytes", "must be positive")
+	}
+	if err := c.validateTLS(); err != nil {
+		return err
+	}
+	if c.ResponsesTTL < 0 {
+		return c.lineErr(c.Line("responses_ttl"), "responses_ttl", "must not be negative (to store no responses, set store_responses: false)")
+	}
+	if c.LogFormat != "" && c.LogFormat != "text" && c.LogFormat != "json" {
+		return c.lineErr(c.Line("log_format"), "log_format", "must be text or json, not %q", c.LogFormat)
+	}
+	if c.ShutdownTimeout < 0 {
+		return c.lineErr(c.Line("shutdown_timeout"), "shutdown_timeout", "must not be negative (for example 60s; unset or 0 means the default %s)", DefaultShutdownTimeout)
+	}
+	if c.BodyReadTimeout < 0 {
+		return c.lineErr(c.Line("body_read_timeout"), "body_read_timeout", "must not be negative (for example 60s; unset or 0 means the default %s)", DefaultBodyReadTimeout)
+	}
+	if c.MaxBodyReadsPerKey != nil && *c.MaxBodyReadsPerKey < 0 {
+		return c.lineErr(c.Line("max_body_reads_per_key"), "max_body_reads_per_key", "must be a number of bodies, or 0 for no cap (default %d)", DefaultMaxBodyReadsPerKey)
+	}
+	if c.MaxConnections != nil && *c.MaxConnections < 0 {
+		return c.lineErr(c.Line("max_connections"), "max_connections", "must be a number of connections, or 0 for no cap (default %d)", DefaultMaxConnections)
+	}
+	return nil
+}
+
+// validateTLS checks that the listener's certificate and key come
+// together and load.
+func (c *Config) validateTLS() error {
+	if (c.TLSCertFile == "") != (c.TLSKeyFile == "") {
+		k, other := "tls_key_file", "tls_cert_file"
+		if c.TLSCertFile == "" {
+			k, other = other, k
+		}
+		return c.lineErr(c.Line(k), k, "is required with %s: give both the certificate and its private key (PEM files)", other)
 	}
 	if c.TLSCertFile != "" {
 		if _, err := tls.LoadX509KeyPair(c.TLSCertFile, c.TLSKeyFile); err != nil {
-			return le(c.Line("tls_cert_file"), "tls_cert_file", "cannot load the certificate and key (%s, %s): %v", c.TLSCertFile, c.TLSKeyFile, err)
+			return c.lineErr(c.Line("tls_cert_file"), "tls_cert_file", "cannot load the certificate and key (%s, %s): %v", c.TLSCertFile, c.TLSKeyFile, err)
 		}
 	}
-	if c.ResponsesTTL < 0 {
-		return le(c.Line("responses_ttl"), "responses_ttl", "must not be negative (to store no responses, set store_responses: false)")
-	}
-	if c.LogFormat != "" && c.LogFormat != "text" && c.LogFormat != "json" {
-		return le(c.Line("log_format"), "log_format", "must be text or json, not %q", c.LogFormat)
-	}
-	if c.ShutdownTimeout < 0 {
-		return le(c.Line("shutdown_timeout"), "shutdown_timeout", "must not be negative (for example 60s; unset or 0 means the default %s)", DefaultShutdownTimeout)
-	}
-	if c.BodyReadTimeout < 0 {
-		return le(c.Line("body_read_timeout"), "body_read_timeout", "must not be negative (for example 60s; unset or 0 means the default %s)", DefaultBodyReadTimeout)
-	}
-	if c.MaxBodyReadsPerKey != nil && *c.MaxBodyReadsPerKey < 0 {
-		return le(c.Line("max_body_reads_per_key"), "max_body_reads_per_key", "must be a number of bodies, or 0 for no cap (default %d)", DefaultMaxBodyReadsPerKey)
-	}
-	if c.MaxConnections != nil && *c.MaxConnections < 0 {
-		return le(c.Line("max_connections"), "max_connections", "must be a number of connections, or 0 for no cap (default %d)", DefaultMaxConnections)
-	}
+	return nil
+}
+
+// validateBackends checks each backend and normalizes its URL and TLS
+// settings.
+func (c *Config) validateBackends() error {
 	for _, name := range sortedKeys(c.Backends) {
-		b := c.Backends[name]
-		key := "backends." + name
-		if err := c.validatePreset(b, key); err != nil {
+		if err := c.validateBackend(c.Backends[name], "backends."+name); err != nil {
 			return err
 		}
-		if b.URL == "" {
-			return le(b.line, key+".url", "is required (for example http://127.0.0.1:8000/v1)")
-		}
-		if !b.Dialect.Valid() {
-			return le(b.line, key+".dialect", "must be openai or anthropic, not %q", b.Dialect)
-		}
-		for _, p := range b.DropParams {
-			if p == "" {
-				return le(b.line, key+".drop_params", "lists an empty name; list the top-level request members this backend rejects, such as top_k")
-			}
-			if slices.Contains(GatewayDecidedFields, p) {
-				return le(b.line, key+".drop_params", "cannot remove %q: the gateway checks and prices requests on it, so the backend must get it as checked", p)
-			}
-		}
-		base, err := NormalizeBaseURL(b.URL, b.Dialect)
-		if err != nil {
-			return le(b.line, key+".url", "%v", err)
-		}
-		b.BaseURL = base
-		if strings.Contains(b.APIKey, "${") {
-			return le(b.line, key+".api_key", "unexpanded reference %q", b.APIKey)
-		}
-		tlsCfg, terr := b.clientTLS()
-		if terr != nil {
-			return le(b.line, key+terr.key, "%s", terr.msg)
-		}
-		b.TLS = tlsCfg
 	}
+	return nil
+}
+
+func (c *Config) validateBackend(b *Backend, key string) error {
+	if err := c.validatePreset(b, key); err != nil {
+		return err
+	}
+	if b.URL == "" {
+		return c.lineErr(b.line, key+".url", "is required (for example http://127.0.0.1:8000/v1)")
+	}
+	if !b.Dialect.Valid() {
+		return c.lineErr(b.line, key+".dialect", "must be openai or anthropic, not %q", b.Dialect)
+	}
+	for _, p := range b.DropParams {
+		if p == "" {
+			return c.lineErr(b.line, key+".drop_params", "lists an empty name; list the top-level request members this backend rejects, such as top_k")
+		}
+		if slices.Contains(GatewayDecidedFields, p) {
+			return c.lineErr(b.line, key+".drop_params", "cannot remove %q: the gateway checks and prices requests on it, so the backend must get it as checked", p)
+		}
+	}
+	base, err := NormalizeBaseURL(b.URL, b.Dialect)
+	if err != nil {
+		return c.lineErr(b.line, key+".url", "%v", err)
+	}
+	b.BaseURL = base
+	if strings.Contains(b.APIKey, "${") {
+		return c.lineErr(b.line, key+".api_key", "unexpanded reference %q", b.APIKey)
+	}
+	tlsCfg, terr := b.clientTLS()
+	if terr != nil {
+		return c.lineErr(b.line, key+terr.key, "%s", terr.msg)
+	}
+	b.TLS = tlsCfg
+	return nil
+}
+
+// validateModels checks each model: its translation options, context
+// window and where it is served.
+func (c *Config) validateModels() error {
 	backendNames := sortedKeys(c.Backends)
 	for _, name := range sortedKeys(c.Models) {
-		m := c.Models[name]
-		key := "models." + name
-		if _, err := m.ChatOptions(); err != nil {
-			return le(m.line, key, "%v", err)
+		if err := c.validateModel(c.Models[name], "models."+name, backendNames); err != nil {
+			return err
 		}
-		if m.ContextWindow < 0 {
-			return le(m.line, key+".context_window", "must be the model's context length in tokens (for example 32768), or unset to learn it from the backend")
+	}
+	return nil
+}
+
+func (c *Config) validateModel(m *Model, key string, backendNames []string) error {
+	if _, err := m.ChatOptions(); err != nil {
+		return c.lineErr(m.line, key, "%v", err)
+	}
+	if m.ContextWindow < 0 {
+		return c.lineErr(m.line, key+".context_window", "must be the model's context length in tokens (for example 32768), or unset to learn it from the backend")
+	}
+	if len(m.Deployments) > 0 || m.Backend == "" {
+		return c.validateRouting(m, key, backendNames)
+	}
+	if m.Backend == "" {
+		return c.lineErr(m.line, key+".backend", "is required: name one of the backends (%s)", strings.Join(backendNames, ", "))
+	}
+	if _, ok := c.Backends[m.Backend]; !ok {
+		msg := fmt.Sprintf("unknown backend %q", m.Backend)
+		if near := Nearest(m.Backend, backendNames); near != "" {
+			msg += fmt.Sprintf("; did you mean %q?", near)
+		} else if len(backendNames) > 0 {
+			msg += fmt.Sprintf("; defined backends: %s", strings.Join(backendNames, ", "))
+		} else {
+			msg += "; add it under backends:"
 		}
-		if len(m.Deployments) > 0 || m.Backend == "" {
-			if err := c.validateRouting(m, key, backendNames); err != nil {
-				return err
-			}
-			continue
-		}
-		if m.Backend == "" {
-			return le(m.line, key+".backend", "is required: name one of the backends (%s)", strings.Join(backendNames, ", "))
-		}
-		if _, ok := c.Backends[m.Backend]; !ok {
-			msg := fmt.Sprintf("unknown backend %q", m.Backend)
-			if near := Nearest(m.Backend, backendNames); near != "" {
-				msg += fmt.Sprintf("; did you mean %q?", near)
-			} else if len(backendNames) > 0 {
-				msg += fmt.Sprintf("; defined backends: %s", strings.Join(backendNames, ", "))
-			} else {
-				msg += "; add it under backends:"
-			}
-			return le(m.line, key+".backend", "%s", msg)
-		}
+		return c.lineErr(m.line, key+".backend", "%s", msg)
 	}
 	return nil
 }

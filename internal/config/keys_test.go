@@ -12,12 +12,12 @@ func TestYamlKeys_ReadsTagsInlinedStructsAndSkipsTheRest(t *testing.T) {
 		Deep string `yaml:"deep"`
 	}
 	type block struct {
-		Tagged   int    `yaml:"tagged"`
-		WithOpts bool   `yaml:"with_opts,omitempty"`
+		Tagged   int              `yaml:"tagged"`
+		WithOpts bool             `yaml:"with_opts,omitempty"`
 		inner    `yaml:",inline"` // unexported: yaml.v3 does not see it either
-		Inlined  inner  `yaml:",inline"`
-		Untagged string // yaml.v3 lowercases the field name
-		Skipped  string `yaml:"-"`
+		Inlined  inner            `yaml:",inline"`
+		Untagged string           // yaml.v3 lowercases the field name
+		Skipped  string           `yaml:"-"`
 		hidden   string
 	}
 	_ = block{}.hidden
