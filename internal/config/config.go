@@ -688,9 +688,8 @@ func (c *Config) validateModel(m *Model, key string, backendNames []string) erro
 	if len(m.Deployments) > 0 || m.Backend == "" {
 		return c.validateRouting(m, key, backendNames)
 	}
-	if m.Backend == "" {
-		return c.lineErr(m.line, key+".backend", "is required: name one of the backends (%s)", strings.Join(backendNames, ", "))
-	}
+	// A single backend that is not yet a deployment: ApplyDefaults was not
+	// called.
 	if _, ok := c.Backends[m.Backend]; !ok {
 		msg := fmt.Sprintf("unknown backend %q", m.Backend)
 		if near := Nearest(m.Backend, backendNames); near != "" {
