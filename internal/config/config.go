@@ -549,9 +549,11 @@ func (c *Config) ApplyDefaults() {
 	}
 }
 
-// Validate checks the configuration and normalizes backend URLs. It is safe
-// to call more than once. Each section has its own validator; the first
-// error found is returned.
+// Validate checks the configuration and normalizes backend URLs. It checks
+// what ApplyDefaults made of the file (a model's backend: is its one
+// deployment by then), so call that first; Load does. It is safe to call
+// more than once. Each section has its own validator; the first error found
+// is returned.
 func (c *Config) Validate() error {
 	for _, validate := range []func() error{
 		c.validateEngines,
@@ -685,23 +687,7 @@ func (c *Config) validateModel(m *Model, key string, backendNames []string) erro
 	if m.ContextWindow < 0 {
 		return c.lineErr(m.line, key+".context_window", "must be the model's context length in tokens (for example 32768), or unset to learn it from the backend")
 	}
-	if len(m.Deployments) > 0 || m.Backend == "" {
-		return c.validateRouting(m, key, backendNames)
-	}
-	// A single backend that is not yet a deployment: ApplyDefaults was not
-	// called.
-	if _, ok := c.Backends[m.Backend]; !ok {
-		msg := fmt.Sprintf("unknown backend %q", m.Backend)
-		if near := Nearest(m.Backend, backendNames); near != "" {
-			msg += fmt.Sprintf("; did you mean %q?", near)
-		} else if len(backendNames) > 0 {
-			msg += fmt.Sprintf("; defined backends: %s", strings.Join(backendNames, ", "))
-		} else {
-			msg += "; add it under backends:"
-		}
-		return c.lineErr(m.line, key+".backend", "%s", msg)
-	}
-	return nil
+	return c.validateRouting(m, key, backendNames)
 }
 
 // NormalizeBaseURL returns the base URL requests are joined to. For the
