@@ -634,6 +634,8 @@ func (c *Config) validateBackends() error {
 	return nil
 }
 
+// validateBackend checks one backend (key is "backends.<name>") and sets
+// its BaseURL and TLS.
 func (c *Config) validateBackend(b *Backend, key string) error {
 	if err := c.validatePreset(b, key); err != nil {
 		return err
@@ -680,6 +682,7 @@ func (c *Config) validateModels() error {
 	return nil
 }
 
+// validateModel checks one model (key is "models.<name>").
 func (c *Config) validateModel(m *Model, key string, backendNames []string) error {
 	if _, err := m.ChatOptions(); err != nil {
 		return c.lineErr(m.line, key, "%v", err)
