@@ -74,7 +74,7 @@ after_tool, reasoning, id (of a call). See the sim package documentation.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if listAll {
 				for _, n := range sim.PresetNames() {
-					printModel(cmd, sim.Presets()[n])
+					printModel(cmd, sim.Presets()[n], sim.EngineVLLM)
 				}
 				return nil
 			}
@@ -160,7 +160,7 @@ after_tool, reasoning, id (of a call). See the sim package documentation.`,
 				}
 			}
 			for _, mc := range cfg.Models {
-				printModel(cmd, mc)
+				printModel(cmd, mc, cfg.Engine)
 			}
 			if cfg.StartupDelay > 0 {
 				fmt.Fprintf(out, "  /health turns 200 after the startup delay of %s\n", cfg.StartupDelay)
@@ -209,7 +209,7 @@ after_tool, reasoning, id (of a call). See the sim package documentation.`,
 	f.Float64Var(&cfg.ToolCallRate, "tool-call-rate", 0, "Fraction of tool_choice \"auto\" requests with tools answered by a tool call")
 	f.IntVar(&cfg.MaxParallelToolCalls, "max-parallel-tool-calls", 0, "Allow up to this many calls per answer (unless parallel_tool_calls is false); 0 or 1 = one")
 	f.StringVar(&script, "script", "", "Answer chat requests with the canned turns of this YAML or JSON file")
-	f.IntVar(&m.KVCacheTokens, "kv-cache-tokens", 0, "KV-cache capacity in tokens (running sequences and cached prefixes share it; requests wait when it is full); 0 = the preset's (7B: 938192), or max-model-len x max-num-seqs (at most 262144) for --engine llamacpp")
+	f.IntVar(&m.KVCacheTokens, "kv-cache-tokens", 0, "KV-cache capacity in tokens (running sequences and cached prefixes share it; requests wait when it is full); 0 = the preset's (--list-presets shows it), or max-model-len x max-num-seqs (at most 262144) for --engine llamacpp")
 	f.IntVar(&m.BlockSize, "block-size", 0, "KV-cache block size in tokens: prefixes are cached in whole blocks; 0 = 16 (vLLM), 1 for --engine llamacpp")
 	f.BoolVar(&noPrefix, "no-enable-prefix-caching", false, "Turn the prefix cache off: every prompt token is prefilled (vLLM's flag)")
 	f.BoolVar(&prefix, "enable-prefix-caching", true, "Reuse cached prompt prefixes (automatic prefix caching); =false is --no-enable-prefix-caching")
@@ -258,18 +258,15 @@ func tryCurl(addr, model, apiKey string) string {
 	return line + " -d " + shellQuote(string(body))
 }
 
-func printModel(cmd *cobra.Command, mc sim.ModelConfig) {
+func printModel(cmd *cobra.Command, mc sim.ModelConfig, engine string) {
 	itl := mc.DecodeBase + mc.DecodePerSeq
 	reasoning := ""
 	if mc.Reasoning {
 		reasoning = ", reasoning"
 	}
-	cache := ""
-	switch {
-	case mc.KVCacheTokens > 0 && mc.NoPrefixCaching:
-		cache = fmt.Sprintf(", KV cache %d tokens, prefix caching off", mc.KVCacheTokens)
-	case mc.KVCacheTokens > 0:
-		cache = fmt.Sprintf(", KV cache %d tokens", mc.KVCacheTokens)
+	cache := fmt.Sprintf(", KV cache %d tokens", sim.KVCacheTokensFor(mc, engine))
+	if mc.NoPrefixCaching {
+		cache += ", prefix caching off"
 	}
 	fmt.Fprintf(cmd.OutOrStdout(), "  %-24s max-num-seqs %d, max-model-len %d, decode %s/token at batch 1, prefill %s + %s/token%s%s\n",
 		mc.Name, mc.MaxNumSeqs, mc.MaxModelLen, itl.Round(10*time.Microsecond), mc.PrefillBase, mc.PrefillPerToken, cache, reasoning)

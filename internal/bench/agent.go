@@ -297,9 +297,17 @@ func RunAgent(ctx context.Context, o Options, w AgentWorkload) (*Report, error) 
 			return rep, err
 		}
 		rep.EngineStarts = append(rep.EngineStarts, o.waitReady(ctx, &o.Targets[ti], probe, ti)...)
-		res, err := runAgentTarget(ctx, &o, &o.Targets[ti], &w, ti)
+		res, turns, err := runAgentTarget(ctx, &o, &o.Targets[ti], &w, ti)
 		if res != nil {
 			rep.Agent = append(rep.Agent, res)
+		}
+		if o.KeepRequests {
+			run := &CellRun{Target: &o.Targets[ti]}
+			for i := range turns {
+				row := requestRow(run, &turns[i].res)
+				row.Cell = fmt.Sprintf("agent session %d turn %d", turns[i].session, turns[i].turn+1)
+				rep.Requests = append(rep.Requests, row)
+			}
 		}
 		if err != nil {
 			return rep, err
@@ -308,7 +316,7 @@ func RunAgent(ctx context.Context, o Options, w AgentWorkload) (*Report, error) 
 	return rep, nil
 }
 
-func runAgentTarget(ctx context.Context, o *Options, t *Target, w *AgentWorkload, ti int) (*AgentResult, error) {
+func runAgentTarget(ctx context.Context, o *Options, t *Target, w *AgentWorkload, ti int) (*AgentResult, []agentTurn, error) {
 	tr := newTransport(w.Sessions)
 	defer tr.CloseIdleConnections()
 	freshTr := newTransport(w.Sessions)
@@ -366,9 +374,9 @@ func runAgentTarget(ctx context.Context, o *Options, t *Target, w *AgentWorkload
 	summary := fmt.Sprintf("| %.2f req/s  TTFT p50 %.1f ms  p95 %.1f ms  cached %s", r.RequestThroughput, r.TTFT.P50, r.TTFT.P95, formatShare(r.CachedShare))
 	pr.finish(summary)
 	if bErr != nil {
-		return r, fmt.Errorf("build request: %w", bErr)
+		return r, turns, fmt.Errorf("build request: %w", bErr)
 	}
-	return r, ctx.Err()
+	return r, turns, ctx.Err()
 }
 
 // formatShare prints a cached share as a percentage, or "unknown".

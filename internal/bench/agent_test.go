@@ -198,11 +198,14 @@ func TestRunAgent_AgainstTheSimulatorServesLaterTurnsFromCache(t *testing.T) {
 		}
 		targets := []Target{{Name: "sim", BaseURL: "http://" + addr + "/v1", Model: mc.Name, Endpoint: EndpointChat}}
 		w := AgentWorkload{Sessions: 2, Turns: 3, SystemPromptWords: 300, ToolResultWords: 50, UserWords: 10, SharedPrefix: true, OutputLen: 8, Seed: 3}
-		rep, err := RunAgent(ctx, Options{Targets: targets, Request: RequestOptions{Timeout: 30 * time.Second}}, w)
+		rep, err := RunAgent(ctx, Options{Targets: targets, Request: RequestOptions{Timeout: 30 * time.Second}, KeepRequests: true}, w)
 		if err != nil {
 			t.Fatal(err)
 		}
 		a := rep.Agent[0]
+		if len(rep.Requests) != 6 || rep.Requests[5].Cell != "agent session 1 turn 3" || rep.Requests[5].CachedTok == 0 {
+			t.Errorf("%s: per-request rows %+v, want 6, the last one session 1's third turn with cached tokens", engine, rep.Requests)
+		}
 		if a.Completed != 6 || a.Failed != 0 {
 			t.Fatalf("%s: completed %d failed %d: %v", engine, a.Completed, a.Failed, a.ErrorSamples)
 		}

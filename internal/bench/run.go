@@ -145,6 +145,7 @@ type RequestRow struct {
 	E2ELMs      float64   `json:"e2el_ms"`
 	ITLMs       []float64 `json:"itl_ms,omitempty"`
 	InputTokens int       `json:"input_tokens"`
+	CachedTok   int       `json:"cached_tokens,omitempty"`
 	OutputTok   int       `json:"output_tokens"`
 	Estimated   bool      `json:"output_tokens_estimated,omitempty"`
 	ConnRetries int       `json:"conn_retries,omitempty"`
@@ -357,7 +358,7 @@ func requestRow(run *CellRun, res *Result) RequestRow {
 		Target: run.Target.Name, Cell: run.Cell.String(), Index: res.Index, OK: res.OK(),
 		Error: res.Err, ErrorDetail: res.ErrDetail, Status: res.Status,
 		TTFTMs: round3(ms(res.TTFT)), E2ELMs: round3(ms(res.E2EL)),
-		InputTokens: res.InputTokens, OutputTok: res.OutputTokens, Estimated: res.OutputEstimated,
+		InputTokens: res.InputTokens, CachedTok: res.CachedTokens, OutputTok: res.OutputTokens, Estimated: res.OutputEstimated,
 		DispatchMs: round3(ms(res.DispatchLag)), QueueMs: round3(ms(res.QueueWait)), ConnRetries: res.ConnRetries,
 	}
 	if !res.Sent.IsZero() {

@@ -1,12 +1,16 @@
 package provider
 
-import "net/http"
+import (
+	"net/http"
+
+	"llmgate/internal/dialect"
+)
 
 // Authorize sets the backend's credentials and configured headers on a
 // request the gateway makes of its own (health probes, engine metrics).
 func (b *Backend) Authorize(req *http.Request) {
 	if b.apiKey != "" {
-		if b.Dialect == "anthropic" {
+		if b.Dialect == dialect.Anthropic {
 			req.Header.Set("X-Api-Key", b.apiKey)
 		} else {
 			req.Header.Set("Authorization", "Bearer "+b.apiKey)

@@ -150,6 +150,35 @@ type ModelConfig struct {
 // that sets none and matches no preset: the 7B preset's.
 const DefaultKVCacheTokens = 938192
 
+// presetKVCacheTokens is what each preset's GPU holds of KV cache after
+// the weights (see the package documentation). It is applied when a
+// configuration sets no KVCacheTokens, so that the llama.cpp face can tell
+// "not set" from a figure.
+var presetKVCacheTokens = map[string]int{
+	"qwen2.5-7b-instruct":  DefaultKVCacheTokens,
+	"qwen2.5-32b-instruct": 49152,
+	"qwen3-32b":            43520,
+}
+
+// KVCacheTokensFor is the KV-cache capacity a model configuration gets
+// when answering as engine: its KVCacheTokens when set; otherwise, for
+// vLLM, its preset's figure (DefaultKVCacheTokens for none), and for
+// llama.cpp, MaxModelLen × MaxNumSeqs up to 262144 tokens; never less
+// than MaxModelLen.
+func KVCacheTokensFor(mc ModelConfig, engine string) int {
+	if mc.KVCacheTokens != 0 {
+		return mc.KVCacheTokens
+	}
+	if engine == EngineLlamaCpp {
+		return max(mc.MaxModelLen, min(mc.MaxModelLen*mc.MaxNumSeqs, llamaCacheTokensMax))
+	}
+	kv, ok := presetKVCacheTokens[strings.ToLower(mc.Preset)]
+	if !ok {
+		kv = DefaultKVCacheTokens
+	}
+	return max(kv, mc.MaxModelLen)
+}
+
 // llamaCacheTokensMax bounds the llama.cpp face's default cache, which is
 // kept token by token.
 const llamaCacheTokensMax = 262144
@@ -174,21 +203,21 @@ func Presets() map[string]ModelConfig {
 			MaxNumSeqs: 256, MaxQueue: 1024, MaxModelLen: 32768, MaxNumBatchedTokens: 8192,
 			PrefillBase: 8 * time.Millisecond, PrefillPerToken: 80 * time.Microsecond,
 			DecodeBase: 12 * time.Millisecond, DecodePerSeq: 150 * time.Microsecond,
-			MeanOutputTokens: 256, EmbeddingDim: 1024, KVCacheTokens: DefaultKVCacheTokens,
+			MeanOutputTokens: 256, EmbeddingDim: 1024,
 		},
 		"qwen2.5-32b-instruct": {
 			Name: "qwen2.5-32b-instruct", Preset: "qwen2.5-32b-instruct", Root: "Qwen/Qwen2.5-32B-Instruct",
 			MaxNumSeqs: 64, MaxQueue: 1024, MaxModelLen: 32768, MaxNumBatchedTokens: 8192,
 			PrefillBase: 15 * time.Millisecond, PrefillPerToken: 120 * time.Microsecond,
 			DecodeBase: 24 * time.Millisecond, DecodePerSeq: 400 * time.Microsecond,
-			MeanOutputTokens: 256, EmbeddingDim: 1024, KVCacheTokens: 49152,
+			MeanOutputTokens: 256, EmbeddingDim: 1024,
 		},
 		"qwen3-32b": {
 			Name: "qwen3-32b", Preset: "qwen3-32b", Root: "Qwen/Qwen3-32B",
 			MaxNumSeqs: 64, MaxQueue: 1024, MaxModelLen: 40960, MaxNumBatchedTokens: 8192,
 			PrefillBase: 16 * time.Millisecond, PrefillPerToken: 125 * time.Microsecond,
 			DecodeBase: 25 * time.Millisecond, DecodePerSeq: 450 * time.Microsecond,
-			MeanOutputTokens: 384, EmbeddingDim: 1024, Reasoning: true, MeanReasoningTokens: 192, KVCacheTokens: 43520,
+			MeanOutputTokens: 384, EmbeddingDim: 1024, Reasoning: true, MeanReasoningTokens: 192,
 		},
 	}
 }
@@ -322,9 +351,7 @@ func (m *ModelConfig) validate() error {
 	if m.BlockSize < 0 {
 		return fmt.Errorf("model %q: block-size must be positive, got %d", m.Name, m.BlockSize)
 	}
-	if m.KVCacheTokens == 0 {
-		m.KVCacheTokens = max(DefaultKVCacheTokens, m.MaxModelLen)
-	}
+	m.KVCacheTokens = KVCacheTokensFor(*m, EngineVLLM)
 	if m.KVCacheTokens < m.MaxModelLen {
 		return fmt.Errorf("model %q: kv-cache-tokens (%d) must hold at least one sequence of max-model-len (%d) tokens, as vLLM refuses to start otherwise; raise --kv-cache-tokens or lower --max-model-len",
 			m.Name, m.KVCacheTokens, m.MaxModelLen)
@@ -354,16 +381,16 @@ func (c *Config) validate() error {
 		if mc := &c.Models[i]; c.Engine == EngineLlamaCpp {
 			// llama-server reuses a slot's cached prompt token by token, and
 			// each of its slots may fill the context.
-			bs, kv := mc.BlockSize, mc.KVCacheTokens
-			if err := mc.validate(); err != nil {
-				return err
-			}
-			if bs == 0 {
+			if mc.BlockSize == 0 {
 				mc.BlockSize = 1
 			}
+			kv := mc.KVCacheTokens
+			if err := mc.validate(); err != nil { // fills the rest of the figures
+				return err
+			}
 			if kv == 0 {
-				// Bounded: the cache keeps one entry per token.
-				mc.KVCacheTokens = max(mc.MaxModelLen, min(mc.MaxModelLen*mc.MaxNumSeqs, llamaCacheTokensMax))
+				mc.KVCacheTokens = 0
+				mc.KVCacheTokens = KVCacheTokensFor(*mc, EngineLlamaCpp)
 			}
 			mc.minPrefixShare = 0.1
 		}

@@ -16,10 +16,11 @@ import (
 	"time"
 
 	"llmgate/internal/config"
+	"llmgate/internal/dialect"
 	"llmgate/internal/gateway"
 	"llmgate/internal/keys"
+	"llmgate/internal/ledger"
 	"llmgate/internal/sim"
-	"llmgate/internal/usage"
 )
 
 const masterKey = "sk-lg-conformance-master"
@@ -33,14 +34,14 @@ var simModel = sim.ModelConfig{Name: "sim-model", MaxNumSeqs: 16, MaxModelLen: 8
 // backendKind names the three upstreams every client is tested against.
 type backendKind struct {
 	prefix  string // model name prefix in the gateway config
-	dialect string
+	dialect dialect.Dialect
 	scripts bool // scripted upstream: tools, reasoning, cuts and errors
 }
 
 var (
-	simBackend       = backendKind{"sim", config.DialectOpenAI, false}
-	openaiBackend    = backendKind{"oa", config.DialectOpenAI, true}
-	anthropicBackend = backendKind{"an", config.DialectAnthropic, true}
+	simBackend       = backendKind{"sim", dialect.OpenAI, false}
+	openaiBackend    = backendKind{"oa", dialect.OpenAI, true}
+	anthropicBackend = backendKind{"an", dialect.Anthropic, true}
 	scriptedBackends = []backendKind{openaiBackend, anthropicBackend}
 	allBackends      = []backendKind{simBackend, openaiBackend, anthropicBackend}
 )
@@ -105,7 +106,7 @@ func newEnv(t *testing.T) *env {
 	cfg.Database = filepath.Join(t.TempDir(), "llmgate.db")
 	cfg.Listen = "127.0.0.1:0"
 	gw, err := gateway.Start(context.Background(), gateway.Options{Config: cfg, MasterKey: masterKey,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), LedgerOptions: usage.Options{Interval: 10 * time.Millisecond}})
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), LedgerOptions: ledger.Options{Interval: 10 * time.Millisecond}})
 	if err != nil {
 		t.Fatal(err)
 	}

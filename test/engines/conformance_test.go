@@ -23,6 +23,7 @@ import (
 	"llmgate/internal/codec"
 	"llmgate/internal/config"
 	"llmgate/internal/gateway"
+	"llmgate/internal/ledger"
 	"llmgate/internal/sim"
 	"llmgate/internal/testenv"
 	"llmgate/internal/usage"
@@ -151,7 +152,7 @@ engines:
 	}
 	logs := &testenv.SyncBuffer{}
 	g, err := gateway.Start(context.Background(), gateway.Options{Config: cfg, Listener: ln, MasterKey: master, Notice: io.Discard,
-		Logger: slog.New(slog.NewTextHandler(logs, nil)), LedgerOptions: usage.Options{Interval: 20 * time.Millisecond}})
+		Logger: slog.New(slog.NewTextHandler(logs, nil)), LedgerOptions: ledger.Options{Interval: 20 * time.Millisecond}})
 	if err != nil {
 		t.Fatal(err)
 	}
