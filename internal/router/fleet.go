@@ -26,9 +26,12 @@ type Hint struct {
 }
 
 // WantsPrefix reports whether the route's balancing reads the request's
-// prefix hashes; WantsSession, its session key. Callers compute only what
-// the route uses.
-func (r *Route) WantsPrefix() bool  { return r.Balancing == config.BalanceCacheAware }
+// prefix hashes. Callers compute only what the route uses (a fallback
+// model is ordered with the hint of the model asked for).
+func (r *Route) WantsPrefix() bool { return r.Balancing == config.BalanceCacheAware }
+
+// WantsSession reports whether the route's balancing reads the request's
+// session key.
 func (r *Route) WantsSession() bool { return r.Balancing == config.BalanceSession }
 
 // engineAware reports whether a balancing reads the engines' metrics.
