@@ -26,9 +26,20 @@ type Hint struct {
 }
 
 // WantsPrefix reports whether the route's balancing reads the request's
-// prefix hashes. Callers compute only what the route uses (a fallback
-// model is ordered with the hint of the model asked for).
+// prefix hashes.
 func (r *Route) WantsPrefix() bool { return r.Balancing == config.BalanceCacheAware }
+
+// HintWants reports what of a request the route or one of its fallback
+// models balances on: its prefix hashes, its session key. Callers
+// compute only that.
+func (r *Route) HintWants() (prefix, session bool) {
+	prefix, session = r.WantsPrefix(), r.WantsSession()
+	for _, f := range r.fallbacks {
+		prefix = prefix || f.WantsPrefix()
+		session = session || f.WantsSession()
+	}
+	return prefix, session
+}
 
 // WantsSession reports whether the route's balancing reads the request's
 // session key.

@@ -391,3 +391,18 @@ func TestConfirmPrefix_EngineThatKeepsLessMakesTheRecordForgetSooner(t *testing.
 		t.Fatalf("capacity %d did not grow back after a hit", c)
 	}
 }
+
+func TestHintWants_CoversFallbackModels(t *testing.T) {
+	tb, _ := table(t, threeBackends+`models:
+  plain: {backend: a, fallbacks: [cached, pinned]}
+  cached: {balancing: cache_aware, deployments: [{backend: b}, {backend: c}]}
+  pinned: {balancing: session, backend: c}
+  alone: {backend: a}
+`)
+	for model, want := range map[string][2]bool{"plain": {true, true}, "cached": {true, false}, "pinned": {false, true}, "alone": {false, false}} {
+		r, _ := tb.Route(model)
+		if p, s := r.HintWants(); p != want[0] || s != want[1] {
+			t.Errorf("%s: HintWants = %v, %v, want %v", model, p, s, want)
+		}
+	}
+}
