@@ -46,16 +46,22 @@ func (c *Candidate) kv() float64 {
 	return c.Engine.KVUsage
 }
 
+// kvMargin is the difference in KV-cache use that breaks a tie in load:
+// a smaller one, a second old, would send every tie of that second to
+// the same replica.
+const kvMargin = 0.2
+
 // LeastLoad orders group (indexes into cands) by Load, then by KV-cache
-// use; ties keep group's order, which the caller rotates at random so
-// that idle deployments share the work.
+// use where it differs by more than kvMargin; other ties keep group's
+// order, which the caller rotates at random so that idle deployments
+// share the work.
 func LeastLoad(cands []Candidate, group []int) {
 	insertionSort(group, func(a, b int) bool {
 		la, lb := cands[a].Load(), cands[b].Load()
 		if la != lb {
 			return la < lb
 		}
-		return cands[a].kv() < cands[b].kv()
+		return cands[a].kv() < cands[b].kv()-kvMargin
 	})
 }
 
