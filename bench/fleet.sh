@@ -12,7 +12,8 @@
 # Environment: SESSIONS, TURNS, SYSTEM_WORDS, TOOL_WORDS, MAX_TOKENS, THINK (pause before a
 # turn, uniform up to it: the agent's tools running), KV_TOKENS (sim),
 # BALANCINGS (default "least_outstanding cache_aware"; a name may repeat), WORKLOADS (default
-# "agent unique"), SIM_FLAGS (more llmgate sim flags), DRIVER=bench (llmgate bench --workload agent
+# "agent unique"), SIM_FLAGS (more llmgate sim flags), GW_YAML (lines added to the gateway's
+# config, e.g. "routing:\n  load_factor: 2"), DRIVER=bench (llmgate bench --workload agent
 # instead of bench/fleetload: no pause between turns).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -95,6 +96,7 @@ run() { # balancing workload-label fleetload-flags...
     echo "    balancing: $bal"
     echo "    deployments:"
     for i in $(seq 0 $((n - 1))); do echo "      - {backend: r$i}"; done
+    if [ -n "${GW_YAML:-}" ]; then printf '%b\n' "$GW_YAML"; fi
   } >"$dir/gw-$bal.yaml"
   LLMGATE_MASTER_KEY=$key "$dir/llmgate" serve -c "$dir/gw-$bal.yaml" >"$dir/gw-$bal-$label.log" 2>&1 &
   local gw=$!
