@@ -161,3 +161,58 @@ func TestModelsPresets_ListsEveryProviderAndEngine(t *testing.T) {
 		}
 	}
 }
+
+func TestModelsCmd_ShowsEngineLoadOfCacheAwareReplicas(t *testing.T) {
+	engine := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/metrics" {
+			fmt.Fprint(w, "vllm:num_requests_waiting{model_name=\"q\"} 3\nvllm:num_requests_running{model_name=\"q\"} 2\nvllm:kv_cache_usage_perc{model_name=\"q\"} 0.5\n")
+			return
+		}
+		w.WriteHeader(404)
+	}))
+	defer engine.Close()
+	// Two replicas on engines that report their queues: cache_aware by
+	// default, and their /metrics read.
+	src := fmt.Sprintf("backends:\n  e0: {url: %s/v1, engine: vllm}\n  e1: {url: %s/v1, engine: vllm}\nmodels:\n  q: {deployments: [{backend: e0}, {backend: e1}]}\n", engine.URL, engine.URL)
+	cfg, err := config.Load(strings.NewReader(src), "t.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Database = filepath.Join(t.TempDir(), "db")
+	cfg.Listen = "127.0.0.1:0"
+	g, err := gateway.Start(context.Background(), gateway.Options{Config: cfg, MasterKey: "sk-lg-models-test",
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = g.Close(ctx)
+	}()
+	var out string
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(out, "waiting 3, running 2, kv 50%") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no engine load in:\n%s", out)
+		}
+		time.Sleep(20 * time.Millisecond) // the first scrape runs on its own goroutine
+		if out, err = runModels(t, "--url", g.URL(), "--master-key", "sk-lg-models-test"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	req, _ := http.NewRequest("GET", strings.TrimSuffix(g.URL(), "/v1")+"/metrics", nil)
+	req.Header.Set("Authorization", "Bearer sk-lg-models-test")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{`llmgate_engine_requests_waiting{backend="e0"} 3`, `llmgate_engine_requests_running{backend="e1"} 2`,
+		`llmgate_engine_kv_cache_usage{backend="e0"} 0.5`, `llmgate_engine_metrics_fresh{backend="e1"} 1`} {
+		if !bytes.Contains(body, []byte(want)) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+}
