@@ -293,6 +293,11 @@ func TestScraper_OnePerEngineBackendNoneForCloudAndCarriedAcrossReload(t *testin
 	if plain.bstates["e0"].scraper.Load() != nil {
 		t.Fatal("an engine under least_outstanding is scraped")
 	}
+	asked := NewWithOptions(cfg, Options{ScrapeEngines: func(m *config.Model) bool { return m.Name == "m" }})
+	if asked.bstates["e0"].scraper.Load() == nil {
+		t.Fatal("Options.ScrapeEngines did not start a scraper")
+	}
+	asked.Close()
 	// A reload that makes the model cache_aware starts scraping the
 	// carried-over backend; closing the old table leaves it to the new
 	// one.

@@ -95,6 +95,11 @@ type Options struct {
 	// itself again there (a restarted engine may have another context
 	// length). ctx ends with the check's time-out or when the check stops.
 	OnHealthy func(ctx context.Context, b *provider.Backend, recovered bool)
+	// ScrapeEngines, when it reports true for a model, has the /metrics of
+	// its deployments' engines read even when its balancing does not
+	// use them (cache_aware and least_load always do): for a queue that
+	// waits on the engines' own queues (Deployment.EngineLoad).
+	ScrapeEngines func(m *config.Model) bool
 }
 
 // Table is an immutable routing table built from one configuration. A config
@@ -224,7 +229,7 @@ func NewWithOptions(cfg *config.Config, opt Options) *Table {
 		if r.Balancing == "" {
 			r.Balancing = config.BalanceLeastOutstanding
 		}
-		if engineAware(r.Balancing) {
+		if engineAware(r.Balancing) || opt.ScrapeEngines != nil && opt.ScrapeEngines(m) {
 			interval := time.Duration(cfg.Routing.EngineMetricsInterval)
 			if interval <= 0 {
 				interval = config.DefaultEngineMetricsInterval
