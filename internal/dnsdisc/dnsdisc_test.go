@@ -179,3 +179,14 @@ func TestConfig_DiscoverySettingsAreChecked(t *testing.T) {
 		t.Fatalf("defaults: %v %q", b.DiscoveryEvery(), b.SRVService())
 	}
 }
+
+func TestConfigured_StripsOnlyAReplicasAddress(t *testing.T) {
+	for in, want := range map[string]string{
+		"pool@10.0.0.1:8000": "pool", "pool@[fd00::1]:8000": "pool", ReplicaName("a@b", "10.0.0.2:1"): "a@b",
+		"pool": "pool", "team@prod": "team@prod", "x@host.example:80": "x@host.example:80",
+	} {
+		if got := Configured(in); got != want {
+			t.Errorf("Configured(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

@@ -2,7 +2,9 @@ package dnsdisc
 
 import (
 	"fmt"
+	"net"
 	"net/url"
+	"strings"
 
 	"llmgate/internal/config"
 )
@@ -12,6 +14,22 @@ import (
 // stays keeps its backend (and its connections, health and breakers)
 // across table rebuilds.
 func ReplicaName(backend, addr string) string { return backend + "@" + addr }
+
+// Configured returns the configured backend of a replica's name
+// (name@address), or name itself when it is not one. Metrics label
+// requests with it, so that pods coming and going do not leave a trail of
+// series behind.
+func Configured(name string) string {
+	i := strings.LastIndexByte(name, '@')
+	if i < 0 {
+		return name
+	}
+	host, _, err := net.SplitHostPort(name[i+1:])
+	if err != nil || net.ParseIP(host) == nil {
+		return name
+	}
+	return name[:i]
+}
 
 // Expand returns cfg with every backend that has discovery replaced by
 // one backend per address it has now, and every deployment on such a
