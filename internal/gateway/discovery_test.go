@@ -364,3 +364,43 @@ models:
 		t.Fatalf("failed=%d, hits 127.0.0.1=%d 127.0.0.2=%d: want no failure and traffic on both", failed.Load(), hits[0].Load(), hits[1].Load())
 	}
 }
+
+// A config reload that leaves the backend as it was keeps its replicas,
+// with their connections, breakers and health (the same backends); one
+// that changes it resolves again before the new table serves.
+func TestDiscovery_ReloadKeepsTheReplicasOfAnUnchangedBackend(t *testing.T) {
+	a, b := newUpstream(t, "a", answer), newUpstream(t, "b", answer)
+	dns := &fakeDNS{}
+	dns.set(nil, portOf(t, a), portOf(t, b))
+	src := `
+backends:
+  pool: {url: "http://vllm.models.svc.cluster.local/v1", discovery: srv, discovery_interval: 1h%s}
+models:
+  m: {backend: pool}
+`
+	f := startDiscoveryGW(t, fmt.Sprintf(src, ""), dns)
+	before := f.g.Server.Table().Backend("pool@127.0.0.1:" + strconv.Itoa(portOf(t, a)))
+	if before == nil {
+		t.Fatal("no replica backend for a")
+	}
+	reload := func(extra string) {
+		cfg, err := config.Load(strings.NewReader(fmt.Sprintf(src, extra)), "discovery.yaml")
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.Database, cfg.Listen = f.g.Config.Database, f.g.Config.Listen
+		f.g.swapTable(cfg, nil)
+	}
+	reload("")
+	if got := f.g.Server.Table().Backend("pool@127.0.0.1:" + strconv.Itoa(portOf(t, a))); got != before {
+		t.Fatal("an unchanged backend's replica was rebuilt on reload: its breaker, health and connections are lost")
+	}
+	dns.set(nil, portOf(t, b)) // the next lookup sees only b: a settings change resolves at once
+	reload(", timeout: 30s")
+	if got := addresses(f.g, "m"); len(got) != 1 || got[0] != "127.0.0.1:"+strconv.Itoa(portOf(t, b)) {
+		t.Fatalf("after a reload that changed the backend: replicas %v, want b only (resolved again at once)", got)
+	}
+	if code, _, body := f.chat("m", false); code != 200 || !strings.Contains(body, "from b") {
+		t.Fatalf("%d %s", code, body)
+	}
+}
