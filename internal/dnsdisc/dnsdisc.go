@@ -154,6 +154,11 @@ func (d *Discoverer) Refresh(ctx context.Context, all bool) (changed bool) {
 		}
 		s.next = d.opt.Now().Add(j.b.DiscoveryEvery())
 		if err != nil {
+			if !s.resolved {
+				// No address to keep: try again soon rather than leave
+				// the models without replicas for a whole interval.
+				s.next = d.opt.Now().Add(min(j.b.DiscoveryEvery(), time.Second))
+			}
 			s.errors++
 			first := s.lastErr == ""
 			s.lastErr = err.Error()

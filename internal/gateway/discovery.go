@@ -57,6 +57,9 @@ func (g *Gateway) swapTable(cfg *config.Config, prepare func(*router.Table)) {
 }
 
 func (g *Gateway) swapLocked(prepare func(*router.Table)) {
+	if g.tablesClosed {
+		return // the gateway stopped: a late answer must not start health checks again
+	}
 	old := g.Server.Table()
 	t := g.newTable(g.rawCfg, old)
 	if prepare != nil {

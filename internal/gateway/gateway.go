@@ -87,10 +87,11 @@ type Gateway struct {
 	// disc resolves the backends with discovery; tableMu serializes the
 	// table swaps of reloads and discovery, rawCfg is the configuration
 	// as loaded (before discovery expands it).
-	disc    *dnsdisc.Discoverer
-	tableMu sync.Mutex
-	rawCfg  *config.Config
-	acct    *accounting
+	disc         *dnsdisc.Discoverer
+	tableMu      sync.Mutex
+	rawCfg       *config.Config
+	tablesClosed bool
+	acct         *accounting
 }
 
 // OpenStore opens the store named by a database setting.
@@ -274,7 +275,10 @@ func (g *Gateway) Close(ctx context.Context) error {
 	if lerr := g.Ledger.Close(ctx); lerr != nil {
 		err = errors.Join(err, fmt.Errorf("flush usage ledger: %w", lerr))
 	}
+	g.tableMu.Lock()
+	g.tablesClosed = true
 	g.Server.Table().Close()
+	g.tableMu.Unlock()
 	if oerr := g.stopObservability(ctx); oerr != nil {
 		err = errors.Join(err, oerr)
 	}

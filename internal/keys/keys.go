@@ -40,8 +40,8 @@ type Key struct {
 	// "" sends none.
 	Objective string
 	CreatedAt time.Time
-	ExpiresAt    *time.Time
-	RevokedAt    *time.Time
+	ExpiresAt *time.Time
+	RevokedAt *time.Time
 }
 
 // Errors returned by verification.
