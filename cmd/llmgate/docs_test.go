@@ -782,7 +782,7 @@ func TestDocs_PresetTablesMatch(t *testing.T) {
 	}
 	for _, p := range preset.Providers() {
 		cellHas(p.Name, 0, p.BaseURL)
-		cellHas(p.Name, 1, p.Dialect)
+		cellHas(p.Name, 1, string(p.Dialect))
 		cellHas(p.Name, 2, "`"+p.APIKeyEnv+"`")
 	}
 	for _, e := range preset.Engines() {

@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"llmgate/internal/config"
+	"llmgate/internal/dialect"
 	"llmgate/internal/preset"
 	"llmgate/internal/provider"
 	"llmgate/internal/router"
@@ -380,7 +381,7 @@ func probeBackend(ctx context.Context, cb *config.Backend, timeout time.Duration
 	}
 	p := backendProbe{}
 	path := "/models"
-	if b.Dialect == config.DialectAnthropic {
+	if b.Dialect == dialect.Anthropic {
 		path = "/v1/models"
 	}
 	req, err := b.NewRequest(ctx, path, nil, "")

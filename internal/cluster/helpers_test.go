@@ -125,12 +125,3 @@ func (p *proxy) Restore() {
 	}
 	p.serve(ln)
 }
-
-func freePort(t *testing.T) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}

@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"llmgate/internal/apierror"
-	"llmgate/internal/config"
+	"llmgate/internal/dialect"
 )
 
 // TestDecode_ChoicesAboveTheMaximumAre400: n and best_of multiply the
@@ -31,7 +31,7 @@ func TestDecode_ChoicesAboveTheMaximumAre400(t *testing.T) {
 			}
 		}
 		r, err := Decode(d, []byte(`{"model":"a","max_tokens":10,"n":128}`))
-		if err != nil || r.MaxOutput([]string{config.DialectOpenAI}, 0) != 1280 {
+		if err != nil || r.MaxOutput([]dialect.Dialect{dialect.OpenAI}, 0) != 1280 {
 			t.Errorf("%s n=128: %v", d.Name(), err)
 		}
 	}
@@ -41,7 +41,7 @@ func TestDecode_ChoicesAboveTheMaximumAre400(t *testing.T) {
 // and the translation never sends one, so the reservation is one choice;
 // an Anthropic backend getting the client's own bytes gets no n either.
 func TestMaxOutput_MessagesAndResponsesIgnoreChoices(t *testing.T) {
-	both := []string{config.DialectOpenAI, config.DialectAnthropic}
+	both := []dialect.Dialect{dialect.OpenAI, dialect.Anthropic}
 	msgs := `{"model":"a","max_tokens":30000,"n":2147483648,"best_of":7,"messages":[{"role":"user","content":"hi"}]}`
 	r, err := Decode(Messages, []byte(msgs))
 	if err != nil {
@@ -50,12 +50,12 @@ func TestMaxOutput_MessagesAndResponsesIgnoreChoices(t *testing.T) {
 	if got := r.MaxOutput(both, 0); got != 30000 {
 		t.Errorf("messages: MaxOutput %d, want 30000", got)
 	}
-	out, err := r.Outbound(Target{Dialect: config.DialectAnthropic, UpstreamModel: "claude"})
+	out, err := r.Outbound(Target{Dialect: dialect.Anthropic, UpstreamModel: "claude"})
 	if err != nil || strings.Contains(string(out.Body), `"n"`) || strings.Contains(string(out.Body), `"best_of"`) ||
 		!strings.Contains(string(out.Body), `"max_tokens":30000`) {
 		t.Errorf("messages passthrough body %s (%v): want it without n and best_of", out.Body, err)
 	}
-	out, err = r.Outbound(Target{Dialect: config.DialectOpenAI, UpstreamModel: "qwen"})
+	out, err = r.Outbound(Target{Dialect: dialect.OpenAI, UpstreamModel: "qwen"})
 	if err != nil || strings.Contains(string(out.Body), `"n"`) {
 		t.Errorf("messages translated body %s (%v): want it without n", out.Body, err)
 	}
@@ -66,7 +66,7 @@ func TestMaxOutput_MessagesAndResponsesIgnoreChoices(t *testing.T) {
 	if got := r.MaxOutput(both, 0); got != 30000 {
 		t.Errorf("responses: MaxOutput %d, want 30000", got)
 	}
-	out, err = r.Outbound(Target{Dialect: config.DialectOpenAI, UpstreamModel: "qwen"})
+	out, err = r.Outbound(Target{Dialect: dialect.OpenAI, UpstreamModel: "qwen"})
 	if err != nil || strings.Contains(string(out.Body), `"n"`) {
 		t.Errorf("responses translated body %s (%v): want it without n", out.Body, err)
 	}
@@ -94,7 +94,7 @@ func TestMaxOutput_PromptListReservesForEveryPrompt(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := r.MaxOutput([]string{config.DialectOpenAI}, 0); got != tc.want {
+		if got := r.MaxOutput([]dialect.Dialect{dialect.OpenAI}, 0); got != tc.want {
 			t.Errorf("%.80s: MaxOutput %d, want %d", tc.body, got, tc.want)
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"llmgate/internal/config"
+	"llmgate/internal/dialect"
 )
 
 // drop_params may never remove a field the gateway decided on: every
@@ -27,12 +28,12 @@ func TestOutbound_DropParams(t *testing.T) {
 		name    string
 		d       Dialect
 		body    string
-		backend string
+		backend dialect.Dialect
 	}{
-		{"chat passthrough", Chat, `{"model":"m","stream":true,"top_k":20,"guided_json":{"type":"object"},"top_p":0.9,"messages":[{"role":"user","content":"hi"}]}`, config.DialectOpenAI},
-		{"completions passthrough", Completions, `{"model":"m","prompt":"hi","top_k":20,"max_tokens":5}`, config.DialectOpenAI},
-		{"messages translated to chat", Messages, `{"model":"m","max_tokens":50,"top_k":20,"top_p":0.9,"messages":[{"role":"user","content":"hi"}]}`, config.DialectOpenAI},
-		{"messages passthrough", Messages, `{"model":"m","max_tokens":50,"top_k":20,"top_p":0.9,"messages":[{"role":"user","content":"hi"}]}`, config.DialectAnthropic},
+		{"chat passthrough", Chat, `{"model":"m","stream":true,"top_k":20,"guided_json":{"type":"object"},"top_p":0.9,"messages":[{"role":"user","content":"hi"}]}`, dialect.OpenAI},
+		{"completions passthrough", Completions, `{"model":"m","prompt":"hi","top_k":20,"max_tokens":5}`, dialect.OpenAI},
+		{"messages translated to chat", Messages, `{"model":"m","max_tokens":50,"top_k":20,"top_p":0.9,"messages":[{"role":"user","content":"hi"}]}`, dialect.OpenAI},
+		{"messages passthrough", Messages, `{"model":"m","max_tokens":50,"top_k":20,"top_p":0.9,"messages":[{"role":"user","content":"hi"}]}`, dialect.Anthropic},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -79,7 +80,7 @@ func TestOutbound_UnsignedThinkingKeepsTheFittedLimit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := r.WithOutputLimit(1000).Outbound(Target{Dialect: config.DialectAnthropic, UpstreamModel: "up"})
+	out, err := r.WithOutputLimit(1000).Outbound(Target{Dialect: dialect.Anthropic, UpstreamModel: "up"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,7 +114,7 @@ func TestOutbound_FittedLimitKeepsTheThinkingBudgetBelowIt(t *testing.T) {
 			t.Fatal(err)
 		}
 		f := r.WithOutputLimit(tc.limit)
-		out, err := f.Outbound(Target{Dialect: config.DialectAnthropic, UpstreamModel: "up"})
+		out, err := f.Outbound(Target{Dialect: dialect.Anthropic, UpstreamModel: "up"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -133,7 +134,7 @@ func TestOutbound_FittedLimitKeepsTheThinkingBudgetBelowIt(t *testing.T) {
 		if got.MaxTokens != tc.limit || budget != tc.wantBudget {
 			t.Errorf("limit %d: max_tokens %d, budget %d; want %d, %d (%s)", tc.limit, got.MaxTokens, budget, tc.limit, tc.wantBudget, out.Body)
 		}
-		if m := f.MaxOutput([]string{config.DialectAnthropic}, 0); m != int64(tc.limit) {
+		if m := f.MaxOutput([]dialect.Dialect{dialect.Anthropic}, 0); m != int64(tc.limit) {
 			t.Errorf("limit %d: reserved %d output tokens; want the limit the backend gets", tc.limit, m)
 		}
 	}
@@ -146,7 +147,7 @@ func TestOutbound_CountTokensRefusalSaysWhy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = r.Outbound(Target{Dialect: config.DialectOpenAI, UpstreamModel: "up"})
+	_, err = r.Outbound(Target{Dialect: dialect.OpenAI, UpstreamModel: "up"})
 	if err == nil || !strings.Contains(err.Error(), `messages[0].role`) {
 		t.Fatalf("err = %v; want the role named", err)
 	}

@@ -45,7 +45,7 @@ type EncodeOptions struct {
 func NewEncoder(r *Request, f Form, opt EncodeOptions) Encoder {
 	switch {
 	case f == FormAnthropic:
-		return anthropicIdentity{}
+		return anthropicIdentity{model: r.Model}
 	case r.Dialect == Messages:
 		return &toAnthropic{model: r.Model, input: opt.InputTokens}
 	case r.Dialect == Responses:
@@ -80,7 +80,7 @@ func (e openaiIdentity) Event(dst []translate.Event, ev Event) ([]translate.Even
 	return append(dst, translate.Event{Data: publicModel(ev.Data, e.model)}), nil
 }
 
-// publicModel returns an OpenAI chunk or body whose top-level "model" is
+// publicModel returns a chunk or body whose top-level "model" is
 // the public name the client asked for, as the translated dialects
 // (Messages, Responses) answer: the backend names its own model (the
 // deployment's upstream_model), which the client never asked for. A
@@ -124,14 +124,35 @@ func (openaiIdentity) Fail(dst []translate.Event, e *apierror.Error) []translate
 func (e openaiIdentity) Body(ev Event) ([]byte, error) { return publicModel(ev.Data, e.model), nil }
 
 // anthropicIdentity passes an Anthropic backend's events and bodies to an
-// Anthropic client.
-type anthropicIdentity struct{}
+// Anthropic client, naming the model the client asked for (in a body's
+// "model" and in message_start's message.model), as every other dialect
+// pair answers.
+type anthropicIdentity struct{ model string }
 
-func (anthropicIdentity) Event(dst []translate.Event, ev Event) ([]translate.Event, error) {
+func (e anthropicIdentity) Event(dst []translate.Event, ev Event) ([]translate.Event, error) {
 	if ev.Data == nil {
 		return dst, nil
 	}
-	return append(dst, translate.Event{Name: ev.Name, Data: ev.Data}), nil
+	data := ev.Data
+	if ev.Name == "message_start" {
+		data = publicMessageModel(data, e.model)
+	}
+	return append(dst, translate.Event{Name: ev.Name, Data: data}), nil
+}
+
+// publicMessageModel is publicModel for the message object inside an
+// Anthropic message_start event.
+func publicMessageModel(data []byte, model string) []byte {
+	spans, err := jsonscan.Find(data, "message")
+	if err != nil || !spans[0].Valid() {
+		return data
+	}
+	msg := data[spans[0].Start:spans[0].End]
+	fixed := publicModel(msg, model)
+	if len(fixed) == len(msg) && bytes.Equal(fixed, msg) {
+		return data
+	}
+	return jsonscan.Replace(data, spans[0], fixed)
 }
 
 // End adds nothing: the backend's message_stop was the last event.
@@ -141,7 +162,7 @@ func (anthropicIdentity) Fail(dst []translate.Event, e *apierror.Error) []transl
 	return append(dst, translate.Event{Name: "error", Data: anthropic.MarshalError(e)})
 }
 
-func (anthropicIdentity) Body(ev Event) ([]byte, error) { return ev.Data, nil }
+func (e anthropicIdentity) Body(ev Event) ([]byte, error) { return publicModel(ev.Data, e.model), nil }
 
 // toAnthropic turns OpenAI chat into Anthropic Messages answers.
 type toAnthropic struct {

@@ -10,7 +10,7 @@ import (
 	"llmgate/internal/api/anthropic"
 	"llmgate/internal/api/openai"
 	"llmgate/internal/apierror"
-	"llmgate/internal/config"
+	"llmgate/internal/dialect"
 	"llmgate/internal/jsonscan"
 	"llmgate/internal/translate"
 )
@@ -29,7 +29,7 @@ const (
 // Target is the deployment a request is built for.
 type Target struct {
 	Backend       string // name, for error messages
-	Dialect       string // config.DialectOpenAI or config.DialectAnthropic
+	Dialect       dialect.Dialect
 	UpstreamModel string
 	// DropParams are top-level members removed from the body (the
 	// backend's drop_params; never a decision field).
@@ -51,8 +51,8 @@ type Outbound struct {
 // FormFor is the form a backend of dialect backend answers a client of
 // dialect d in, once decoded: Anthropic clients of Anthropic backends see
 // the backend's own events; every other pair goes through OpenAI chat.
-func FormFor(d Dialect, backend string) Form {
-	if backend == config.DialectAnthropic && (d == Messages || d == CountTokens) {
+func FormFor(d Dialect, backend dialect.Dialect) Form {
+	if backend == dialect.Anthropic && (d == Messages || d == CountTokens) {
 		return FormAnthropic
 	}
 	return FormOpenAI
@@ -72,7 +72,7 @@ func (r *Request) Outbound(t Target) (Outbound, error) {
 }
 
 func (r *Request) outbound(t Target) (Outbound, error) {
-	anthropicBackend := t.Dialect == config.DialectAnthropic
+	anthropicBackend := t.Dialect == dialect.Anthropic
 	switch {
 	case r.Dialect == CountTokens && anthropicBackend:
 		return Outbound{Path: "/v1/messages/count_tokens", Body: r.patch(t.UpstreamModel), Beta: r.AnthropicBeta}, nil

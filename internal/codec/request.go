@@ -25,7 +25,7 @@ import (
 	"llmgate/internal/api/anthropic"
 	"llmgate/internal/api/openai"
 	"llmgate/internal/apierror"
-	"llmgate/internal/config"
+	"llmgate/internal/dialect"
 	"llmgate/internal/jsonscan"
 	"llmgate/internal/sat"
 	"llmgate/internal/translate"
@@ -123,7 +123,7 @@ type Request struct {
 	fitted bool
 	// chatOpts shape the translation to chat (the model's reasoning
 	// mapping, where system messages go).
-	chatOpts translate.ChatOptions
+	chatOpts dialect.ChatOptions
 
 	hubOnce sync.Once
 	hub     *openai.ChatCompletionRequest
@@ -498,8 +498,8 @@ func (r *Request) WithOutputLimit(n int) *Request {
 
 // WithChatOptions returns a copy of r translated to chat with the model's
 // options (r itself when they are the defaults, or nothing is translated).
-func (r *Request) WithChatOptions(o translate.ChatOptions) *Request {
-	if o == (translate.ChatOptions{}) || r.Dialect != Messages && r.Dialect != Responses && r.Dialect != CountTokens {
+func (r *Request) WithChatOptions(o dialect.ChatOptions) *Request {
+	if o == (dialect.ChatOptions{}) || r.Dialect != Messages && r.Dialect != Responses && r.Dialect != CountTokens {
 		return r
 	}
 	c := r.clone()
@@ -538,7 +538,7 @@ const DefaultOutputTokens = translate.DefaultAnthropicMaxTokens
 // times Prompts (an engine generates Choices sequences for each prompt of
 // a list), in saturating arithmetic. Dialects that generate nothing
 // return 0.
-func (r *Request) MaxOutput(backendDialects []string, contextWindow int) int64 {
+func (r *Request) MaxOutput(backendDialects []dialect.Dialect, contextWindow int) int64 {
 	if !r.Dialect.Generates() {
 		return 0
 	}
@@ -547,13 +547,13 @@ func (r *Request) MaxOutput(backendDialects []string, contextWindow int) int64 {
 		most = max(most, r.outputBound(d, contextWindow))
 	}
 	if len(backendDialects) == 0 {
-		most = r.outputBound(config.DialectOpenAI, contextWindow)
+		most = r.outputBound(dialect.OpenAI, contextWindow)
 	}
 	return sat.Mul(sat.Mul(most, int64(r.Choices)), int64(r.Prompts))
 }
 
-func (r *Request) outputBound(backend string, contextWindow int) int64 {
-	if backend == config.DialectAnthropic && (r.Dialect == Chat || r.Dialect == Responses) {
+func (r *Request) outputBound(backend dialect.Dialect, contextWindow int) int64 {
+	if backend == dialect.Anthropic && (r.Dialect == Chat || r.Dialect == Responses) {
 		if hub, err := r.Hub(); err == nil {
 			if ar, err := translate.ChatToAnthropicRequest(hub); err == nil {
 				if r.fitted { // Outbound lowers max_tokens, budget included, to the fitted limit

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"llmgate/internal/apierror"
-	"llmgate/internal/config"
+	"llmgate/internal/dialect"
 )
 
 // TestDecode_RefusesEveryOtherSpellingOfADecisionField: a second member,
@@ -47,7 +47,7 @@ func TestDecode_UnknownFieldsPassThroughUntouched(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := r.Outbound(Target{Dialect: config.DialectOpenAI, UpstreamModel: "Qwen/Qwen3-32B"})
+	out, err := r.Outbound(Target{Dialect: dialect.OpenAI, UpstreamModel: "Qwen/Qwen3-32B"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,7 +100,7 @@ func TestDecode_DecisionFieldTypes(t *testing.T) {
 // n_predict, TGI/SGLang max_new_tokens: the bound is the largest, in any
 // order, times the choices.
 func TestMaxOutput_LargestAliasTheBackendMayHonour(t *testing.T) {
-	openaiOnly := []string{config.DialectOpenAI}
+	openaiOnly := []dialect.Dialect{dialect.OpenAI}
 	for _, tc := range []struct {
 		body string
 		want int64
@@ -131,7 +131,7 @@ func TestMaxOutput_LargestAliasTheBackendMayHonour(t *testing.T) {
 	// An Anthropic backend gets the translation's max_tokens (with the
 	// thinking budget that reasoning_effort adds).
 	r, _ = Decode(Chat, []byte(`{"model":"a","max_tokens":100,"reasoning_effort":"high","messages":[{"role":"user","content":"hi"}]}`))
-	both := []string{config.DialectOpenAI, config.DialectAnthropic}
+	both := []dialect.Dialect{dialect.OpenAI, dialect.Anthropic}
 	ar := mustAnthropic(t, r)
 	if got := r.MaxOutput(both, 0); got != int64(ar) || got <= 100 {
 		t.Errorf("anthropic bound %d, want the translated max_tokens %d (> 100)", got, ar)
@@ -143,7 +143,7 @@ func TestMaxOutput_LargestAliasTheBackendMayHonour(t *testing.T) {
 
 func mustAnthropic(t *testing.T, r *Request) int {
 	t.Helper()
-	out, err := r.Outbound(Target{Dialect: config.DialectAnthropic, UpstreamModel: "claude"})
+	out, err := r.Outbound(Target{Dialect: dialect.Anthropic, UpstreamModel: "claude"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,7 +12,7 @@ import (
 	"llmgate/internal/api/anthropic"
 	"llmgate/internal/api/openai"
 	"llmgate/internal/apierror"
-	"llmgate/internal/config"
+	"llmgate/internal/dialect"
 	"llmgate/internal/jsonscan"
 	"llmgate/internal/translate"
 )
@@ -56,7 +56,7 @@ type Decoder interface {
 // NewDecoder returns the decoder of a target's answer to r. sse says
 // whether the answer is an event stream.
 func NewDecoder(r *Request, t Target, sse bool) Decoder {
-	if t.Dialect != config.DialectAnthropic {
+	if t.Dialect != dialect.Anthropic {
 		return &openaiDecoder{r: r, backend: t.Backend}
 	}
 	native := FormFor(r.Dialect, t.Dialect) == FormAnthropic && (sse || !r.Stream)

@@ -10,12 +10,15 @@ import (
 	"io"
 	"net/url"
 	"os"
+	"reflect"
 	"slices"
 	"sort"
 	"strings"
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"llmgate/internal/dialect"
 )
 
 // Defaults applied when the file leaves a setting out.
@@ -23,12 +26,6 @@ const (
 	DefaultListen       = "127.0.0.1:4000"
 	DefaultDatabase     = "llmgate.db"
 	DefaultMaxBodyBytes = 32 << 20
-)
-
-// Dialects a backend may speak.
-const (
-	DialectOpenAI    = "openai"
-	DialectAnthropic = "anthropic"
 )
 
 // DefaultShutdownTimeout is how long a stopping gateway lets requests in
@@ -126,7 +123,7 @@ type Backend struct {
 	Name    string            `yaml:"-"`
 	URL     string            `yaml:"url"`
 	APIKey  string            `yaml:"api_key"`
-	Dialect string            `yaml:"dialect"` // openai (default) or anthropic
+	Dialect dialect.Dialect   `yaml:"dialect"` // openai (default) or anthropic
 	Headers map[string]string `yaml:"headers"`
 	// Timeouts; zero means the default.
 	ConnectTimeout Duration `yaml:"connect_timeout"` // default 5s
@@ -385,17 +382,52 @@ var GatewayDecidedFields = []string{"model", "stream", "stream_options", "max_to
 	"max_output_tokens", "max_new_tokens", "n_predict", "n", "best_of", "tools", "tool_choice", "thinking",
 	"previous_response_id", "store", "prompt", "input"}
 
-var knownKeys = map[string][]string{
-	"":                {"listen", "database", "max_body_bytes", "log_format", "max_connections", "tls_cert_file", "tls_key_file", "backends", "models", "redis", "redis_prefix", "redis_fail_open", "redis_replicas", "retention", "responses_ttl", "store_responses", "spool_dir", "spool_fsync", "shutdown_timeout", "routing"},
-	"routing":         {"retry_backoff", "circuit_breaker"},
-	"circuit_breaker": {"enabled", "consecutive_failures", "failure_rate", "min_requests", "half_life", "open_for", "open_max", "timeout_weight", "rate_limit_wait", "rate_limit_max"},
-	"backend": {"url", "api_key", "dialect", "headers", "connect_timeout", "first_byte_timeout", "timeout", "ca_file", "client_cert_file", "client_key_file", "tls_skip_verify",
-		"idle_timeout", "provider", "engine", "health_check", "drop_params",
-		"discovery", "discovery_interval", "discovery_srv", "discovery_resolver", "inference_extension"},
-	"model": {"backend", "upstream_model", "deployments", "fallbacks", "balancing",
-		"input_price", "output_price", "cached_input_price", "rpm", "tpm", "max_concurrency"},
-	"deployment":   {"backend", "upstream_model", "weight", "priority"},
-	"health_check": {"path", "interval", "timeout", "enabled"},
+// blockTypes are the struct types behind each kind of block checkKnownKeys
+// and checkNested walk: "" is the top level.
+var blockTypes = map[string]reflect.Type{
+	"":                reflect.TypeFor[Config](),
+	"routing":         reflect.TypeFor[Routing](),
+	"circuit_breaker": reflect.TypeFor[CircuitBreaker](),
+	"backend":         reflect.TypeFor[Backend](),
+	"model":           reflect.TypeFor[Model](),
+	"deployment":      reflect.TypeFor[Deployment](),
+	"health_check":    reflect.TypeFor[HealthCheck](),
+	"engine":          reflect.TypeFor[Engine](),
+	"reasoning":       reflect.TypeFor[Reasoning](),
+}
+
+// knownKeys are the keys each kind of block takes: the yaml tags of its
+// struct type, read once, so that a setting is known as soon as its field
+// is tagged.
+var knownKeys = func() map[string][]string {
+	keys := make(map[string][]string, len(blockTypes))
+	for kind, t := range blockTypes {
+		keys[kind] = yamlKeys(t)
+	}
+	return keys
+}()
+
+// yamlKeys lists the keys yaml.v3 decodes into the struct type t, in field
+// order, with the keys of inlined structs in their place.
+func yamlKeys(t reflect.Type) []string {
+	var keys []string
+	for i := range t.NumField() {
+		f := t.Field(i)
+		if !f.IsExported() {
+			continue
+		}
+		name, opts, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+		switch {
+		case name == "-":
+		case name == "" && strings.Contains(","+opts+",", ",inline,"):
+			keys = append(keys, yamlKeys(f.Type)...)
+		case name == "":
+			keys = append(keys, strings.ToLower(f.Name))
+		default:
+			keys = append(keys, name)
+		}
+	}
+	return keys
 }
 
 // retiredKeys are settings of earlier versions that no longer do anything,
@@ -526,7 +558,7 @@ func (c *Config) ApplyDefaults() {
 		b.Name = name
 		c.applyPreset(b)
 		if b.Dialect == "" {
-			b.Dialect = DialectOpenAI
+			b.Dialect = dialect.OpenAI
 		}
 	}
 	for name, m := range c.Models {
@@ -542,130 +574,158 @@ func (c *Config) ApplyDefaults() {
 	}
 }
 
-// Validate checks the configuration and normalizes backend URLs. It is safe
-// to call more than once.
+// Validate checks the configuration and normalizes backend URLs. It checks
+// what ApplyDefaults made of the file (a model's backend: is its one
+// deployment by then), so call that first; Load does. It is safe to call
+// more than once. Each section has its own validator; the first error found
+// is returned.
 func (c *Config) Validate() error {
-	le := func(line int, key, format string, args ...any) error {
-		return &LineError{Source: c.Source, Line: line, Key: key, Msg: fmt.Sprintf(format, args...)}
-	}
-	if err := c.validateEngines(); err != nil {
-		return err
-	}
-	if err := c.validateAccounting(); err != nil {
-		return err
-	}
-	if err := c.Routing.validate(c.Source); err != nil {
-		return err
-	}
-	if c.MaxBodyBytes < 0 {
-		return le(0, "max_body_bytes", "must be positive")
-	}
-	if (c.TLSCertFile == "") != (c.TLSKeyFile == "") {
-		k := "tls_key_file"
-		if c.TLSCertFile == "" {
-			k = "tls_cert_file"
-		}
-		return le(c.Line(k), k, "is required with %s: give both the certificate and its private key (PEM files)", map[string]string{"tls_key_file": "tls_cert_file", "tls_cert_file": "tls_key_file"}[k])
-	}
-	if c.TLSCertFile != "" {
-		if _, err := tls.LoadX509KeyPair(c.TLSCertFile, c.TLSKeyFile); err != nil {
-			return le(c.Line("tls_cert_file"), "tls_cert_file", "cannot load the certificate and key (%s, %s): %v", c.TLSCertFile, c.TLSKeyFile, err)
-		}
-	}
-	if c.ResponsesTTL < 0 {
-		return le(c.Line("responses_ttl"), "responses_ttl", "must not be negative (to store no responses, set store_responses: false)")
-	}
-	if c.LogFormat != "" && c.LogFormat != "text" && c.LogFormat != "json" {
-		return le(c.Line("log_format"), "log_format", "must be text or json, not %q", c.LogFormat)
-	}
-	if c.ShutdownTimeout < 0 {
-		return le(c.Line("shutdown_timeout"), "shutdown_timeout", "must not be negative (for example 60s; unset or 0 means the default %s)", DefaultShutdownTimeout)
-	}
-	if c.BodyReadTimeout < 0 {
-		return le(c.Line("body_read_timeout"), "body_read_timeout", "must not be negative (for example 60s; unset or 0 means the default %s)", DefaultBodyReadTimeout)
-	}
-	if c.MaxBodyReadsPerKey != nil && *c.MaxBodyReadsPerKey < 0 {
-		return le(c.Line("max_body_reads_per_key"), "max_body_reads_per_key", "must be a number of bodies, or 0 for no cap (default %d)", DefaultMaxBodyReadsPerKey)
-	}
-	if c.MaxConnections != nil && *c.MaxConnections < 0 {
-		return le(c.Line("max_connections"), "max_connections", "must be a number of connections, or 0 for no cap (default %d)", DefaultMaxConnections)
-	}
-	for _, name := range sortedKeys(c.Backends) {
-		b := c.Backends[name]
-		key := "backends." + name
-		if err := c.validatePreset(b, key); err != nil {
+	for _, validate := range []func() error{
+		c.validateEngines,
+		c.validateAccounting,
+		func() error { return c.Routing.validate(c.Source) },
+		c.validateServer,
+		c.validateBackends,
+		c.validateModels,
+	} {
+		if err := validate(); err != nil {
 			return err
-		}
-		if b.URL == "" {
-			return le(b.line, key+".url", "is required (for example http://127.0.0.1:8000/v1)")
-		}
-		if b.Dialect != DialectOpenAI && b.Dialect != DialectAnthropic {
-			return le(b.line, key+".dialect", "must be openai or anthropic, not %q", b.Dialect)
-		}
-		for _, p := range b.DropParams {
-			if p == "" {
-				return le(b.line, key+".drop_params", "lists an empty name; list the top-level request members this backend rejects, such as top_k")
-			}
-			if slices.Contains(GatewayDecidedFields, p) {
-				return le(b.line, key+".drop_params", "cannot remove %q: the gateway checks and prices requests on it, so the backend must get it as checked", p)
-			}
-		}
-		base, err := NormalizeBaseURL(b.URL, b.Dialect)
-		if err != nil {
-			return le(b.line, key+".url", "%v", err)
-		}
-		b.BaseURL = base
-		if err := b.validateDiscovery(); err != nil {
-			return le(b.line, key+err.key, "%s", err.msg)
-		}
-		if strings.Contains(b.APIKey, "${") {
-			return le(b.line, key+".api_key", "unexpanded reference %q", b.APIKey)
-		}
-		tlsCfg, terr := b.clientTLS()
-		if terr != nil {
-			return le(b.line, key+terr.key, "%s", terr.msg)
-		}
-		b.TLS = tlsCfg
-	}
-	backendNames := sortedKeys(c.Backends)
-	for _, name := range sortedKeys(c.Models) {
-		m := c.Models[name]
-		key := "models." + name
-		if _, err := m.ChatOptions(); err != nil {
-			return le(m.line, key, "%v", err)
-		}
-		if m.ContextWindow < 0 {
-			return le(m.line, key+".context_window", "must be the model's context length in tokens (for example 32768), or unset to learn it from the backend")
-		}
-		if len(m.Deployments) > 0 || m.Backend == "" {
-			if err := c.validateRouting(m, key, backendNames); err != nil {
-				return err
-			}
-			continue
-		}
-		if m.Backend == "" {
-			return le(m.line, key+".backend", "is required: name one of the backends (%s)", strings.Join(backendNames, ", "))
-		}
-		if _, ok := c.Backends[m.Backend]; !ok {
-			msg := fmt.Sprintf("unknown backend %q", m.Backend)
-			if near := Nearest(m.Backend, backendNames); near != "" {
-				msg += fmt.Sprintf("; did you mean %q?", near)
-			} else if len(backendNames) > 0 {
-				msg += fmt.Sprintf("; defined backends: %s", strings.Join(backendNames, ", "))
-			} else {
-				msg += "; add it under backends:"
-			}
-			return le(m.line, key+".backend", "%s", msg)
 		}
 	}
 	return nil
+}
+
+// lineErr is a LineError of this configuration's file.
+func (c *Config) lineErr(line int, key, format string, args ...any) error {
+	return &LineError{Source: c.Source, Line: line, Key: key, Msg: fmt.Sprintf(format, args...)}
+}
+
+// validateServer checks the top-level settings of the gateway's own
+// server: body limits, TLS, logging and time-outs.
+func (c *Config) validateServer() error {
+	if c.MaxBodyBytes < 0 {
+		return c.lineErr(0, "max_body_bytes", "must be positive")
+	}
+	if err := c.validateTLS(); err != nil {
+		return err
+	}
+	if c.ResponsesTTL < 0 {
+		return c.lineErr(c.Line("responses_ttl"), "responses_ttl", "must not be negative (to store no responses, set store_responses: false)")
+	}
+	if c.LogFormat != "" && c.LogFormat != "text" && c.LogFormat != "json" {
+		return c.lineErr(c.Line("log_format"), "log_format", "must be text or json, not %q", c.LogFormat)
+	}
+	if c.ShutdownTimeout < 0 {
+		return c.lineErr(c.Line("shutdown_timeout"), "shutdown_timeout", "must not be negative (for example 60s; unset or 0 means the default %s)", DefaultShutdownTimeout)
+	}
+	if c.BodyReadTimeout < 0 {
+		return c.lineErr(c.Line("body_read_timeout"), "body_read_timeout", "must not be negative (for example 60s; unset or 0 means the default %s)", DefaultBodyReadTimeout)
+	}
+	if c.MaxBodyReadsPerKey != nil && *c.MaxBodyReadsPerKey < 0 {
+		return c.lineErr(c.Line("max_body_reads_per_key"), "max_body_reads_per_key", "must be a number of bodies, or 0 for no cap (default %d)", DefaultMaxBodyReadsPerKey)
+	}
+	if c.MaxConnections != nil && *c.MaxConnections < 0 {
+		return c.lineErr(c.Line("max_connections"), "max_connections", "must be a number of connections, or 0 for no cap (default %d)", DefaultMaxConnections)
+	}
+	return nil
+}
+
+// validateTLS checks that the listener's certificate and key come
+// together and load.
+func (c *Config) validateTLS() error {
+	if (c.TLSCertFile == "") != (c.TLSKeyFile == "") {
+		k, other := "tls_key_file", "tls_cert_file"
+		if c.TLSCertFile == "" {
+			k, other = other, k
+		}
+		return c.lineErr(c.Line(k), k, "is required with %s: give both the certificate and its private key (PEM files)", other)
+	}
+	if c.TLSCertFile != "" {
+		if _, err := tls.LoadX509KeyPair(c.TLSCertFile, c.TLSKeyFile); err != nil {
+			return c.lineErr(c.Line("tls_cert_file"), "tls_cert_file", "cannot load the certificate and key (%s, %s): %v", c.TLSCertFile, c.TLSKeyFile, err)
+		}
+	}
+	return nil
+}
+
+// validateBackends checks each backend and normalizes its URL and TLS
+// settings.
+func (c *Config) validateBackends() error {
+	for _, name := range sortedKeys(c.Backends) {
+		if err := c.validateBackend(c.Backends[name], "backends."+name); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// validateBackend checks one backend (key is "backends.<name>") and sets
+// its BaseURL and TLS.
+func (c *Config) validateBackend(b *Backend, key string) error {
+	if err := c.validatePreset(b, key); err != nil {
+		return err
+	}
+	if b.URL == "" {
+		return c.lineErr(b.line, key+".url", "is required (for example http://127.0.0.1:8000/v1)")
+	}
+	if !b.Dialect.Valid() {
+		return c.lineErr(b.line, key+".dialect", "must be openai or anthropic, not %q", b.Dialect)
+	}
+	for _, p := range b.DropParams {
+		if p == "" {
+			return c.lineErr(b.line, key+".drop_params", "lists an empty name; list the top-level request members this backend rejects, such as top_k")
+		}
+		if slices.Contains(GatewayDecidedFields, p) {
+			return c.lineErr(b.line, key+".drop_params", "cannot remove %q: the gateway checks and prices requests on it, so the backend must get it as checked", p)
+		}
+	}
+	base, err := NormalizeBaseURL(b.URL, b.Dialect)
+	if err != nil {
+		return c.lineErr(b.line, key+".url", "%v", err)
+	}
+	b.BaseURL = base
+	if err := b.validateDiscovery(); err != nil {
+		return c.lineErr(b.line, key+err.key, "%s", err.msg)
+	}
+	if strings.Contains(b.APIKey, "${") {
+		return c.lineErr(b.line, key+".api_key", "unexpanded reference %q", b.APIKey)
+	}
+	tlsCfg, terr := b.clientTLS()
+	if terr != nil {
+		return c.lineErr(b.line, key+terr.key, "%s", terr.msg)
+	}
+	b.TLS = tlsCfg
+	return nil
+}
+
+// validateModels checks each model: its translation options, context
+// window and where it is served.
+func (c *Config) validateModels() error {
+	backendNames := sortedKeys(c.Backends)
+	for _, name := range sortedKeys(c.Models) {
+		if err := c.validateModel(c.Models[name], "models."+name, backendNames); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// validateModel checks one model (key is "models.<name>").
+func (c *Config) validateModel(m *Model, key string, backendNames []string) error {
+	if _, err := m.ChatOptions(); err != nil {
+		return c.lineErr(m.line, key, "%v", err)
+	}
+	if m.ContextWindow < 0 {
+		return c.lineErr(m.line, key+".context_window", "must be the model's context length in tokens (for example 32768), or unset to learn it from the backend")
+	}
+	return c.validateRouting(m, key, backendNames)
 }
 
 // NormalizeBaseURL returns the base URL requests are joined to. For the
 // OpenAI dialect a bare host (no path) gets "/v1"; a path ending in "/v1" or
 // any other explicit path (e.g. "/api/paas/v4") is kept; "/v1/v1" is fixed.
 // For the Anthropic dialect the base has no "/v1": paths are "/v1/messages".
-func NormalizeBaseURL(raw, dialect string) (string, error) {
+func NormalizeBaseURL(raw string, d dialect.Dialect) (string, error) {
 	raw = strings.TrimSpace(raw)
 	if !strings.HasPrefix(raw, "http://") && !strings.HasPrefix(raw, "https://") {
 		return "", fmt.Errorf("URL %q must start with http:// or https://", raw)
@@ -684,7 +744,7 @@ func NormalizeBaseURL(raw, dialect string) (string, error) {
 	for strings.HasSuffix(p, "/v1/v1") {
 		p = strings.TrimSuffix(p, "/v1")
 	}
-	if dialect == DialectAnthropic {
+	if d == dialect.Anthropic {
 		p = strings.TrimSuffix(p, "/v1")
 	} else if p == "" {
 		p = "/v1"

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"llmgate/internal/dialect"
 )
 
 func env(m map[string]string) func(string) (string, bool) {
@@ -96,18 +98,22 @@ func TestResponsesStorage(t *testing.T) {
 }
 
 func TestNormalizeBaseURL(t *testing.T) {
-	cases := []struct{ in, dialect, want string }{
-		{"http://127.0.0.1:8000", DialectOpenAI, "http://127.0.0.1:8000/v1"},
-		{"http://127.0.0.1:8000/", DialectOpenAI, "http://127.0.0.1:8000/v1"},
-		{"http://127.0.0.1:8000/v1/", DialectOpenAI, "http://127.0.0.1:8000/v1"},
-		{"http://127.0.0.1:8000/v1/v1", DialectOpenAI, "http://127.0.0.1:8000/v1"},
-		{"https://open.bigmodel.cn/api/paas/v4", DialectOpenAI, "https://open.bigmodel.cn/api/paas/v4"},
-		{"https://dashscope.aliyuncs.com/compatible-mode/v1", DialectOpenAI, "https://dashscope.aliyuncs.com/compatible-mode/v1"},
-		{"https://api.anthropic.com/v1", DialectAnthropic, "https://api.anthropic.com"},
-		{"https://api.anthropic.com", DialectAnthropic, "https://api.anthropic.com"},
+	cases := []struct {
+		in   string
+		d    dialect.Dialect
+		want string
+	}{
+		{"http://127.0.0.1:8000", dialect.OpenAI, "http://127.0.0.1:8000/v1"},
+		{"http://127.0.0.1:8000/", dialect.OpenAI, "http://127.0.0.1:8000/v1"},
+		{"http://127.0.0.1:8000/v1/", dialect.OpenAI, "http://127.0.0.1:8000/v1"},
+		{"http://127.0.0.1:8000/v1/v1", dialect.OpenAI, "http://127.0.0.1:8000/v1"},
+		{"https://open.bigmodel.cn/api/paas/v4", dialect.OpenAI, "https://open.bigmodel.cn/api/paas/v4"},
+		{"https://dashscope.aliyuncs.com/compatible-mode/v1", dialect.OpenAI, "https://dashscope.aliyuncs.com/compatible-mode/v1"},
+		{"https://api.anthropic.com/v1", dialect.Anthropic, "https://api.anthropic.com"},
+		{"https://api.anthropic.com", dialect.Anthropic, "https://api.anthropic.com"},
 	}
 	for _, c := range cases {
-		got, err := NormalizeBaseURL(c.in, c.dialect)
+		got, err := NormalizeBaseURL(c.in, c.d)
 		if err != nil || got != c.want {
 			t.Errorf("NormalizeBaseURL(%q) = %q, %v; want %q", c.in, got, err, c.want)
 		}

@@ -10,6 +10,8 @@ import (
 	"unicode"
 
 	"go.yaml.in/yaml/v3"
+
+	"llmgate/internal/dialect"
 )
 
 // Engine defaults, chosen for real model servers: loading weights takes
@@ -70,12 +72,6 @@ type Engine struct {
 	line                   int
 	// conflict records a backend of the same name found by ApplyDefaults.
 	conflict bool
-}
-
-func init() {
-	knownKeys[""] = append(knownKeys[""], "engines")
-	knownKeys["engine"] = []string{"cmd", "env", "workdir", "port", "models", "group", "ttl", "always_on", "health_path",
-		"health_interval", "startup_timeout", "stop_signal", "stop_grace", "drain_timeout", "max_queue", "api_key", "anthropic_billing_header"}
 }
 
 // Command is an argv that reads from a YAML list or a shell-like string.
@@ -221,7 +217,7 @@ func (c *Config) applyEngineDefaults() {
 		// The engine's backend starts at port 0 (or the fixed port); the
 		// engine manager rewrites it with BindEngine once the port is known.
 		if b, ok := c.Backends[name]; !ok {
-			c.Backends[name] = &Backend{Name: name, URL: e.BaseURL(), Dialect: DialectOpenAI, APIKey: e.APIKey, line: e.line}
+			c.Backends[name] = &Backend{Name: name, URL: e.BaseURL(), Dialect: dialect.OpenAI, APIKey: e.APIKey, line: e.line}
 		} else if b == nil || b.URL != e.BaseURL() {
 			e.conflict = true
 		}
@@ -236,71 +232,107 @@ func (c *Config) applyEngineDefaults() {
 // validateEngines checks engine settings; model entries are checked here
 // too because an engine's models must not collide with other models.
 func (c *Config) validateEngines() error {
-	le := func(e *Engine, key, format string, args ...any) error {
-		return &LineError{Source: c.Source, Line: e.line, Key: "engines." + e.Name + key, Msg: fmt.Sprintf(format, args...)}
-	}
 	ports := map[int]string{}
 	groups := map[string][]string{}
 	for _, name := range sortedKeys(c.Engines) {
 		e := c.Engines[name]
-		if len(e.Cmd) == 0 || e.Cmd[0] == "" {
-			return le(e, ".cmd", "is required: the command that starts the engine, e.g. \"vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name qwen2.5-7b --port ${PORT}\"")
+		if err := c.validateEngineCommand(e, name, ports); err != nil {
+			return err
 		}
-		if e.Port == 0 && !usesPort(e) {
-			return le(e, ".cmd", "does not mention ${PORT}: pass it to the engine (e.g. --port ${PORT}), or set a fixed port:")
+		if err := c.validateEngineModels(e, name); err != nil {
+			return err
 		}
-		if e.Port < 0 || e.Port > 65535 {
-			return le(e, ".port", "must be between 1 and 65535, or 0 for a free port")
-		}
-		if e.Port != 0 {
-			if other, dup := ports[e.Port]; dup {
-				return le(e, ".port", "port %d is also used by engine %q", e.Port, other)
-			}
-			ports[e.Port] = name
-		}
-		if len(e.Models) == 0 {
-			return le(e, ".models", "is required: list the model names this engine serves (clients send these names)")
-		}
-		for _, m := range e.Models {
-			if m == "" {
-				return le(e, ".models", "contains an empty name")
-			}
-			if mod := c.Models[m]; mod != nil && mod.Engine != name {
-				if mod.Engine != "" {
-					return le(e, ".models", "model %q is also served by engine %q; a model name can belong to one engine only", m, mod.Engine)
-				}
-				return le(e, ".models", "model %q is also defined under models: (line %d); remove one of the two", m, mod.line)
-			}
-		}
-		if e.conflict {
-			return le(e, "", "a backend has the same name; engines and backends share names, rename one")
-		}
-		if !strings.HasPrefix(e.HealthPath, "/") {
-			return le(e, ".health_path", "must start with / (for example /health)")
-		}
-		if e.HealthInterval < 0 || e.StartupTimeout < 0 || e.StopGrace < 0 || e.DrainTimeout < 0 || e.TTL < 0 {
-			return le(e, "", "durations must not be negative")
-		}
-		if _, ok := parseSignal(e.StopSignal); !ok {
-			return le(e, ".stop_signal", "unknown signal %q: use one of %s", e.StopSignal, signalNames())
-		}
-		if e.MaxQueue < 0 {
-			return le(e, ".max_queue", "must be positive")
-		}
-		if h := e.AnthropicBillingHeader; h != "" && h != BillingHeaderRemove && h != BillingHeaderKeep {
-			return le(e, ".anthropic_billing_header", "must be %s or %s, not %q", BillingHeaderRemove, BillingHeaderKeep, h)
+		if err := c.validateEngineSettings(e); err != nil {
+			return err
 		}
 		if e.Group != "" {
 			groups[e.Group] = append(groups[e.Group], name)
 		}
 	}
+	return c.validateEngineGroups(groups)
+}
+
+// engineErr is a LineError at engine e's key (".port", or "" for the
+// engine itself).
+func (c *Config) engineErr(e *Engine, key, format string, args ...any) error {
+	return &LineError{Source: c.Source, Line: e.line, Key: "engines." + e.Name + key, Msg: fmt.Sprintf(format, args...)}
+}
+
+// validateEngineCommand checks the command and the port, which no other
+// engine (ports, by port) may use.
+func (c *Config) validateEngineCommand(e *Engine, name string, ports map[int]string) error {
+	if len(e.Cmd) == 0 || e.Cmd[0] == "" {
+		return c.engineErr(e, ".cmd", "is required: the command that starts the engine, e.g. \"vllm serve Qwen/Qwen2.5-7B-Instruct --served-model-name qwen2.5-7b --port ${PORT}\"")
+	}
+	if e.Port == 0 && !usesPort(e) {
+		return c.engineErr(e, ".cmd", "does not mention ${PORT}: pass it to the engine (e.g. --port ${PORT}), or set a fixed port:")
+	}
+	if e.Port < 0 || e.Port > 65535 {
+		return c.engineErr(e, ".port", "must be between 1 and 65535, or 0 for a free port")
+	}
+	if e.Port != 0 {
+		if other, dup := ports[e.Port]; dup {
+			return c.engineErr(e, ".port", "port %d is also used by engine %q", e.Port, other)
+		}
+		ports[e.Port] = name
+	}
+	return nil
+}
+
+// validateEngineModels checks that the engine serves models no other engine
+// or models: entry claims, and that no backend has its name.
+func (c *Config) validateEngineModels(e *Engine, name string) error {
+	if len(e.Models) == 0 {
+		return c.engineErr(e, ".models", "is required: list the model names this engine serves (clients send these names)")
+	}
+	for _, m := range e.Models {
+		if m == "" {
+			return c.engineErr(e, ".models", "contains an empty name")
+		}
+		if mod := c.Models[m]; mod != nil && mod.Engine != name {
+			if mod.Engine != "" {
+				return c.engineErr(e, ".models", "model %q is also served by engine %q; a model name can belong to one engine only", m, mod.Engine)
+			}
+			return c.engineErr(e, ".models", "model %q is also defined under models: (line %d); remove one of the two", m, mod.line)
+		}
+	}
+	if e.conflict {
+		return c.engineErr(e, "", "a backend has the same name; engines and backends share names, rename one")
+	}
+	return nil
+}
+
+// validateEngineSettings checks the health check, time-outs, stop signal,
+// queue and billing header settings.
+func (c *Config) validateEngineSettings(e *Engine) error {
+	if !strings.HasPrefix(e.HealthPath, "/") {
+		return c.engineErr(e, ".health_path", "must start with / (for example /health)")
+	}
+	if e.HealthInterval < 0 || e.StartupTimeout < 0 || e.StopGrace < 0 || e.DrainTimeout < 0 || e.TTL < 0 {
+		return c.engineErr(e, "", "durations must not be negative")
+	}
+	if _, ok := parseSignal(e.StopSignal); !ok {
+		return c.engineErr(e, ".stop_signal", "unknown signal %q: use one of %s", e.StopSignal, signalNames())
+	}
+	if e.MaxQueue < 0 {
+		return c.engineErr(e, ".max_queue", "must be positive")
+	}
+	if h := e.AnthropicBillingHeader; h != "" && h != BillingHeaderRemove && h != BillingHeaderKeep {
+		return c.engineErr(e, ".anthropic_billing_header", "must be %s or %s, not %q", BillingHeaderRemove, BillingHeaderKeep, h)
+	}
+	return nil
+}
+
+// validateEngineGroups checks that no always_on engine shares a group (a
+// GPU) with another engine, which would swap it out.
+func (c *Config) validateEngineGroups(groups map[string][]string) error {
 	for g, members := range groups {
 		if len(members) < 2 {
 			continue
 		}
 		for _, name := range members {
 			if e := c.Engines[name]; e.AlwaysOn {
-				return le(e, ".always_on", "an always_on engine cannot share group %q with %s: it would be swapped out", g, strings.Join(others(members, name), ", "))
+				return c.engineErr(e, ".always_on", "an always_on engine cannot share group %q with %s: it would be swapped out", g, strings.Join(others(members, name), ", "))
 			}
 		}
 	}

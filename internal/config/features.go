@@ -54,11 +54,6 @@ func (f Features) BodyReadLimit() (time.Duration, int) {
 	return t, n
 }
 
-func init() {
-	knownKeys[""] = append(knownKeys[""], "access_log", "console", "metrics_key", "body_read_timeout", "max_body_reads_per_key", "metrics_key_labels")
-	knownKeys["model"] = append(knownKeys["model"], "context_window", "fit_output_limit")
-}
-
 // AccessLogOn reports whether the access log is on.
 func (f Features) AccessLogOn() bool { return f.AccessLog == nil || *f.AccessLog }
 

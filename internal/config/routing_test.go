@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"llmgate/internal/dialect"
 	"llmgate/internal/testenv"
 	"strings"
 	"testing"
@@ -36,10 +37,10 @@ models:
 	if g2.BaseURL != "http://10.0.0.2:30000/v1" || time.Duration(g2.IdleTimeout) != 20*time.Second {
 		t.Errorf("engine sglang with url: base %q idle %v", g2.BaseURL, g2.IdleTimeout)
 	}
-	if ds.BaseURL != "https://api.deepseek.com/v1" || ds.APIKey != "sk-ds" || ds.Dialect != DialectOpenAI {
+	if ds.BaseURL != "https://api.deepseek.com/v1" || ds.APIKey != "sk-ds" || ds.Dialect != dialect.OpenAI {
 		t.Errorf("provider deepseek: %+v", ds)
 	}
-	if cl.BaseURL != "https://api.anthropic.com" || cl.Dialect != DialectAnthropic || cl.APIKey != "sk-ant" {
+	if cl.BaseURL != "https://api.anthropic.com" || cl.Dialect != dialect.Anthropic || cl.APIKey != "sk-ant" {
 		t.Errorf("provider anthropic: %+v", cl)
 	}
 	q := cfg.Models["qwen"]

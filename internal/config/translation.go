@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"strings"
 
-	"llmgate/internal/translate"
+	"llmgate/internal/dialect"
 )
 
 // Reasoning tells how a model takes a client's thinking request (Anthropic
@@ -31,16 +31,11 @@ const (
 	BillingHeaderKeep   = "keep"
 )
 
-func init() {
-	knownKeys["model"] = append(knownKeys["model"], "reasoning", "system_messages", "anthropic_billing_header")
-	knownKeys["reasoning"] = []string{"preset", "switch", "effort", "budget", "drop_history"}
-}
-
 // ChatOptions are the options a model's translated requests are built
 // with: its reasoning mapping, where system messages go, and whether
 // Claude Code's billing line stays.
-func (m *Model) ChatOptions() (translate.ChatOptions, error) {
-	var o translate.ChatOptions
+func (m *Model) ChatOptions() (dialect.ChatOptions, error) {
+	var o dialect.ChatOptions
 	switch m.SystemMessages {
 	case "", SystemMessagesMerge:
 	case SystemMessagesInPlace:
@@ -60,9 +55,9 @@ func (m *Model) ChatOptions() (translate.ChatOptions, error) {
 		return o, nil
 	}
 	if r.Preset != "" {
-		p, ok := translate.ReasoningPreset(r.Preset)
+		p, ok := dialect.ReasoningPreset(r.Preset)
 		if !ok {
-			return o, fmt.Errorf("reasoning.preset %q is not known: use one of %s, or set switch/effort/budget", r.Preset, strings.Join(translate.ReasoningPresetNames(), ", "))
+			return o, fmt.Errorf("reasoning.preset %q is not known: use one of %s, or set switch/effort/budget", r.Preset, strings.Join(dialect.ReasoningPresetNames(), ", "))
 		}
 		o.Reasoning = p
 	}

@@ -128,26 +128,46 @@ func checkValue(n *yaml.Node, t reflect.Type, path string) *LineError {
 	bad := func(format string, args ...any) *LineError {
 		return &LineError{Line: n.Line, Key: path, Msg: fmt.Sprintf(format, args...)}
 	}
+	if err, ok := checkDecoded(n, t, bad); ok {
+		return err
+	}
+	switch t.Kind() {
+	case reflect.Struct, reflect.Map, reflect.Slice:
+		return checkContainer(n, t, path, bad)
+	}
+	return checkScalar(n, t, bad)
+}
+
+// checkDecoded checks the types that decode themselves (durations, a
+// health_check given as a bool, yaml.Unmarshalers other than structs); ok
+// is false for other types.
+func checkDecoded(n *yaml.Node, t reflect.Type, bad func(string, ...any) *LineError) (_ *LineError, ok bool) {
 	switch {
 	case t == durationType:
 		if n.Kind != yaml.ScalarNode {
-			return bad("must be a duration such as 90s, 5m30s, 2h or 7d, not %s", describe(n))
+			return bad("must be a duration such as 90s, 5m30s, 2h or 7d, not %s", describe(n)), true
 		}
 		if _, err := ParseDuration(n.Value); err != nil {
-			return bad("%v", err)
+			return bad("%v", err), true
 		}
-		return nil
+		return nil, true
 	case t == healthCheckType && n.Kind == yaml.ScalarNode:
 		if err := n.Decode(new(bool)); err != nil {
-			return bad("must be true, false or a mapping {path, interval, timeout}, not %s", describe(n))
+			return bad("must be true, false or a mapping {path, interval, timeout}, not %s", describe(n)), true
 		}
-		return nil
+		return nil, true
 	case t.Kind() != reflect.Struct && reflect.PointerTo(t).Implements(unmarshalerType):
 		if err := n.Decode(reflect.New(t).Interface()); err != nil {
-			return bad("%s", decodeMessage(err))
+			return bad("%s", decodeMessage(err)), true
 		}
-		return nil
+		return nil, true
 	}
+	return nil, false
+}
+
+// checkContainer checks a mapping of settings, a map or a list, and each
+// value in it.
+func checkContainer(n *yaml.Node, t reflect.Type, path string, bad func(string, ...any) *LineError) *LineError {
 	switch t.Kind() {
 	case reflect.Struct:
 		if n.Kind != yaml.MappingNode {
@@ -180,6 +200,13 @@ func checkValue(n *yaml.Node, t reflect.Type, path string) *LineError {
 				return err
 			}
 		}
+	}
+	return nil
+}
+
+// checkScalar checks a string, bool or number.
+func checkScalar(n *yaml.Node, t reflect.Type, bad func(string, ...any) *LineError) *LineError {
+	switch t.Kind() {
 	case reflect.String:
 		if n.Kind != yaml.ScalarNode {
 			return bad("must be a string, not %s", describe(n))

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"llmgate/internal/config"
+	"llmgate/internal/dialect"
 )
 
 // LocalPort is a port a local engine listens on by default.
@@ -32,15 +33,15 @@ type Cloud struct {
 	Name    string
 	EnvKey  string
 	URL     string
-	Dialect string
+	Dialect dialect.Dialect
 	Models  []string // registered public models
 }
 
 // DefaultClouds lists the cloud backends registered when their key is set.
 var DefaultClouds = []Cloud{
-	{"openai", "OPENAI_API_KEY", "https://api.openai.com/v1", config.DialectOpenAI, []string{"gpt-4o", "gpt-4o-mini", "gpt-4.1", "gpt-4.1-mini"}},
-	{"deepseek", "DEEPSEEK_API_KEY", "https://api.deepseek.com/v1", config.DialectOpenAI, []string{"deepseek-chat", "deepseek-reasoner"}},
-	{"dashscope", "DASHSCOPE_API_KEY", "https://dashscope.aliyuncs.com/compatible-mode/v1", config.DialectOpenAI, []string{"qwen-plus", "qwen-max", "qwen-turbo"}},
+	{"openai", "OPENAI_API_KEY", "https://api.openai.com/v1", dialect.OpenAI, []string{"gpt-4o", "gpt-4o-mini", "gpt-4.1", "gpt-4.1-mini"}},
+	{"deepseek", "DEEPSEEK_API_KEY", "https://api.deepseek.com/v1", dialect.OpenAI, []string{"deepseek-chat", "deepseek-reasoner"}},
+	{"dashscope", "DASHSCOPE_API_KEY", "https://dashscope.aliyuncs.com/compatible-mode/v1", dialect.OpenAI, []string{"qwen-plus", "qwen-max", "qwen-turbo"}},
 }
 
 // Found is one discovered backend and its models.

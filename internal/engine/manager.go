@@ -212,9 +212,6 @@ func (m *Manager) Start() {
 	go m.watchIdle()
 }
 
-// Names lists the configured engines, sorted.
-func (m *Manager) Names() []string { return m.names }
-
 // acquire is the provider.Backend hook: it returns once the engine is
 // ready and the request counts as in flight.
 func (e *Engine) acquire(ctx context.Context, model string) (func(error) error, error) {

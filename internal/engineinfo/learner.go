@@ -45,7 +45,7 @@ import (
 	"sync"
 	"time"
 
-	"llmgate/internal/config"
+	"llmgate/internal/dialect"
 	"llmgate/internal/provider"
 )
 
@@ -135,7 +135,7 @@ func (l *Learner) Lookup(ctx context.Context, configured int, b *provider.Backen
 	if configured > 0 {
 		return Length{Tokens: configured, Source: "config context_window"}
 	}
-	if b == nil || b.Dialect == config.DialectAnthropic {
+	if b == nil || b.Dialect == dialect.Anthropic {
 		return Length{} // Anthropic's API lists no context lengths: configure context_window
 	}
 	return l.lookup(ctx, b, upstream).Context
@@ -217,7 +217,7 @@ func (l *Learner) storeLocked(e *entry, got Info, b *provider.Backend, upstream 
 // be used is then asked again at the next count. It returns when the
 // answers are in or ctx ends.
 func (l *Learner) Recheck(ctx context.Context, b *provider.Backend, recovered bool) {
-	if b == nil || b.Dialect == config.DialectAnthropic {
+	if b == nil || b.Dialect == dialect.Anthropic {
 		return
 	}
 	type job struct {
@@ -262,7 +262,7 @@ func (l *Learner) Recheck(ctx context.Context, b *provider.Backend, recovered bo
 // at once. The request path calls it so that a model's context length is
 // learned without the request waiting for it.
 func (l *Learner) Learn(configured int, b *provider.Backend, upstream string) {
-	if configured > 0 || b == nil || b.Dialect == config.DialectAnthropic {
+	if configured > 0 || b == nil || b.Dialect == dialect.Anthropic {
 		return
 	}
 	l.mu.Lock()
@@ -280,7 +280,7 @@ func (l *Learner) Learn(configured int, b *provider.Backend, upstream string) {
 // (pass a context that is already done, or use go, not to wait). Counts
 // and fits made after it use what the engine says now.
 func (l *Learner) Refresh(ctx context.Context, b *provider.Backend) {
-	if b == nil || b.Dialect == config.DialectAnthropic {
+	if b == nil || b.Dialect == dialect.Anthropic {
 		return
 	}
 	l.mu.Lock()
@@ -315,7 +315,7 @@ func (l *Learner) Refresh(ctx context.Context, b *provider.Backend) {
 // ctx): an engine that just became ready is asked before its first
 // request is served, so that request is fitted with the engine's numbers.
 func (l *Learner) RefreshNow(ctx context.Context, b *provider.Backend, upstream string) Info {
-	if b == nil || b.Dialect == config.DialectAnthropic {
+	if b == nil || b.Dialect == dialect.Anthropic {
 		return Info{}
 	}
 	l.mu.Lock()

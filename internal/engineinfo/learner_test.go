@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"llmgate/internal/config"
+	"llmgate/internal/dialect"
 	"llmgate/internal/provider"
 )
 
@@ -39,8 +40,8 @@ func server(t *testing.T, routes map[string]string, hits *atomic.Int64) *httptes
 	return s
 }
 
-func backend(url, dialect string) *provider.Backend {
-	return provider.NewBackend(&config.Backend{Name: "b", URL: url, BaseURL: url, Dialect: dialect})
+func backend(url string, d dialect.Dialect) *provider.Backend {
+	return provider.NewBackend(&config.Backend{Name: "b", URL: url, BaseURL: url, Dialect: d})
 }
 
 // TestLookup_EverySource learns the context length the way each engine
@@ -75,7 +76,7 @@ func TestLookup_EverySource(t *testing.T) {
 			var hits atomic.Int64
 			s := server(t, tc.routes, &hits)
 			l := New(Options{})
-			b := backend(s.URL+"/v1", config.DialectOpenAI)
+			b := backend(s.URL+"/v1", dialect.OpenAI)
 			got := l.Lookup(context.Background(), 0, b, tc.upstream)
 			if got.Tokens != tc.want || got.Source != tc.source {
 				t.Fatalf("got %+v, want %d from %s", got, tc.want, tc.source)
@@ -97,7 +98,7 @@ func TestLookup_ConfigWinsAndUnknownIsRetriedAfterAMinute(t *testing.T) {
 	l := New(Options{})
 	now := time.Now()
 	l.now = func() time.Time { return now }
-	b := backend(s.URL+"/v1", config.DialectOpenAI)
+	b := backend(s.URL+"/v1", dialect.OpenAI)
 	if got := l.Lookup(context.Background(), 12000, b, "m"); got.Tokens != 12000 || got.Source != "config context_window" || hits.Load() != 0 {
 		t.Fatalf("configured: %+v after %d requests", got, hits.Load())
 	}
@@ -115,7 +116,7 @@ func TestLookup_ConfigWinsAndUnknownIsRetriedAfterAMinute(t *testing.T) {
 	if hits.Load() == n {
 		t.Fatal("not asked again after a minute")
 	}
-	if got := l.Lookup(context.Background(), 0, backend(s.URL, config.DialectAnthropic), "claude"); got.Tokens != 0 {
+	if got := l.Lookup(context.Background(), 0, backend(s.URL, dialect.Anthropic), "claude"); got.Tokens != 0 {
 		t.Fatalf("an Anthropic backend without context_window: %+v", got)
 	}
 }
@@ -130,7 +131,7 @@ func TestLookup_ConcurrentLookupsShareOneFetch(t *testing.T) {
 	}))
 	defer s.Close()
 	l := New(Options{})
-	b := backend(s.URL+"/v1", config.DialectOpenAI)
+	b := backend(s.URL+"/v1", dialect.OpenAI)
 	done := make(chan Length, 8)
 	for i := 0; i < 8; i++ {
 		go func() { done <- l.Lookup(context.Background(), 0, b, "m") }()
@@ -170,7 +171,7 @@ func TestRecheck_LearnsAChangedContextAndKeepsTheOldMeanwhile(t *testing.T) {
 	}))
 	defer s.Close()
 	l := New(Options{})
-	b := backend(s.URL+"/v1", config.DialectOpenAI)
+	b := backend(s.URL+"/v1", dialect.OpenAI)
 	if got := l.Lookup(context.Background(), 0, b, "m"); got.Tokens != 2048 {
 		t.Fatalf("first lookup: %+v", got)
 	}
@@ -200,7 +201,7 @@ func TestRecheck_LearnsAChangedContextAndKeepsTheOldMeanwhile(t *testing.T) {
 	if got := l.Known(0, b, "m"); got.Tokens != 4096 {
 		t.Fatalf("after a Recheck that got no answer: Known = %+v, want 4096 kept", got)
 	}
-	if other := backend(s.URL+"/v1", config.DialectOpenAI); l.Known(0, other, "m").Tokens != 0 {
+	if other := backend(s.URL+"/v1", dialect.OpenAI); l.Known(0, other, "m").Tokens != 0 {
 		t.Fatal("a backend never asked about learned something")
 	}
 }

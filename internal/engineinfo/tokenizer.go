@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"llmgate/internal/api/openai"
-	"llmgate/internal/config"
+	"llmgate/internal/dialect"
 	"llmgate/internal/provider"
 )
 
@@ -72,7 +72,7 @@ func (e *shapeError) Error() string { return e.reason }
 // engine has no usable tokenizer, and another error when it could not be
 // asked this time (down, slow, refused this prompt).
 func (l *Learner) Count(ctx context.Context, b *provider.Backend, upstream string, p Prompt, maxBody int) (int, error) {
-	if b == nil || b.Dialect == config.DialectAnthropic {
+	if b == nil || b.Dialect == dialect.Anthropic {
 		return 0, ErrNoTokenizer
 	}
 	if !strings.HasSuffix(strings.TrimSuffix(b.BaseURL, "/"), "/v1") {

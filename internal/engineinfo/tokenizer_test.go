@@ -16,7 +16,7 @@ import (
 	"testing"
 
 	"llmgate/internal/api/openai"
-	"llmgate/internal/config"
+	"llmgate/internal/dialect"
 )
 
 // fakeEngine answers like one engine's tokenizer: vLLM (/tokenize with
@@ -119,7 +119,7 @@ func TestCount_UsesEachEnginesOwnTokenizer(t *testing.T) {
 	} {
 		f := newFakeEngine(t, tc.kind)
 		l := New(Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-		b := backend(f.URL+"/v1", config.DialectOpenAI)
+		b := backend(f.URL+"/v1", dialect.OpenAI)
 		n, err := l.Count(context.Background(), b, "m", chatPrompt(3), 0)
 		if err != nil || n != 21 {
 			t.Fatalf("%s: count %d, %v; want 21", tc.kind, n, err)
@@ -149,7 +149,7 @@ func TestCount_AServerThatDidNotSayWhatItIsFindsLlamaCppsTokenizer(t *testing.T)
 	f := newFakeEngine(t, "llamacpp")
 	var logs bytes.Buffer
 	l := New(Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
-	b := backend(f.URL+"/v1", config.DialectOpenAI)
+	b := backend(f.URL+"/v1", dialect.OpenAI)
 	l.mu.Lock()
 	l.cache[key{b, "m"}] = &entry{until: l.now().Add(keepFor)} // known: an engine that said nothing
 	l.mu.Unlock()
@@ -171,7 +171,7 @@ func TestCount_NoTokenizerIsLoggedOnceWithTheReasonAndAskedAgainAfterRefresh(t *
 	var logs bytes.Buffer
 	var mu sync.Mutex
 	l := New(Options{Logger: slog.New(slog.NewTextHandler(&lockedWriter{w: &logs, mu: &mu}, nil))})
-	b := backend(f.URL+"/v1", config.DialectOpenAI)
+	b := backend(f.URL+"/v1", dialect.OpenAI)
 	for range 3 {
 		if _, err := l.Count(context.Background(), b, "m", chatPrompt(1), 0); !errors.Is(err, ErrNoTokenizer) || !strings.Contains(err.Error(), "Ollama has no tokenizer endpoint") {
 			t.Fatalf("Ollama: %v", err)
@@ -202,7 +202,7 @@ func TestCount_NoTokenizerIsLoggedOnceWithTheReasonAndAskedAgainAfterRefresh(t *
 func TestCount_NeverSendsMoreThanTheBound(t *testing.T) {
 	f := newFakeEngine(t, "vllm")
 	l := New(Options{})
-	b := backend(f.URL+"/v1", config.DialectOpenAI)
+	b := backend(f.URL+"/v1", dialect.OpenAI)
 	l.Lookup(context.Background(), 0, b, "m")
 	before := len(f.Calls())
 	if _, err := l.Count(context.Background(), b, "m", chatPrompt(100), 200); err == nil || errors.Is(err, ErrNoTokenizer) {
@@ -231,7 +231,7 @@ func TestCount_DownIsNotNoTokenizer(t *testing.T) {
 	}))
 	defer proxy.Close()
 	l := New(Options{})
-	b := backend(proxy.URL+"/v1", config.DialectOpenAI)
+	b := backend(proxy.URL+"/v1", dialect.OpenAI)
 	if _, err := l.Count(context.Background(), b, "m", chatPrompt(1), 0); err == nil || errors.Is(err, ErrNoTokenizer) {
 		t.Fatalf("a 503 must be a failure of this once: %v", err)
 	}

@@ -116,13 +116,6 @@ func (r *Reloader) Reload() error {
 	return nil
 }
 
-// Apply swaps in an already loaded and validated configuration.
-func (r *Reloader) Apply(cfg *config.Config) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.apply(cfg)
-}
-
 func (r *Reloader) apply(cfg *config.Config) {
 	r.g.swapTable(cfg, r.Prepare)
 	r.warnRestartOnly(cfg)

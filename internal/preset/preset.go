@@ -1,15 +1,13 @@
 // Package preset knows the cloud providers and local inference engines
 // people point llmgate at, so that a backend can say "provider: deepseek" or
 // "engine: vllm" instead of the operator looking up base URLs, auth schemes,
-// ports, health paths and quirks. It is pure data with no dependencies.
+// ports, health paths and quirks. It is pure data.
 package preset
 
-import "sort"
+import (
+	"sort"
 
-// Dialects, repeated here so that config can import this package.
-const (
-	dialectOpenAI    = "openai"
-	dialectAnthropic = "anthropic"
+	"llmgate/internal/dialect"
 )
 
 // Provider is a cloud API preset.
@@ -18,7 +16,7 @@ type Provider struct {
 	// BaseURL is the OpenAI-compatible base (requests go to BaseURL +
 	// "/chat/completions"); for the Anthropic dialect it is the host.
 	BaseURL string
-	Dialect string
+	Dialect dialect.Dialect
 	// APIKeyEnv is the environment variable read when api_key is not set.
 	APIKeyEnv string
 	// Auth names how the key is sent: "bearer" (Authorization: Bearer) or
@@ -49,27 +47,27 @@ type Engine struct {
 }
 
 var providers = map[string]Provider{
-	"openai": {Name: "openai", BaseURL: "https://api.openai.com/v1", Dialect: dialectOpenAI, APIKeyEnv: "OPENAI_API_KEY", Auth: "bearer",
+	"openai": {Name: "openai", BaseURL: "https://api.openai.com/v1", Dialect: dialect.OpenAI, APIKeyEnv: "OPENAI_API_KEY", Auth: "bearer",
 		Notes: "rejects top_k (dropped by default: drop_params)", DropParams: []string{"top_k"}},
-	"anthropic": {Name: "anthropic", BaseURL: "https://api.anthropic.com", Dialect: dialectAnthropic, APIKeyEnv: "ANTHROPIC_API_KEY", Auth: "x-api-key",
+	"anthropic": {Name: "anthropic", BaseURL: "https://api.anthropic.com", Dialect: dialect.Anthropic, APIKeyEnv: "ANTHROPIC_API_KEY", Auth: "x-api-key",
 		Notes: "Messages API; anthropic-version header sent"},
-	"deepseek": {Name: "deepseek", BaseURL: "https://api.deepseek.com/v1", Dialect: dialectOpenAI, APIKeyEnv: "DEEPSEEK_API_KEY", Auth: "bearer",
+	"deepseek": {Name: "deepseek", BaseURL: "https://api.deepseek.com/v1", Dialect: dialect.OpenAI, APIKeyEnv: "DEEPSEEK_API_KEY", Auth: "bearer",
 		Notes: "deepseek-reasoner streams reasoning_content"},
-	"dashscope": {Name: "dashscope", BaseURL: "https://dashscope.aliyuncs.com/compatible-mode/v1", Dialect: dialectOpenAI, APIKeyEnv: "DASHSCOPE_API_KEY", Auth: "bearer",
+	"dashscope": {Name: "dashscope", BaseURL: "https://dashscope.aliyuncs.com/compatible-mode/v1", Dialect: dialect.OpenAI, APIKeyEnv: "DASHSCOPE_API_KEY", Auth: "bearer",
 		Notes: "international accounts: url: https://dashscope-intl.aliyuncs.com/compatible-mode/v1"},
-	"gemini": {Name: "gemini", BaseURL: "https://generativelanguage.googleapis.com/v1beta/openai", Dialect: dialectOpenAI, APIKeyEnv: "GEMINI_API_KEY", Auth: "bearer",
+	"gemini": {Name: "gemini", BaseURL: "https://generativelanguage.googleapis.com/v1beta/openai", Dialect: dialect.OpenAI, APIKeyEnv: "GEMINI_API_KEY", Auth: "bearer",
 		Notes: "OpenAI-compatibility layer of the Gemini API"},
-	"openrouter": {Name: "openrouter", BaseURL: "https://openrouter.ai/api/v1", Dialect: dialectOpenAI, APIKeyEnv: "OPENROUTER_API_KEY", Auth: "bearer",
+	"openrouter": {Name: "openrouter", BaseURL: "https://openrouter.ai/api/v1", Dialect: dialect.OpenAI, APIKeyEnv: "OPENROUTER_API_KEY", Auth: "bearer",
 		Notes: "model names are vendor/model"},
-	"groq": {Name: "groq", BaseURL: "https://api.groq.com/openai/v1", Dialect: dialectOpenAI, APIKeyEnv: "GROQ_API_KEY", Auth: "bearer",
+	"groq": {Name: "groq", BaseURL: "https://api.groq.com/openai/v1", Dialect: dialect.OpenAI, APIKeyEnv: "GROQ_API_KEY", Auth: "bearer",
 		Notes: "rejects logprobs, logit_bias and n > 1 with 400"},
-	"together": {Name: "together", BaseURL: "https://api.together.xyz/v1", Dialect: dialectOpenAI, APIKeyEnv: "TOGETHER_API_KEY", Auth: "bearer"},
-	"mistral":  {Name: "mistral", BaseURL: "https://api.mistral.ai/v1", Dialect: dialectOpenAI, APIKeyEnv: "MISTRAL_API_KEY", Auth: "bearer"},
-	"siliconflow": {Name: "siliconflow", BaseURL: "https://api.siliconflow.cn/v1", Dialect: dialectOpenAI, APIKeyEnv: "SILICONFLOW_API_KEY", Auth: "bearer",
+	"together": {Name: "together", BaseURL: "https://api.together.xyz/v1", Dialect: dialect.OpenAI, APIKeyEnv: "TOGETHER_API_KEY", Auth: "bearer"},
+	"mistral":  {Name: "mistral", BaseURL: "https://api.mistral.ai/v1", Dialect: dialect.OpenAI, APIKeyEnv: "MISTRAL_API_KEY", Auth: "bearer"},
+	"siliconflow": {Name: "siliconflow", BaseURL: "https://api.siliconflow.cn/v1", Dialect: dialect.OpenAI, APIKeyEnv: "SILICONFLOW_API_KEY", Auth: "bearer",
 		Notes: "international accounts: url: https://api.siliconflow.com/v1"},
-	"moonshot": {Name: "moonshot", BaseURL: "https://api.moonshot.cn/v1", Dialect: dialectOpenAI, APIKeyEnv: "MOONSHOT_API_KEY", Auth: "bearer",
+	"moonshot": {Name: "moonshot", BaseURL: "https://api.moonshot.cn/v1", Dialect: dialect.OpenAI, APIKeyEnv: "MOONSHOT_API_KEY", Auth: "bearer",
 		Notes: "international accounts: url: https://api.moonshot.ai/v1"},
-	"zhipu": {Name: "zhipu", BaseURL: "https://open.bigmodel.cn/api/paas/v4", Dialect: dialectOpenAI, APIKeyEnv: "ZHIPUAI_API_KEY", Auth: "bearer",
+	"zhipu": {Name: "zhipu", BaseURL: "https://open.bigmodel.cn/api/paas/v4", Dialect: dialect.OpenAI, APIKeyEnv: "ZHIPUAI_API_KEY", Auth: "bearer",
 		Notes: "the API version is /v4, not /v1"},
 }
 

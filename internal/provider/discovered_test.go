@@ -5,12 +5,13 @@ import (
 	"testing"
 
 	"llmgate/internal/config"
+	"llmgate/internal/dialect"
 )
 
 // A replica found by DNS is dialled at its address but named, in the Host
 // header and the TLS server name, as the URL named it.
 func TestBackend_DiscoveredReplicaKeepsTheNameForHostAndTLS(t *testing.T) {
-	b := NewBackend(&config.Backend{Name: "pool@10.0.0.1:8443", BaseURL: "https://10.0.0.1:8443/v1", Dialect: config.DialectOpenAI,
+	b := NewBackend(&config.Backend{Name: "pool@10.0.0.1:8443", BaseURL: "https://10.0.0.1:8443/v1", Dialect: dialect.OpenAI,
 		HostName: "vllm.ns.svc:8443", Address: "10.0.0.1:8443"})
 	req, err := b.NewRequest(context.Background(), "/chat/completions", []byte(`{}`), "")
 	if err != nil {
@@ -22,7 +23,7 @@ func TestBackend_DiscoveredReplicaKeepsTheNameForHostAndTLS(t *testing.T) {
 	if b.tr.TLSClientConfig == nil || b.tr.TLSClientConfig.ServerName != "vllm.ns.svc" {
 		t.Fatalf("TLS server name = %+v", b.tr.TLSClientConfig)
 	}
-	plain := NewBackend(&config.Backend{Name: "x", BaseURL: "https://api.example.com/v1", Dialect: config.DialectOpenAI})
+	plain := NewBackend(&config.Backend{Name: "x", BaseURL: "https://api.example.com/v1", Dialect: dialect.OpenAI})
 	if r, _ := plain.NewRequest(context.Background(), "/x", nil, ""); r.Host != "api.example.com" || plain.tr.TLSClientConfig != nil {
 		t.Fatalf("a configured URL is sent as is: Host %q, TLS %+v", r.Host, plain.tr.TLSClientConfig)
 	}

@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"net/url"
 	"time"
+
+	"llmgate/internal/dialect"
 )
 
 // HealthCheck returns the active check settings: whether checks are on, the
@@ -27,7 +29,7 @@ func (b *Backend) HealthURL() string { return b.healthURL() }
 
 func (b *Backend) healthURL() string {
 	if b.health == nil || b.health.Path == "" {
-		if b.Dialect == "anthropic" {
+		if b.Dialect == dialect.Anthropic {
 			return b.BaseURL + "/v1/models"
 		}
 		return b.BaseURL + "/models"
@@ -48,7 +50,7 @@ func (b *Backend) Probe(ctx context.Context, probeURL string) error {
 		return err
 	}
 	if b.apiKey != "" {
-		if b.Dialect == "anthropic" {
+		if b.Dialect == dialect.Anthropic {
 			req.Header.Set("X-Api-Key", b.apiKey)
 		} else {
 			req.Header.Set("Authorization", "Bearer "+b.apiKey)

@@ -19,13 +19,14 @@ import (
 
 	"llmgate/internal/apierror"
 	"llmgate/internal/config"
+	"llmgate/internal/dialect"
 )
 
 // Backend is a configured upstream, ready to send requests.
 type Backend struct {
 	Name    string
 	BaseURL string
-	Dialect string
+	Dialect dialect.Dialect
 	// Acquire, when set, runs before each request to this backend: a local
 	// engine uses it to start its process, or wait until it is ready. The
 	// returned release ends the request's lease with its outcome and
@@ -180,13 +181,13 @@ func (b *Backend) NewRequestGiving(ctx context.Context, path string, body []byte
 		h["Content-Type"] = jsonCT
 	}
 	if b.apiKey != "" {
-		if b.Dialect == config.DialectAnthropic {
+		if b.Dialect == dialect.Anthropic {
 			h["X-Api-Key"] = []string{b.apiKey}
 		} else {
 			h["Authorization"] = []string{b.bearer}
 		}
 	}
-	if b.Dialect == config.DialectAnthropic {
+	if b.Dialect == dialect.Anthropic {
 		h["Anthropic-Version"] = anthropicVersion
 	}
 	if requestID != "" {

@@ -15,7 +15,7 @@ import (
 
 	"llmgate/internal/apierror"
 	"llmgate/internal/codec"
-	"llmgate/internal/config"
+	"llmgate/internal/dialect"
 	"llmgate/internal/provider"
 	"llmgate/internal/router"
 	"llmgate/internal/sse"
@@ -219,7 +219,7 @@ type sseSource struct {
 	rd      *sse.Reader
 	dec     codec.Decoder
 	idle    *idleGap
-	dialect string
+	dialect dialect.Dialect
 	started bool
 	buf     [2]codec.Event // reused: the events of one backend event
 }
@@ -268,7 +268,7 @@ func (s *sseSource) readError(err error) *apierror.Error {
 		return apierror.ClientClosed(err)
 	case err == io.EOF || errors.Is(err, io.ErrUnexpectedEOF):
 		end := "[DONE]"
-		if s.dialect == config.DialectAnthropic {
+		if s.dialect == dialect.Anthropic {
 			end = "message_stop"
 		}
 		return apierror.ErrStreamCut.WithMessage("backend " + strconv.Quote(name) + " ended the stream before it was complete (no " + end + "); the answer is truncated")

@@ -9,6 +9,7 @@ import (
 
 	"llmgate/internal/apierror"
 	"llmgate/internal/codec"
+	"llmgate/internal/dialect"
 	"llmgate/internal/router"
 	"llmgate/internal/sse"
 )
@@ -139,7 +140,7 @@ func (rl *Relay) engineFailed(sw *sse.Writer, c *Call, res Result, err error) Re
 }
 
 // dialect is the backend dialect of the result's deployment.
-func (r Result) dialect() string {
+func (r Result) dialect() dialect.Dialect {
 	if r.Dep.Backend == nil {
 		return ""
 	}

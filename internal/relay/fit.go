@@ -11,7 +11,7 @@ import (
 	"llmgate/internal/api/openai"
 	"llmgate/internal/apierror"
 	"llmgate/internal/codec"
-	"llmgate/internal/config"
+	"llmgate/internal/dialect"
 	"llmgate/internal/engineinfo"
 	"llmgate/internal/router"
 	"llmgate/internal/usage"
@@ -234,7 +234,7 @@ func (rl *Relay) countMessagesInput(ctx context.Context, c *Call) {
 }
 
 func (rl *Relay) countMessagesInputFor(ctx context.Context, c *Call, dep router.Deployment) {
-	if c.Req.Dialect != codec.Messages || !c.Req.Stream || dep.Backend.Dialect == config.DialectAnthropic {
+	if c.Req.Dialect != codec.Messages || !c.Req.Stream || dep.Backend.Dialect == dialect.Anthropic {
 		return // the backend's own message_start is relayed
 	}
 	if p := rl.promptTokens(ctx, c, dep); p.exact {

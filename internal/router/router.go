@@ -19,8 +19,8 @@ import (
 
 	"llmgate/internal/apierror"
 	"llmgate/internal/config"
+	"llmgate/internal/dialect"
 	"llmgate/internal/provider"
-	"llmgate/internal/translate"
 )
 
 // Deployment is one place a public model is served: a backend and the model
@@ -61,14 +61,14 @@ type Route struct {
 	FitOutput     bool
 	// Chat shapes the requests translated for the model (reasoning
 	// mapping, system messages).
-	Chat      translate.ChatOptions
+	Chat      dialect.ChatOptions
 	fallbacks []*Route
-	dialects  []string
+	dialects  []dialect.Dialect
 }
 
 // Dialects returns the distinct backend dialects of the route's
 // deployments (computed when the table is built).
-func (r *Route) Dialects() []string { return r.dialects }
+func (r *Route) Dialects() []dialect.Dialect { return r.dialects }
 
 // Options tune a Table beyond its configuration.
 type Options struct {

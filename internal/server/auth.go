@@ -160,10 +160,3 @@ func unauthorized(code, msg string) *apierror.Error {
 	e.Header = http.Header{"Www-Authenticate": {`Bearer realm="llmgate"`}}
 	return e
 }
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
-}

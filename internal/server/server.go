@@ -370,7 +370,8 @@ func (s *Server) bodyError(err error) error {
 		return apierror.Newf(http.StatusRequestTimeout, apierror.KindTimeout, "body_read_timeout",
 			"the request body did not arrive within %s: send it at once, or raise body_read_timeout in the config", s.bodyTime)
 	}
-	return apierror.InvalidRequest("body_read_error", "could not read the request body: %v", err)
+	return apierror.InvalidRequest("body_read_error",
+		"could not read the whole request body (%v): the body was shorter than its Content-Length, its chunked encoding was malformed, or the connection closed mid-body; send the complete body", err)
 }
 
 // perKey counts the bodies each key is sending.

@@ -44,8 +44,6 @@ type GreedyUpstream struct {
 	PromptTokens int
 	inflight     atomic.Int64
 	maxInFlight  atomic.Int64
-	mu           sync.Mutex
-	served       int
 }
 
 // NewGreedyUpstream starts one; it is closed when the test ends.
@@ -77,9 +75,6 @@ func (u *GreedyUpstream) serve(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	time.Sleep(u.Delay)
-	u.mu.Lock()
-	u.served++
-	u.mu.Unlock()
 	w.Header().Set("Content-Type", "application/json")
 	switch {
 	case strings.HasSuffix(r.URL.Path, "/embeddings"):
@@ -122,13 +117,6 @@ func inputTokens(v any) int {
 
 // MaxInFlight is the most requests the upstream held at once.
 func (u *GreedyUpstream) MaxInFlight() int64 { return u.maxInFlight.Load() }
-
-// Served is how many requests it answered.
-func (u *GreedyUpstream) Served() int {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	return u.served
-}
 
 // CostBound is what a key with budget may spend at most when every
 // request's reservation covers its maximum: the budget plus one request's

@@ -54,9 +54,6 @@ func NewRedisServer(t testing.TB) *RedisServer {
 // URL is the server's redis:// URL.
 func (s *RedisServer) URL() string { return fmt.Sprintf("redis://127.0.0.1:%d/0", s.port) }
 
-// Port is the server's TCP port.
-func (s *RedisServer) Port() int { return s.port }
-
 // Start starts the server (again) on its port and waits until it answers.
 func (s *RedisServer) Start() {
 	s.t.Helper()

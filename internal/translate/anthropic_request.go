@@ -9,27 +9,8 @@ import (
 
 	"llmgate/internal/api/anthropic"
 	"llmgate/internal/api/openai"
+	"llmgate/internal/dialect"
 )
-
-// ChatOptions tune the translation of a request for a chat backend's model.
-// The zero value is the default translation.
-type ChatOptions struct {
-	// Reasoning maps the client's thinking request onto the model's
-	// parameters.
-	Reasoning ReasoningOptions
-	// SystemInPlace keeps a system message that follows other messages
-	// where it is, for chat templates that render such messages (Qwen2.5,
-	// Qwen3, Llama 3). By default every system message joins the leading
-	// one, which every template accepts.
-	SystemInPlace bool
-	// KeepBillingHeader keeps the first line of the system prompt when it
-	// is Claude Code's "x-anthropic-billing-header: ..." line. By default
-	// it is removed: it means something only to Anthropic's API, and it
-	// carries a hash of the session's first prompt, so it changes between
-	// sessions at the very start of the prompt and defeats an engine's
-	// prefix cache for everything after it.
-	KeepBillingHeader bool
-}
 
 // BillingHeaderPrefix starts the line Claude Code puts first in its system
 // prompt (cc_version, cc_entrypoint and more, for Anthropic's billing).
@@ -37,9 +18,9 @@ const BillingHeaderPrefix = "x-anthropic-billing-header:"
 
 // AnthropicToChat converts an Anthropic Messages request into an OpenAI chat
 // completions request for an openai-dialect backend, with the default
-// ChatOptions. See AnthropicToChatWith.
+// dialect.ChatOptions. See AnthropicToChatWith.
 func AnthropicToChat(req *anthropic.MessagesRequest) (*openai.ChatCompletionRequest, error) {
-	return AnthropicToChatWith(req, ChatOptions{})
+	return AnthropicToChatWith(req, dialect.ChatOptions{})
 }
 
 // AnthropicToChatWith converts an Anthropic Messages request into an OpenAI
@@ -75,7 +56,7 @@ func AnthropicToChat(req *anthropic.MessagesRequest) (*openai.ChatCompletionRequ
 // dropped; AnthropicIgnoredFields lists them.
 //
 // Invalid input returns a 400 *apierror.Error naming the parameter to fix.
-func AnthropicToChatWith(req *anthropic.MessagesRequest, opts ChatOptions) (*openai.ChatCompletionRequest, error) {
+func AnthropicToChatWith(req *anthropic.MessagesRequest, opts dialect.ChatOptions) (*openai.ChatCompletionRequest, error) {
 	if req.MaxTokens <= 0 {
 		return nil, badRequest("max_tokens", "max_tokens is required and must be a positive integer")
 	}
@@ -306,7 +287,7 @@ func withoutBillingLine(s anthropic.SystemPrompt) anthropic.SystemPrompt {
 // them, and members the gateway does not know. cache_control markers on
 // blocks are not listed (every Claude Code request has them; prompt caching
 // on a local engine is automatic).
-func AnthropicIgnoredFields(req *anthropic.MessagesRequest, opts ChatOptions) []string {
+func AnthropicIgnoredFields(req *anthropic.MessagesRequest, opts dialect.ChatOptions) []string {
 	var out []string
 	if req.ServiceTier != "" {
 		out = append(out, "service_tier")

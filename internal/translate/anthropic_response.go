@@ -10,30 +10,24 @@ import (
 	"llmgate/internal/apierror"
 )
 
-// ChatToAnthropic converts a non-streaming chat completion into an Anthropic
-// message. model is the model name the client asked for.
+// ChatBodyToAnthropic decodes a raw, non-streaming chat completion body and
+// converts it into an Anthropic message. model is the model name the client
+// asked for. A body that is not a chat completion is a 502 *apierror.Error.
 //
 // Content order is thinking (from reasoning_content, or reasoning as newer
 // vLLM names it; with an empty signature, which the SDKs accept and which
-// marks it as not Anthropic's when the client sends it back), text, then one tool_use
-// block per tool call with its arguments parsed as the input object.
-// finish_reason maps stop -> end_turn, length -> max_tokens, tool_calls and
-// function_call -> tool_use, content_filter -> refusal. A chat completion
-// cannot say that a stop sequence matched; ChatBodyToAnthropic reads the
-// vLLM/SGLang extension that does. Usage: input_tokens = prompt_tokens -
-// cached_tokens and cache_read_input_tokens = cached_tokens, because
-// Anthropic counts cache reads separately from input while OpenAI includes
-// them in prompt_tokens.
-func ChatToAnthropic(resp *openai.ChatCompletion, model string) *anthropic.Message {
-	return chatToAnthropic(resp, model, "")
-}
-
-// ChatBodyToAnthropic decodes a raw chat completion body and converts it like
-// ChatToAnthropic. It also reads choices[0].stop_reason (vLLM) and
-// matched_stop (SGLang), which name the stop string that ended generation:
-// when one is a string and finish_reason is "stop", the message gets
-// stop_reason "stop_sequence" and stop_sequence set to that string. A body
-// that is not a chat completion is a 502 *apierror.Error.
+// marks it as not Anthropic's when the client sends it back), text, then one
+// tool_use block per tool call with its arguments parsed as the input
+// object. finish_reason maps stop -> end_turn, length -> max_tokens,
+// tool_calls and function_call -> tool_use, content_filter -> refusal. A
+// chat completion cannot say that a stop sequence matched, so it also reads
+// choices[0].stop_reason (vLLM) and matched_stop (SGLang), which name the
+// stop string that ended generation: when one is a string and finish_reason
+// is "stop", the message gets stop_reason "stop_sequence" and stop_sequence
+// set to that string. Usage: input_tokens = prompt_tokens - cached_tokens
+// and cache_read_input_tokens = cached_tokens, because Anthropic counts
+// cache reads separately from input while OpenAI includes them in
+// prompt_tokens.
 func ChatBodyToAnthropic(body []byte, model string) (*anthropic.Message, error) {
 	var resp openai.ChatCompletion
 	if err := json.Unmarshal(body, &resp); err != nil {

@@ -11,6 +11,7 @@ import (
 	"llmgate/internal/api/anthropic"
 	"llmgate/internal/api/openai"
 	"llmgate/internal/apierror"
+	"llmgate/internal/dialect"
 	"llmgate/internal/sse"
 )
 
@@ -68,7 +69,7 @@ func optionRequestSeeds(f *testing.F, dir string) {
 
 // fuzzReasoning is the reasoning configuration the request fuzzers also
 // translate with, so option paths are exercised on every input.
-var fuzzReasoning = ChatOptions{SystemInPlace: true, Reasoning: ReasoningOptions{Switch: "chat_template_kwargs.enable_thinking",
+var fuzzReasoning = dialect.ChatOptions{SystemInPlace: true, Reasoning: dialect.ReasoningOptions{Switch: "chat_template_kwargs.enable_thinking",
 	Effort: "reasoning_effort", Budget: "thinking_budget", DropHistory: true}}
 
 func requireRefusal(t *testing.T, err error) {

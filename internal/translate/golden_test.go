@@ -15,6 +15,7 @@ import (
 	"llmgate/internal/api/anthropic"
 	"llmgate/internal/api/openai"
 	"llmgate/internal/apierror"
+	"llmgate/internal/dialect"
 	"llmgate/internal/sse"
 )
 
@@ -104,14 +105,14 @@ var goldenDirs = map[string]func(t *testing.T, in []byte) []byte{
 	},
 }
 
-// goldenOptions is the JSON form of ChatOptions in golden inputs.
+// goldenOptions is the JSON form of dialect.ChatOptions in golden inputs.
 type goldenOptions struct {
 	Switch, Effort, Budget     string
 	DropHistory, SystemInPlace bool
 }
 
-func (o goldenOptions) chat() ChatOptions {
-	return ChatOptions{SystemInPlace: o.SystemInPlace, Reasoning: ReasoningOptions{
+func (o goldenOptions) chat() dialect.ChatOptions {
+	return dialect.ChatOptions{SystemInPlace: o.SystemInPlace, Reasoning: dialect.ReasoningOptions{
 		Switch: o.Switch, Effort: o.Effort, Budget: o.Budget, DropHistory: o.DropHistory}}
 }
 

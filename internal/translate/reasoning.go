@@ -4,111 +4,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"maps"
 	"net/http"
-	"slices"
 	"strings"
 
 	"llmgate/internal/api/anthropic"
 	"llmgate/internal/api/openai"
 	"llmgate/internal/apierror"
+	"llmgate/internal/dialect"
 )
-
-// ReasoningOptions says how a client's request about the model's thinking
-// reaches a chat backend, for one model. Engines take it in different
-// places: Qwen3 and GLM-4.5 on vLLM and SGLang read
-// chat_template_kwargs.enable_thinking, DeepSeek-V3.1 and Granite
-// chat_template_kwargs.thinking, gpt-oss (and Ollama) reasoning_effort. The
-// zero value sends nothing, so a model that does not reason is never sent a
-// parameter it does not know: the client's thinking settings are then
-// dropped (see AnthropicIgnoredFields).
-//
-// Each path is a top-level request member ("reasoning_effort") or a dotted
-// path into an object member ("chat_template_kwargs.enable_thinking"),
-// merged with what the request already holds there.
-type ReasoningOptions struct {
-	// Switch receives true or false when the client turned thinking on
-	// (Anthropic thinking enabled or adaptive, Responses effort other than
-	// "none") or off (thinking disabled, effort "none").
-	Switch string
-	// Effort receives "low", "medium" or "high": Anthropic
-	// output_config.effort (xhigh and max become high), the effort implied
-	// by a thinking budget (below 4096 tokens low, below 16384 medium, else
-	// high), or a Responses reasoning.effort (minimal becomes low). It is
-	// not sent when thinking is off.
-	Effort string
-	// Budget receives the client's thinking budget in tokens (Anthropic
-	// thinking.budget_tokens), for engines that take one per request.
-	Budget string
-	// DropHistory leaves the reasoning of earlier assistant turns out of
-	// the request, for backends that refuse reasoning_content in input
-	// (DeepSeek's own API). By default it is sent as reasoning_content,
-	// which Qwen3's chat template renders for the turns of a tool loop.
-	DropHistory bool
-}
-
-// reasoningPresets are the options of model families served by vLLM and
-// SGLang, named as vLLM's --reasoning-parser names them (see vLLM's
-// "Reasoning Outputs": Qwen3 and GLM-4.5 think unless
-// chat_template_kwargs.enable_thinking is false; DeepSeek-V3.1 and Granite
-// 3.2 only when chat_template_kwargs.thinking is true; gpt-oss takes
-// reasoning_effort).
-var reasoningPresets = map[string]ReasoningOptions{
-	"qwen3":       {Switch: "chat_template_kwargs.enable_thinking"},
-	"glm45":       {Switch: "chat_template_kwargs.enable_thinking"},
-	"deepseek_v3": {Switch: "chat_template_kwargs.thinking"},
-	"granite":     {Switch: "chat_template_kwargs.thinking"},
-	"gpt_oss":     {Effort: "reasoning_effort"},
-}
-
-// ReasoningPreset returns the options of a model family by name (qwen3,
-// glm45, deepseek_v3, granite, gpt_oss); ok is false for another name.
-func ReasoningPreset(name string) (opts ReasoningOptions, ok bool) {
-	opts, ok = reasoningPresets[name]
-	return opts, ok
-}
-
-// ReasoningPresetNames lists the preset names, sorted, for messages that
-// say which exist.
-func ReasoningPresetNames() []string {
-	return slices.Sorted(maps.Keys(reasoningPresets))
-}
-
-// IsZero reports whether no option is set.
-func (o ReasoningOptions) IsZero() bool { return o == ReasoningOptions{} }
-
-// Validate checks the paths: dotted names without empty segments, whose
-// first segment is not a chat request field the gateway sets itself (only
-// reasoning_effort may be named), none of them equal to or inside another.
-func (o ReasoningOptions) Validate() error {
-	paths := []struct{ name, path string }{{"switch", o.Switch}, {"effort", o.Effort}, {"budget", o.Budget}}
-	for i, p := range paths {
-		if p.path == "" {
-			continue
-		}
-		for _, q := range paths[i+1:] {
-			if q.path != "" && (p.path == q.path || strings.HasPrefix(q.path, p.path+".") || strings.HasPrefix(p.path, q.path+".")) {
-				return fmt.Errorf("reasoning %s %q and %s %q overlap; each needs its own member", p.name, p.path, q.name, q.path)
-			}
-		}
-		segs := strings.Split(p.path, ".")
-		for _, s := range segs {
-			if s == "" {
-				return fmt.Errorf("reasoning %s %q: a path is member names separated by dots, such as chat_template_kwargs.enable_thinking", p.name, p.path)
-			}
-		}
-		if segs[0] == "reasoning_effort" {
-			if len(segs) > 1 {
-				return fmt.Errorf("reasoning %s %q: reasoning_effort is a string, not an object", p.name, p.path)
-			}
-			continue
-		}
-		if openai.IsChatRequestField(segs[0]) {
-			return fmt.Errorf("reasoning %s %q: %s is a chat request field the gateway sets itself; choose another member", p.name, p.path, segs[0])
-		}
-	}
-	return nil
-}
 
 // ReasoningRequest is what a client asked of the model's thinking, in terms
 // of no dialect.
@@ -205,7 +108,7 @@ func normalEffort(e string) string {
 // copy per backend when models on one route differ. Options that pass
 // Validate cannot fail; others give a 500 *apierror.Error (the operator's
 // configuration is at fault, not the client).
-func ApplyReasoning(chat *openai.ChatCompletionRequest, r ReasoningRequest, opts ReasoningOptions) error {
+func ApplyReasoning(chat *openai.ChatCompletionRequest, r ReasoningRequest, opts dialect.ReasoningOptions) error {
 	if err := applyReasoning(chat, r, opts); err != nil {
 		return apierror.Newf(http.StatusInternalServerError, apierror.KindInternal, "bad_reasoning_config",
 			"the gateway's reasoning settings for model %q are invalid (%v); the operator must fix the model's reasoning config", chat.Model, err)
@@ -213,7 +116,7 @@ func ApplyReasoning(chat *openai.ChatCompletionRequest, r ReasoningRequest, opts
 	return nil
 }
 
-func applyReasoning(chat *openai.ChatCompletionRequest, r ReasoningRequest, opts ReasoningOptions) error {
+func applyReasoning(chat *openai.ChatCompletionRequest, r ReasoningRequest, opts dialect.ReasoningOptions) error {
 	if err := opts.Validate(); err != nil {
 		return err
 	}

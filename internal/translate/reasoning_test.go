@@ -7,27 +7,8 @@ import (
 
 	"llmgate/internal/api/anthropic"
 	"llmgate/internal/api/openai"
+	"llmgate/internal/dialect"
 )
-
-func TestReasoningOptions_ValidateRejectsUnusablePaths(t *testing.T) {
-	for _, tc := range []struct {
-		opts ReasoningOptions
-		want string // "" = valid
-	}{
-		{ReasoningOptions{}, ""},
-		{ReasoningOptions{Switch: "chat_template_kwargs.enable_thinking", Effort: "reasoning_effort", Budget: "thinking_budget"}, ""},
-		{ReasoningOptions{Switch: "chat_template_kwargs..x"}, "dots"},
-		{ReasoningOptions{Effort: "max_tokens"}, "sets itself"},
-		{ReasoningOptions{Effort: "reasoning_effort.level"}, "not an object"},
-		{ReasoningOptions{Switch: "a.b", Budget: "a.b"}, "overlap"},
-		{ReasoningOptions{Switch: "a", Effort: "a.b"}, "overlap"},
-	} {
-		err := tc.opts.Validate()
-		if (err == nil) != (tc.want == "") || err != nil && !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("%+v: Validate() = %v, want %q", tc.opts, err, tc.want)
-		}
-	}
-}
 
 func TestAnthropicReasoning_ReadsThinkingAndEffort(t *testing.T) {
 	for _, tc := range []struct {
@@ -62,7 +43,7 @@ func TestApplyReasoning_MergesIntoKwargsTheClientSent(t *testing.T) {
 	if err := json.Unmarshal([]byte(`{"model":"m","messages":[],"chat_template_kwargs":{"custom":1}}`), &chat); err != nil {
 		t.Fatal(err)
 	}
-	opts := ReasoningOptions{Switch: "chat_template_kwargs.enable_thinking"}
+	opts := dialect.ReasoningOptions{Switch: "chat_template_kwargs.enable_thinking"}
 	for range 2 { // idempotent
 		if err := ApplyReasoning(&chat, ReasoningRequest{Enabled: ptr(false)}, opts); err != nil {
 			t.Fatal(err)
@@ -74,7 +55,7 @@ func TestApplyReasoning_MergesIntoKwargsTheClientSent(t *testing.T) {
 	// Thinking off: no effort and no budget are sent.
 	chat = openai.ChatCompletionRequest{}
 	_ = ApplyReasoning(&chat, ReasoningRequest{Enabled: ptr(false), Effort: "high", BudgetTokens: 9},
-		ReasoningOptions{Effort: "reasoning_effort", Budget: "thinking_budget"})
+		dialect.ReasoningOptions{Effort: "reasoning_effort", Budget: "thinking_budget"})
 	if chat.ReasoningEffort != "" || chat.Extra != nil {
 		t.Errorf("thinking off sent effort %q extra %v", chat.ReasoningEffort, chat.Extra)
 	}
@@ -110,29 +91,13 @@ func TestAnthropicIgnoredFields_ListsWhatAChatBackendDoesNotHonour(t *testing.T)
 	req := decodeMessagesRequest(t, `{"model":"m","max_tokens":9,"thinking":{"type":"adaptive"},"output_config":{"effort":"high","task_budget":{"total":9}},
 	 "context_management":{"edits":[]},"mcp_servers":[],"service_tier":"auto","cache_control":{"type":"ephemeral"},
 	 "messages":[{"role":"user","content":[{"type":"text","text":"q","cache_control":{"type":"ephemeral"}}]}]}`)
-	got := strings.Join(AnthropicIgnoredFields(req, ChatOptions{}), ",")
+	got := strings.Join(AnthropicIgnoredFields(req, dialect.ChatOptions{}), ",")
 	if want := "cache_control,context_management,mcp_servers,output_config.effort,output_config.task_budget,service_tier,thinking"; got != want {
 		t.Errorf("without reasoning options: %s, want %s", got, want)
 	}
-	opts := ChatOptions{Reasoning: ReasoningOptions{Switch: "chat_template_kwargs.enable_thinking", Effort: "reasoning_effort"}}
+	opts := dialect.ChatOptions{Reasoning: dialect.ReasoningOptions{Switch: "chat_template_kwargs.enable_thinking", Effort: "reasoning_effort"}}
 	got = strings.Join(AnthropicIgnoredFields(req, opts), ",")
 	if want := "cache_control,context_management,mcp_servers,output_config.task_budget,service_tier"; got != want {
 		t.Errorf("with reasoning options: %s, want %s", got, want)
-	}
-}
-
-func TestReasoningPresets_AreValidAndNamed(t *testing.T) {
-	names := ReasoningPresetNames()
-	if strings.Join(names, ",") != "deepseek_v3,glm45,gpt_oss,granite,qwen3" {
-		t.Errorf("presets = %v", names)
-	}
-	for _, n := range names {
-		o, ok := ReasoningPreset(n)
-		if !ok || o.IsZero() || o.Validate() != nil {
-			t.Errorf("preset %s = %+v (ok %v, validate %v)", n, o, ok, o.Validate())
-		}
-	}
-	if _, ok := ReasoningPreset("llama"); ok {
-		t.Error("unknown preset found")
 	}
 }

@@ -8,13 +8,14 @@ import (
 	"strings"
 
 	"llmgate/internal/api/openai"
+	"llmgate/internal/dialect"
 )
 
 // ResponsesToChat converts a Responses API request into a chat completions
 // request for a chat-only backend with the default ChatOptions; see
 // ResponsesToChatWith.
 func ResponsesToChat(req *openai.ResponsesRequest) (*openai.ChatCompletionRequest, error) {
-	return ResponsesToChatWith(req, ChatOptions{})
+	return ResponsesToChatWith(req, dialect.ChatOptions{})
 }
 
 // ResponsesToChatWith converts a Responses API request into a chat
@@ -40,7 +41,7 @@ func ResponsesToChat(req *openai.ResponsesRequest) (*openai.ChatCompletionReques
 // json_object) map to their chat equivalents. reasoning.effort goes where
 // opts.Reasoning says; with no reasoning options it goes to reasoning_effort
 // unchanged, the chat API's field for the same setting.
-func ResponsesToChatWith(req *openai.ResponsesRequest, opts ChatOptions) (*openai.ChatCompletionRequest, error) {
+func ResponsesToChatWith(req *openai.ResponsesRequest, opts dialect.ChatOptions) (*openai.ChatCompletionRequest, error) {
 	if req.PreviousResponseID != "" {
 		return nil, badRequest("previous_response_id", "previous_response_id is not supported: this gateway does not store responses (store_responses: false in its config); send the full conversation in input and set store to false")
 	}

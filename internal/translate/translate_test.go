@@ -12,6 +12,7 @@ import (
 	"llmgate/internal/api/anthropic"
 	"llmgate/internal/api/openai"
 	"llmgate/internal/apierror"
+	"llmgate/internal/dialect"
 	"llmgate/internal/sse"
 )
 
@@ -518,7 +519,7 @@ func TestAnthropicToChat_RemovesClaudeCodesBillingLineUnlessKept(t *testing.T) {
 			}
 			before, _ := json.Marshal(req.System)
 			for _, keep := range []bool{false, true} {
-				out, err := AnthropicToChatWith(&req, ChatOptions{KeepBillingHeader: keep})
+				out, err := AnthropicToChatWith(&req, dialect.ChatOptions{KeepBillingHeader: keep})
 				if err != nil {
 					t.Fatal(err)
 				}

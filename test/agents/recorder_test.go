@@ -6,7 +6,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -231,5 +230,3 @@ func (e *egressTrap) proxyEnv() []string {
 	const loopback = "127.0.0.1,localhost,::1"
 	return append(env, "NO_PROXY="+loopback, "no_proxy="+loopback)
 }
-
-func (e *egressTrap) String() string { return fmt.Sprint(e.hosts()) }

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"llmgate/internal/config"
+	"llmgate/internal/dialect"
 	"llmgate/internal/gateway"
 	"llmgate/internal/keys"
 	"llmgate/internal/sim"
@@ -33,14 +34,14 @@ var simModel = sim.ModelConfig{Name: "sim-model", MaxNumSeqs: 16, MaxModelLen: 8
 // backendKind names the three upstreams every client is tested against.
 type backendKind struct {
 	prefix  string // model name prefix in the gateway config
-	dialect string
+	dialect dialect.Dialect
 	scripts bool // scripted upstream: tools, reasoning, cuts and errors
 }
 
 var (
-	simBackend       = backendKind{"sim", config.DialectOpenAI, false}
-	openaiBackend    = backendKind{"oa", config.DialectOpenAI, true}
-	anthropicBackend = backendKind{"an", config.DialectAnthropic, true}
+	simBackend       = backendKind{"sim", dialect.OpenAI, false}
+	openaiBackend    = backendKind{"oa", dialect.OpenAI, true}
+	anthropicBackend = backendKind{"an", dialect.Anthropic, true}
 	scriptedBackends = []backendKind{openaiBackend, anthropicBackend}
 	allBackends      = []backendKind{simBackend, openaiBackend, anthropicBackend}
 )

@@ -115,18 +115,6 @@ func (l *upstreamLog) add(b map[string]any) {
 	l.mu.Unlock()
 }
 
-// last returns the most recent body whose model is model.
-func (l *upstreamLog) last(model string) map[string]any {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for i := len(l.bodies) - 1; i >= 0; i-- {
-		if l.bodies[i]["model"] == model {
-			return l.bodies[i]
-		}
-	}
-	return nil
-}
-
 func readBody(w http.ResponseWriter, r *http.Request, log *upstreamLog) (map[string]any, bool) {
 	raw, _ := io.ReadAll(r.Body)
 	var body map[string]any
