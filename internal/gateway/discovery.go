@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"context"
-	"sort"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -76,13 +75,4 @@ func (g *Gateway) rediscovered() {
 	g.tableMu.Lock()
 	defer g.tableMu.Unlock()
 	g.swapLocked(g.Engines.Attach)
-	addrs := g.disc.Addresses()
-	names := make([]string, 0, len(addrs))
-	for b := range addrs {
-		names = append(names, b)
-	}
-	sort.Strings(names)
-	for _, b := range names {
-		g.log.Info("routing table rebuilt for DNS discovery", "backend", b, "addresses", addrs[b])
-	}
 }
