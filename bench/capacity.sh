@@ -30,6 +30,7 @@ cat >"$W/llmgate.yaml" <<YAML
 listen: 127.0.0.1:$GP
 database: $DB
 redis: redis://127.0.0.1:$RP/0
+spool_dir: $W/spool
 backends:
   sim: {url: "http://127.0.0.1:$SP/v1"}
 models:
