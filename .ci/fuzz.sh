@@ -19,7 +19,7 @@
 # and does not fail the script.
 #
 # Usage: .ci/fuzz.sh     FUZZTIME_HTTP=60s .ci/fuzz.sh     FUZZ_PACKAGES=all .ci/fuzz.sh
-#        FUZZ_PACKAGES="./internal/jsonscan ./internal/usage" .ci/fuzz.sh
+#        FUZZ_PACKAGES="./internal/jsonscan ./internal/ledger" .ci/fuzz.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH=/usr/local/go/bin:$PATH

@@ -43,6 +43,8 @@ type benchFlags struct {
 	htmlPath, requestsPath            string
 	format                            string
 	quiet                             bool
+	workload                          string
+	agent                             bench.AgentWorkload
 }
 
 // newBenchCmd measures latency and throughput of OpenAI-compatible
@@ -74,6 +76,13 @@ loop, Poisson by default, --burstiness as vLLM defines it, "inf" = constant
 rate), each cell for --num-requests or --duration; --sweep doubles concurrency
 until output throughput stops growing and reports the saturation point.
 
+Agent workload: --workload agent runs --sessions coding-agent conversations at
+once, each --turns requests in sequence with its own --system-prompt-words system
+prompt and a history that grows by the answer and --tool-result-words each turn;
+it reports TTFT, throughput, the share of prompt tokens served from the server's
+prefix cache (usage.prompt_tokens_details.cached_tokens) and per-session figures.
+--shared-prefix=false is the control: fresh prompts of the same lengths.
+
 Targets: --base-url with one or more --model, or --config FILE (YAML or JSON):
   targets:
     - name: qwen-direct
@@ -102,6 +111,7 @@ otherwise (results are still written).`,
 		Example: `  llmgate bench --base-url http://127.0.0.1:8000/v1 --model Qwen/Qwen2.5-7B-Instruct --concurrency 1,4,8,16 --out results/
   llmgate bench --config targets.yaml --request-rate 2,4,8 --burstiness 1 --num-requests 200 --goodput ttft:500,tpot:50
   llmgate bench --base-url http://127.0.0.1:8000/v1 --model m --sweep --num-requests 64
+  llmgate bench --base-url http://127.0.0.1:8000/v1 --model m --workload agent --sessions 8 --turns 4
   llmgate bench compare before/results.json after/results.json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -148,6 +158,13 @@ otherwise (results are still written).`,
 	deprecatedAlias(fl, &f.htmlPath, "html", "html-file")
 	fl.StringVar(&f.format, "format", "table", "What to print on stdout at the end: table, json (the JSON report) or csv")
 	fl.StringVar(&f.requestsPath, "requests-jsonl", "", "Write one JSON line per request here")
+	fl.StringVar(&f.workload, "workload", "standard", "Standard (the load matrix over --dataset prompts) or agent (coding-agent sessions with growing histories; --sessions, --turns, …; load flags do not apply)")
+	fl.IntVar(&f.agent.Sessions, "sessions", 16, "Agent workload: sessions at once, each with its own system prompt")
+	fl.IntVar(&f.agent.Turns, "turns", 6, "Agent workload: turns per session, sent one after another")
+	fl.IntVar(&f.agent.SystemPromptWords, "system-prompt-words", 3000, "Agent workload: words in each session's system prompt")
+	fl.IntVar(&f.agent.ToolResultWords, "tool-result-words", 300, "Agent workload: words of tool result appended to the history each turn")
+	fl.IntVar(&f.agent.UserWords, "user-words", 40, "Agent workload: words in each session's task message")
+	fl.BoolVar(&f.agent.SharedPrefix, "shared-prefix", true, "Agent workload: each turn extends the session's history; =false sends a fresh random prompt of the same length every turn (the control, no prefix shared)")
 	fl.BoolVarP(&f.quiet, "quiet", "q", false, "No live progress on stderr")
 	cmd.AddCommand(newBenchCompareCmd(), newBenchSelfTestCmd())
 	return cmd
@@ -167,11 +184,24 @@ func runBench(cmd *cobra.Command, f *benchFlags) error {
 	}
 	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt)
 	defer stop()
-	rep, runErr := bench.Run(ctx, o)
+	var (
+		rep    *bench.Report
+		runErr error
+	)
+	switch f.workload {
+	case "", "standard":
+		rep, runErr = bench.Run(ctx, o)
+	case "agent":
+		aw := f.agent
+		aw.OutputLen, aw.Seed = f.outputLen, f.seed
+		rep, runErr = bench.RunAgent(ctx, o, aw)
+	default:
+		return fmt.Errorf("--workload must be standard or agent, not %q", f.workload)
+	}
 	if rep == nil {
 		return runErr
 	}
-	if len(rep.Results) > 0 {
+	if len(rep.Results) > 0 || len(rep.Agent) > 0 {
 		var err error
 		switch f.format {
 		case "json":
@@ -198,6 +228,15 @@ func runBench(cmd *cobra.Command, f *benchFlags) error {
 	// A cell where nothing succeeded measured nothing: fail so that scripts
 	// and CI notice, after the results (with the error samples) are out.
 	var dead []string
+	for _, a := range rep.Agent {
+		if a.Completed == 0 {
+			msg := a.Target + " (agent workload)"
+			if len(a.ErrorSamples) > 0 {
+				msg += " (" + a.ErrorSamples[0] + ")"
+			}
+			dead = append(dead, msg)
+		}
+	}
 	for _, c := range rep.Results {
 		if c.Completed == 0 {
 			msg := c.Target

@@ -3,8 +3,10 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -18,13 +20,17 @@ import (
 // continuous-batching timing model.
 func newSimCmd() *cobra.Command {
 	var (
-		models  []string
-		listen  string
-		preset  string
-		cfg     sim.Config
-		m       sim.ModelConfig
-		listAll bool
-		script  string
+		models   []string
+		listen   string
+		preset   string
+		cfg      sim.Config
+		m        sim.ModelConfig
+		listAll  bool
+		script   string
+		replicas int
+		noPrefix bool
+		prefix   bool
+		details  bool
 	)
 	cmd := &cobra.Command{
 		Use:   "sim --model NAME [--model NAME2 ...] [--listen 127.0.0.1:8000]",
@@ -68,7 +74,7 @@ after_tool, reasoning, id (of a call). See the sim package documentation.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if listAll {
 				for _, n := range sim.PresetNames() {
-					printModel(cmd, sim.Presets()[n])
+					printModel(cmd, sim.Presets()[n], sim.EngineVLLM)
 				}
 				return nil
 			}
@@ -103,6 +109,9 @@ after_tool, reasoning, id (of a call). See the sim package documentation.`,
 				override("embedding-dim", func() { mc.EmbeddingDim = m.EmbeddingDim })
 				override("reasoning", func() { mc.Reasoning = m.Reasoning })
 				override("mean-reasoning-tokens", func() { mc.MeanReasoningTokens = m.MeanReasoningTokens })
+				override("kv-cache-tokens", func() { mc.KVCacheTokens = m.KVCacheTokens })
+				override("block-size", func() { mc.BlockSize = m.BlockSize })
+				mc.NoPrefixCaching = noPrefix || !prefix
 				cfg.Models = append(cfg.Models, mc)
 			}
 			if cfg.APIKey == "" {
@@ -115,21 +124,43 @@ after_tool, reasoning, id (of a call). See the sim package documentation.`,
 				}
 				cfg.Script = sc
 			}
-			ctx, cancel := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
-			defer cancel()
-			addr, stop, err := sim.Listen(ctx, listen, cfg)
+			cfg.HidePromptTokensDetails = !details
+			addrs, err := replicaAddrs(listen, replicas)
 			if err != nil {
 				return err
 			}
-			defer stop()
+			ctx, cancel := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer cancel()
+			var bound []string
+			for i, a := range addrs {
+				rc := cfg
+				rc.Models = append([]sim.ModelConfig(nil), cfg.Models...)
+				if rc.Seed != 0 {
+					rc.Seed += int64(i) // replicas draw differently, reproducibly
+				}
+				addr, stop, err := sim.Listen(ctx, a, rc)
+				if err != nil {
+					return err
+				}
+				defer stop()
+				bound = append(bound, addr)
+			}
+			addr := bound[0]
 			out := cmd.OutOrStdout()
 			face := "vLLM"
 			if cfg.Engine == sim.EngineLlamaCpp {
 				face = "llama.cpp (llama-server)"
 			}
-			fmt.Fprintf(out, "llmgate sim: %s-compatible simulator on http://%s/v1\n", face, addr)
+			if len(bound) == 1 {
+				fmt.Fprintf(out, "llmgate sim: %s-compatible simulator on http://%s/v1\n", face, addr)
+			} else {
+				fmt.Fprintf(out, "llmgate sim: %d %s-compatible simulator replicas (each its own engine and KV cache):\n", len(bound), face)
+				for _, a := range bound {
+					fmt.Fprintf(out, "  http://%s/v1\n", a)
+				}
+			}
 			for _, mc := range cfg.Models {
-				printModel(cmd, mc)
+				printModel(cmd, mc, cfg.Engine)
 			}
 			if cfg.StartupDelay > 0 {
 				fmt.Fprintf(out, "  /health turns 200 after the startup delay of %s\n", cfg.StartupDelay)
@@ -178,8 +209,42 @@ after_tool, reasoning, id (of a call). See the sim package documentation.`,
 	f.Float64Var(&cfg.ToolCallRate, "tool-call-rate", 0, "Fraction of tool_choice \"auto\" requests with tools answered by a tool call")
 	f.IntVar(&cfg.MaxParallelToolCalls, "max-parallel-tool-calls", 0, "Allow up to this many calls per answer (unless parallel_tool_calls is false); 0 or 1 = one")
 	f.StringVar(&script, "script", "", "Answer chat requests with the canned turns of this YAML or JSON file")
+	f.IntVar(&m.KVCacheTokens, "kv-cache-tokens", 0, "KV-cache capacity in tokens (running sequences and cached prefixes share it; requests wait when it is full); 0 = the preset's (--list-presets shows it), or max-model-len x max-num-seqs (at most 262144) for --engine llamacpp")
+	f.IntVar(&m.BlockSize, "block-size", 0, "KV-cache block size in tokens: prefixes are cached in whole blocks; 0 = 16 (vLLM), 1 for --engine llamacpp")
+	f.BoolVar(&noPrefix, "no-enable-prefix-caching", false, "Turn the prefix cache off: every prompt token is prefilled (vLLM's flag)")
+	f.BoolVar(&prefix, "enable-prefix-caching", true, "Reuse cached prompt prefixes (automatic prefix caching); =false is --no-enable-prefix-caching")
+	f.BoolVar(&details, "enable-prompt-tokens-details", true, "Report usage.prompt_tokens_details.cached_tokens (vLLM's flag; vLLM's default is off, and it leaves the details out when nothing was cached)")
+	f.IntVar(&replicas, "replicas", 1, "Run this many independent replicas (each its own engine and KV cache) on consecutive ports from --listen's")
 	f.StringVar(&cfg.Engine, "engine", sim.EngineVLLM, "Answer as this engine where engines differ: vllm or llamacpp (llama-server: /props, /apply-template, its /tokenize, its errors, one model served whatever the name, connection closed after each stream)")
 	return cmd
+}
+
+// replicaAddrs returns the listen addresses of n replicas: listen's port
+// and the n-1 after it, or n random ports when listen's port is 0.
+func replicaAddrs(listen string, n int) ([]string, error) {
+	if n < 1 {
+		return nil, fmt.Errorf("--replicas must be at least 1, got %d", n)
+	}
+	if n == 1 {
+		return []string{listen}, nil
+	}
+	host, port, err := net.SplitHostPort(listen)
+	if err != nil {
+		return nil, fmt.Errorf("--listen %q: %v (give host:port)", listen, err)
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil || p < 0 || p+n-1 > 65535 {
+		return nil, fmt.Errorf("--listen %q: the port and the %d after it must be valid ports", listen, n-1)
+	}
+	addrs := make([]string, n)
+	for i := range addrs {
+		q := p + i
+		if p == 0 {
+			q = 0
+		}
+		addrs[i] = net.JoinHostPort(host, strconv.Itoa(q))
+	}
+	return addrs, nil
 }
 
 // tryCurl is a curl command that works against the simulator as printed:
@@ -193,12 +258,16 @@ func tryCurl(addr, model, apiKey string) string {
 	return line + " -d " + shellQuote(string(body))
 }
 
-func printModel(cmd *cobra.Command, mc sim.ModelConfig) {
+func printModel(cmd *cobra.Command, mc sim.ModelConfig, engine string) {
 	itl := mc.DecodeBase + mc.DecodePerSeq
 	reasoning := ""
 	if mc.Reasoning {
 		reasoning = ", reasoning"
 	}
-	fmt.Fprintf(cmd.OutOrStdout(), "  %-24s max-num-seqs %d, max-model-len %d, decode %s/token at batch 1, prefill %s + %s/token%s\n",
-		mc.Name, mc.MaxNumSeqs, mc.MaxModelLen, itl.Round(10*time.Microsecond), mc.PrefillBase, mc.PrefillPerToken, reasoning)
+	cache := fmt.Sprintf(", KV cache %d tokens", sim.KVCacheTokensFor(mc, engine))
+	if mc.NoPrefixCaching {
+		cache += ", prefix caching off"
+	}
+	fmt.Fprintf(cmd.OutOrStdout(), "  %-24s max-num-seqs %d, max-model-len %d, decode %s/token at batch 1, prefill %s + %s/token%s%s\n",
+		mc.Name, mc.MaxNumSeqs, mc.MaxModelLen, itl.Round(10*time.Microsecond), mc.PrefillBase, mc.PrefillPerToken, cache, reasoning)
 }

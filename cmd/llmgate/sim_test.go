@@ -33,3 +33,22 @@ func TestSim_TryLineWorksAsPrinted(t *testing.T) {
 		cancel()
 	}
 }
+
+func TestSim_ReplicasListenOnConsecutivePorts(t *testing.T) {
+	got, err := replicaAddrs("127.0.0.1:8000", 3)
+	if err != nil || strings.Join(got, " ") != "127.0.0.1:8000 127.0.0.1:8001 127.0.0.1:8002" {
+		t.Errorf("replicaAddrs(127.0.0.1:8000, 3) = %v, %v", got, err)
+	}
+	got, err = replicaAddrs("127.0.0.1:0", 2)
+	if err != nil || strings.Join(got, " ") != "127.0.0.1:0 127.0.0.1:0" {
+		t.Errorf("port 0: %v, %v; want a random port for each", got, err)
+	}
+	for _, bad := range []struct {
+		listen string
+		n      int
+	}{{"127.0.0.1:65535", 2}, {"localhost", 2}, {"127.0.0.1:8000", 0}} {
+		if _, err := replicaAddrs(bad.listen, bad.n); err == nil {
+			t.Errorf("replicaAddrs(%q, %d) accepted", bad.listen, bad.n)
+		}
+	}
+}

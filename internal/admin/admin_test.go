@@ -17,6 +17,7 @@ import (
 	"llmgate/internal/admin"
 	"llmgate/internal/config"
 	"llmgate/internal/gateway"
+	"llmgate/internal/ledger"
 	"llmgate/internal/usage"
 )
 
@@ -40,7 +41,7 @@ models:
 	}
 	cfg.Database, cfg.Listen = filepath.Join(t.TempDir(), "g.db"), "127.0.0.1:0"
 	g, err := gateway.Start(context.Background(), gateway.Options{Config: cfg, MasterKey: master,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), LedgerOptions: usage.Options{Interval: 10 * time.Millisecond}})
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), LedgerOptions: ledger.Options{Interval: 10 * time.Millisecond}})
 	if err != nil {
 		t.Fatal(err)
 	}

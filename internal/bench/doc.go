@@ -30,4 +30,9 @@
 // the dispatch lag, the client's CPU use (getrusage) and the wake-up delay
 // of a goroutine blocked on a pipe, and is flagged unreliable when the
 // client may have been the bottleneck (see UnreliableCPUFraction).
+//
+// RunAgent runs the coding-agent workload instead of the load matrix:
+// concurrent sessions with growing histories (see AgentWorkload), reporting
+// TTFT, throughput and the share of prompt tokens the server's prefix cache
+// served.
 package bench

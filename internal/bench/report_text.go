@@ -27,6 +27,9 @@ func ReadReport(rd io.Reader) (*Report, error) {
 	if err := json.NewDecoder(rd).Decode(&r); err != nil {
 		return nil, fmt.Errorf("not an llmgate bench JSON report: %w", err)
 	}
+	if len(r.Results) == 0 && len(r.Agent) > 0 {
+		return nil, fmt.Errorf("an agent workload report: bench compare compares load-matrix reports; read the agent figures from its table, CSV or JSON")
+	}
 	if len(r.Results) == 0 {
 		return nil, fmt.Errorf("report has no results")
 	}
@@ -84,6 +87,9 @@ func CSVHeader() []string {
 // percentile of too few requests).
 func WriteCSV(w io.Writer, r *Report) error {
 	cw := csv.NewWriter(w)
+	if len(r.Agent) > 0 {
+		return writeAgentCSV(cw, r)
+	}
 	if err := cw.Write(CSVHeader()); err != nil {
 		return err
 	}
@@ -195,6 +201,9 @@ func triple(s *Summary) string {
 // P50 / P95 / P99 of TTFT, ITL and E2EL; for several runs, the medians over
 // the runs followed by a table of their spread.
 func WriteTable(w io.Writer, r *Report) error {
+	if len(r.Agent) > 0 {
+		return writeAgentTable(w, r)
+	}
 	tw := newTable(w)
 	fmt.Fprintln(tw, "target\tload\tok\tfail\treq/s\tout tok/s\tTTFT ms p50 / p95 / p99\tTPOT ms p50\tITL ms p50 / p95 / p99\tE2EL ms p50 / p95 / p99\tcheck\t")
 	for _, c := range r.Results {

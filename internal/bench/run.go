@@ -75,7 +75,10 @@ type Report struct {
 	// every latency figure.
 	EngineStarts []EngineStart `json:"engine_starts,omitempty"`
 	Saturation   []Saturation  `json:"saturation,omitempty"`
-	Requests     []RequestRow  `json:"-"`
+	// Agent holds the agent workload's results, one per target (see
+	// RunAgent); Results is empty then.
+	Agent    []*AgentResult `json:"agent,omitempty"`
+	Requests []RequestRow   `json:"-"`
 }
 
 // Settings records the run's parameters in the JSON report.
@@ -100,6 +103,8 @@ type Settings struct {
 	Goodput        *Goodput `json:"goodput,omitempty"`
 	Sweep          bool     `json:"sweep,omitempty"`
 	TimeoutS       float64  `json:"timeout_s"`
+	// Agent is the agent workload's shape (--workload agent).
+	Agent *AgentWorkload `json:"agent_workload,omitempty"`
 }
 
 // ClientInfo describes the machine that ran the client, since every figure
@@ -111,6 +116,11 @@ type ClientInfo struct {
 	GOMAXPROCS int    `json:"gomaxprocs"`
 	GoVersion  string `json:"go_version"`
 	Protocol   string `json:"protocol"`
+}
+
+func clientInfo() ClientInfo {
+	return ClientInfo{GOOS: runtime.GOOS, GOARCH: runtime.GOARCH, NumCPU: runtime.NumCPU(),
+		GOMAXPROCS: runtime.GOMAXPROCS(0), GoVersion: runtime.Version(), Protocol: "HTTP/1.1"}
 }
 
 // Saturation is the sweep's finding for one target.
@@ -135,6 +145,7 @@ type RequestRow struct {
 	E2ELMs      float64   `json:"e2el_ms"`
 	ITLMs       []float64 `json:"itl_ms,omitempty"`
 	InputTokens int       `json:"input_tokens"`
+	CachedTok   int       `json:"cached_tokens,omitempty"`
 	OutputTok   int       `json:"output_tokens"`
 	Estimated   bool      `json:"output_tokens_estimated,omitempty"`
 	ConnRetries int       `json:"conn_retries,omitempty"`
@@ -215,8 +226,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	rep := &Report{
 		Tool: "llmgate bench", Version: Version, Date: time.Now().UTC().Format(time.RFC3339),
 		Settings: o.settings(),
-		Client: ClientInfo{GOOS: runtime.GOOS, GOARCH: runtime.GOARCH, NumCPU: runtime.NumCPU(),
-			GOMAXPROCS: runtime.GOMAXPROCS(0), GoVersion: runtime.Version(), Protocol: "HTTP/1.1"},
+		Client:   clientInfo(),
 	}
 	probeTr := newTransport(1)
 	defer probeTr.CloseIdleConnections()
@@ -348,7 +358,7 @@ func requestRow(run *CellRun, res *Result) RequestRow {
 		Target: run.Target.Name, Cell: run.Cell.String(), Index: res.Index, OK: res.OK(),
 		Error: res.Err, ErrorDetail: res.ErrDetail, Status: res.Status,
 		TTFTMs: round3(ms(res.TTFT)), E2ELMs: round3(ms(res.E2EL)),
-		InputTokens: res.InputTokens, OutputTok: res.OutputTokens, Estimated: res.OutputEstimated,
+		InputTokens: res.InputTokens, CachedTok: res.CachedTokens, OutputTok: res.OutputTokens, Estimated: res.OutputEstimated,
 		DispatchMs: round3(ms(res.DispatchLag)), QueueMs: round3(ms(res.QueueWait)), ConnRetries: res.ConnRetries,
 	}
 	if !res.Sent.IsZero() {

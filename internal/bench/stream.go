@@ -66,7 +66,17 @@ type Result struct {
 	Err       string `json:"error,omitempty"`
 	ErrDetail string `json:"error_detail,omitempty"`
 
+	// CachedTokens is usage.prompt_tokens_details.cached_tokens, the prompt
+	// tokens the server's prefix cache served; CachedReported says the
+	// server reported it.
+	CachedTokens   int  `json:"cached_tokens,omitempty"`
+	CachedReported bool `json:"-"`
+
 	outChars int
+	// keepText collects the answer's text into text (the agent workload
+	// puts it into the next turn's history).
+	keepText bool
+	text     []byte
 }
 
 // OK reports whether the request succeeded.
@@ -82,6 +92,8 @@ type requester struct {
 	url     string
 	timeout time.Duration
 	idBase  string
+	// keepText keeps each answer's text in its Result.
+	keepText bool
 }
 
 // do sends one request and measures it. origin is the instant latencies are
@@ -89,6 +101,7 @@ type requester struct {
 // request is handed to the transport.
 func (q *requester) do(ctx context.Context, body []byte, p *Prompt, index int, origin time.Time, res *Result) {
 	res.Index = index
+	res.keepText = q.keepText
 	res.InputTokens = p.InputTokens
 	res.InputEstimated = true
 	timeout := q.timeout
@@ -240,6 +253,9 @@ func readStream(ctx context.Context, body io.Reader, res *Result) {
 			c := choices[0]
 			n := len(c.GetStringBytes("text"))
 			if d := c.Get("delta"); d != nil {
+				if res.keepText {
+					res.text = append(res.text, d.GetStringBytes("content")...)
+				}
 				n += len(d.GetStringBytes("content")) + len(d.GetStringBytes("reasoning_content")) + len(d.GetStringBytes("reasoning"))
 				if tc := d.Get("tool_calls"); tc != nil && tc.Type() == fastjson.TypeArray {
 					n += len(tc.MarshalTo(nil))
@@ -260,6 +276,10 @@ func readStream(ctx context.Context, body io.Reader, res *Result) {
 			if pt := usage.GetInt("prompt_tokens"); pt > 0 {
 				res.InputTokens = pt
 				res.InputEstimated = false
+			}
+			if d := usage.Get("prompt_tokens_details"); d != nil && d.Type() == fastjson.TypeObject && d.Exists("cached_tokens") {
+				res.CachedTokens = d.GetInt("cached_tokens")
+				res.CachedReported = true
 			}
 		}
 		return true

@@ -15,6 +15,7 @@ import (
 
 	"llmgate/internal/config"
 	"llmgate/internal/gateway"
+	"llmgate/internal/ledger"
 	"llmgate/internal/store/postgres"
 	"llmgate/internal/testenv"
 	"llmgate/internal/usage"
@@ -35,7 +36,7 @@ func TestLedger_DatabaseOutageMidLoadLosesAndDuplicatesNothing(t *testing.T) {
 	}
 	cfg.Database, cfg.Listen, cfg.SpoolDir = viaProxy, "127.0.0.1:0", spool
 	g, err := gateway.Start(context.Background(), gateway.Options{Config: cfg, MasterKey: master,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), LedgerOptions: usage.Options{Interval: 20 * time.Millisecond, MaxBatch: 50}})
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), LedgerOptions: ledger.Options{Interval: 20 * time.Millisecond, MaxBatch: 50}})
 	if err != nil {
 		t.Fatal(err)
 	}

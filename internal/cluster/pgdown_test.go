@@ -16,8 +16,8 @@ import (
 	"llmgate/internal/config"
 	"llmgate/internal/gateway"
 	"llmgate/internal/keys"
+	"llmgate/internal/ledger"
 	"llmgate/internal/testenv"
-	"llmgate/internal/usage"
 )
 
 // PostgreSQL goes away under a running gateway: a virtual key continuing a
@@ -38,7 +38,7 @@ func TestPostgresDown_AVirtualKeyReadsNoneOfTheDatabasesWords(t *testing.T) {
 	cfg.Database, cfg.Listen, cfg.SpoolDir = u.String(), "127.0.0.1:0", filepath.Join(t.TempDir(), "spool")
 	logs := &testenv.SyncBuffer{}
 	g, err := gateway.Start(context.Background(), gateway.Options{Config: cfg, MasterKey: master,
-		Logger: slog.New(slog.NewTextHandler(logs, nil)), LedgerOptions: usage.Options{Interval: 20 * time.Millisecond}})
+		Logger: slog.New(slog.NewTextHandler(logs, nil)), LedgerOptions: ledger.Options{Interval: 20 * time.Millisecond}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,7 +15,7 @@ import (
 
 	"llmgate/internal/config"
 	"llmgate/internal/gateway"
-	"llmgate/internal/usage"
+	"llmgate/internal/ledger"
 )
 
 // TestPlayground_ThroughTheGatewayRunsAsTheSessionKeyWithoutItsSecret signs
@@ -40,7 +40,7 @@ func TestPlayground_ThroughTheGatewayRunsAsTheSessionKeyWithoutItsSecret(t *test
 	cfg.Listen = "127.0.0.1:0"
 	t.Setenv("LLMGATE_CONSOLE", "on")
 	g, err := gateway.Start(context.Background(), gateway.Options{Config: cfg, MasterKey: master,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), LedgerOptions: usage.Options{Interval: 10 * time.Millisecond}})
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), LedgerOptions: ledger.Options{Interval: 10 * time.Millisecond}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,7 +22,7 @@ import (
 	"llmgate/internal/config"
 	"llmgate/internal/engine"
 	"llmgate/internal/gateway"
-	"llmgate/internal/usage"
+	"llmgate/internal/ledger"
 )
 
 const master = "sk-lg-engine-test-master"
@@ -101,7 +101,7 @@ func start(t *testing.T, engines string) *env {
 	cfg.Database = filepath.Join(t.TempDir(), "llmgate.db")
 	cfg.Listen = "127.0.0.1:0"
 	g, err := gateway.Start(context.Background(), gateway.Options{Config: cfg, MasterKey: master,
-		Logger: testLogger(), LedgerOptions: usage.Options{Interval: 10 * time.Millisecond}})
+		Logger: testLogger(), LedgerOptions: ledger.Options{Interval: 10 * time.Millisecond}})
 	if err != nil {
 		t.Fatal(err)
 	}

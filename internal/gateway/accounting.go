@@ -10,6 +10,7 @@ import (
 	"llmgate/internal/admin"
 	"llmgate/internal/admit"
 	"llmgate/internal/keys"
+	"llmgate/internal/ledger"
 	"llmgate/internal/limit"
 	"llmgate/internal/usage"
 )
@@ -27,11 +28,11 @@ type accounting struct {
 // each record durable before its answer's last bytes, unless the caller
 // chose one. A spool that cannot be opened (another gateway holds it, the
 // directory is not writable) stops the start.
-func (g *Gateway) withSpool(o usage.Options) (usage.Options, error) {
+func (g *Gateway) withSpool(o ledger.Options) (ledger.Options, error) {
 	if o.Spool != nil {
 		return o, nil
 	}
-	sp, err := usage.OpenSpool(g.Config.Spool())
+	sp, err := ledger.OpenSpool(g.Config.Spool())
 	if err != nil {
 		// Without its journal a gateway would answer requests whose usage
 		// records a crash can lose: refuse to start instead. (The error
@@ -50,7 +51,7 @@ func (g *Gateway) withSpool(o usage.Options) (usage.Options, error) {
 // they name is one it knows. Records of another database stay where they
 // are, and so do those of a directory a running gateway still holds; the
 // log says so. Nothing is lost either way.
-func (g *Gateway) adoptLegacySpool(sp *usage.Spool) {
+func (g *Gateway) adoptLegacySpool(sp *ledger.Spool) {
 	legacy := g.Config.LegacySpool()
 	if legacy == "" {
 		return
@@ -75,10 +76,10 @@ func (g *Gateway) adoptLegacySpool(sp *usage.Spool) {
 	}
 	n, err := sp.Adopt(legacy, ours)
 	switch {
-	case errors.Is(err, usage.ErrForeignSpool):
+	case errors.Is(err, ledger.ErrForeignSpool):
 		g.log.Warn("the old default usage spool holds records of another database's keys: left there; they are written when the gateway of that database starts",
 			"dir", legacy)
-	case errors.Is(err, usage.ErrSpoolBusy):
+	case errors.Is(err, ledger.ErrSpoolBusy):
 		g.log.Warn("the old default usage spool is in use by another gateway process: its records stay there for it", "dir", legacy)
 	case err != nil:
 		g.log.Warn("the old default usage spool could not be taken over; its records stay there", "dir", legacy, "err", err)

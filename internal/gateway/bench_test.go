@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"llmgate/internal/config"
-	"llmgate/internal/usage"
+	"llmgate/internal/ledger"
 )
 
 const fixedAnswer = `{"id":"chatcmpl-1","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"Hello there, this is a fixed answer."},"logprobs":null,"finish_reason":"stop"}],"usage":{"prompt_tokens":11,"total_tokens":20,"completion_tokens":9}}`
@@ -43,7 +43,7 @@ func benchGateway(b *testing.B) (*Gateway, *http.Client) {
 	cfg.Database = filepath.Join(b.TempDir(), "bench.db")
 	cfg.Listen = "127.0.0.1:0"
 	g, err := Start(context.Background(), Options{Config: cfg, MasterKey: testMaster,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), LedgerOptions: usage.Options{Interval: 50 * time.Millisecond}})
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), LedgerOptions: ledger.Options{Interval: 50 * time.Millisecond}})
 	if err != nil {
 		b.Fatal(err)
 	}

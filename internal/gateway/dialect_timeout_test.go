@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"llmgate/internal/testenv"
 	"log/slog"
 	"net/http"
 	"path/filepath"
@@ -23,7 +22,8 @@ import (
 
 	"llmgate/internal/apierror"
 	"llmgate/internal/config"
-	"llmgate/internal/usage"
+	"llmgate/internal/ledger"
+	"llmgate/internal/testenv"
 )
 
 // These tests cover the translated endpoints (/v1/messages for Claude Code
@@ -97,7 +97,7 @@ func startDialectGW(t *testing.T, src string) *dialectGW {
 		})
 	}
 	g, err := Start(context.Background(), Options{Config: cfg, MasterKey: testMaster,
-		Logger: slog.New(slog.NewTextHandler(d.log, nil)), LedgerOptions: usage.Options{Interval: 10 * time.Millisecond},
+		Logger: slog.New(slog.NewTextHandler(d.log, nil)), LedgerOptions: ledger.Options{Interval: 10 * time.Millisecond},
 		Middleware: []func(http.Handler) http.Handler{ordered}})
 	if err != nil {
 		t.Fatal(err)

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"llmgate/internal/config"
+	"llmgate/internal/ledger"
 	"llmgate/internal/usage"
 )
 
@@ -159,7 +160,7 @@ func startFaultGW(t *testing.T, src string) *faultGW {
 	cfg.Database = filepath.Join(t.TempDir(), "llmgate.db")
 	cfg.Listen = "127.0.0.1:0"
 	g, err := Start(context.Background(), Options{Config: cfg, MasterKey: testMaster,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), LedgerOptions: usage.Options{Interval: 10 * time.Millisecond}})
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), LedgerOptions: ledger.Options{Interval: 10 * time.Millisecond}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -23,6 +23,7 @@ import (
 	"llmgate/internal/engine"
 	"llmgate/internal/engineinfo"
 	"llmgate/internal/keys"
+	"llmgate/internal/ledger"
 	"llmgate/internal/metrics"
 	"llmgate/internal/netlimit"
 	"llmgate/internal/policy"
@@ -31,7 +32,6 @@ import (
 	"llmgate/internal/store"
 	"llmgate/internal/store/postgres"
 	"llmgate/internal/store/sqlite"
-	"llmgate/internal/usage"
 )
 
 // Options are the inputs of a gateway beyond its configuration.
@@ -47,7 +47,7 @@ type Options struct {
 	// Listener, when set, is used instead of listening on Config.Listen.
 	Listener net.Listener
 	// LedgerOptions tunes batching (tests use small intervals).
-	LedgerOptions usage.Options
+	LedgerOptions ledger.Options
 	// Admission and Middleware are passed to the server (see server.Options).
 	Admission  policy.Admission
 	Middleware []func(http.Handler) http.Handler
@@ -61,7 +61,7 @@ type Gateway struct {
 	Config   *config.Config
 	Store    store.Store
 	Verifier *keys.Verifier
-	Ledger   *usage.Ledger
+	Ledger   *ledger.Ledger
 	Server   *server.Server
 	// Metrics are the Prometheus collectors served at /metrics.
 	Metrics *metrics.Metrics
@@ -151,7 +151,7 @@ func Start(ctx context.Context, opt Options) (g *Gateway, err error) {
 	if err != nil {
 		return nil, err
 	}
-	g.Ledger = usage.NewLedger(st, lopt, log)
+	g.Ledger = ledger.NewLedger(st, lopt, log)
 	undo = append(undo, func() { g.Ledger.Close(ctx) })
 	masterHash, err := ensureMaster(ctx, st, opt)
 	if err != nil {

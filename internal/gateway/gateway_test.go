@@ -17,6 +17,7 @@ import (
 
 	"llmgate/internal/config"
 	"llmgate/internal/keys"
+	"llmgate/internal/ledger"
 	"llmgate/internal/usage"
 )
 
@@ -69,7 +70,7 @@ models:
 		m(cfg)
 	}
 	g, err := Start(context.Background(), Options{Config: cfg, MasterKey: testMaster,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), LedgerOptions: usage.Options{Interval: 10 * time.Millisecond}})
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), LedgerOptions: ledger.Options{Interval: 10 * time.Millisecond}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -445,7 +446,7 @@ func TestGateway_ShutdownFlushesLedger(t *testing.T) {
 	cfg.Listen = "127.0.0.1:0"
 	// A long flush interval: only the shutdown flush can write the records.
 	g, err := Start(context.Background(), Options{Config: cfg, MasterKey: testMaster, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		LedgerOptions: usage.Options{Interval: time.Hour}})
+		LedgerOptions: ledger.Options{Interval: time.Hour}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -642,7 +643,7 @@ func TestGateway_TwoSQLiteFilesInOneFolderServeSideBySide(t *testing.T) {
 		}
 		cfg.Database, cfg.Listen = filepath.Join(dir, db), "127.0.0.1:0"
 		g, err := Start(context.Background(), Options{Config: cfg, MasterKey: testMaster, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-			LedgerOptions: usage.Options{Interval: 10 * time.Millisecond}})
+			LedgerOptions: ledger.Options{Interval: 10 * time.Millisecond}})
 		if err != nil {
 			t.Fatalf("gateway on %s: %v", db, err)
 		}
@@ -672,7 +673,7 @@ func TestGateway_TwoSQLiteFilesInOneFolderServeSideBySide(t *testing.T) {
 func TestGateway_RecordsInTheOldDefaultSpoolAreWrittenAfterTheUpgrade(t *testing.T) {
 	dir := t.TempDir()
 	old := filepath.Join(dir, "llmgate-spool")
-	sp, err := usage.OpenSpool(old)
+	sp, err := ledger.OpenSpool(old)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -684,7 +685,7 @@ func TestGateway_RecordsInTheOldDefaultSpoolAreWrittenAfterTheUpgrade(t *testing
 	cfg := &config.Config{Database: filepath.Join(dir, "llmgate.db"), Listen: "127.0.0.1:0"}
 	cfg.ApplyDefaults()
 	g, err := Start(context.Background(), Options{Config: cfg, MasterKey: testMaster, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		LedgerOptions: usage.Options{Interval: 10 * time.Millisecond}})
+		LedgerOptions: ledger.Options{Interval: 10 * time.Millisecond}})
 	if err != nil {
 		t.Fatal(err)
 	}

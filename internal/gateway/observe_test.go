@@ -21,6 +21,7 @@ import (
 
 	"llmgate/internal/config"
 	"llmgate/internal/keys"
+	"llmgate/internal/ledger"
 	"llmgate/internal/tracing"
 	"llmgate/internal/usage"
 )
@@ -189,7 +190,7 @@ func TestTracing_RequestAndAttemptSpansShareATraceThatReachesTheBackend(t *testi
 	exp := tracetest.NewInMemoryExporter()
 	stop := tracing.Install(keepSpans{exp}, tracing.Config{ServiceName: "llmgate-test"})
 	g, err := Start(context.Background(), Options{Config: cfg, MasterKey: testMaster,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), LedgerOptions: usage.Options{Interval: 10 * time.Millisecond}})
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), LedgerOptions: ledger.Options{Interval: 10 * time.Millisecond}})
 	if err != nil {
 		t.Fatal(err)
 	}

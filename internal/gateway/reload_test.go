@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"llmgate/internal/testenv"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -15,7 +14,8 @@ import (
 	"time"
 
 	"llmgate/internal/config"
-	"llmgate/internal/usage"
+	"llmgate/internal/ledger"
+	"llmgate/internal/testenv"
 )
 
 // startFileGW starts a gateway from a config file and returns it with a
@@ -35,7 +35,7 @@ func startFileGW(t *testing.T, path string, logw io.Writer) (*faultGW, *Reloader
 	adjust := func(c *config.Config) { c.Database, c.Listen = db, "127.0.0.1:0" }
 	adjust(cfg)
 	g, err := Start(context.Background(), Options{Config: cfg, MasterKey: testMaster,
-		Logger: slog.New(slog.NewTextHandler(logw, nil)), LedgerOptions: usage.Options{Interval: 10 * time.Millisecond}})
+		Logger: slog.New(slog.NewTextHandler(logw, nil)), LedgerOptions: ledger.Options{Interval: 10 * time.Millisecond}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -65,12 +65,13 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 		writeAPIError(w, e)
 		return
 	}
-	prompt, tokens, e := chatPrompt(req.Messages, req.Tools, true)
+	ph := newPrefixHasher(eng.mc.BlockSize)
+	prompt, tokens, e := chatPromptHashed(req.Messages, req.Tools, true, ph)
 	if e != nil {
 		writeAPIError(w, e)
 		return
 	}
-	g := genRequest{chat: true, e: eng, model: eng.mc.Name, prompt: prompt, promptTokens: tokens,
+	g := genRequest{chat: true, e: eng, model: eng.mc.Name, prompt: prompt, promptTokens: tokens, hashes: ph.hashes(),
 		maxTokens: req.MaxCompletionTokens, seed: req.Seed, stops: req.Stop, ignoreEOS: req.IgnoreEOS, stream: req.Stream,
 		plan: plan}
 	if g.maxTokens == nil {
@@ -188,10 +189,19 @@ func (p *chatPlan) offers(name string) bool {
 // chatPrompt renders chat messages the way the simulator's chat template
 // does and counts their tokens, with the generation prompt when asked.
 func chatPrompt(msgs []chatRequestMsg, tools []json.RawMessage, generationPrompt bool) (string, int, *apiError) {
+	return chatPromptHashed(msgs, tools, generationPrompt, nil)
+}
+
+// chatPromptHashed is chatPrompt that also feeds the prompt's tokens to h
+// (when not nil) in the order a chat template renders them: the tools (in
+// the system turn), each message's framing and text, the generation
+// prompt. It feeds exactly as many tokens as it counts.
+func chatPromptHashed(msgs []chatRequestMsg, tools []json.RawMessage, generationPrompt bool, h *prefixHasher) (string, int, *apiError) {
 	var prompt strings.Builder
 	tokens := 0
-	if generationPrompt {
-		tokens = chatGenerationPrompt
+	for _, t := range tools {
+		tokens += countTextTokens(string(t))
+		h.text(string(t))
 	}
 	for i, m := range msgs {
 		text, err := messageText(m.Content)
@@ -203,15 +213,24 @@ func chatPrompt(msgs []chatRequestMsg, tools []json.RawMessage, generationPrompt
 		prompt.WriteString(text)
 		prompt.WriteByte('\n')
 		tokens += chatTokensPerMessage + countTextTokens(text) + countTextTokens(m.Name)
+		if h != nil {
+			h.special("im_start", 1)
+			h.text(m.Role)
+			h.special("nl", chatTokensPerMessage-2)
+			h.text(m.Name)
+			h.text(text)
+		}
 		if calls := string(m.ToolCalls); calls != "" && calls != "null" && calls != "[]" {
 			// The template writes an assistant's calls into the prompt.
 			prompt.WriteString(calls)
 			prompt.WriteByte('\n')
 			tokens += countTextTokens(calls)
+			h.text(calls)
 		}
 	}
-	for _, t := range tools {
-		tokens += countTextTokens(string(t))
+	if generationPrompt {
+		tokens += chatGenerationPrompt
+		h.special("gen", chatGenerationPrompt)
 	}
 	return prompt.String(), tokens, nil
 }

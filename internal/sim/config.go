@@ -46,6 +46,12 @@ type Config struct {
 	// EngineVLLM ("" too) or EngineLlamaCpp (see llamaCpp for what
 	// changes). A llama.cpp simulator serves one model.
 	Engine string
+	// HidePromptTokensDetails answers usage.prompt_tokens_details as a vLLM
+	// started without --enable-prompt-tokens-details does (null, or absent
+	// in streams). By default the simulator reports
+	// {"cached_tokens": N}, the prompt tokens its prefix cache served, as
+	// vLLM with that flag and llama-server do.
+	HidePromptTokensDetails bool
 	// Script, when set, answers chat requests with canned turns (see
 	// LoadScript); requests no turn matches fall back to the generator or
 	// get an error, as the script says.
@@ -118,7 +124,67 @@ type ModelConfig struct {
 	// MeanReasoningTokens is the mean length of the reasoning before the
 	// answer (exponentially distributed); 0 means 192.
 	MeanReasoningTokens int
+	// KVCacheTokens is the KV cache's capacity in tokens (vLLM logs it at
+	// start as "GPU KV cache size: N tokens"): the prompts and outputs of
+	// the running sequences, and the cached prefixes nobody uses, share it
+	// (see kvcache.go). It must hold at least one MaxModelLen sequence.
+	// 0 means the preset's figure, or DefaultKVCacheTokens.
+	KVCacheTokens int
+	// BlockSize is the KV cache's block size in tokens (vLLM --block-size):
+	// prefixes are cached and reused in whole blocks. 0 means 16, or 1 for
+	// the llama.cpp face (llama-server reuses a prompt's cached prefix token
+	// by token).
+	BlockSize int
+	// NoPrefixCaching turns the prefix cache off (vLLM
+	// --no-enable-prefix-caching): every prompt token is prefilled, and the
+	// cache only bounds how many sequences fit.
+	NoPrefixCaching bool
+
+	// minPrefixShare is the least share of a prompt a cached prefix must
+	// cover to be reused: llama-server's --slot-prompt-similarity (0.1) for
+	// the llama.cpp face, whose request lands in a fresh slot otherwise.
+	minPrefixShare float64
 }
+
+// DefaultKVCacheTokens is the KV-cache capacity of a model configuration
+// that sets none and matches no preset: the 7B preset's.
+const DefaultKVCacheTokens = 938192
+
+// presetKVCacheTokens is what each preset's GPU holds of KV cache after
+// the weights (see the package documentation). It is applied when a
+// configuration sets no KVCacheTokens, so that the llama.cpp face can tell
+// "not set" from a figure.
+var presetKVCacheTokens = map[string]int{
+	"qwen2.5-7b-instruct":  DefaultKVCacheTokens,
+	"qwen2.5-32b-instruct": 49152,
+	"qwen3-32b":            43520,
+}
+
+// KVCacheTokensFor is the KV-cache capacity a model configuration gets
+// when answering as engine: its KVCacheTokens when set; otherwise, for
+// vLLM, its preset's figure (DefaultKVCacheTokens for none), and for
+// llama.cpp, MaxModelLen × MaxNumSeqs up to 262144 tokens; never less
+// than MaxModelLen.
+func KVCacheTokensFor(mc ModelConfig, engine string) int {
+	if mc.KVCacheTokens != 0 {
+		return mc.KVCacheTokens
+	}
+	if engine == EngineLlamaCpp {
+		return max(mc.MaxModelLen, min(mc.MaxModelLen*mc.MaxNumSeqs, llamaCacheTokensMax))
+	}
+	kv, ok := presetKVCacheTokens[strings.ToLower(mc.Preset)]
+	if !ok {
+		kv = DefaultKVCacheTokens
+	}
+	return max(kv, mc.MaxModelLen)
+}
+
+// llamaCacheTokensMax bounds the llama.cpp face's default cache, which is
+// kept token by token.
+const llamaCacheTokensMax = 262144
+
+// DefaultBlockSize is vLLM's KV-cache block size on GPUs.
+const DefaultBlockSize = 16
 
 // DefaultVLLMVersion is the vLLM release whose response shapes the
 // simulator reproduces.
@@ -215,6 +281,7 @@ func (m *ModelConfig) validate() error {
 	if m.unconfigured() {
 		name, root := m.Name, m.Root
 		reasoning, meanReasoning := m.Reasoning, m.MeanReasoningTokens
+		kvTokens, blockSize, noCaching := m.KVCacheTokens, m.BlockSize, m.NoPrefixCaching
 		base, _ := PresetFor(name)
 		if m.Preset != "" {
 			p, ok := Presets()[strings.ToLower(m.Preset)]
@@ -233,6 +300,10 @@ func (m *ModelConfig) validate() error {
 		if meanReasoning > 0 {
 			m.MeanReasoningTokens = meanReasoning
 		}
+		if kvTokens != 0 {
+			m.KVCacheTokens = kvTokens
+		}
+		m.BlockSize, m.NoPrefixCaching = blockSize, noCaching
 	}
 	if m.MaxNumSeqs < 1 {
 		return fmt.Errorf("model %q: max-num-seqs must be at least 1, got %d", m.Name, m.MaxNumSeqs)
@@ -274,6 +345,21 @@ func (m *ModelConfig) validate() error {
 	if m.Root == "" {
 		m.Root = m.Name
 	}
+	if m.BlockSize == 0 {
+		m.BlockSize = DefaultBlockSize
+	}
+	if m.BlockSize < 0 {
+		return fmt.Errorf("model %q: block-size must be positive, got %d", m.Name, m.BlockSize)
+	}
+	m.KVCacheTokens = KVCacheTokensFor(*m, EngineVLLM)
+	if m.KVCacheTokens < m.MaxModelLen {
+		return fmt.Errorf("model %q: kv-cache-tokens (%d) must hold at least one sequence of max-model-len (%d) tokens, as vLLM refuses to start otherwise; raise --kv-cache-tokens or lower --max-model-len",
+			m.Name, m.KVCacheTokens, m.MaxModelLen)
+	}
+	if m.KVCacheTokens/m.BlockSize*m.BlockSize < m.MaxModelLen {
+		return fmt.Errorf("model %q: kv-cache-tokens (%d) in blocks of %d tokens hold fewer than max-model-len (%d) tokens; raise --kv-cache-tokens",
+			m.Name, m.KVCacheTokens, m.BlockSize, m.MaxModelLen)
+	}
 	return nil
 }
 
@@ -292,6 +378,22 @@ func (c *Config) validate() error {
 	}
 	seen := map[string]bool{}
 	for i := range c.Models {
+		if mc := &c.Models[i]; c.Engine == EngineLlamaCpp {
+			// llama-server reuses a slot's cached prompt token by token, and
+			// each of its slots may fill the context.
+			if mc.BlockSize == 0 {
+				mc.BlockSize = 1
+			}
+			kv := mc.KVCacheTokens
+			if err := mc.validate(); err != nil { // fills the rest of the figures
+				return err
+			}
+			if kv == 0 {
+				mc.KVCacheTokens = 0
+				mc.KVCacheTokens = KVCacheTokensFor(*mc, EngineLlamaCpp)
+			}
+			mc.minPrefixShare = 0.1
+		}
 		if err := c.Models[i].validate(); err != nil {
 			return err
 		}

@@ -99,3 +99,29 @@ func TestNew_NameOnlyModelsTakeTheirPreset(t *testing.T) {
 		t.Errorf("unknown preset: %v", err)
 	}
 }
+
+func TestConfig_KVCacheDefaultsPerPresetAndFace(t *testing.T) {
+	for _, c := range []struct {
+		engine, model string
+		seqs, want    int
+	}{
+		{EngineVLLM, "qwen2.5-7b-instruct", 0, 938192},
+		{EngineVLLM, "qwen2.5-32b-instruct", 0, 49152},
+		{EngineVLLM, "qwen3-32b", 0, 43520},
+		{EngineVLLM, "my-model", 0, DefaultKVCacheTokens},
+		{EngineLlamaCpp, "qwen3-tiny", 4, 4 * 2048},
+		{EngineLlamaCpp, "qwen2.5-7b-instruct", 256, 262144},
+	} {
+		mc, _ := PresetFor(c.model)
+		if c.engine == EngineLlamaCpp {
+			mc.MaxModelLen, mc.MaxNumSeqs = 2048, c.seqs
+		}
+		cfg := Config{Models: []ModelConfig{mc}, Engine: c.engine}
+		if err := cfg.validate(); err != nil {
+			t.Fatal(err)
+		}
+		if got := cfg.Models[0].KVCacheTokens; got != c.want {
+			t.Errorf("%s %s: KV cache %d tokens, want %d", c.engine, c.model, got, c.want)
+		}
+	}
+}

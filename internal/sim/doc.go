@@ -147,6 +147,17 @@
 // wake-up latency does not accumulate into inter-token latency. Client
 // disconnects abort their sequence at the next step, as in vLLM.
 //
+// # KV cache and prefix caching
+//
+// Each engine keeps a KV cache of ModelConfig.KVCacheTokens tokens in
+// blocks of BlockSize, as vLLM's automatic prefix caching does: full prompt
+// blocks are hashed in a chain and reused by later prompts with the same
+// leading tokens, so their prefill is skipped; requests wait when their
+// blocks do not fit; idle cached blocks are evicted least recently freed
+// first. Answers report usage.prompt_tokens_details.cached_tokens and
+// /metrics the vllm:kv_cache_usage_perc and vllm:prefix_cache_* families
+// (llama.cpp's names for the llama.cpp face). See kvcache.go.
+//
 // # Default figures
 //
 // The presets model bf16 weights on one 80 GB data-centre GPU. Decode at

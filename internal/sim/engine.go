@@ -19,7 +19,7 @@ type engine struct {
 }
 
 func newEngine(mc ModelConfig) *engine {
-	e := &engine{mc: mc, m: newModelMetrics(mc), s: scheduler{mc: mc},
+	e := &engine{mc: mc, m: newModelMetrics(mc), s: scheduler{mc: mc, kv: newKVCache(mc)},
 		wake: make(chan struct{}, 1), quit: make(chan struct{}), done: make(chan struct{})}
 	go e.run()
 	return e
@@ -31,7 +31,7 @@ func (e *engine) submit(q *seq) bool {
 	e.mu.Lock()
 	ok := e.s.enqueue(q)
 	if ok {
-		e.m.setLoad(len(e.s.running), e.s.numWaiting())
+		e.publishLoad()
 	}
 	e.mu.Unlock()
 	if ok {
@@ -41,6 +41,15 @@ func (e *engine) submit(q *seq) bool {
 		}
 	}
 	return ok
+}
+
+// publishLoad copies the scheduler's gauges and prefix-cache counters to
+// the metrics; the caller holds e.mu.
+func (e *engine) publishLoad() {
+	e.m.setLoad(len(e.s.running), e.s.numWaiting())
+	if kv := e.s.kv; kv != nil {
+		e.m.setKV(kv.usage(), kv.queries, kv.hits)
+	}
 }
 
 // close stops the loop and waits for it.
@@ -63,7 +72,7 @@ func (e *engine) run() {
 		e.mu.Lock()
 		now := time.Now()
 		b := e.s.schedule(now)
-		e.m.setLoad(len(e.s.running), e.s.numWaiting())
+		e.publishLoad()
 		if e.s.aborted > 0 {
 			e.m.addAborted(e.s.aborted)
 			e.s.aborted = 0
@@ -109,7 +118,7 @@ func (e *engine) run() {
 		e.mu.Lock()
 		touched := e.s.complete(b, end)
 		e.m.observeStep(touched, end)
-		e.m.setLoad(len(e.s.running), e.s.numWaiting())
+		e.publishLoad()
 		e.mu.Unlock()
 		for _, q := range touched {
 			q.publish()

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -18,6 +19,7 @@ type genRequest struct {
 	prompt       string // text the output is seeded from
 	echo         string // completions with echo=true prepend the prompt
 	promptTokens int
+	hashes       []uint64 // chained hashes of the prompt's full KV blocks
 	maxTokens    *int
 	temperature  float64
 	seed         *int64
@@ -48,7 +50,7 @@ func (s *Server) handleCompletion(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	g := genRequest{e: eng, model: eng.mc.Name, prompt: prompt, promptTokens: tokens, maxTokens: req.MaxTokens,
-		seed: req.Seed, stops: req.Stop, ignoreEOS: req.IgnoreEOS, stream: req.Stream}
+		seed: req.Seed, stops: req.Stop, ignoreEOS: req.IgnoreEOS, stream: req.Stream, hashes: promptHashes(prompt, tokens, eng.mc.BlockSize)}
 	if g.maxTokens == nil {
 		// The legacy completions API defaults max_tokens to 16 (OpenAI and vLLM).
 		n := 16
@@ -126,6 +128,7 @@ func (s *Server) serveGeneration(w http.ResponseWriter, r *http.Request, g genRe
 		gen = generate(seed, *g.maxTokens, g.ignoreEOS, g.e.mc.MeanOutputTokens, g.stops)
 	}
 	q := newSeq(g.promptTokens, gen.tokens)
+	q.hashes = g.hashes
 	q.finishReason = gen.finish
 	if gen.finish == "tool_calls" {
 		// The engine stopped at EOS; "tool_calls" is the API layer's word.
@@ -160,15 +163,16 @@ func (s *Server) serveGeneration(w http.ResponseWriter, r *http.Request, g genRe
 			}
 			return
 		}
-		usage.PromptTokensDetails = rawNull
+		usage.PromptTokensDetails = s.promptDetails(q, rawNull)
+		timings := s.timings(q, g.promptTokens)
 		if g.chat {
 			writeJSON(w, http.StatusOK, chatResponse{ID: id, Object: "chat.completion", Created: created, Model: g.model,
-				Choices: []chatChoice{{Message: gen.message(), FinishReason: gen.finish, StopReason: gen.stopReason}}, Usage: usage})
+				Choices: []chatChoice{{Message: gen.message(), FinishReason: gen.finish, StopReason: gen.stopReason}}, Usage: usage, Timings: timings})
 			return
 		}
 		fin := gen.finish
 		writeJSON(w, http.StatusOK, completionResponse{ID: id, Object: "text_completion", Created: created, Model: g.model,
-			Choices: []completionChoice{{Text: g.echo + gen.text, FinishReason: &fin, StopReason: gen.stopReason}}, Usage: usage})
+			Choices: []completionChoice{{Text: g.echo + gen.text, FinishReason: &fin, StopReason: gen.stopReason}}, Usage: usage, Timings: timings})
 		return
 	}
 
@@ -223,9 +227,25 @@ func (s *Server) serveGeneration(w http.ResponseWriter, r *http.Request, g genRe
 		}
 	}
 	if g.includeUsage {
-		st.usage(usage)
+		usage.PromptTokensDetails = s.promptDetails(q, nil)
+		st.usage(usage, s.timings(q, g.promptTokens))
 	}
 	_ = sw.WriteDone()
+}
+
+// promptDetails is usage.prompt_tokens_details of a finished sequence:
+// the prompt tokens its prefix cache served, or hidden (as vLLM answers
+// when it served none, or when started without
+// --enable-prompt-tokens-details).
+func (s *Server) promptDetails(q *seq, hidden json.RawMessage) json.RawMessage {
+	n := q.cachedTokens()
+	if !s.llamaCpp() && (s.cfg.HidePromptTokensDetails || n == 0) {
+		// vLLM leaves the details out when nothing was cached
+		// (serving_chat.py: "if self.enable_prompt_tokens_details and
+		// num_cached_tokens").
+		return hidden
+	}
+	return json.RawMessage(`{"cached_tokens":` + strconv.Itoa(n) + `}`)
 }
 
 // wait blocks until q is done; false if the client left or the server closed.
@@ -337,13 +357,13 @@ func (st *streamer) answerToken(i int, final bool) {
 }
 
 // usage writes the usage-only chunk that include_usage asks for.
-func (st *streamer) usage(u usageInfo) {
+func (st *streamer) usage(u usageInfo, timings *llamaTimings) {
 	object := "text_completion"
 	if st.chat {
 		object = "chat.completion.chunk"
 	}
 	st.write(completionUsageChunk{ID: st.id, Object: object, Created: st.created, Model: st.model,
-		Choices: []any{}, Usage: u})
+		Choices: []any{}, Usage: u, Timings: timings})
 }
 
 // messageText extracts the text of a chat message content: a string, a
@@ -370,6 +390,21 @@ func messageText(raw json.RawMessage) (string, error) {
 		}
 	}
 	return b.String(), nil
+}
+
+// promptHashes returns the KV block hashes of a completions prompt as
+// parsePrompt returned it: text, or a JSON list of n token ids.
+func promptHashes(prompt string, n, blockSize int) []uint64 {
+	h := newPrefixHasher(blockSize)
+	var ids []int64
+	if strings.HasPrefix(prompt, "[") && json.Unmarshal([]byte(prompt), &ids) == nil && len(ids) == n {
+		for _, id := range ids {
+			h.token(strconv.FormatInt(id, 10))
+		}
+		return h.hashes()
+	}
+	h.text(prompt)
+	return h.hashes()
 }
 
 // parsePrompt reads a completions or tokenize prompt: a string, a list of

@@ -188,6 +188,9 @@ func TestLive_ClientDisconnectAbortsTheSequence(t *testing.T) {
 func TestLive_PrefillTimeGrowsWithPromptLength(t *testing.T) {
 	mc := fastModel()
 	mc.PrefillPerToken = 20 * time.Microsecond
+	// Each prompt is sent twice (the better TTFT counts): the prefix cache
+	// would serve the second from the first.
+	mc.NoPrefixCaching = true
 	_, url := startServer(t, Config{Models: []ModelConfig{mc}, Seed: 1})
 	ttft := func(promptBytes int) time.Duration {
 		body := fmt.Sprintf(`{"model":"m","prompt":%q,"max_tokens":1,"stream":true}`, strings.Repeat("a", promptBytes))

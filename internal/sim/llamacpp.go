@@ -199,3 +199,29 @@ func writeLlamaError(w http.ResponseWriter, e *apiError) {
 	}
 	writeJSON(w, e.status, map[string]any{"error": body})
 }
+
+// timings is llama-server's "timings" of a finished sequence, or nil for
+// the vLLM face.
+func (s *Server) timings(q *seq, promptTokens int) *llamaTimings {
+	if !s.llamaCpp() {
+		return nil
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	t := &llamaTimings{CacheN: q.pubCached, PromptN: promptTokens - q.pubCached, PredictedN: q.pubTokens}
+	if !q.firstToken.IsZero() {
+		t.PromptMS = ms(q.firstToken.Sub(q.scheduled))
+		t.PredictedMS = ms(q.lastToken.Sub(q.firstToken))
+	}
+	perToken := func(total float64, n int) (float64, float64) {
+		if n <= 0 || total <= 0 {
+			return 0, 0
+		}
+		return total / float64(n), 1000 * float64(n) / total
+	}
+	t.PromptPerTokenMS, t.PromptPerSecond = perToken(t.PromptMS, t.PromptN)
+	t.PredictedPerTokenMS, t.PredictedPerSecond = perToken(t.PredictedMS, t.PredictedN)
+	return t
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

@@ -64,6 +64,15 @@ type modelMetrics struct {
 	waiting      int
 	promptTokens uint64
 	genTokens    uint64
+	kvUsage      float64
+	pcQueries    uint64
+	pcHits       uint64
+	cachedTokens uint64 // prompt tokens served from the prefix cache, for llamacpp:prompt_tokens_cached_total
+	maxTokens    int    // longest sequence seen (prompt + output), for llamacpp:n_tokens_max
+	promptSecs   float64
+	decodeSecs   float64
+	decodeSteps  uint64
+	cacheInfo    string // labels of vllm:cache_config_info
 	success      map[string]uint64
 	hist         map[string]*histogram
 }
@@ -84,6 +93,13 @@ var histFamilies = []struct{ name, help string }{
 func newModelMetrics(mc ModelConfig) *modelMetrics {
 	tb := tokenBuckets(mc.MaxModelLen)
 	m := &modelMetrics{model: mc.Name, success: map[string]uint64{}, hist: map[string]*histogram{}}
+	if bs := max(mc.BlockSize, 1); mc.KVCacheTokens > 0 {
+		caching := "True"
+		if mc.NoPrefixCaching {
+			caching = "False"
+		}
+		m.cacheInfo = fmt.Sprintf(`block_size="%d",enable_prefix_caching="%s",num_gpu_blocks="%d"`, bs, caching, mc.KVCacheTokens/bs)
+	}
 	for _, f := range histFamilies {
 		var b []float64
 		switch f.name {
@@ -108,26 +124,38 @@ func (m *modelMetrics) setLoad(running, waiting int) {
 	m.mu.Unlock()
 }
 
+func (m *modelMetrics) setKV(usage float64, queries, hits uint64) {
+	m.mu.Lock()
+	m.kvUsage, m.pcQueries, m.pcHits = usage, queries, hits
+	m.mu.Unlock()
+}
+
 // observeStep records the tokens of one step. Called by the engine with
 // the sequences that progressed, after scheduler.complete.
 func (m *modelMetrics) observeStep(touched []*seq, end time.Time) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.decodeSteps++
 	for _, q := range touched {
 		switch {
 		case q.target == 0: // pooling request: its prefill is all there is
 			m.promptTokens += uint64(q.promptTokens)
+			m.cachedTokens += uint64(q.cached)
 		case q.generated == 1 && q.firstToken.Equal(end):
 			m.promptTokens += uint64(q.promptTokens)
+			m.cachedTokens += uint64(q.cached)
+			m.promptSecs += end.Sub(q.scheduled).Seconds()
 			m.genTokens++
 			m.hist["vllm:time_to_first_token_seconds"].observe(end.Sub(q.arrival).Seconds())
 		default:
 			m.genTokens++
 			itl := end.Sub(q.prevToken).Seconds()
+			m.decodeSecs += itl
 			m.hist["vllm:time_per_output_token_seconds"].observe(itl)
 			m.hist["vllm:inter_token_latency_seconds"].observe(itl)
 		}
 		if q.generated >= q.target {
+			m.maxTokens = max(m.maxTokens, q.promptTokens+q.generated)
 			m.finish(q, end)
 		}
 	}
@@ -197,6 +225,18 @@ func writeMetrics(w io.Writer, models []*modelMetrics) error {
 		func(m *modelMetrics) float64 { return float64(m.promptTokens) })
 	counter("vllm:generation_tokens_total", "Number of generation tokens processed.",
 		func(m *modelMetrics) float64 { return float64(m.genTokens) })
+	gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.",
+		func(m *modelMetrics) float64 { return m.kvUsage })
+	counter("vllm:prefix_cache_queries_total", "Prefix cache queries, in terms of number of queried tokens.",
+		func(m *modelMetrics) float64 { return float64(m.pcQueries) })
+	counter("vllm:prefix_cache_hits_total", "Prefix cache hits, in terms of number of cached tokens.",
+		func(m *modelMetrics) float64 { return float64(m.pcHits) })
+	fmt.Fprintf(bw, "# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig\n# TYPE vllm:cache_config_info gauge\n")
+	for _, m := range models {
+		if m.cacheInfo != "" {
+			fmt.Fprintf(bw, "vllm:cache_config_info{%s,%s} 1.0\n", m.cacheInfo, labels(m))
+		}
+	}
 	counter("vllm:num_preemptions_total", "Cumulative number of preemption from the engine.",
 		func(m *modelMetrics) float64 { return 0 })
 	const succ = "vllm:request_success_total"
@@ -233,4 +273,35 @@ func fmtFloat(v float64) string {
 func escapeLabel(s string) string {
 	q := strconv.Quote(s)
 	return q[1 : len(q)-1]
+}
+
+// writeLlamaMetrics writes llama-server's /metrics (started with --metrics)
+// for its one model, with the names and help texts of llama.cpp's server
+// (as build b6xxx-b11xxx expose them: no KV-cache usage gauge any more).
+func writeLlamaMetrics(w io.Writer, m *modelMetrics) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	bw := bufio.NewWriter(w)
+	one := func(typ, name, help string, v float64) {
+		fmt.Fprintf(bw, "# HELP llamacpp:%s %s\n# TYPE llamacpp:%s %s\nllamacpp:%s %s\n", name, help, name, typ, name, strconv.FormatFloat(v, 'f', -1, 64))
+	}
+	perSec := func(n uint64, secs float64) float64 {
+		if secs <= 0 {
+			return 0
+		}
+		return float64(n) / secs
+	}
+	computed := m.promptTokens - m.cachedTokens
+	one("counter", "prompt_tokens_total", "Number of prompt tokens processed, excluding cached tokens", float64(computed))
+	one("counter", "prompt_tokens_cached_total", "Number of prompt tokens reused from the cache", float64(m.cachedTokens))
+	one("counter", "prompt_seconds_total", "Total time spent processing prompts", m.promptSecs)
+	one("counter", "tokens_predicted_total", "Number of generation tokens processed", float64(m.genTokens))
+	one("counter", "tokens_predicted_seconds_total", "Total time spent generating tokens", m.decodeSecs)
+	one("counter", "n_decode_total", "Total number of llama_decode() calls, excluding speculative decoding and multimodal decoding", float64(m.decodeSteps))
+	one("counter", "n_tokens_max", "Largest observed sequence length (prompt + generation)", float64(m.maxTokens))
+	one("gauge", "prompt_tokens_seconds", "Average prompt throughput in tokens/s", perSec(computed, m.promptSecs))
+	one("gauge", "predicted_tokens_seconds", "Average generation throughput in tokens/s", perSec(m.genTokens, m.decodeSecs))
+	one("gauge", "requests_processing", "Number of requests processing", float64(m.running))
+	one("gauge", "requests_deferred", "Number of requests deferred", float64(m.waiting))
+	return bw.Flush()
 }

@@ -22,14 +22,32 @@ type seq struct {
 	finishReason string // "stop" or "length", for vllm:request_success_total
 	cancelled    atomic.Bool
 
+	// Prefix cache state (see kvcache.go): the chained hashes of the
+	// prompt's full blocks, the prompt tokens found cached at admission,
+	// the blocks held and how many of them are entered in the cache.
+	hashes       []uint64
+	cached       int
+	kvHeld       []*kvBlock
+	kvAnon       int
+	kvRegistered int
+
 	mu        sync.Mutex
 	pubTokens int  // tokens generated so far
 	pubDone   bool // all tokens generated (or prefill done, for pooling)
+	pubCached int  // prompt tokens served from the prefix cache
 	notify    chan struct{}
 }
 
 func newSeq(promptTokens, target int) *seq {
 	return &seq{promptTokens: max(promptTokens, 1), target: target, notify: make(chan struct{}, 1)}
+}
+
+// cachedTokens returns the prompt tokens the engine found in its prefix
+// cache, as published with the first token.
+func (s *seq) cachedTokens() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.pubCached
 }
 
 // snapshot returns the published progress.
@@ -43,6 +61,7 @@ func (s *seq) publish() {
 	s.mu.Lock()
 	s.pubTokens = s.generated
 	s.pubDone = s.generated >= s.target && s.prefilled >= s.promptTokens
+	s.pubCached = s.cached
 	s.mu.Unlock()
 	select {
 	case s.notify <- struct{}{}:
@@ -77,6 +96,7 @@ func (b *batch) empty() bool { return len(b.decode) == 0 && len(b.prefill) == 0 
 // its prefill, together with the decode tokens of the other sequences.
 type scheduler struct {
 	mc      ModelConfig
+	kv      *kvCache // nil: no memory bound and no prefix cache
 	waiting []*seq
 	head    int // waiting[head:] are queued
 	running []*seq
@@ -120,11 +140,16 @@ func (s *scheduler) schedule(now time.Time) batch {
 	}
 	for s.numWaiting() > 0 && len(s.running) < s.mc.MaxNumSeqs && budget > 0 {
 		q := s.waiting[s.head]
+		if s.kv != nil && !s.kv.admit(q) {
+			// Not enough free KV-cache blocks: it waits, and so does
+			// everything behind it, until running sequences finish.
+			break
+		}
 		s.waiting[s.head] = nil
 		s.head++
 		q.scheduled = now
 		s.running = append(s.running, q)
-		n := min(q.promptTokens, budget)
+		n := min(q.promptTokens-q.prefilled, budget)
 		b.prefill = append(b.prefill, prefillChunk{q, n})
 		b.tokens += n
 		budget -= n
@@ -157,6 +182,9 @@ func (s *scheduler) complete(b batch, end time.Time) []*seq {
 	for _, c := range b.prefill {
 		q := c.s
 		q.prefilled += c.n
+		if s.kv != nil {
+			s.kv.computed(q)
+		}
 		if q.prefilled >= q.promptTokens {
 			if q.target > 0 {
 				q.generated = 1
@@ -169,6 +197,9 @@ func (s *scheduler) complete(b batch, end time.Time) []*seq {
 	kept := s.running[:0]
 	for _, q := range s.running {
 		if q.prefilled >= q.promptTokens && q.generated >= q.target {
+			if s.kv != nil {
+				s.kv.release(q)
+			}
 			continue
 		}
 		kept = append(kept, q)
@@ -188,6 +219,9 @@ func (s *scheduler) dropCancelled() {
 		if !q.cancelled.Load() {
 			kept = append(kept, q)
 		} else {
+			if s.kv != nil {
+				s.kv.release(q)
+			}
 			s.aborted++
 		}
 	}

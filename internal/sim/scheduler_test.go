@@ -17,12 +17,14 @@ type simReq struct {
 	at     time.Duration // arrival, relative to the start of the run
 	prompt int
 	target int
+	hashes []uint64 // the prompt's KV block hashes (none: nothing to share)
 }
 
 // simResult holds the virtual times at which a request's tokens completed.
 type simResult struct {
 	arrival time.Duration
 	tokens  []time.Duration
+	cached  int // prompt tokens the prefix cache served
 }
 
 func (r simResult) ttft() time.Duration { return r.tokens[0] - r.arrival }
@@ -38,7 +40,7 @@ func runVirtual(t *testing.T, mc ModelConfig, reqs []simReq, next func(done int,
 		t.Fatal(err)
 	}
 	base := time.Unix(1000, 0)
-	s := scheduler{mc: mc}
+	s := scheduler{mc: mc, kv: newKVCache(mc)}
 	var results []simResult
 	pending := append([]simReq(nil), reqs...)
 	index := map[*seq]int{}
@@ -51,6 +53,7 @@ func runVirtual(t *testing.T, mc ModelConfig, reqs []simReq, next func(done int,
 		for _, r := range pending {
 			if r.at <= now {
 				q := newSeq(r.prompt, r.target)
+				q.hashes = r.hashes
 				q.arrival = base.Add(r.at)
 				if !s.enqueue(q) {
 					t.Fatalf("queue full at %v", now)
@@ -77,6 +80,7 @@ func runVirtual(t *testing.T, mc ModelConfig, reqs []simReq, next func(done int,
 		now += b.dur
 		for _, q := range s.complete(b, base.Add(now)) {
 			i := index[q]
+			results[i].cached = q.cached
 			for len(results[i].tokens) < q.generated {
 				results[i].tokens = append(results[i].tokens, now)
 			}
@@ -143,7 +147,7 @@ func TestScheduler_RequestsBeyondMaxNumSeqsWaitInFIFOOrder(t *testing.T) {
 		}
 	}
 	// The first finishers free slots for the waiting requests in order.
-	res := runVirtual(t, mc, []simReq{{0, 10, 3}, {0, 10, 3}, {0, 10, 3}, {0, 10, 3}, {0, 10, 3}, {0, 10, 3}}, nil)
+	res := runVirtual(t, mc, []simReq{{prompt: 10, target: 3}, {prompt: 10, target: 3}, {prompt: 10, target: 3}, {prompt: 10, target: 3}, {prompt: 10, target: 3}, {prompt: 10, target: 3}}, nil)
 	if res[4].ttft() <= res[3].e2e() || res[5].ttft() < res[4].ttft() {
 		t.Errorf("queued requests did not wait: ttft[4]=%v e2e[3]=%v ttft[5]=%v", res[4].ttft(), res[3].e2e(), res[5].ttft())
 	}
@@ -183,7 +187,7 @@ func TestScheduler_ChunkedPrefillSplitsLongPromptsAndKeepsDecoding(t *testing.T)
 	mc := fastModel()
 	mc.MaxNumBatchedTokens = 1000
 	// A decoding request, then a 2500-token prompt that needs three chunks.
-	res := runVirtual(t, mc, []simReq{{0, 10, 50}, {30 * time.Millisecond, 2500, 2}}, nil)
+	res := runVirtual(t, mc, []simReq{{at: 0, prompt: 10, target: 50}, {at: 30 * time.Millisecond, prompt: 2500, target: 2}}, nil)
 	long := res[1]
 	// Chunks of 999, 999 and 502 tokens (the decode takes one token of
 	// each step's budget); the first token comes with the last chunk.

@@ -181,6 +181,10 @@ func (s *Server) handleMetrics(w http.ResponseWriter, r *http.Request) {
 		ms[i] = e.m
 	}
 	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+	if s.llamaCpp() {
+		_ = writeLlamaMetrics(w, ms[0])
+		return
+	}
 	_ = writeMetrics(w, ms)
 }
 

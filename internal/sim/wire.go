@@ -89,6 +89,8 @@ type chatResponse struct {
 	PromptLogprobs    jsonNull     `json:"prompt_logprobs"`
 	PromptTokenIDs    jsonNull     `json:"prompt_token_ids"`
 	KVTransferParams  jsonNull     `json:"kv_transfer_params"`
+	// Timings are llama-server's (the llama.cpp face only).
+	Timings *llamaTimings `json:"timings,omitempty"`
 }
 
 // Chat, streaming.
@@ -158,6 +160,7 @@ type completionResponse struct {
 	SystemFingerprint jsonNull           `json:"system_fingerprint"`
 	Usage             usageInfo          `json:"usage"`
 	KVTransferParams  jsonNull           `json:"kv_transfer_params"`
+	Timings           *llamaTimings      `json:"timings,omitempty"`
 }
 
 type completionChunkChoice struct {
@@ -180,12 +183,27 @@ type completionChunk struct {
 }
 
 type completionUsageChunk struct {
-	ID      string    `json:"id"`
-	Object  string    `json:"object"`
-	Created int64     `json:"created"`
-	Model   string    `json:"model"`
-	Choices []any     `json:"choices"`
-	Usage   usageInfo `json:"usage"`
+	ID      string        `json:"id"`
+	Object  string        `json:"object"`
+	Created int64         `json:"created"`
+	Model   string        `json:"model"`
+	Choices []any         `json:"choices"`
+	Usage   usageInfo     `json:"usage"`
+	Timings *llamaTimings `json:"timings,omitempty"`
+}
+
+// llamaTimings is llama-server's "timings" object: cache_n prompt tokens
+// reused from the slot's cache, prompt_n computed, predicted_n generated.
+type llamaTimings struct {
+	CacheN              int     `json:"cache_n"`
+	PromptN             int     `json:"prompt_n"`
+	PromptMS            float64 `json:"prompt_ms"`
+	PromptPerTokenMS    float64 `json:"prompt_per_token_ms"`
+	PromptPerSecond     float64 `json:"prompt_per_second"`
+	PredictedN          int     `json:"predicted_n"`
+	PredictedMS         float64 `json:"predicted_ms"`
+	PredictedPerTokenMS float64 `json:"predicted_per_token_ms"`
+	PredictedPerSecond  float64 `json:"predicted_per_second"`
 }
 
 // Embeddings.

@@ -2,6 +2,8 @@ package usage
 
 import (
 	"context"
+	"io"
+	"log/slog"
 	"sync"
 	"testing"
 	"time"
@@ -44,3 +46,5 @@ func TestRunRetention_ZeroKeepsEverything(t *testing.T) {
 		t.Fatal("retention 0 deleted records")
 	}
 }
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))

@@ -19,8 +19,8 @@ import (
 	"llmgate/internal/dialect"
 	"llmgate/internal/gateway"
 	"llmgate/internal/keys"
+	"llmgate/internal/ledger"
 	"llmgate/internal/sim"
-	"llmgate/internal/usage"
 )
 
 const masterKey = "sk-lg-conformance-master"
@@ -106,7 +106,7 @@ func newEnv(t *testing.T) *env {
 	cfg.Database = filepath.Join(t.TempDir(), "llmgate.db")
 	cfg.Listen = "127.0.0.1:0"
 	gw, err := gateway.Start(context.Background(), gateway.Options{Config: cfg, MasterKey: masterKey,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), LedgerOptions: usage.Options{Interval: 10 * time.Millisecond}})
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), LedgerOptions: ledger.Options{Interval: 10 * time.Millisecond}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -23,6 +23,7 @@ import (
 	"llmgate/internal/codec"
 	"llmgate/internal/config"
 	"llmgate/internal/gateway"
+	"llmgate/internal/ledger"
 	"llmgate/internal/sim"
 	"llmgate/internal/testenv"
 	"llmgate/internal/usage"
@@ -151,7 +152,7 @@ engines:
 	}
 	logs := &testenv.SyncBuffer{}
 	g, err := gateway.Start(context.Background(), gateway.Options{Config: cfg, Listener: ln, MasterKey: master, Notice: io.Discard,
-		Logger: slog.New(slog.NewTextHandler(logs, nil)), LedgerOptions: usage.Options{Interval: 20 * time.Millisecond}})
+		Logger: slog.New(slog.NewTextHandler(logs, nil)), LedgerOptions: ledger.Options{Interval: 20 * time.Millisecond}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -397,6 +398,48 @@ func (c *conf) run(t *testing.T) {
 			t.Fatalf("starts %d -> %d, want one restart", starts, st.Starts)
 		}
 		return "the client got engine_crashed with the engine's last log lines; the next request restarted it and got 200"
+	})
+	c.check(t, "repeated prompt: cached_tokens N of M", func(t *testing.T) string {
+		// The same long prompt twice: the engine's prefix cache (vLLM's
+		// blocks, llama.cpp's slots) serves the second from the first. All
+		// but the last token can be reused; vLLM reuses whole blocks of 16.
+		text, _ := c.promptOf(t, 600)
+		body := chatBody("Remember this. "+text, 4, false)
+		var prompt, cached [2]int
+		var id string
+		for i := range 2 {
+			r := c.post(t, "/v1/chat/completions", body, nil)
+			if r.status != 200 {
+				t.Fatalf("request %d: %d %s", i+1, r.status, r.body)
+			}
+			var got struct {
+				Usage struct {
+					PromptTokens        int `json:"prompt_tokens"`
+					PromptTokensDetails *struct {
+						CachedTokens int `json:"cached_tokens"`
+					} `json:"prompt_tokens_details"`
+				} `json:"usage"`
+			}
+			if err := json.Unmarshal([]byte(r.body), &got); err != nil {
+				t.Fatal(err)
+			}
+			prompt[i] = got.Usage.PromptTokens
+			if d := got.Usage.PromptTokensDetails; d != nil {
+				cached[i] = d.CachedTokens
+			} else if i == 1 {
+				t.Fatalf("the repeated prompt's answer has no usage.prompt_tokens_details: %s", r.body)
+			}
+			id = r.id
+		}
+		n, m := cached[1], prompt[1]
+		if n > m-1 || n < (m-1)/16*16 || n <= cached[0] {
+			t.Fatalf("repeated prompt of %d tokens: cached_tokens %d (first time %d), want between %d (whole blocks) and %d (all but the last token)",
+				m, n, cached[0], (m-1)/16*16, m-1)
+		}
+		if rec := c.record(t, id); rec.CachedTokens != n {
+			t.Errorf("the ledger records %d cached tokens, the answer said %d", rec.CachedTokens, n)
+		}
+		return fmt.Sprintf("cached_tokens %d of %d on the repeat, %d the first time", n, m, cached[0])
 	})
 }
 

@@ -15,6 +15,7 @@ import (
 	_ "github.com/jackc/pgx/v5/stdlib" // registers the "pgx" driver
 
 	"llmgate/internal/keys"
+	"llmgate/internal/ledger"
 	"llmgate/internal/redact"
 	"llmgate/internal/store"
 	"llmgate/internal/store/sqlstore"
@@ -32,10 +33,10 @@ type Store struct {
 }
 
 var (
-	_ store.Store         = (*Store)(nil)
-	_ keys.Updater        = (*Store)(nil)
-	_ usage.Retainer      = (*Store)(nil)
-	_ usage.HealthChecker = (*Store)(nil)
+	_ store.Store          = (*Store)(nil)
+	_ keys.Updater         = (*Store)(nil)
+	_ usage.Retainer       = (*Store)(nil)
+	_ ledger.HealthChecker = (*Store)(nil)
 )
 
 // Open connects to the database at url (postgres://...) and applies

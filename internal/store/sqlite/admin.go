@@ -5,13 +5,14 @@ import (
 	"time"
 
 	"llmgate/internal/keys"
+	"llmgate/internal/ledger"
 	"llmgate/internal/store/sqlstore"
 	"llmgate/internal/usage"
 )
 
 var (
-	_ keys.Updater        = (*Store)(nil)
-	_ usage.HealthChecker = (*Store)(nil)
+	_ keys.Updater         = (*Store)(nil)
+	_ ledger.HealthChecker = (*Store)(nil)
 )
 
 // UpdateKey stores the mutable fields of a key and bumps the key version.

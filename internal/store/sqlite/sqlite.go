@@ -339,7 +339,7 @@ func (s *Store) InsertUsage(ctx context.Context, recs []usage.Record) error {
 }
 
 // Summary aggregates usage per group from hourly rollups plus the raw
-// records of partial hours at the range's edges (see usage.SummaryBuilder).
+// records of partial hours at the range's edges (see rollup.SummaryBuilder).
 func (s *Store) Summary(ctx context.Context, f usage.Filter) ([]usage.SummaryRow, error) {
 	return sqlstore.Summary(ctx, s.db(), sqlstore.SQLite, f)
 }

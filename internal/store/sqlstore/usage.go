@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 
+	"llmgate/internal/ledger"
+	"llmgate/internal/rollup"
 	"llmgate/internal/usage"
 )
 
@@ -86,7 +88,7 @@ func insertPrepared(ctx context.Context, tx *sql.Tx, u *UsageStmts, recs []usage
 			inserted[r.ID] = true
 		}
 		if i < len(recs)-1 {
-			usage.Pace(ctx, i)
+			ledger.Pace(ctx, i)
 		}
 	}
 	return nil
@@ -95,7 +97,7 @@ func insertPrepared(ctx context.Context, tx *sql.Tx, u *UsageStmts, recs []usage
 // upsertPrepared is upsertRollups one row at a time with the prepared
 // statements (SQLite: one writer at a time, so the read-merge-write of a
 // histogram cannot race).
-func upsertPrepared(ctx context.Context, tx *sql.Tx, u *UsageStmts, rus []usage.Rollup) error {
+func upsertPrepared(ctx context.Context, tx *sql.Tx, u *UsageStmts, rus []rollup.Row) error {
 	upsert := tx.StmtContext(ctx, u.upsert)
 	defer upsert.Close()
 	setHist := tx.StmtContext(ctx, u.setHist)
@@ -107,7 +109,7 @@ func upsertPrepared(ctx context.Context, tx *sql.Tx, u *UsageStmts, rus []usage.
 			r.CompletionTokens, r.CachedTokens, r.Estimated, r.CostUSD).Scan(&h); err != nil {
 			return err
 		}
-		if _, err := setHist.ExecContext(ctx, usage.AppendHist(h, r.Latency), r.Hour, r.KeyID, r.Model, r.Backend); err != nil {
+		if _, err := setHist.ExecContext(ctx, rollup.AppendHist(h, r.Latency), r.Hour, r.KeyID, r.Model, r.Backend); err != nil {
 			return err
 		}
 	}
@@ -189,7 +191,7 @@ func InsertUsage(ctx context.Context, db *sql.DB, d Dialect, u *UsageStmts, recs
 			}
 		}
 	}
-	rus := usage.RollupRecords(fresh)
+	rus := rollup.FromRecords(fresh)
 	if u != nil {
 		err2 = upsertPrepared(ctx, tx, u, rus)
 	} else {
@@ -205,11 +207,11 @@ func InsertUsage(ctx context.Context, db *sql.DB, d Dialect, u *UsageStmts, recs
 // merges their latencies into each row's histogram. The upsert locks every
 // touched row until commit and returns its current histogram, so the
 // read-merge-write below cannot race another writer.
-func upsertRollups(ctx context.Context, tx *sql.Tx, d Dialect, rus []usage.Rollup) error {
+func upsertRollups(ctx context.Context, tx *sql.Tx, d Dialect, rus []rollup.Row) error {
 	const per = 400
-	idx := make(map[usage.RollupKey]int, len(rus))
+	idx := make(map[rollup.Key]int, len(rus))
 	for i := range rus {
-		idx[rus[i].RollupKey] = i
+		idx[rus[i].Key] = i
 	}
 	hists := make([][]byte, len(rus))
 	for start := 0; start < len(rus); start += per {
@@ -231,7 +233,7 @@ func upsertRollups(ctx context.Context, tx *sql.Tx, d Dialect, rus []usage.Rollu
 			return err
 		}
 		for rows.Next() {
-			var k usage.RollupKey
+			var k rollup.Key
 			var h []byte
 			if err := rows.Scan(&k.Hour, &k.KeyID, &k.Model, &k.Backend, &h); err != nil {
 				rows.Close()
@@ -252,7 +254,7 @@ func upsertRollups(ctx context.Context, tx *sql.Tx, d Dialect, rus []usage.Rollu
 	}
 	defer stmt.Close()
 	for i, r := range rus {
-		if _, err := stmt.ExecContext(ctx, usage.AppendHist(hists[i], r.Latency), r.Hour, r.KeyID, r.Model, r.Backend); err != nil {
+		if _, err := stmt.ExecContext(ctx, rollup.AppendHist(hists[i], r.Latency), r.Hour, r.KeyID, r.Model, r.Backend); err != nil {
 			return err
 		}
 	}
@@ -288,11 +290,11 @@ func Summary(ctx context.Context, db *sql.DB, d Dialect, f usage.Filter) ([]usag
 		until = time.Now().Add(time.Minute)
 	}
 	untilMS := until.UnixMilli()
-	hStart := usage.HourStart(sinceMS)
+	hStart := rollup.HourStart(sinceMS)
 	if hStart*1000 < sinceMS {
 		hStart += 3600
 	}
-	hEnd := usage.HourStart(untilMS)
+	hEnd := rollup.HourStart(untilMS)
 	var filt string
 	var fargs []any
 	if f.KeyID != "" {
@@ -303,7 +305,7 @@ func Summary(ctx context.Context, db *sql.DB, d Dialect, f usage.Filter) ([]usag
 		filt += ` AND model = ?`
 		fargs = append(fargs, f.Model)
 	}
-	sb := usage.NewSummaryBuilder(group)
+	sb := rollup.NewSummaryBuilder(group)
 	n := len(group)
 	dims := make([]string, n)
 	if hStart < hEnd {

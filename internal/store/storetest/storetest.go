@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"llmgate/internal/keys"
+	"llmgate/internal/ledger"
 	"llmgate/internal/store"
 	"llmgate/internal/usage"
 )
@@ -24,7 +25,7 @@ type Store interface {
 	usage.Retainer
 	CountUsage(ctx context.Context) (rows, distinct int64, err error)
 	ByClientRequestID(ctx context.Context, id string, limit int) ([]usage.Record, error)
-	usage.HealthChecker
+	ledger.HealthChecker
 	usage.RateReader
 }
 

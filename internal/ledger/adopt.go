@@ -1,4 +1,4 @@
-package usage
+package ledger
 
 import (
 	"bufio"
@@ -7,6 +7,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+
+	"llmgate/internal/usage"
 )
 
 // ErrForeignSpool is returned by Adopt when the other directory's records
@@ -87,7 +89,7 @@ func readKeys(path string, ids map[string]bool, n *int) error {
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 64<<10), 16<<20)
 	for sc.Scan() {
-		var r Record
+		var r usage.Record
 		if len(sc.Bytes()) == 0 || decodeRecord(sc.Bytes(), &r) != nil {
 			continue // a torn line: the drainer deals with it
 		}

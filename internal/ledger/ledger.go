@@ -1,7 +1,8 @@
-// Package usage is the usage ledger: every request the gateway serves becomes
-// one Record, appended to an on-disk journal before Add returns and written
-// to the database in batches off the request path.
-package usage
+// Package ledger makes usage records durable: every request the gateway
+// serves becomes one usage.Record, appended to an on-disk journal (the spool)
+// before Add returns and written to the database in batches off the request
+// path.
+package ledger
 
 import (
 	"context"
@@ -11,42 +12,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"llmgate/internal/usage"
 )
-
-// Record is one request in the ledger.
-type Record struct {
-	// ID is the ledger's key: made by the server (NewID), unguessable and
-	// unique per request. Storing a record twice under one ID stores it
-	// once, which is what makes replays of the spool idempotent. Add gives
-	// a record without one a new ID.
-	ID string
-	// ClientRequestID is the client's X-Request-Id, "" when it sent none.
-	// Clients choose it freely, so it is neither unique nor trusted: two
-	// records with the same ClientRequestID are two requests.
-	ClientRequestID  string
-	Time             time.Time
-	KeyID            string
-	Model            string // public model name
-	Backend          string
-	UpstreamModel    string
-	Endpoint         string // chat, completions, embeddings, messages, responses
-	Status           int
-	ErrorType        string
-	PromptTokens     int
-	CompletionTokens int
-	CachedTokens     int
-	TTFT             time.Duration // time to first byte (non-stream) or first token event (stream)
-	Latency          time.Duration
-	Estimated        bool // token counts estimated locally
-	Stream           bool
-	CostUSD          float64
-}
-
-// Writer persists batches of records. Implementations must make a batch
-// atomic and must ignore records whose ID is already stored.
-type Writer interface {
-	InsertUsage(ctx context.Context, recs []Record) error
-}
 
 // HealthChecker is implemented by writers that can tell whether their
 // database is still there (a SQLite file not deleted or replaced, a
@@ -71,7 +39,7 @@ type HealthChecker interface {
 // record would wake another thread for every request, on the CPU the
 // requests need.
 type Ledger struct {
-	w        Writer
+	w        usage.Writer
 	log      *slog.Logger
 	queueMax int
 	maxBatch int
@@ -79,10 +47,10 @@ type Ledger struct {
 	pause    time.Duration
 
 	mu       sync.Mutex
-	queue    []Record   // records not yet taken by the writer
-	notFull  *sync.Cond // signalled when the writer takes records
-	waiting  int        // Adds waiting on a full queue
-	noWaiter *sync.Cond // signalled when the last waiting Add is done
+	queue    []usage.Record // records not yet taken by the writer
+	notFull  *sync.Cond     // signalled when the writer takes records
+	waiting  int            // Adds waiting on a full queue
+	noWaiter *sync.Cond     // signalled when the last waiting Add is done
 	closed   bool
 
 	// The journal (nil without a spool), guarded by mu.
@@ -161,7 +129,7 @@ var ErrNotDurable = errors.New("usage record not written to the spool")
 // NewLedger starts a ledger writing to w. Records a spool holds from an
 // earlier run are written first (for up to 10 seconds; the rest follow in
 // the background), so summaries read after NewLedger count them.
-func NewLedger(w Writer, opt Options, log *slog.Logger) *Ledger {
+func NewLedger(w usage.Writer, opt Options, log *slog.Logger) *Ledger {
 	if opt.Queue <= 0 {
 		opt.Queue = 65536
 	}
@@ -235,9 +203,9 @@ func (l *Ledger) replay() {
 // requests is better than lost accounting. A record whose Add was waiting
 // when Close began is still written; only an Add that starts after Close
 // gets ErrClosed. A record without an ID gets one from NewID.
-func (l *Ledger) Add(r Record) error {
+func (l *Ledger) Add(r usage.Record) error {
 	if r.ID == "" {
-		r.ID = NewID()
+		r.ID = usage.NewID()
 	}
 	var line *[]byte
 	if l.spool != nil {
@@ -403,7 +371,7 @@ func (l *Ledger) Close(ctx context.Context) error {
 
 func (l *Ledger) run() {
 	defer close(l.done)
-	var spare []Record
+	var spare []usage.Record
 	t := time.NewTicker(l.interval)
 	defer t.Stop()
 	for {
@@ -428,7 +396,7 @@ func (l *Ledger) run() {
 // storeQueued takes the queue (Adds blocked on a full queue go on at once)
 // and writes it a batch at a time, retrying until the store takes it: the
 // ledger without a spool.
-func (l *Ledger) storeQueued(spare []Record, stopping bool) []Record {
+func (l *Ledger) storeQueued(spare []usage.Record, stopping bool) []usage.Record {
 	l.mu.Lock()
 	taken := l.queue
 	l.queue = spare[:0]
@@ -455,7 +423,7 @@ func (l *Ledger) pace(n int, stopping bool) bool {
 }
 
 // insert makes one attempt at storing a batch.
-func (l *Ledger) insert(batch []Record, paced bool, attempt int) bool {
+func (l *Ledger) insert(batch []usage.Record, paced bool, attempt int) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	if paced {
 		ctx = context.WithValue(ctx, paceKey{}, l.pause)
@@ -474,7 +442,7 @@ func (l *Ledger) insert(batch []Record, paced bool, attempt int) bool {
 // no Add waits for a file to be created). It never waits: the group not
 // yet written is sealed and written by its own Adds. last is the newest
 // group of the segment, nil if none.
-func (l *Ledger) take(spare []Record) (taken []Record, seg uint64, last *jgroup) {
+func (l *Ledger) take(spare []usage.Record) (taken []usage.Record, seg uint64, last *jgroup) {
 	l.mu.Lock()
 	if len(l.queue) == 0 {
 		l.mu.Unlock()
@@ -515,7 +483,7 @@ func (l *Ledger) settle(seg uint64, last *jgroup) bool {
 // keeps refusing, the segment is left to the drainer and the records leave
 // memory, so a long outage costs disk, not memory; later batches go
 // straight to the drainer until it gets one into the database.
-func (l *Ledger) storeJournaled(spare []Record, stopping bool) []Record {
+func (l *Ledger) storeJournaled(spare []usage.Record, stopping bool) []usage.Record {
 	taken, seg, last := l.take(spare)
 	if len(taken) == 0 {
 		return taken
@@ -562,7 +530,7 @@ func (l *Ledger) storeJournaled(spare []Record, stopping bool) []Record {
 // database or a spool segment of their own, whichever works first. Until
 // then they stay in memory and the writer retries, which holds up later
 // batches: back-pressure rather than lost records. At Close it tries once.
-func (l *Ledger) rescue(recs []Record, stopping bool) {
+func (l *Ledger) rescue(recs []usage.Record, stopping bool) {
 	for backoff := 50 * time.Millisecond; ; backoff = min(backoff*2, 5*time.Second) {
 		err := l.spool.Append(recs)
 		if err == nil {

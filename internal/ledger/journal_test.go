@@ -1,4 +1,4 @@
-package usage
+package ledger
 
 import (
 	"bytes"
@@ -13,16 +13,18 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"llmgate/internal/usage"
 )
 
 // spoolLines returns every record line in the spool's segment files.
-func spoolLines(t *testing.T, dir string) []Record {
+func spoolLines(t *testing.T, dir string) []usage.Record {
 	t.Helper()
 	segs, err := filepath.Glob(filepath.Join(dir, segPrefix+"*"+segSuffix))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out []Record
+	var out []usage.Record
 	for _, p := range segs {
 		b, err := os.ReadFile(p)
 		if err != nil {
@@ -32,7 +34,7 @@ func spoolLines(t *testing.T, dir string) []Record {
 			if len(line) == 0 {
 				continue
 			}
-			var r Record
+			var r usage.Record
 			if err := decodeRecord(line, &r); err != nil {
 				t.Fatalf("bad spool line %q: %v", line, err)
 			}
@@ -59,12 +61,12 @@ func TestLedger_AddReturnsOnceTheRecordIsInTheSpool(t *testing.T) {
 	w := &recordingWriter{gate: make(chan struct{})}
 	l := NewLedger(w, Options{Spool: sp, Interval: time.Hour, MaxBatch: 2}, ledgerLog)
 	for i := 0; i < 5; i++ {
-		r := Record{ClientRequestID: fmt.Sprint("c", i), Model: "m", Status: 200, Time: time.Now()}
+		r := usage.Record{ClientRequestID: fmt.Sprint("c", i), Model: "m", Status: 200, Time: time.Now()}
 		if err := l.Add(r); err != nil {
 			t.Fatal(err)
 		}
 		lines := spoolLines(t, dir)
-		if len(lines) != i+1 || lines[i].ClientRequestID != r.ClientRequestID || !IsNewID(lines[i].ID) {
+		if len(lines) != i+1 || lines[i].ClientRequestID != r.ClientRequestID || !usage.IsNewID(lines[i].ID) {
 			t.Fatalf("after Add %d the spool holds %+v", i, lines)
 		}
 	}
@@ -96,12 +98,12 @@ func TestLedger_ConcurrentAddsShareOneSpoolWrite(t *testing.T) {
 	w := &recordingWriter{}
 	l := NewLedger(w, Options{Spool: sp, Interval: time.Hour}, ledgerLog)
 	first := make(chan error, 1)
-	go func() { first <- l.Add(Record{ClientRequestID: "first"}) }()
+	go func() { first <- l.Add(usage.Record{ClientRequestID: "first"}) }()
 	<-held // the first Add is writing
 	const n = 20
 	errs := make(chan error, n)
 	for i := 0; i < n; i++ {
-		go func() { errs <- l.Add(Record{ClientRequestID: fmt.Sprint("g", i)}) }()
+		go func() { errs <- l.Add(usage.Record{ClientRequestID: fmt.Sprint("g", i)}) }()
 	}
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
 		l.mu.Lock()
@@ -152,7 +154,7 @@ func TestLedger_JournaledRecordsStoredOnceAndSpoolEmptied(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := 0; i < 500; i++ {
-				if err := l.Add(Record{ClientRequestID: "same"}); err != nil {
+				if err := l.Add(usage.Record{ClientRequestID: "same"}); err != nil {
 					t.Error(err)
 					return
 				}
@@ -193,7 +195,7 @@ func TestLedger_SpoolWriteFailureIsReportedAndTheRecordStillStored(t *testing.T)
 	}
 	w := &recordingWriter{}
 	l := NewLedger(w, Options{Spool: sp, Interval: time.Hour}, ledgerLog)
-	err := l.Add(Record{ID: "a"})
+	err := l.Add(usage.Record{ID: "a"})
 	if !errors.Is(err, ErrNotDurable) || !strings.Contains(err.Error(), "no space") {
 		t.Fatalf("Add with a failing spool: %v, want ErrNotDurable with the cause", err)
 	}
@@ -201,7 +203,7 @@ func TestLedger_SpoolWriteFailureIsReportedAndTheRecordStillStored(t *testing.T)
 		t.Fatalf("Healthy with a failing spool: %v", herr)
 	}
 	fail.Store(false)
-	if err := l.Add(Record{ID: "b"}); err != nil {
+	if err := l.Add(usage.Record{ID: "b"}); err != nil {
 		t.Fatal(err)
 	}
 	if herr := l.Healthy(); herr != nil {
@@ -231,7 +233,7 @@ func TestLedger_RecordsNotInTheSpoolAreKeptThroughAnOutage(t *testing.T) {
 	w := &flakyWriter{ids: map[string]int{}}
 	w.down.Store(true)
 	l := NewLedger(w, Options{Spool: sp, Interval: time.Hour, SpoolAfter: 1}, quiet)
-	if err := l.Add(Record{ID: "lost-on-disk"}); !errors.Is(err, ErrNotDurable) {
+	if err := l.Add(usage.Record{ID: "lost-on-disk"}); !errors.Is(err, ErrNotDurable) {
 		t.Fatalf("Add: %v, want ErrNotDurable", err)
 	}
 	l.kick <- struct{}{}
@@ -341,11 +343,11 @@ func TestLedger_RecordsOfAnEarlierRunAreWrittenAtStart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := sp.Append([]Record{{ID: "a"}, {ID: "b"}}); err != nil {
+	if err := sp.Append([]usage.Record{{ID: "a"}, {ID: "b"}}); err != nil {
 		t.Fatal(err)
 	}
 	// A run killed mid-write: a segment with a torn last line.
-	torn := appendRecord(nil, &Record{ID: "c"})
+	torn := appendRecord(nil, &usage.Record{ID: "c"})
 	torn = append(torn, `{"ID":"d","Ti`...)
 	if err := os.WriteFile(sp.segPath(sp.newSegment()), torn, 0o600); err != nil {
 		t.Fatal(err)
@@ -370,7 +372,7 @@ func TestLedger_RecordsOfAnEarlierRunAreWrittenAtStart(t *testing.T) {
 	}
 	for _, b := range w.batches {
 		for _, r := range b {
-			if want := LegacyClientRequestID(r.ID); r.ID[0] != 'a' && r.ID[0] != 'b' && r.ID[0] != 'c' && r.ClientRequestID != want {
+			if want := usage.LegacyClientRequestID(r.ID); r.ID[0] != 'a' && r.ID[0] != 'b' && r.ID[0] != 'c' && r.ClientRequestID != want {
 				t.Fatalf("legacy record %s: client request id %q, want %q", r.ID, r.ClientRequestID, want)
 			}
 		}
@@ -411,9 +413,9 @@ func TestSpool_AnUnreadableLineKeepsItsSegmentAside(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	seg := appendRecord(nil, &Record{ID: "a"})
+	seg := appendRecord(nil, &usage.Record{ID: "a"})
 	seg = append(seg, "not a record\n"...)
-	seg = appendRecord(seg, &Record{ID: "b"})
+	seg = appendRecord(seg, &usage.Record{ID: "b"})
 	if err := os.WriteFile(sp.segPath(sp.newSegment()), seg, 0o600); err != nil {
 		t.Fatal(err)
 	}

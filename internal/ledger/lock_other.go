@@ -1,6 +1,6 @@
 //go:build !unix
 
-package usage
+package ledger
 
 import (
 	"errors"

@@ -1,4 +1,4 @@
-package usage_test
+package ledger_test
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"llmgate/internal/ledger"
 	"llmgate/internal/store/sqlite"
 	"llmgate/internal/usage"
 )
@@ -26,13 +27,13 @@ func BenchmarkLedgerAddSQLite(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer st.Close()
-			opt := usage.Options{}
+			opt := ledger.Options{}
 			if spool {
-				if opt.Spool, err = usage.OpenSpool(filepath.Join(dir, "spool")); err != nil {
+				if opt.Spool, err = ledger.OpenSpool(filepath.Join(dir, "spool")); err != nil {
 					b.Fatal(err)
 				}
 			}
-			l := usage.NewLedger(st, opt, quiet)
+			l := ledger.NewLedger(st, opt, quiet)
 			r := usage.Record{ClientRequestID: "c", Time: time.Now(), KeyID: "key_0123456789ab", Model: "qwen2.5-7b-instruct", Backend: "vllm",
 				Endpoint: "chat", Status: 200, PromptTokens: 812, CompletionTokens: 211, Latency: 900 * time.Millisecond, CostUSD: 0.000412}
 			b.ReportAllocs()

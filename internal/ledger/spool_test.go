@@ -1,4 +1,4 @@
-package usage
+package ledger
 
 import (
 	"context"
@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"llmgate/internal/usage"
 )
 
 // flakyWriter stores records by ID (ignoring duplicates, as stores do) and
@@ -23,7 +25,7 @@ type flakyWriter struct {
 	calls atomic.Int64
 }
 
-func (w *flakyWriter) InsertUsage(_ context.Context, recs []Record) error {
+func (w *flakyWriter) InsertUsage(_ context.Context, recs []usage.Record) error {
 	w.calls.Add(1)
 	if w.down.Load() {
 		return errors.New("database unreachable")
@@ -57,7 +59,7 @@ func TestLedger_OutageSpoolsToDiskAndDrainsEachRecordOnce(t *testing.T) {
 	w.down.Store(true)
 	l := NewLedger(w, Options{Interval: 5 * time.Millisecond, MaxBatch: 25, Spool: sp, SpoolAfter: 2}, quiet)
 	for i := 0; i < 500; i++ {
-		if err := l.Add(Record{ID: fmt.Sprintf("r%d", i), Time: time.Now()}); err != nil {
+		if err := l.Add(usage.Record{ID: fmt.Sprintf("r%d", i), Time: time.Now()}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -93,7 +95,7 @@ func TestSpool_LeftoverFileIsDrainedByTheNextStart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := sp.Append([]Record{{ID: "a"}, {ID: "b"}}); err != nil {
+	if err := sp.Append([]usage.Record{{ID: "a"}, {ID: "b"}}); err != nil {
 		t.Fatal(err)
 	}
 	// A torn last line from a crash mid-append is skipped.
@@ -126,13 +128,13 @@ func TestSpool_LeftoverFileIsDrainedByTheNextStart(t *testing.T) {
 
 func TestSpool_FailedDrainKeepsRecordsForLater(t *testing.T) {
 	sp, _ := OpenSpool(t.TempDir())
-	_ = sp.Append([]Record{{ID: "a"}})
+	_ = sp.Append([]usage.Record{{ID: "a"}})
 	w := &flakyWriter{ids: map[string]int{}}
 	w.down.Store(true)
 	if _, err := sp.Drain(context.Background(), w, 10); err == nil {
 		t.Fatal("drain into a down database reported success")
 	}
-	_ = sp.Append([]Record{{ID: "b"}}) // new records during the outage
+	_ = sp.Append([]usage.Record{{ID: "b"}}) // new records during the outage
 	w.down.Store(false)
 	for sp.Pending() {
 		if _, err := sp.Drain(context.Background(), w, 10); err != nil {

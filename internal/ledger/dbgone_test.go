@@ -1,4 +1,4 @@
-package usage_test
+package ledger_test
 
 import (
 	"context"
@@ -9,12 +9,13 @@ import (
 	"testing"
 	"time"
 
+	"llmgate/internal/ledger"
 	"llmgate/internal/store/sqlite"
 	"llmgate/internal/usage"
 )
 
 // addN adds n records and fails the test if an Add fails.
-func addN(t *testing.T, l *usage.Ledger, n int, tag string) []string {
+func addN(t *testing.T, l *ledger.Ledger, n int, tag string) []string {
 	t.Helper()
 	ids := make([]string, n)
 	for i := range ids {
@@ -65,18 +66,18 @@ func checkStored(t *testing.T, st *sqlite.Store, ids []string) {
 	}
 }
 
-func openLedger(t *testing.T, dir string) (*sqlite.Store, *usage.Ledger) {
+func openLedger(t *testing.T, dir string) (*sqlite.Store, *ledger.Ledger) {
 	t.Helper()
 	st, err := sqlite.Open(context.Background(), filepath.Join(dir, "ledger.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	sp, err := usage.OpenSpool(filepath.Join(dir, "spool"))
+	sp, err := ledger.OpenSpool(filepath.Join(dir, "spool"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	// Default health interval (1s): the 5s bound below is the real one.
-	return st, usage.NewLedger(st, usage.Options{Spool: sp, Interval: 10 * time.Millisecond}, quiet)
+	return st, ledger.NewLedger(st, ledger.Options{Spool: sp, Interval: 10 * time.Millisecond}, quiet)
 }
 
 // The SQLite file deleted under a running ledger: Healthy turns to an

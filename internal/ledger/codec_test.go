@@ -1,4 +1,4 @@
-package usage
+package ledger
 
 import (
 	"encoding/json"
@@ -8,15 +8,17 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"llmgate/internal/usage"
 )
 
 // appendRecord writes what encoding/json writes for a Record (member names
 // and values), so spool files of every version read alike.
 func TestAppendRecord_ReadsBackAsEncodingJSONWritesIt(t *testing.T) {
-	recs := []Record{
+	recs := []usage.Record{
 		{},
 		benchRecord(),
-		{ID: NewID(), ClientRequestID: "quote\" back\\slash \n\r\t \x00\x1f ünïcødé 🚀 <&>", Time: time.Date(2026, 3, 1, 12, 0, 0, 123456789, time.FixedZone("X", 5*3600+1800)),
+		{ID: usage.NewID(), ClientRequestID: "quote\" back\\slash \n\r\t \x00\x1f ünïcødé 🚀 <&>", Time: time.Date(2026, 3, 1, 12, 0, 0, 123456789, time.FixedZone("X", 5*3600+1800)),
 			KeyID: "master", Model: "Qwen/Qwen2.5-7B", Status: 499, ErrorType: "client_closed", PromptTokens: -1, CompletionTokens: math.MaxInt32,
 			CachedTokens: 7, TTFT: -time.Nanosecond, Latency: math.MaxInt64, Estimated: true, CostUSD: 1e-12},
 		{ID: "x", CostUSD: 123456789.125, Time: time.Unix(0, 0).UTC()},
@@ -26,7 +28,7 @@ func TestAppendRecord_ReadsBackAsEncodingJSONWritesIt(t *testing.T) {
 		if !strings.HasSuffix(string(line), "}\n") || strings.Count(string(line), "\n") != 1 {
 			t.Fatalf("not one line: %q", line)
 		}
-		var got Record
+		var got usage.Record
 		if err := decodeRecord(line, &got); err != nil {
 			t.Fatalf("decode %q: %v", line, err)
 		}
@@ -43,8 +45,8 @@ func TestAppendRecord_ReadsBackAsEncodingJSONWritesIt(t *testing.T) {
 		}
 	}
 	// Not representable in JSON: written as 0 rather than a broken line.
-	var got Record
-	if err := decodeRecord(appendRecord(nil, &Record{ID: "n", CostUSD: math.NaN()}), &got); err != nil || got.CostUSD != 0 {
+	var got usage.Record
+	if err := decodeRecord(appendRecord(nil, &usage.Record{ID: "n", CostUSD: math.NaN()}), &got); err != nil || got.CostUSD != 0 {
 		t.Fatalf("NaN cost: %v %v", got.CostUSD, err)
 	}
 }
@@ -66,8 +68,8 @@ func FuzzAppendRecord(f *testing.F) {
 	f.Add("id", "client", "key", "model", 200, 1.5)
 	f.Add("\x00\"\\", "\xff\xfe", "", "ü", -1, -0.0)
 	f.Fuzz(func(t *testing.T, id, client, key, model string, status int, cost float64) {
-		r := Record{ID: id, ClientRequestID: client, KeyID: key, Model: model, Status: status, CostUSD: cost, Time: time.Unix(1700000000, 5)}
-		var got Record
+		r := usage.Record{ID: id, ClientRequestID: client, KeyID: key, Model: model, Status: status, CostUSD: cost, Time: time.Unix(1700000000, 5)}
+		var got usage.Record
 		if err := decodeRecord(appendRecord(nil, &r), &got); err != nil {
 			t.Fatalf("line for %+v does not decode: %v", r, err)
 		}
@@ -90,20 +92,20 @@ func TestNewID_FormatUniquenessAndTimeOrder(t *testing.T) {
 	seen := map[string]bool{}
 	var prev string
 	for i := 0; i < 20000; i++ {
-		id := NewID()
-		if !IsNewID(id) || seen[id] {
-			t.Fatalf("id %q: well-formed %v, seen before %v", id, IsNewID(id), seen[id])
+		id := usage.NewID()
+		if !usage.IsNewID(id) || seen[id] {
+			t.Fatalf("id %q: well-formed %v, seen before %v", id, usage.IsNewID(id), seen[id])
 		}
 		seen[id] = true
 		if i%5000 == 0 {
-			if prev != "" && !(prev[:len(IDPrefix)+10] < id[:len(IDPrefix)+10]) {
+			if prev != "" && !(prev[:len(usage.IDPrefix)+10] < id[:len(usage.IDPrefix)+10]) {
 				t.Fatalf("id %s made after %s sorts before it", id, prev)
 			}
 			prev = id
 			time.Sleep(2 * time.Millisecond)
 		}
 	}
-	if IsNewID("req_0a1b2c3d_1") || LegacyClientRequestID(NewID()) == "" {
+	if usage.IsNewID("req_0a1b2c3d_1") || usage.LegacyClientRequestID(usage.NewID()) == "" {
 		t.Fatal("a new id is taken for an old server-made one, or the reverse")
 	}
 }

@@ -1,4 +1,4 @@
-package usage_test
+package ledger_test
 
 import (
 	"bufio"
@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"llmgate/internal/ledger"
 	"llmgate/internal/store/sqlite"
 	"llmgate/internal/usage"
 )
@@ -40,13 +41,13 @@ func TestLedgerCrashChild(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sp, err := usage.OpenSpool(filepath.Join(dir, "spool"))
+	sp, err := ledger.OpenSpool(filepath.Join(dir, "spool"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	// Small batches and a short interval: many takes, inserts and segment
 	// deletions, so kills land in every phase of the ledger's work.
-	l := usage.NewLedger(st, usage.Options{Spool: sp, MaxBatch: 64, Interval: 5 * time.Millisecond}, quiet)
+	l := ledger.NewLedger(st, ledger.Options{Spool: sp, MaxBatch: 64, Interval: 5 * time.Millisecond}, quiet)
 	fmt.Fprintln(acks, "ready")
 	var wg sync.WaitGroup
 	for g := 0; g < 6; g++ {
@@ -97,11 +98,11 @@ func TestLedger_SIGKILLLosesNoAcknowledgedRecord(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	sp, err := usage.OpenSpool(filepath.Join(dir, "spool"))
+	sp, err := ledger.OpenSpool(filepath.Join(dir, "spool"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	l := usage.NewLedger(st, usage.Options{Spool: sp}, quiet)
+	l := ledger.NewLedger(st, ledger.Options{Spool: sp}, quiet)
 	if err := l.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}

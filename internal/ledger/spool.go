@@ -1,4 +1,4 @@
-package usage
+package ledger
 
 import (
 	"bufio"
@@ -14,6 +14,8 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+
+	"llmgate/internal/usage"
 )
 
 // Spool is the ledger's journal on disk: every record is appended to it
@@ -300,7 +302,7 @@ func (s *Spool) remove(seq uint64) error {
 // Append writes a batch durably (fsynced) as a segment of its own, handed
 // to the drainer at once. The ledger uses it for records whose journal
 // write failed when the database refuses them too.
-func (s *Spool) Append(batch []Record) error {
+func (s *Spool) Append(batch []usage.Record) error {
 	if s.failWrite != nil {
 		if err := s.failWrite(); err != nil {
 			return err
@@ -351,7 +353,7 @@ func (s *Spool) Pending() bool {
 // up to maxBatch, deleting each once all its records are stored. It
 // returns the number of records written (including ones the store already
 // had) and stops at the first failing batch, leaving the rest for later.
-func (s *Spool) Drain(ctx context.Context, w Writer, maxBatch int) (int, error) {
+func (s *Spool) Drain(ctx context.Context, w usage.Writer, maxBatch int) (int, error) {
 	s.dmu.Lock()
 	defer s.dmu.Unlock()
 	segs, err := s.segments()
@@ -373,7 +375,7 @@ func (s *Spool) Drain(ctx context.Context, w Writer, maxBatch int) (int, error) 
 }
 
 // drainFile writes one segment's records and deletes the file.
-func drainFile(ctx context.Context, w Writer, path string, maxBatch int) (int, error) {
+func drainFile(ctx context.Context, w usage.Writer, path string, maxBatch int) (int, error) {
 	f, err := os.Open(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return 0, nil
@@ -384,7 +386,7 @@ func drainFile(ctx context.Context, w Writer, path string, maxBatch int) (int, e
 	defer f.Close()
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 64<<10), 16<<20)
-	batch := make([]Record, 0, maxBatch)
+	batch := make([]usage.Record, 0, maxBatch)
 	n, torn := 0, 0
 	lastFailed := false // the last line read was not a record
 	flush := func() error {
@@ -403,7 +405,7 @@ func drainFile(ctx context.Context, w Writer, path string, maxBatch int) (int, e
 		if len(line) == 0 {
 			continue
 		}
-		var r Record
+		var r usage.Record
 		lastFailed = false
 		if err := decodeRecord(line, &r); err != nil {
 			lastFailed = true

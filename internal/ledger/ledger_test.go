@@ -1,4 +1,4 @@
-package usage
+package ledger
 
 import (
 	"context"
@@ -8,16 +8,18 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"llmgate/internal/usage"
 )
 
 type recordingWriter struct {
 	mu      sync.Mutex
-	batches [][]Record
+	batches [][]usage.Record
 	gate    chan struct{} // when set, each write waits for a token
 	entered chan struct{} // when set, told when a write starts
 }
 
-func (w *recordingWriter) InsertUsage(ctx context.Context, recs []Record) error {
+func (w *recordingWriter) InsertUsage(ctx context.Context, recs []usage.Record) error {
 	if w.entered != nil {
 		select {
 		case w.entered <- struct{}{}:
@@ -29,7 +31,7 @@ func (w *recordingWriter) InsertUsage(ctx context.Context, recs []Record) error 
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.batches = append(w.batches, append([]Record(nil), recs...))
+	w.batches = append(w.batches, append([]usage.Record(nil), recs...))
 	return nil
 }
 
@@ -56,7 +58,7 @@ func TestLedger_EveryRecordWrittenOnceInBoundedBatches(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := 0; i < 1000; i++ {
-				if err := l.Add(Record{ID: fmt.Sprintf("%d-%d", g, i)}); err != nil {
+				if err := l.Add(usage.Record{ID: fmt.Sprintf("%d-%d", g, i)}); err != nil {
 					t.Error(err)
 					return
 				}
@@ -84,7 +86,7 @@ func TestLedger_EveryRecordWrittenOnceInBoundedBatches(t *testing.T) {
 	if l.Depth() != 0 {
 		t.Fatalf("depth %d after close", l.Depth())
 	}
-	if err := l.Add(Record{ID: "late"}); err != ErrClosed {
+	if err := l.Add(usage.Record{ID: "late"}); err != ErrClosed {
 		t.Fatalf("Add after Close: %v, want ErrClosed", err)
 	}
 }
@@ -98,7 +100,7 @@ func TestLedger_FullQueueBlocksAddUntilTheWriterCatchesUp(t *testing.T) {
 	// writer runs only on a full batch here.
 	l := NewLedger(w, Options{Queue: 10, MaxBatch: 10, Interval: time.Hour}, ledgerLog)
 	for i := 0; i < 10; i++ { // the writer takes these and waits at the gate
-		if err := l.Add(Record{ID: fmt.Sprint("a", i)}); err != nil {
+		if err := l.Add(usage.Record{ID: fmt.Sprint("a", i)}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -108,7 +110,7 @@ func TestLedger_FullQueueBlocksAddUntilTheWriterCatchesUp(t *testing.T) {
 		t.Fatal("the writer did not start on a full batch")
 	}
 	for i := 0; i < 10; i++ { // fills the queue again
-		if err := l.Add(Record{ID: fmt.Sprint("b", i)}); err != nil {
+		if err := l.Add(usage.Record{ID: fmt.Sprint("b", i)}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -116,7 +118,7 @@ func TestLedger_FullQueueBlocksAddUntilTheWriterCatchesUp(t *testing.T) {
 		t.Fatalf("depth %d, want 10 queued (10 more being written)", d)
 	}
 	added := make(chan struct{})
-	go func() { _ = l.Add(Record{ID: "c"}); close(added) }()
+	go func() { _ = l.Add(usage.Record{ID: "c"}); close(added) }()
 	select {
 	case <-added:
 		t.Fatal("Add returned with a full queue")
@@ -143,7 +145,7 @@ func TestLedger_CloseWritesTheAddsWaitingOnAFullQueue(t *testing.T) {
 	// The writer runs on full batches only (no timed flush).
 	l := NewLedger(w, Options{Queue: 4, MaxBatch: 4, Interval: time.Hour}, ledgerLog)
 	for i := 0; i < 4; i++ { // taken by the writer, which waits at the gate
-		if err := l.Add(Record{ID: fmt.Sprint("a", i)}); err != nil {
+		if err := l.Add(usage.Record{ID: fmt.Sprint("a", i)}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -153,13 +155,13 @@ func TestLedger_CloseWritesTheAddsWaitingOnAFullQueue(t *testing.T) {
 		t.Fatal("the writer did not start on a full batch")
 	}
 	for i := 0; i < 4; i++ { // fills the queue again
-		if err := l.Add(Record{ID: fmt.Sprint("b", i)}); err != nil {
+		if err := l.Add(usage.Record{ID: fmt.Sprint("b", i)}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	errs := make(chan error, 3)
 	for i := 0; i < 3; i++ {
-		go func() { errs <- l.Add(Record{ID: fmt.Sprint("c", i)}) }()
+		go func() { errs <- l.Add(usage.Record{ID: fmt.Sprint("c", i)}) }()
 	}
 	for deadline := time.Now().Add(5 * time.Second); ; { // all three wait on the full queue
 		l.mu.Lock()
@@ -192,7 +194,7 @@ func TestLedger_CloseWritesTheAddsWaitingOnAFullQueue(t *testing.T) {
 	if ids := w.ids(); len(ids) != 11 || ids["c0"] != 1 || ids["c2"] != 1 {
 		t.Fatalf("written %v, want 11 records each once, c0..c2 among them", ids)
 	}
-	if err := l.Add(Record{ID: "late"}); err != ErrClosed {
+	if err := l.Add(usage.Record{ID: "late"}); err != ErrClosed {
 		t.Fatalf("Add after Close: %v, want ErrClosed", err)
 	}
 }
@@ -203,7 +205,7 @@ type paceWriter struct {
 	gate  chan struct{}
 }
 
-func (w *paceWriter) InsertUsage(ctx context.Context, recs []Record) error {
+func (w *paceWriter) InsertUsage(ctx context.Context, recs []usage.Record) error {
 	if w.gate != nil {
 		<-w.gate
 	}
@@ -223,7 +225,7 @@ func TestLedger_PacesOnlyASmallBacklog(t *testing.T) {
 	defer l.Close(context.Background())
 	w.gate <- struct{}{}
 	for i := 0; i < 10; i++ {
-		l.Add(Record{ID: fmt.Sprint("a", i)})
+		l.Add(usage.Record{ID: fmt.Sprint("a", i)})
 	}
 	l.kick <- struct{}{}
 	waitWrites := func(n int) []bool {
@@ -244,7 +246,7 @@ func TestLedger_PacesOnlyASmallBacklog(t *testing.T) {
 	}
 	// The writer takes one record and is held at the gate while a backlog
 	// builds up.
-	l.Add(Record{ID: "b"})
+	l.Add(usage.Record{ID: "b"})
 	l.kick <- struct{}{}
 	for deadline := time.Now().Add(5 * time.Second); l.Depth() != 0; time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
@@ -252,7 +254,7 @@ func TestLedger_PacesOnlyASmallBacklog(t *testing.T) {
 		}
 	}
 	for i := 0; i < PaceBacklog+1; i++ {
-		l.Add(Record{ID: fmt.Sprint("c", i)})
+		l.Add(usage.Record{ID: fmt.Sprint("c", i)})
 	}
 	close(w.gate)
 	l.kick <- struct{}{}

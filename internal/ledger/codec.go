@@ -1,4 +1,4 @@
-package usage
+package ledger
 
 import (
 	"bytes"
@@ -6,6 +6,8 @@ import (
 	"math"
 	"strconv"
 	"time"
+
+	"llmgate/internal/usage"
 )
 
 // The spool holds one record per line as a JSON object whose members are
@@ -14,7 +16,7 @@ import (
 // reflection: it runs on every request, before the answer's last byte.
 
 // appendRecord appends r as one JSON line (with its newline) to b.
-func appendRecord(b []byte, r *Record) []byte {
+func appendRecord(b []byte, r *usage.Record) []byte {
 	b = append(b, `{"ID":`...)
 	b = appendJSONString(b, r.ID)
 	b = append(b, `,"ClientRequestID":`...)
@@ -92,13 +94,13 @@ func appendJSONString(b []byte, s string) []byte {
 // decodeRecord reads one spool line. Lines written before records had a
 // ClientRequestID get the one LegacyClientRequestID gives, as the database
 // migrations do for stored rows.
-func decodeRecord(line []byte, r *Record) error {
-	*r = Record{}
+func decodeRecord(line []byte, r *usage.Record) error {
+	*r = usage.Record{}
 	if err := json.Unmarshal(line, r); err != nil {
 		return err
 	}
 	if !bytes.Contains(line, []byte(`"ClientRequestID"`)) {
-		r.ClientRequestID = LegacyClientRequestID(r.ID)
+		r.ClientRequestID = usage.LegacyClientRequestID(r.ID)
 	}
 	return nil
 }

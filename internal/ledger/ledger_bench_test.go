@@ -1,4 +1,4 @@
-package usage
+package ledger
 
 import (
 	"context"
@@ -7,17 +7,19 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"llmgate/internal/usage"
 )
 
 type nullWriter struct{ n atomic.Int64 }
 
-func (w *nullWriter) InsertUsage(_ context.Context, recs []Record) error {
+func (w *nullWriter) InsertUsage(_ context.Context, recs []usage.Record) error {
 	w.n.Add(int64(len(recs)))
 	return nil
 }
 
-func benchRecord() Record {
-	return Record{ClientRequestID: "0c6f4a8e-5f3b-4a55-9a57-3f0f6f1b2c3d", Time: time.Now(), KeyID: "key_0123456789ab", Model: "qwen2.5-7b-instruct",
+func benchRecord() usage.Record {
+	return usage.Record{ClientRequestID: "0c6f4a8e-5f3b-4a55-9a57-3f0f6f1b2c3d", Time: time.Now(), KeyID: "key_0123456789ab", Model: "qwen2.5-7b-instruct",
 		Backend: "vllm", UpstreamModel: "Qwen/Qwen2.5-7B-Instruct", Endpoint: "chat", Status: 200, PromptTokens: 812, CompletionTokens: 211,
 		TTFT: 41 * time.Millisecond, Latency: 900 * time.Millisecond, Stream: true, CostUSD: 0.000412}
 }
@@ -34,7 +36,7 @@ func BenchmarkLedgerAdd(b *testing.B) {
 	}
 }
 
-func benchAdd(b *testing.B, w Writer, mode string, parallel bool) {
+func benchAdd(b *testing.B, w usage.Writer, mode string, parallel bool) {
 	opt := Options{}
 	if mode != "memory" {
 		sp, err := OpenSpool(b.TempDir())

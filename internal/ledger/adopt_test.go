@@ -1,4 +1,4 @@
-package usage
+package ledger
 
 import (
 	"context"
@@ -7,11 +7,13 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"llmgate/internal/usage"
 )
 
 // legacySpool leaves records in a spool directory, as a gateway of an
 // earlier version killed while its database was away would.
-func legacySpool(t *testing.T, dir string, recs ...Record) {
+func legacySpool(t *testing.T, dir string, recs ...usage.Record) {
 	t.Helper()
 	sp, err := OpenSpool(dir)
 	if err != nil {
@@ -28,8 +30,8 @@ func legacySpool(t *testing.T, dir string, recs ...Record) {
 func TestSpool_AdoptMovesAnotherDirectorysRecordsAndTheLedgerWritesThem(t *testing.T) {
 	root := t.TempDir()
 	old := filepath.Join(root, "llmgate-spool")
-	legacySpool(t, old, Record{ID: "r1", KeyID: "key_a"}, Record{ID: "r2", KeyID: "master"})
-	legacySpool(t, old, Record{ID: "r3", KeyID: "key_a"})
+	legacySpool(t, old, usage.Record{ID: "r1", KeyID: "key_a"}, usage.Record{ID: "r2", KeyID: "master"})
+	legacySpool(t, old, usage.Record{ID: "r3", KeyID: "key_a"})
 	sp, err := OpenSpool(filepath.Join(root, "llmgate.db.spool"))
 	if err != nil {
 		t.Fatal(err)
@@ -64,7 +66,7 @@ func TestSpool_AdoptMovesAnotherDirectorysRecordsAndTheLedgerWritesThem(t *testi
 func TestSpool_AdoptLeavesAnotherDatabasesRecordsAndABusyDirectory(t *testing.T) {
 	root := t.TempDir()
 	old := filepath.Join(root, "llmgate-spool")
-	legacySpool(t, old, Record{ID: "r1", KeyID: "key_other"})
+	legacySpool(t, old, usage.Record{ID: "r1", KeyID: "key_other"})
 	sp, err := OpenSpool(filepath.Join(root, "a.db.spool"))
 	if err != nil {
 		t.Fatal(err)

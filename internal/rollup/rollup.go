@@ -1,14 +1,4 @@
-package usage
-
-import (
-	"encoding/binary"
-	"math"
-	"slices"
-	"sort"
-	"strings"
-)
-
-// Hourly rollups keep usage queries fast on large ledgers: every stored
+// Package rollup keeps usage queries fast on large ledgers: every stored
 // record is also folded into one row per (hour, key, model, backend) plus a
 // latency histogram for that row. Summaries read the rollups for whole hours
 // and raw records only for the partial hours at the edges of a range.
@@ -16,6 +6,17 @@ import (
 // Latency percentiles from rollups come from a log-scale histogram with
 // LatencyBucketsPerDoubling buckets per doubling; a reported percentile is
 // the geometric middle of its bucket, within about 4.5% of the exact value.
+package rollup
+
+import (
+	"encoding/binary"
+	"math"
+	"slices"
+	"sort"
+	"strings"
+
+	"llmgate/internal/usage"
+)
 
 // LatencyBucketsPerDoubling sets the histogram resolution.
 const LatencyBucketsPerDoubling = 8
@@ -47,36 +48,36 @@ func HourStart(ms int64) int64 {
 	return s - ((s%3600)+3600)%3600
 }
 
-// RollupKey identifies one rollup row.
-type RollupKey struct {
+// Key identifies one rollup row.
+type Key struct {
 	Hour    int64 // Unix seconds of the UTC hour's start
 	KeyID   string
 	Model   string
 	Backend string
 }
 
-// Rollup is the aggregate of the records of one hour, key, model and backend.
-type Rollup struct {
-	RollupKey
+// Row is the aggregate of the records of one hour, key, model and backend.
+type Row struct {
+	Key
 	Requests, Errors, PromptTokens, CompletionTokens, CachedTokens, Estimated int64
 	CostUSD                                                                   float64
 	// Latency maps histogram bucket to count.
 	Latency map[int]int64
 }
 
-// RollupRecords folds records into rollup rows, sorted by key so writers
+// FromRecords folds records into rollup rows, sorted by key so writers
 // that upsert them lock rows in a consistent order.
-func RollupRecords(recs []Record) []Rollup {
-	idx := map[RollupKey]int{}
-	var out []Rollup
+func FromRecords(recs []usage.Record) []Row {
+	idx := map[Key]int{}
+	var out []Row
 	for i := range recs {
 		r := &recs[i]
-		k := RollupKey{Hour: HourStart(r.Time.UnixMilli()), KeyID: r.KeyID, Model: r.Model, Backend: r.Backend}
+		k := Key{Hour: HourStart(r.Time.UnixMilli()), KeyID: r.KeyID, Model: r.Model, Backend: r.Backend}
 		j, ok := idx[k]
 		if !ok {
 			j = len(out)
 			idx[k] = j
-			out = append(out, Rollup{RollupKey: k, Latency: map[int]int64{}})
+			out = append(out, Row{Key: k, Latency: map[int]int64{}})
 		}
 		ru := &out[j]
 		ru.Requests++
@@ -92,11 +93,11 @@ func RollupRecords(recs []Record) []Rollup {
 		}
 		ru.Latency[LatencyBucket(r.Latency.Microseconds())]++
 	}
-	sort.Slice(out, func(a, b int) bool { return lessKey(out[a].RollupKey, out[b].RollupKey) })
+	sort.Slice(out, func(a, b int) bool { return lessKey(out[a].Key, out[b].Key) })
 	return out
 }
 
-func lessKey(a, b RollupKey) bool {
+func lessKey(a, b Key) bool {
 	if a.Hour != b.Hour {
 		return a.Hour < b.Hour
 	}
@@ -117,7 +118,7 @@ type SummaryBuilder struct {
 }
 
 type sumAcc struct {
-	row  SummaryRow
+	row  usage.SummaryRow
 	hist [maxBucket + 1]int64
 }
 
@@ -196,13 +197,13 @@ func (b *SummaryBuilder) AddRecord(dims []string, latencyUS, status, prompt, cac
 }
 
 // Rows returns the summary rows sorted by their dimensions.
-func (b *SummaryBuilder) Rows() []SummaryRow {
+func (b *SummaryBuilder) Rows() []usage.SummaryRow {
 	keys := make([]string, 0, len(b.rows))
 	for k := range b.rows {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
-	out := make([]SummaryRow, 0, len(keys))
+	out := make([]usage.SummaryRow, 0, len(keys))
 	for _, k := range keys {
 		a := b.rows[k]
 		if a.row.Requests == 0 {
