@@ -20,8 +20,8 @@ import (
 
 	"llmgate/internal/config"
 	"llmgate/internal/dnsdisc"
+	"llmgate/internal/ledger"
 	"llmgate/internal/sim"
-	"llmgate/internal/usage"
 )
 
 // fakeDNS is a resolver whose answer a test changes: SRV records (target
@@ -67,7 +67,7 @@ func startDiscoveryGW(t *testing.T, src string, r dnsdisc.Resolver) *faultGW {
 	cfg.Database = filepath.Join(t.TempDir(), "llmgate.db")
 	cfg.Listen = "127.0.0.1:0"
 	opt := Options{Config: cfg, MasterKey: testMaster,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), LedgerOptions: usage.Options{Interval: 10 * time.Millisecond}}
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), LedgerOptions: ledger.Options{Interval: 10 * time.Millisecond}}
 	if r != nil {
 		opt.Resolver = func(*config.Backend) dnsdisc.Resolver { return r }
 	}
