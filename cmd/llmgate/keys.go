@@ -21,6 +21,7 @@ import (
 // keySpecFlags are the settable fields of a key.
 type keySpecFlags struct {
 	name, owner, models, expires, period string
+	objective                            string
 	rpm, tpm, conc                       int
 	budget                               float64
 	metadata                             []string
@@ -38,6 +39,7 @@ func (f *keySpecFlags) register(cmd *cobra.Command) {
 	fl.Float64Var(&f.budget, "budget", 0, "Budget in USD (0 = none)")
 	fl.StringVar(&f.period, "budget-period", "", "Budget reset period: none, daily or monthly")
 	fl.StringArrayVar(&f.metadata, "metadata", nil, "Metadata as key=value (repeatable)")
+	fl.StringVar(&f.objective, "objective", "", "InferenceObjective sent as x-gateway-inference-objective to backends with inference_extension ('' clears it)")
 }
 
 // spec returns the fields whose flags were set.
@@ -71,6 +73,9 @@ func (f *keySpecFlags) spec(cmd *cobra.Command) (admin.KeySpec, error) {
 	}
 	if ch("budget-period") {
 		s.BudgetPeriod = &f.period
+	}
+	if ch("objective") {
+		s.Objective = &f.objective
 	}
 	if ch("metadata") {
 		m := map[string]string{}
@@ -290,6 +295,9 @@ func printKey(out io.Writer, k *admin.Key) {
 			fmt.Fprintf(tw, "Budget left\t%s\n", usage.FormatUSD(max(0, k.BudgetUSD-*k.SpentUSD-*k.ReservedUSD)))
 		}
 	}
+	if k.Objective != "" {
+		fmt.Fprintf(tw, "Objective\t%s\n", k.Objective)
+	}
 	fmt.Fprintf(tw, "Created\t%s\n", k.CreatedAt.Format(time.RFC3339))
 	if k.ExpiresAt != nil {
 		fmt.Fprintf(tw, "Expires\t%s\n", k.ExpiresAt.Format(time.RFC3339))
@@ -312,7 +320,7 @@ func printKey(out io.Writer, k *admin.Key) {
 
 func printKeys(w io.Writer, ks []admin.Key) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tNAME\tKEY\tMODELS\tRPM\tTPM\tCONC\tBUDGET\tCREATED\tSTATUS")
+	fmt.Fprintln(tw, "ID\tNAME\tKEY\tMODELS\tRPM\tTPM\tCONC\tBUDGET\tOBJECTIVE\tCREATED\tSTATUS")
 	for _, k := range ks {
 		status := k.Status
 		if status == "active" && k.ExpiresAt != nil {
@@ -326,8 +334,8 @@ func printKeys(w io.Writer, ks []admin.Key) error {
 		if k.BudgetUSD > 0 {
 			budget = fmt.Sprintf("$%g/%s", k.BudgetUSD, k.BudgetPeriod)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", k.ID, orDash(k.Name), k.Hint, models, zeroDash(k.RPM), zeroDash(k.TPM),
-			zeroDash(k.MaxConcurrency), budget, k.CreatedAt.Local().Format("2006-01-02 15:04"), status)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", k.ID, orDash(k.Name), k.Hint, models, zeroDash(k.RPM), zeroDash(k.TPM),
+			zeroDash(k.MaxConcurrency), budget, orDash(k.Objective), k.CreatedAt.Local().Format("2006-01-02 15:04"), status)
 	}
 	return tw.Flush()
 }

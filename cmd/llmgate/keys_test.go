@@ -227,3 +227,31 @@ func TestKeys_NoGatewayAndNoDatabaseIsAnErrorNotANewFile(t *testing.T) {
 		t.Errorf("--url with --database: %v", err)
 	}
 }
+
+// --objective sets a key's InferenceObjective on create and update; keys
+// list shows it; a name Kubernetes would refuse is refused.
+func TestKeys_Objective(t *testing.T) {
+	cleanCLIEnv(t)
+	db := filepath.Join(t.TempDir(), "gw.db")
+	stdout, stderr, err := runCLI(t, "keys", "create", "--database", db, "--name", "svc", "--objective", "critical", "--format", "json")
+	if err != nil {
+		t.Fatalf("keys create --objective: %v\n%s", err, stderr)
+	}
+	var created struct{ ID string }
+	if err := json.Unmarshal([]byte(stdout), &created); err != nil || created.ID == "" {
+		t.Fatalf("created %s (%v)", stdout, err)
+	}
+	id := created.ID
+	if stdout, _, _ := runCLI(t, "keys", "show", "--database", db, id, "--format", "json"); !strings.Contains(stdout, `"objective": "critical"`) {
+		t.Fatalf("keys show lacks the objective:\n%s", stdout)
+	}
+	if _, stderr, err := runCLI(t, "keys", "update", "--database", db, id, "--objective", "batch"); err != nil {
+		t.Fatalf("keys update --objective: %v\n%s", err, stderr)
+	}
+	if stdout, _, _ := runCLI(t, "keys", "list", "--database", db); !strings.Contains(stdout, "OBJECTIVE") || !strings.Contains(stdout, "batch") {
+		t.Errorf("keys list does not show the objective:\n%s", stdout)
+	}
+	if _, _, err := runCLI(t, "keys", "update", "--database", db, id, "--objective", "Not_A_Name"); err == nil || !strings.Contains(err.Error(), "InferenceObjective") {
+		t.Errorf("a bad objective: err = %v, want a refusal naming InferenceObjective", err)
+	}
+}

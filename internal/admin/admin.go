@@ -148,7 +148,7 @@ func decodeSpec(r *http.Request) (*KeySpec, error) {
 	dec := json.NewDecoder(io.LimitReader(r.Body, 1<<20))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&s); err != nil && !errors.Is(err, io.EOF) {
-		return nil, badRequest("invalid key JSON: %v (fields: name, owner, models, rpm, tpm, max_concurrency, budget_usd, budget_period, metadata, expires_at)", err)
+		return nil, badRequest("invalid key JSON: %v (fields: name, owner, models, rpm, tpm, max_concurrency, budget_usd, budget_period, metadata, objective, expires_at)", err)
 	}
 	return &s, nil
 }

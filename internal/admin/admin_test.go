@@ -240,3 +240,32 @@ func eventually[T any](t *testing.T, f func() (T, bool)) T {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// A key's objective is set on create and update, shown, cleared with "",
+// and refused (400, saying what a valid name is) when it cannot name an
+// InferenceObjective.
+func TestAdmin_KeyObjectiveIsStoredShownAndChecked(t *testing.T) {
+	_, base := startGateway(t)
+	c := admin.NewClient(base, master)
+	ctx := context.Background()
+	is, err := c.CreateKey(ctx, admin.KeySpec{Name: ptr("svc"), Objective: ptr("critical")})
+	if err != nil || is.Key.Objective != "critical" {
+		t.Fatalf("create: %+v, %v", is, err)
+	}
+	if k, err := c.UpdateKey(ctx, is.Key.ID, admin.KeySpec{Objective: ptr("batch.low-1")}); err != nil || k.Objective != "batch.low-1" {
+		t.Fatalf("update: %+v, %v", k, err)
+	}
+	list, err := c.ListKeys(ctx)
+	if err != nil || len(list) != 1 || list[0].Objective != "batch.low-1" {
+		t.Fatalf("list: %+v, %v", list, err)
+	}
+	for _, bad := range []string{"Critical", "-x", "a_b", strings.Repeat("a", 254)} {
+		_, err := c.UpdateKey(ctx, is.Key.ID, admin.KeySpec{Objective: ptr(bad)})
+		if err == nil || !strings.Contains(err.Error(), "InferenceObjective") {
+			t.Errorf("objective %q: err = %v, want a refusal naming InferenceObjective", bad, err)
+		}
+	}
+	if k, err := c.UpdateKey(ctx, is.Key.ID, admin.KeySpec{Objective: ptr("")}); err != nil || k.Objective != "" {
+		t.Fatalf("clear: %+v, %v", k, err)
+	}
+}

@@ -25,10 +25,13 @@ type Key struct {
 	BudgetUSD      float64           `json:"budget_usd"`
 	BudgetPeriod   string            `json:"budget_period"`
 	Metadata       map[string]string `json:"metadata,omitempty"`
-	CreatedAt      time.Time         `json:"created_at"`
-	ExpiresAt      *time.Time        `json:"expires_at,omitempty"`
-	RevokedAt      *time.Time        `json:"revoked_at,omitempty"`
-	Status         string            `json:"status"`
+	// Objective is sent as x-gateway-inference-objective to backends with
+	// inference_extension.
+	Objective string     `json:"objective,omitempty"`
+	CreatedAt time.Time  `json:"created_at"`
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+	RevokedAt *time.Time `json:"revoked_at,omitempty"`
+	Status    string     `json:"status"`
 	// SpentUSD is the spend in the current budget period (shown by "show",
 	// omitted in lists): from a running gateway, the figure its budget is
 	// enforced against - the larger of the ledger's spend and the limiter's
@@ -61,6 +64,8 @@ type KeySpec struct {
 	BudgetUSD      *float64           `json:"budget_usd,omitempty"`
 	BudgetPeriod   *string            `json:"budget_period,omitempty"`
 	Metadata       *map[string]string `json:"metadata,omitempty"`
+	// Objective names an InferenceObjective; "" clears it.
+	Objective *string `json:"objective,omitempty"`
 	// ExpiresAt sets an expiry; an explicit zero time clears it.
 	ExpiresAt *time.Time `json:"expires_at,omitempty"`
 }
@@ -113,6 +118,12 @@ func (s *KeySpec) Apply(k *keys.Key) error {
 	if s.Metadata != nil {
 		k.Metadata = *s.Metadata
 	}
+	if s.Objective != nil {
+		if err := keys.CheckObjective(*s.Objective); err != nil {
+			return err
+		}
+		k.Objective = *s.Objective
+	}
 	if s.ExpiresAt != nil {
 		if s.ExpiresAt.IsZero() {
 			k.ExpiresAt = nil
@@ -141,6 +152,6 @@ func View(k *keys.Key, now time.Time) Key {
 		period = "none"
 	}
 	return Key{ID: k.ID, Name: k.Name, Owner: k.Owner, Hint: k.Hint, Models: models, RPM: k.RPM, TPM: k.TPM, MaxConcurrency: k.MaxConc,
-		BudgetUSD: k.BudgetUSD, BudgetPeriod: period, Metadata: k.Metadata, CreatedAt: k.CreatedAt, ExpiresAt: k.ExpiresAt,
+		BudgetUSD: k.BudgetUSD, BudgetPeriod: period, Metadata: k.Metadata, Objective: k.Objective, CreatedAt: k.CreatedAt, ExpiresAt: k.ExpiresAt,
 		RevokedAt: k.RevokedAt, Status: status}
 }

@@ -151,6 +151,31 @@ type Backend struct {
 	// preset's list applies (openai: top_k); [] removes nothing. Fields the
 	// gateway decides on (GatewayDecidedFields) cannot be listed.
 	DropParams []string `yaml:"drop_params"`
+	// Discovery finds the backend's replicas in DNS (discovery.go): "dns"
+	// resolves the URL's host to its addresses, "srv" looks up the SRV
+	// records _<DiscoverySRV>._tcp.<host>; each address becomes a
+	// deployment of the backend's models. Empty: the URL is one server.
+	Discovery string `yaml:"discovery"`
+	// DiscoveryInterval is how often the name is resolved again (default
+	// 10s).
+	DiscoveryInterval Duration `yaml:"discovery_interval"`
+	// DiscoverySRV is the SRV service (a Kubernetes port name) that
+	// discovery: srv looks up (default "http").
+	DiscoverySRV string `yaml:"discovery_srv"`
+	// DiscoveryResolver is a DNS server (host:port) to ask instead of the
+	// system's resolver.
+	DiscoveryResolver string `yaml:"discovery_resolver"`
+	// InferenceExtension sends the Gateway API Inference Extension's
+	// headers (x-gateway-inference-fairness-id, -objective) to the backend.
+	InferenceExtension bool `yaml:"inference_extension"`
+	// HostName, Address and Unavailable are set on the backends discovery
+	// makes (never in the file): the name the URL had (sent as the Host
+	// header and the TLS server name), the address that replaced it, and,
+	// for a name that resolved to no address, why the backend takes no
+	// requests.
+	HostName    string `yaml:"-"`
+	Address     string `yaml:"-"`
+	Unavailable string `yaml:"-"`
 	// BaseURL is URL after normalization (set by Validate).
 	BaseURL string `yaml:"-"`
 	// TLS is the client TLS configuration those settings make (set by
@@ -659,6 +684,9 @@ func (c *Config) validateBackend(b *Backend, key string) error {
 		return c.lineErr(b.line, key+".url", "%v", err)
 	}
 	b.BaseURL = base
+	if err := b.validateDiscovery(); err != nil {
+		return c.lineErr(b.line, key+err.key, "%s", err.msg)
+	}
 	if strings.Contains(b.APIKey, "${") {
 		return c.lineErr(b.line, key+".api_key", "unexpanded reference %q", b.APIKey)
 	}

@@ -201,15 +201,14 @@ func (m *Model) applyDeploymentDefaults(backends map[string]*Backend) {
 var metricsEngines = []string{"vllm", "sglang", "llamacpp"}
 
 // DefaultBalancing is the balancing of a model that names none:
-// cache_aware when it has several deployments, all on engines that
+// cache_aware when it has several replicas (several deployments, or a
+// backend whose replicas DNS discovery finds), all on engines that
 // report their queues (engine: vllm, sglang or llamacpp), where it
 // measured several times lower time to first token on agent workloads
-// and the same without shared prefixes (docs/routing.md); else
+// and about the same without shared prefixes (docs/routing.md); else
 // least_outstanding.
 func DefaultBalancing(deps []*Deployment, backends map[string]*Backend) string {
-	if len(deps) < 2 {
-		return BalanceLeastOutstanding
-	}
+	replicas := len(deps) >= 2
 	for _, d := range deps {
 		if d == nil {
 			return BalanceLeastOutstanding
@@ -218,6 +217,10 @@ func DefaultBalancing(deps []*Deployment, backends map[string]*Backend) string {
 		if b == nil || !slices.Contains(metricsEngines, b.Engine) {
 			return BalanceLeastOutstanding
 		}
+		replicas = replicas || b.Discovery != ""
+	}
+	if !replicas {
+		return BalanceLeastOutstanding
 	}
 	return BalanceCacheAware
 }

@@ -169,19 +169,24 @@ func TestLoad_DefaultBalancingIsCacheAwareOnlyForEngineReplicas(t *testing.T) {
   l1: {url: http://c, engine: llamacpp}
   ol: {url: http://d, engine: ollama}
   cloud: {url: http://e}
+  pool: {url: http://vllm.ns.svc:8000/v1, engine: vllm, discovery: dns}
+  cloudpool: {url: http://proxy.ns.svc:8000/v1, discovery: dns}
 models:
   replicas: {deployments: [{backend: v1}, {backend: v2}, {backend: l1}]}
   mixed: {deployments: [{backend: v1}, {backend: cloud}]}
   ollama: {deployments: [{backend: v1}, {backend: ol}]}
   single: {backend: v1}
   chosen: {balancing: least_outstanding, deployments: [{backend: v1}, {backend: v2}]}
+  found: {backend: pool}
+  foundcloud: {backend: cloudpool}
 `
 	cfg, err := LoadWithEnv(strings.NewReader(src), "x.yaml", env(nil))
 	if err != nil {
 		t.Fatal(err)
 	}
 	for model, want := range map[string]string{"replicas": BalanceCacheAware, "mixed": BalanceLeastOutstanding,
-		"ollama": BalanceLeastOutstanding, "single": BalanceLeastOutstanding, "chosen": BalanceLeastOutstanding} {
+		"ollama": BalanceLeastOutstanding, "single": BalanceLeastOutstanding, "chosen": BalanceLeastOutstanding,
+		"found": BalanceCacheAware, "foundcloud": BalanceLeastOutstanding} {
 		if got := cfg.Models[model].Balancing; got != want {
 			t.Errorf("%s: balancing %s, want %s", model, got, want)
 		}

@@ -14,10 +14,12 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"llmgate/internal/config"
 	"llmgate/internal/console"
+	"llmgate/internal/dnsdisc"
 	"llmgate/internal/engine"
 	"llmgate/internal/engineinfo"
 	"llmgate/internal/keys"
@@ -49,6 +51,9 @@ type Options struct {
 	// Admission and Middleware are passed to the server (see server.Options).
 	Admission  policy.Admission
 	Middleware []func(http.Handler) http.Handler
+	// Resolver, when set, answers DNS discovery's lookups for a backend
+	// (tests inject one); nil means the system's or discovery_resolver.
+	Resolver func(b *config.Backend) dnsdisc.Resolver
 }
 
 // Gateway is a running gateway.
@@ -79,7 +84,14 @@ type Gateway struct {
 	learned    chan struct{}
 	cancel     context.CancelFunc
 	served     chan error
-	acct       *accounting
+	// disc resolves the backends with discovery; tableMu serializes the
+	// table swaps of reloads and discovery, rawCfg is the configuration
+	// as loaded (before discovery expands it).
+	disc         *dnsdisc.Discoverer
+	tableMu      sync.Mutex
+	rawCfg       *config.Config
+	tablesClosed bool
+	acct         *accounting
 }
 
 // OpenStore opens the store named by a database setting.
@@ -159,7 +171,8 @@ func Start(ctx context.Context, opt Options) (g *Gateway, err error) {
 	if g.Engines, err = engine.New(cfg, engine.Options{Logger: log, OnReady: g.engineInfo.Refresh}); err != nil {
 		return nil, err
 	}
-	table := router.NewWithOptions(cfg, router.Options{Logger: log, OnHealthy: g.engineInfo.Recheck})
+	g.startDiscovery(ctx, cfg, &opt)
+	table := g.newTable(cfg, nil)
 	g.Engines.Attach(table)
 	sopt := server.Options{Table: table, Verifier: g.Verifier, Ledger: g.Ledger, Observer: g.observer(), Ready: g.Ledger.Healthy, Logger: log, Engines: g.engineInfo, MaxBodyBytes: cfg.MaxBodyBytes,
 		Admission: g.Metrics.Admission(opt.Admission), Middleware: opt.Middleware}
@@ -184,6 +197,7 @@ func Start(ctx context.Context, opt Options) (g *Gateway, err error) {
 	wctx, cancel := context.WithCancel(context.Background())
 	g.cancel = cancel
 	go g.Verifier.Watch(wctx, 500*time.Millisecond)
+	go g.disc.Run(wctx)
 	go func() { g.served <- g.HTTP.Serve(ln) }()
 	g.Engines.Start()
 	go g.learnContexts(wctx, table)
@@ -261,7 +275,10 @@ func (g *Gateway) Close(ctx context.Context) error {
 	if lerr := g.Ledger.Close(ctx); lerr != nil {
 		err = errors.Join(err, fmt.Errorf("flush usage ledger: %w", lerr))
 	}
+	g.tableMu.Lock()
+	g.tablesClosed = true
 	g.Server.Table().Close()
+	g.tableMu.Unlock()
 	if oerr := g.stopObservability(ctx); oerr != nil {
 		err = errors.Join(err, oerr)
 	}

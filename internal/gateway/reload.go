@@ -117,13 +117,7 @@ func (r *Reloader) Reload() error {
 }
 
 func (r *Reloader) apply(cfg *config.Config) {
-	old := r.g.Server.Table()
-	t := router.NewWithOptions(cfg, router.Options{Logger: r.log, Previous: old, OnHealthy: r.g.engineInfo.Recheck})
-	if r.Prepare != nil {
-		r.Prepare(t)
-	}
-	r.g.Server.SetTable(t)
-	old.Close()
+	r.g.swapTable(cfg, r.Prepare)
 	r.warnRestartOnly(cfg)
 	r.current = cfg
 	r.reloads++

@@ -34,9 +34,14 @@ type Key struct {
 	// BudgetPeriod is "", "daily" or "monthly".
 	BudgetPeriod string
 	Metadata     map[string]string
-	CreatedAt    time.Time
-	ExpiresAt    *time.Time
-	RevokedAt    *time.Time
+	// Objective names the service class of the key's requests for an
+	// InferencePool's endpoint picker (an InferenceObjective), sent as
+	// x-gateway-inference-objective to backends with inference_extension;
+	// "" sends none.
+	Objective string
+	CreatedAt time.Time
+	ExpiresAt *time.Time
+	RevokedAt *time.Time
 }
 
 // Errors returned by verification.

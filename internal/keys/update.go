@@ -2,6 +2,8 @@ package keys
 
 import (
 	"context"
+	"fmt"
+	"regexp"
 	"time"
 )
 
@@ -76,3 +78,19 @@ func Issue(ctx context.Context, st Store, k Key) (*Key, string, error) {
 	}
 	return &k, secret, nil
 }
+
+// CheckObjective reports whether s can name an InferenceObjective (a
+// Kubernetes object name: lower-case letters, digits, '-' and '.', at most
+// 253 characters, starting and ending with a letter or digit); "" clears
+// a key's objective.
+func CheckObjective(s string) error {
+	if s == "" {
+		return nil
+	}
+	if len(s) > 253 || !objectiveName.MatchString(s) {
+		return fmt.Errorf("objective %q is not a Kubernetes object name: use lower-case letters, digits, '-' and '.', starting and ending with a letter or digit (the name of an InferenceObjective, such as critical or batch)", s)
+	}
+	return nil
+}
+
+var objectiveName = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`)

@@ -23,6 +23,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"llmgate/internal/apierror"
+	"llmgate/internal/dnsdisc"
 	"llmgate/internal/keys"
 	"llmgate/internal/policy"
 	"llmgate/internal/usage"
@@ -76,7 +77,11 @@ type children struct {
 const maxSeries = 10000
 
 func (m *Metrics) children(r *usage.Record, key string) *children {
-	k := seriesKey{r.Model, r.Backend, key, r.Endpoint, r.Status}
+	// A replica found by DNS counts under its configured backend: pod
+	// addresses come and go, and the series would stay (the health and
+	// breaker gauges show each replica now).
+	backend := dnsdisc.Configured(r.Backend)
+	k := seriesKey{r.Model, backend, key, r.Endpoint, r.Status}
 	m.seriesMu.RLock()
 	c := m.series[k]
 	m.seriesMu.RUnlock()
@@ -85,20 +90,20 @@ func (m *Metrics) children(r *usage.Record, key string) *children {
 	}
 	st := strconv.Itoa(r.Status)
 	c = &children{
-		ttft:    m.ttft.WithLabelValues(r.Model, r.Backend),
-		latency: m.latency.WithLabelValues(r.Model, r.Backend, statusClass(r.Status)),
+		ttft:    m.ttft.WithLabelValues(r.Model, backend),
+		latency: m.latency.WithLabelValues(r.Model, backend, statusClass(r.Status)),
 	}
 	if m.keyLabels {
-		c.requests = m.requests.WithLabelValues(r.Model, r.Backend, key, r.Endpoint, st)
-		c.prompt = m.tokens.WithLabelValues(r.Model, r.Backend, key, "prompt")
-		c.completion = m.tokens.WithLabelValues(r.Model, r.Backend, key, "completion")
-		c.cached = m.tokens.WithLabelValues(r.Model, r.Backend, key, "cached")
+		c.requests = m.requests.WithLabelValues(r.Model, backend, key, r.Endpoint, st)
+		c.prompt = m.tokens.WithLabelValues(r.Model, backend, key, "prompt")
+		c.completion = m.tokens.WithLabelValues(r.Model, backend, key, "completion")
+		c.cached = m.tokens.WithLabelValues(r.Model, backend, key, "cached")
 		c.cost = m.cost.WithLabelValues(r.Model, key)
 	} else {
-		c.requests = m.requests.WithLabelValues(r.Model, r.Backend, r.Endpoint, st)
-		c.prompt = m.tokens.WithLabelValues(r.Model, r.Backend, "prompt")
-		c.completion = m.tokens.WithLabelValues(r.Model, r.Backend, "completion")
-		c.cached = m.tokens.WithLabelValues(r.Model, r.Backend, "cached")
+		c.requests = m.requests.WithLabelValues(r.Model, backend, r.Endpoint, st)
+		c.prompt = m.tokens.WithLabelValues(r.Model, backend, "prompt")
+		c.completion = m.tokens.WithLabelValues(r.Model, backend, "completion")
+		c.cached = m.tokens.WithLabelValues(r.Model, backend, "cached")
 		c.cost = m.cost.WithLabelValues(r.Model)
 	}
 	m.seriesMu.Lock()

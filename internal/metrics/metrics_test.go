@@ -144,3 +144,17 @@ func TestMetrics_KeyLabelsOffShowNoKeyIDs(t *testing.T) {
 		}
 	}
 }
+
+// Requests served by replicas found through DNS count under the configured
+// backend: pods coming and going leave no trail of series.
+func TestObserve_ReplicasCountUnderTheirBackend(t *testing.T) {
+	m := New()
+	m.Observe(usage.Record{Model: "qwen", Backend: "pool@10.0.0.1:8000", KeyID: "key_1", Endpoint: "chat", Status: 200})
+	m.Observe(usage.Record{Model: "qwen", Backend: "pool@10.0.0.2:8000", KeyID: "key_1", Endpoint: "chat", Status: 200})
+	if v := testutil.ToFloat64(m.requests.WithLabelValues("qwen", "pool", "key_1", "chat", "200")); v != 2 {
+		t.Fatalf("requests under pool = %v, want 2", v)
+	}
+	if n := testutil.CollectAndCount(m.requests); n != 1 {
+		t.Fatalf("%d request series, want 1", n)
+	}
+}

@@ -7,6 +7,7 @@ package provider
 import (
 	"bytes"
 	"context"
+	cryptotls "crypto/tls"
 	"crypto/x509"
 	"errors"
 	"fmt"
@@ -37,10 +38,19 @@ type Backend struct {
 	DropParams []string
 	// Engine is the backend's engine preset (engine: vllm, llamacpp, ...),
 	// "" when it names none: a hint of which engine answers there.
-	Engine  string
-	apiKey  string
-	bearer  string // "Bearer " + apiKey
-	headers map[string]string
+	Engine string
+	// Address is the address DNS discovery found this replica at ("" for
+	// a configured URL); Unavailable, when set, says why the backend
+	// takes no requests (its name resolved to no address).
+	Address     string
+	Unavailable string
+	// InferenceExtension says the backend wants the Gateway API Inference
+	// Extension's headers (inference_extension: true).
+	InferenceExtension bool
+	host               string // Host header to send, when the URL's host was replaced by an address
+	apiKey             string
+	bearer             string // "Bearer " + apiKey
+	headers            map[string]string
 	// tr sends the requests; client, on the same pool, the health probes
 	// (which follow redirects).
 	tr        *http.Transport
@@ -57,6 +67,7 @@ func NewBackend(b *config.Backend) *Backend {
 	tr := newTransport(b)
 	return &Backend{
 		Name: b.Name, BaseURL: b.BaseURL, Dialect: b.Dialect, apiKey: b.APIKey, bearer: "Bearer " + b.APIKey, DropParams: b.DropParams, Engine: b.Engine,
+		Address: b.Address, Unavailable: b.Unavailable, InferenceExtension: b.InferenceExtension, host: b.HostName,
 		headers: b.Headers, tr: tr, client: &http.Client{Transport: tr}, timeout: time.Duration(b.Timeout),
 		idle: time.Duration(b.IdleTimeout), firstByte: time.Duration(b.FirstByte), health: b.HealthCheck,
 	}
@@ -102,6 +113,18 @@ func newTransport(b *config.Backend) *http.Transport {
 	}
 	if b.TLS != nil {
 		tr.TLSClientConfig = b.TLS.Clone()
+	}
+	if tls && b.HostName != "" {
+		// A replica found by DNS is dialled at its address, and its
+		// certificate is checked against the name the URL had.
+		if tr.TLSClientConfig == nil {
+			tr.TLSClientConfig = &cryptotls.Config{}
+		}
+		name := b.HostName
+		if h, _, err := net.SplitHostPort(name); err == nil {
+			name = h
+		}
+		tr.TLSClientConfig.ServerName = name
 	}
 	return tr
 }
@@ -149,6 +172,9 @@ func (b *Backend) NewRequestGiving(ctx context.Context, path string, body []byte
 	}
 	if err != nil {
 		return nil, err
+	}
+	if b.host != "" {
+		req.Host = b.host
 	}
 	h := req.Header
 	if body != nil {

@@ -368,6 +368,9 @@ func (rl *Relay) send(ctx context.Context, c *Call, dep router.Deployment, out c
 	if out.Beta != "" {
 		req.Header.Set("Anthropic-Beta", out.Beta)
 	}
+	if dep.Backend.InferenceExtension {
+		inferenceHeaders(req.Header, c.Principal)
+	}
 	resp, err := dep.Backend.Do(req)
 	if err != nil {
 		return nil, t0, err

@@ -220,6 +220,9 @@ func (t *Table) unavailable(route *Route) error {
 // whether that is only a rate limit.
 func (t *Table) reason(d Deployment, now time.Time) (string, bool) {
 	name := d.Backend.Name + "/" + d.UpstreamModel
+	if d.Backend.Unavailable != "" {
+		return name + ": " + d.Backend.Unavailable, false
+	}
 	if d.s.be.down.Load() {
 		d.s.be.checkMu.Lock()
 		defer d.s.be.checkMu.Unlock()

@@ -66,7 +66,9 @@ func (t *Table) startHealthCheck(st *backendState) {
 // DeploymentHealth is the health of one deployment, for GET
 // /v1/models?health=1 and llmgate models.
 type DeploymentHealth struct {
-	Backend       string        `json:"backend"`
+	Backend string `json:"backend"`
+	// Address is where DNS discovery found this replica of the backend.
+	Address       string        `json:"address,omitempty"`
 	UpstreamModel string        `json:"upstream_model"`
 	Weight        int           `json:"weight"`
 	Priority      int           `json:"priority"`
@@ -132,9 +134,11 @@ func (t *Table) ModelHealth(r *Route) ModelHealth {
 	mh := ModelHealth{Model: r.Model, Balancing: r.Balancing, Fallbacks: r.Fallbacks, Deployments: []DeploymentHealth{}}
 	for _, d := range r.Deployments {
 		st := d.s.br.status(now)
-		dh := DeploymentHealth{Backend: d.Backend.Name, UpstreamModel: d.UpstreamModel, Weight: d.Weight, Priority: d.Priority,
+		dh := DeploymentHealth{Backend: d.Backend.Name, Address: d.Backend.Address, UpstreamModel: d.UpstreamModel, Weight: d.Weight, Priority: d.Priority,
 			Outstanding: d.s.outstanding.Load(), LatencyMS: float64(d.s.latency.Load()) / 1e6, Breaker: st}
-		if on, _, _, _ := d.Backend.HealthCheck(); on {
+		if d.Backend.Unavailable != "" {
+			dh.HealthCheck = d.Backend.Unavailable
+		} else if on, _, _, _ := d.Backend.HealthCheck(); on {
 			d.s.be.checkMu.Lock()
 			switch {
 			case d.s.be.checkAt.IsZero():

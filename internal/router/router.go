@@ -204,6 +204,10 @@ func NewWithOptions(cfg *config.Config, opt Options) *Table {
 		st := &backendState{b: provider.NewBackend(b), settings: settings}
 		t.bstates[name] = st
 		t.backends[name] = st.b
+		if st.b.Unavailable != "" { // a discovered name with no address (discovered.go)
+			st.down.Store(true)
+			continue
+		}
 		t.startHealthCheck(st)
 	}
 	for name, m := range cfg.Models {

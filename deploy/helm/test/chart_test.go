@@ -159,6 +159,13 @@ secret:
 `, []string{"StatefulSet", "HorizontalPodAutoscaler", "ServiceMonitor"}},
 		{"Deployment workload", baseValues + "workload: Deployment\n", []string{"Deployment"}},
 		{"in-cluster vLLM pool", baseValues + "vllmPool: {enabled: true, replicas: 3}\n", []string{"Deployment", "StatefulSet"}},
+		{"vLLM pool found by DNS", baseValues + `vllmPool: {enabled: true, replicas: 3}
+config:
+  backends:
+    vllm: {url: "http://vllm-pool:8000/v1", engine: vllm, discovery: dns, discovery_interval: 5s}
+  models:
+    qwen2.5-7b-instruct: {backend: vllm}
+`, []string{"Deployment", "StatefulSet"}},
 		{"existing secret", "secret: {existingSecret: llmgate-secrets}\n", []string{"StatefulSet"}},
 		{"one replica on SQLite", "replicaCount: 1\nsecret: {masterKey: sk-lg-x}\n", []string{"StatefulSet"}},
 	} {

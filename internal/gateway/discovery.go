@@ -1,0 +1,78 @@
+package gateway
+
+import (
+	"context"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"llmgate/internal/config"
+	"llmgate/internal/dnsdisc"
+	"llmgate/internal/metrics"
+	"llmgate/internal/router"
+)
+
+// startDiscovery sets up DNS discovery (backends with discovery: dns or
+// srv) before the first table is built: the names are resolved once, so
+// that the first requests find the replicas, and then on each backend's
+// interval by a goroutine that rebuilds the table when an answer changes.
+func (g *Gateway) startDiscovery(ctx context.Context, cfg *config.Config, opt *Options) {
+	errs := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "llmgate_discovery_errors_total",
+		Help: "Failed DNS resolutions of a backend with discovery (the last addresses are kept)."}, []string{"backend"})
+	_ = g.Metrics.Registry.Register(errs)
+	g.disc = dnsdisc.New(dnsdisc.Options{Resolver: opt.Resolver, Logger: g.log, OnChange: g.rediscovered,
+		OnError: func(b string) { errs.WithLabelValues(b).Inc() }})
+	_ = g.Metrics.GaugeVecFunc("llmgate_discovery_addresses", "Addresses a backend with discovery resolved to (each one a deployment of its models).",
+		[]string{"backend"}, func(emit metrics.Emit) {
+			for b, addrs := range g.disc.Addresses() {
+				emit(float64(len(addrs)), b)
+			}
+		})
+	g.rawCfg = cfg
+	g.disc.SetConfig(cfg)
+	if dnsdisc.Enabled(cfg) {
+		g.disc.Refresh(ctx, true)
+	}
+}
+
+// newTable builds the routing table of a configuration, each backend with
+// discovery expanded into its replicas as of now.
+func (g *Gateway) newTable(cfg *config.Config, prev *router.Table) *router.Table {
+	return router.NewWithOptions(g.disc.Expand(cfg), router.Options{Logger: g.log, Previous: prev, OnHealthy: g.engineInfo.Recheck})
+}
+
+// swapTable makes cfg the running configuration: a new table replaces the
+// current one, carrying over the backends (and replicas) whose settings
+// stay. Requests in flight finish on the table they started with.
+func (g *Gateway) swapTable(cfg *config.Config, prepare func(*router.Table)) {
+	g.tableMu.Lock()
+	defer g.tableMu.Unlock()
+	g.rawCfg = cfg
+	g.disc.SetConfig(cfg)
+	if dnsdisc.Enabled(cfg) {
+		// A backend new to discovery is resolved before its models go live.
+		g.disc.Refresh(context.Background(), false)
+	}
+	g.swapLocked(prepare)
+}
+
+func (g *Gateway) swapLocked(prepare func(*router.Table)) {
+	if g.tablesClosed {
+		return // the gateway stopped: a late answer must not start health checks again
+	}
+	old := g.Server.Table()
+	t := g.newTable(g.rawCfg, old)
+	if prepare != nil {
+		prepare(t)
+	}
+	g.Server.SetTable(t)
+	old.Close()
+}
+
+// rediscovered rebuilds the table after a discovered backend's addresses
+// changed: new replicas join, those gone get no new requests and finish
+// the ones they have (their connections close when idle).
+func (g *Gateway) rediscovered() {
+	g.tableMu.Lock()
+	defer g.tableMu.Unlock()
+	g.swapLocked(g.Engines.Attach)
+}
