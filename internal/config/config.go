@@ -368,7 +368,7 @@ var knownKeys = map[string][]string{
 		"idle_timeout", "provider", "engine", "health_check", "drop_params"},
 	"model": {"backend", "upstream_model", "deployments", "fallbacks", "balancing",
 		"input_price", "output_price", "cached_input_price", "rpm", "tpm", "max_concurrency"},
-	"deployment":   {"backend", "upstream_model", "weight", "priority"},
+	"deployment":   {"backend", "upstream_model", "weight", "priority", "max_concurrency", "queue_timeout", "queue_when_waiting"},
 	"health_check": {"path", "interval", "timeout", "enabled"},
 }
 

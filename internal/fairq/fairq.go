@@ -42,6 +42,7 @@ type Queue struct {
 	vtime    float64
 	seq      uint64
 	lanes    map[string]*lane
+	active   atomic.Bool // limit > 0 || busy != nil
 
 	waits    atomic.Int64 // requests that had to wait (granted, timed out or gone)
 	waitNs   atomic.Int64 // their total wait
@@ -66,7 +67,9 @@ type waiter struct {
 // New returns a queue admitting at most limit requests at once (0: no
 // limit; only a Busy function set later holds requests).
 func New(limit int) *Queue {
-	return &Queue{limit: max(limit, 0), lanes: map[string]*lane{}}
+	q := &Queue{limit: max(limit, 0), lanes: map[string]*lane{}}
+	q.active.Store(q.limit > 0)
+	return q
 }
 
 // SetLimit changes the concurrency limit (a config reload); requests
@@ -74,6 +77,7 @@ func New(limit int) *Queue {
 func (q *Queue) SetLimit(limit int) {
 	q.mu.Lock()
 	q.limit = max(limit, 0)
+	q.active.Store(q.limit > 0 || q.busy != nil)
 	q.dispatch()
 	q.mu.Unlock()
 }
@@ -82,6 +86,7 @@ func (q *Queue) SetLimit(limit int) {
 func (q *Queue) SetBusy(b Busy) {
 	q.mu.Lock()
 	q.busy = b
+	q.active.Store(q.limit > 0 || q.busy != nil)
 	q.dispatch()
 	q.mu.Unlock()
 }
@@ -96,11 +101,7 @@ func (q *Queue) Kick() {
 
 // Active reports whether the queue can hold a request at all (a limit or a
 // Busy check is set).
-func (q *Queue) Active() bool {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return q.limit > 0 || q.busy != nil
-}
+func (q *Queue) Active() bool { return q != nil && q.active.Load() }
 
 // room reports whether one more request may go to the deployment. The
 // engine's own queue holds requests only while this gateway has some in
@@ -115,6 +116,9 @@ func (q *Queue) room() bool {
 
 // HasRoom reports whether a request would be let in at once.
 func (q *Queue) HasRoom() bool {
+	if !q.Active() {
+		return true
+	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	return q.waiting == 0 && q.room()

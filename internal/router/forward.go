@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"llmgate/internal/apierror"
+	"llmgate/internal/fairq"
 )
 
 // Attempt sends the request to one deployment. committed reports whether
@@ -38,7 +39,12 @@ func (t *Table) Forward(ctx context.Context, route *Route, attempt Attempt) erro
 		if !ok {
 			return t.unavailable(route)
 		}
-		_, err, _ := t.try(ctx, route, d, probe, attempt)
+		slot, err := t.admit(ctx, route, d)
+		if err != nil {
+			t.unprobe(d, probe)
+			return err
+		}
+		_, err, _ = t.try(ctx, route, d, probe, slot, attempt)
 		return err
 	}
 	var (
@@ -57,6 +63,7 @@ func (t *Table) Forward(ctx context.Context, route *Route, attempt Attempt) erro
 			}
 		}
 		order := t.order(r, buf[:0])
+		t.roomFirst(r, order)
 		for _, i := range order {
 			if attempts == maxAttempts {
 				break
@@ -68,13 +75,19 @@ func (t *Table) Forward(ctx context.Context, route *Route, attempt Attempt) erro
 			}
 			if attempts > 0 {
 				if err := t.backoff(ctx, attempts); err != nil {
-					if probe {
-						d.s.br.record(t.opt.Now(), outcomeNeutral, 0, "")
-					}
+					t.unprobe(d, probe)
 					return lastErr
 				}
 			}
-			committed, err, retry := t.try(ctx, r, d, probe, attempt)
+			// A full deployment is waited for in its fair queue; a
+			// request that waited its queue_timeout, or whose client
+			// left, ends here: it has had its wait.
+			slot, err := t.admit(ctx, r, d)
+			if err != nil {
+				t.unprobe(d, probe)
+				return err
+			}
+			committed, err, retry := t.try(ctx, r, d, probe, slot, attempt)
 			tried[attempts], codes[attempts] = d.Backend.Name, errCode(err)
 			attempts++
 			if err == nil || committed || !retry {
@@ -92,12 +105,19 @@ func (t *Table) Forward(ctx context.Context, route *Route, attempt Attempt) erro
 	return exhausted(route, lastErr, tried[:attempts], codes[:attempts])
 }
 
-// try runs one attempt and settles the deployment's breaker. retry reports
-// whether another deployment may be tried.
-func (t *Table) try(ctx context.Context, r *Route, d Deployment, probe bool, attempt Attempt) (committed bool, err error, retry bool) {
-	d.s.outstanding.Add(1)
-	committed, err = attempt(ctx, d)
-	d.s.outstanding.Add(-1)
+// unprobe gives back a half-open breaker's probe that was not used.
+func (t *Table) unprobe(d Deployment, probe bool) {
+	if probe {
+		d.s.br.record(t.opt.Now(), outcomeNeutral, 0, "")
+	}
+}
+
+// try runs one attempt holding slot (nil: the deployment has no queue)
+// and settles the deployment's breaker. retry reports whether another
+// deployment may be tried. The slot and the count of requests in flight
+// are given back on every path, a panic in the attempt included.
+func (t *Table) try(ctx context.Context, r *Route, d Deployment, probe bool, slot *fairq.Slot, attempt Attempt) (committed bool, err error, retry bool) {
+	committed, err = t.run(ctx, d, slot, attempt)
 	o, retryAfter := classify(ctx, err)
 	if o == outcomeSuccess && !probe && err == nil && d.s.br.fastSuccess(t.opt.Now()) {
 		return committed, nil, false
@@ -112,6 +132,16 @@ func (t *Table) try(ctx context.Context, r *Route, d Deployment, probe bool, att
 	}
 	retry = !committed && (o == outcomeFailure || o == outcomeTimeout || o == outcomeRateLimited)
 	return committed, err, retry
+}
+
+// run is the attempt between taking and giving back its place.
+func (t *Table) run(ctx context.Context, d Deployment, slot *fairq.Slot, attempt Attempt) (bool, error) {
+	d.s.outstanding.Add(1)
+	defer func() {
+		d.s.outstanding.Add(-1)
+		slot.Release()
+	}()
+	return attempt(ctx, d)
 }
 
 // classify turns an attempt's error into a breaker outcome.

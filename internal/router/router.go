@@ -19,6 +19,7 @@ import (
 
 	"llmgate/internal/apierror"
 	"llmgate/internal/config"
+	"llmgate/internal/fairq"
 	"llmgate/internal/provider"
 	"llmgate/internal/translate"
 )
@@ -30,7 +31,9 @@ type Deployment struct {
 	UpstreamModel string
 	Weight        int
 	Priority      int
-	s             *depState
+	// QueueTimeout bounds a request's wait in the deployment's fair queue.
+	QueueTimeout time.Duration
+	s            *depState
 }
 
 // ObserveLatency reports the time the deployment took to answer with
@@ -92,6 +95,10 @@ type Options struct {
 	// itself again there (a restarted engine may have another context
 	// length). ctx ends with the check's time-out or when the check stops.
 	OnHealthy func(ctx context.Context, b *provider.Backend, recovered bool)
+	// EngineLoad, when set, says how many requests wait in each
+	// deployment's engine; deployments with queue_when_waiting hold
+	// requests in the gateway's fair queue while that is exceeded.
+	EngineLoad EngineLoad
 }
 
 // Table is an immutable routing table built from one configuration. A config
@@ -129,6 +136,7 @@ type depState struct {
 	br          *breaker
 	outstanding atomic.Int64
 	latency     atomic.Int64 // EWMA of time to headers, ns
+	q           *fairq.Queue // the fair queue (max_concurrency)
 }
 
 // allow reports whether the deployment may take a request now.
@@ -175,6 +183,7 @@ func NewWithOptions(cfg *config.Config, opt Options) *Table {
 		t.backends[name] = st.b
 		t.startHealthCheck(st)
 	}
+	queues := map[*depState]queueSettings{}
 	for name, m := range cfg.Models {
 		r := &Route{Model: name, Fallbacks: m.Fallbacks, Balancing: m.Balancing, ContextWindow: m.ContextWindow, FitOutput: m.FitsOutput()}
 		r.Chat, _ = m.ChatOptions() // validated with the config
@@ -186,8 +195,12 @@ func NewWithOptions(cfg *config.Config, opt Options) *Table {
 			if d == nil || t.bstates[d.Backend] == nil {
 				continue
 			}
+			s := t.depState(prev, d.Backend, d.UpstreamModel)
 			r.Deployments = append(r.Deployments, Deployment{Backend: t.backends[d.Backend], UpstreamModel: d.UpstreamModel,
-				Weight: max(d.Weight, 1), Priority: d.Priority, s: t.depState(prev, d.Backend, d.UpstreamModel)})
+				Weight: max(d.Weight, 1), Priority: d.Priority, QueueTimeout: time.Duration(d.QueueTimeout), s: s})
+			qs := queues[s]
+			qs.limit, qs.whenWaiting = max(qs.limit, d.MaxConcurrency), max(qs.whenWaiting, d.QueueWhenWaiting)
+			queues[s] = qs
 		}
 		sort.SliceStable(r.Deployments, func(i, j int) bool { return r.Deployments[i].Priority < r.Deployments[j].Priority })
 		for _, d := range r.Deployments {
@@ -209,6 +222,7 @@ func NewWithOptions(cfg *config.Config, opt Options) *Table {
 		}
 	}
 	sort.Strings(t.names)
+	t.setupQueues(queues)
 	return t
 }
 
@@ -225,7 +239,7 @@ func (t *Table) depState(prev *Table, backend, upstream string) *depState {
 		s = prev.deps[key]
 	}
 	if s == nil {
-		s = &depState{be: t.bstates[backend], br: newBreaker(t.breaker)}
+		s = &depState{be: t.bstates[backend], br: newBreaker(t.breaker), q: fairq.New(0)}
 	}
 	t.deps[key] = s
 	return s

@@ -1,0 +1,182 @@
+package router
+
+import (
+	"context"
+	"errors"
+	"math"
+	"net/http"
+	"sort"
+	"strconv"
+
+	"llmgate/internal/apierror"
+	"llmgate/internal/fairq"
+)
+
+// CodeQueueTimeout is the error code of a request that waited a
+// deployment's whole queue_timeout in the gateway's fair queue.
+const CodeQueueTimeout = "queue_timeout"
+
+// Lane says whose turn a request takes in the deployments' fair queues.
+type Lane struct {
+	// Key is the virtual key's id; requests without a key share "".
+	Key string
+	// Weight is the key's priority: under contention a key gets turns in
+	// proportion to it (at least 1).
+	Weight int
+	// Wait, when set, runs wait, which blocks until the request has a
+	// slot or must give up; the relay sends a streaming client
+	// keep-alives meanwhile. It returns wait's error.
+	Wait func(ctx context.Context, wait func(context.Context) error) error
+}
+
+type laneKey struct{}
+
+// WithLane returns ctx carrying the request's lane for Forward.
+func WithLane(ctx context.Context, l Lane) context.Context {
+	return context.WithValue(ctx, laneKey{}, l)
+}
+
+// EngineLoad reports what a deployment's engine says of its own queue:
+// the requests waiting in it, from its scraped metrics (vLLM
+// vllm:num_requests_waiting, SGLang sglang:num_queue_reqs); ok is false
+// when there is no fresh figure. Whoever scrapes calls Table.KickQueues
+// after each scrape.
+type EngineLoad interface {
+	Waiting(backend, upstreamModel string) (n int, ok bool)
+}
+
+// queueSettings are a deployment's fair-queue settings from the config.
+type queueSettings struct {
+	limit, whenWaiting int
+}
+
+// setupQueues gives each deployment's queue its limit and engine check.
+// A backend+model pair named by several models takes the largest limit.
+func (t *Table) setupQueues(settings map[*depState]queueSettings) {
+	for key, s := range t.deps {
+		qs := settings[s]
+		s.q.SetLimit(qs.limit)
+		var busy fairq.Busy
+		if l := t.opt.EngineLoad; l != nil && qs.whenWaiting > 0 {
+			backend, upstream := splitDepKey(key)
+			threshold := qs.whenWaiting
+			busy = func() bool {
+				n, ok := l.Waiting(backend, upstream)
+				return ok && n > threshold
+			}
+		}
+		s.q.SetBusy(busy)
+	}
+}
+
+func splitDepKey(key string) (backend, upstream string) {
+	for i := 0; i < len(key); i++ {
+		if key[i] == 0 {
+			return key[:i], key[i+1:]
+		}
+	}
+	return key, ""
+}
+
+// KickQueues lets requests waiting for an engine's own queue to shrink in,
+// where it has; the engine-metrics scraper calls it after each scrape.
+func (t *Table) KickQueues() {
+	for _, s := range t.deps {
+		s.q.Kick()
+	}
+}
+
+// roomFirst moves, within each priority group of the order, the
+// deployments whose fair queue has room ahead of those that are full
+// (keeping the balancing's order otherwise), so that a request does not
+// wait for a busy deployment while an equal one is free.
+func (t *Table) roomFirst(r *Route, order []int) {
+	deps := r.Deployments
+	for start := 0; start < len(order); {
+		end := start + 1
+		for end < len(order) && deps[order[end]].Priority == deps[order[start]].Priority {
+			end++
+		}
+		if end-start > 1 {
+			insertionSort(order[start:end], func(a, b int) bool {
+				return deps[a].s.q.HasRoom() && !deps[b].s.q.HasRoom()
+			})
+		}
+		start = end
+	}
+}
+
+// admit takes a slot in d's fair queue for the request, waiting its turn
+// when d is at its max_concurrency (or its engine's queue is long). The
+// slot is nil when d has no queue. A request that waited queue_timeout
+// gets 429 with Retry-After; one whose client left, ErrClientClosed.
+func (t *Table) admit(ctx context.Context, r *Route, d Deployment) (*fairq.Slot, error) {
+	q := d.s.q
+	if !q.Active() {
+		return nil, nil
+	}
+	lane, _ := ctx.Value(laneKey{}).(Lane)
+	if s, ok := q.TryAcquire(lane.Key, lane.Weight); ok {
+		return s, nil
+	}
+	var slot *fairq.Slot
+	wait := func(ctx context.Context) error {
+		s, _, err := q.Acquire(ctx, lane.Key, lane.Weight, d.QueueTimeout)
+		slot = s
+		return err
+	}
+	var err error
+	if lane.Wait != nil {
+		err = lane.Wait(ctx, wait)
+	} else {
+		err = wait(ctx)
+	}
+	if err == nil && slot != nil {
+		return slot, nil
+	}
+	slot.Release()
+	if errors.Is(err, fairq.ErrTimeout) {
+		return nil, queueTimeout(r, d, q.Stats())
+	}
+	return nil, apierror.ClientClosed(err)
+}
+
+// queueTimeout is the 429 of a request that waited the whole
+// queue_timeout. Retry-After is a tenth of the timeout (at least 1s): the
+// queue was full for all of it, so an immediate retry would likely wait
+// again.
+func queueTimeout(r *Route, d Deployment, st fairq.Stats) error {
+	secs := max(1, int(math.Ceil(d.QueueTimeout.Seconds()/10)))
+	e := apierror.Newf(http.StatusTooManyRequests, apierror.KindRateLimit, CodeQueueTimeout,
+		"model %q is busy: its deployment %s/%s has %d requests in flight (max_concurrency %d) and %d more waiting in the gateway's queue; this request waited %s (queue_timeout) without its turn. Retry after %d s, send fewer requests at once, or ask the gateway admin to raise max_concurrency or queue_timeout",
+		r.Model, d.Backend.Name, d.UpstreamModel, st.InFlight, st.Limit, st.Waiting, d.QueueTimeout, secs)
+	e.Header = http.Header{"Retry-After": {strconv.Itoa(secs)}}
+	return e
+}
+
+// QueueStats is one deployment's fair queue as metrics and the console
+// show it.
+type QueueStats struct {
+	Backend, UpstreamModel string
+	fairq.Stats
+}
+
+// Queues returns the fair queues of the table's deployments that have
+// one (a max_concurrency or an engine check), sorted by backend and model.
+func (t *Table) Queues() []QueueStats {
+	var out []QueueStats
+	for key, s := range t.deps {
+		if !s.q.Active() {
+			continue
+		}
+		b, u := splitDepKey(key)
+		out = append(out, QueueStats{Backend: b, UpstreamModel: u, Stats: s.q.Stats()})
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Backend != out[j].Backend {
+			return out[i].Backend < out[j].Backend
+		}
+		return out[i].UpstreamModel < out[j].UpstreamModel
+	})
+	return out
+}
