@@ -39,7 +39,7 @@ func (t *Table) Forward(ctx context.Context, route *Route, attempt Attempt) erro
 		if !ok {
 			return t.unavailable(route)
 		}
-		slot, err := t.admit(ctx, route, d)
+		slot, err := t.admit(ctx, route, d, nil)
 		if err != nil {
 			t.unprobe(d, probe)
 			return err
@@ -64,11 +64,12 @@ func (t *Table) Forward(ctx context.Context, route *Route, attempt Attempt) erro
 		}
 		order := t.order(r, buf[:0])
 		t.roomFirst(r, order)
-		for _, i := range order {
+		switches := 0
+		for k := 0; k < len(order); k++ {
 			if attempts == maxAttempts {
 				break
 			}
-			d := r.Deployments[i]
+			d := r.Deployments[order[k]]
 			ok, probe := d.s.allow(t.opt.Now())
 			if !ok {
 				continue
@@ -82,7 +83,27 @@ func (t *Table) Forward(ctx context.Context, route *Route, attempt Attempt) erro
 			// A full deployment is waited for in its fair queue; a
 			// request that waited its queue_timeout, or whose client
 			// left, ends here: it has had its wait.
-			slot, err := t.admit(ctx, r, d)
+			// A full deployment is waited for only when no equal one
+			// (later in the group) has a free slot now: another request
+			// may have taken the one roomFirst saw.
+			elsewhere := func() bool {
+				if switches >= maxAttempts {
+					return false
+				}
+				j := t.roomier(r, order, k)
+				if j < 0 {
+					return false
+				}
+				order[k], order[j] = order[j], order[k]
+				switches++
+				return true
+			}
+			slot, err := t.admit(ctx, r, d, elsewhere)
+			if err == errElsewhere {
+				t.unprobe(d, probe)
+				k-- // try the deployment swapped into this place
+				continue
+			}
 			if err != nil {
 				t.unprobe(d, probe)
 				return err

@@ -110,7 +110,11 @@ func (t *Table) roomFirst(r *Route, order []int) {
 // when d is at its max_concurrency (or its engine's queue is long). The
 // slot is nil when d has no queue. A request that waited queue_timeout
 // gets 429 with Retry-After; one whose client left, ErrClientClosed.
-func (t *Table) admit(ctx context.Context, r *Route, d Deployment) (*fairq.Slot, error) {
+//
+// Before waiting it asks elsewhere, when given, whether an equal
+// deployment has a free slot after all; if so admit returns errElsewhere
+// and the caller tries that one.
+func (t *Table) admit(ctx context.Context, r *Route, d Deployment, elsewhere func() bool) (*fairq.Slot, error) {
 	q := d.s.q
 	if !q.Active() {
 		return nil, nil
@@ -118,6 +122,9 @@ func (t *Table) admit(ctx context.Context, r *Route, d Deployment) (*fairq.Slot,
 	lane, _ := ctx.Value(laneKey{}).(Lane)
 	if s, ok := q.TryAcquire(lane.Key, lane.Weight); ok {
 		return s, nil
+	}
+	if elsewhere != nil && elsewhere() {
+		return nil, errElsewhere
 	}
 	var slot *fairq.Slot
 	wait := func(ctx context.Context) error {
@@ -139,6 +146,24 @@ func (t *Table) admit(ctx context.Context, r *Route, d Deployment) (*fairq.Slot,
 		return nil, queueTimeout(r, d, q.Stats())
 	}
 	return nil, apierror.ClientClosed(err)
+}
+
+// errElsewhere says an equal deployment has room: try it instead of
+// waiting.
+var errElsewhere = errors.New("router: an equal deployment has room")
+
+// roomier returns the index in order, after k and in k's priority group,
+// of a deployment that may be tried now and has a free slot; -1 if none.
+func (t *Table) roomier(r *Route, order []int, k int) int {
+	deps := r.Deployments
+	now := t.opt.Now()
+	for j := k + 1; j < len(order) && deps[order[j]].Priority == deps[order[k]].Priority; j++ {
+		s := deps[order[j]].s
+		if s.q.HasRoom() && !s.be.down.Load() && s.br.readyAt(now).IsZero() {
+			return j
+		}
+	}
+	return -1
 }
 
 // queueTimeout is the 429 of a request that waited the whole
