@@ -51,8 +51,8 @@ YAML
   local gw=$!
   wait_up -H "Authorization: Bearer $MASTER" "http://$GW/v1/models"
   local a b
-  a=$(curl -sf -H "Authorization: Bearer $MASTER" -d '{"name":"flood-a"}' "http://$GW/admin/keys" | sed -n 's/.*"secret":"\([^"]*\)".*/\1/p')
-  b=$(curl -sf -H "Authorization: Bearer $MASTER" -d '{"name":"quiet-b"}' "http://$GW/admin/keys" | sed -n 's/.*"secret":"\([^"]*\)".*/\1/p')
+  a=$(curl -sf -H "Authorization: Bearer $MASTER" -d '{"name":"flood-a"}' "http://$GW/admin/keys" | grep -o "sk-lg-[A-Za-z0-9_-]*" | tail -1)
+  b=$(curl -sf -H "Authorization: Bearer $MASTER" -d '{"name":"quiet-b"}' "http://$GW/admin/keys" | grep -o "sk-lg-[A-Za-z0-9_-]*" | tail -1)
   local f=("$dir/flood" -url "http://$GW/v1" -model m -key-a "$a" -key-b "$b" -flood-tokens "$FLOOD_TOKENS")
   echo "$mode B alone:          $("${f[@]}" -flood 0 -quiet "$QUIET")"
   echo "$mode B under flood:    $("${f[@]}" -flood "$FLOOD" -quiet "$QUIET")"

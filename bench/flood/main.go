@@ -52,7 +52,7 @@ func main() {
 				if err != nil {
 					if ctx.Err() == nil {
 						fmt.Fprintln(os.Stderr, "A:", err)
-						time.Sleep(100 * time.Millisecond)
+						os.Exit(1) // a flood that fails measures nothing
 					}
 					continue
 				}
@@ -77,7 +77,9 @@ func main() {
 		r, err := stream(ctx, client, *url, *keyB, *model, *quietTokens)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "B:", err)
-			fails++
+			if fails++; fails > 3 {
+				os.Exit(1)
+			}
 			continue
 		}
 		ttfts = append(ttfts, r.ttft)

@@ -72,3 +72,11 @@ func (rl *Relay) waitWithKeepAlives(ctx context.Context, w http.ResponseWriter, 
 		}
 	}
 }
+
+// backendDone says the backend has ended its answer: the deployment's
+// fair-queue slot goes to the next request now.
+func (c *Call) backendDone() {
+	if c.answered != nil {
+		router.ReleaseSlot(c.answered)
+	}
+}

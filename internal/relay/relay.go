@@ -96,6 +96,10 @@ type Call struct {
 	// sw is set once SSE headers and keep-alives went out while the
 	// request waited in a deployment's fair queue.
 	sw *sse.Writer
+	// answered is the context of the attempt running: once its backend's
+	// answer has ended, router.ReleaseSlot(answered) lets the next
+	// request in the deployment's fair queue go.
+	answered context.Context
 
 	settled atomic.Bool  // the record was written
 	rec     usage.Record // the record, once settled
@@ -180,6 +184,7 @@ func (rl *Relay) Serve(w http.ResponseWriter, r *http.Request, c *Call) {
 	ctx = router.WithLane(ctx, rl.lane(w, c))
 	err := c.Table.Forward(ctx, c.route, func(ctx context.Context, dep router.Deployment) (bool, error) {
 		attempts++
+		c.answered = ctx // its end gives back the attempt's fair-queue slot
 		if c.sw != nil { // keep-alives went out while the request was queued
 			final = rl.attempt(ctx, headersSent{w}, c, dep, attempts)
 		} else {

@@ -162,6 +162,9 @@ func (t *Table) run(ctx context.Context, d Deployment, slot *fairq.Slot, attempt
 		d.s.outstanding.Add(-1)
 		slot.Release()
 	}()
+	if slot != nil {
+		ctx = context.WithValue(ctx, slotKey{}, slot)
+	}
 	return attempt(ctx, d)
 }
 

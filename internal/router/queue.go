@@ -179,6 +179,20 @@ func queueTimeout(r *Route, d Deployment, st fairq.Stats) error {
 	return e
 }
 
+type slotKey struct{}
+
+// ReleaseSlot gives back the fair-queue slot the attempt running under ctx
+// holds, if any, before the attempt returns: the relay calls it once the
+// backend's answer has ended, so that the next request in the queue goes
+// to the engine while this one's record is written and its last bytes
+// are sent. Later releases (the router's own, when the attempt returns)
+// do nothing.
+func ReleaseSlot(ctx context.Context) {
+	if s, _ := ctx.Value(slotKey{}).(*fairq.Slot); s != nil {
+		s.Release()
+	}
+}
+
 // QueueStats is one deployment's fair queue as metrics and the console
 // show it.
 type QueueStats struct {

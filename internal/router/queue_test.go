@@ -42,7 +42,9 @@ type blocker struct {
 	release chan struct{}
 }
 
-func newBlocker() *blocker { return &blocker{entered: make(chan string, 16), release: make(chan struct{})} }
+func newBlocker() *blocker {
+	return &blocker{entered: make(chan string, 16), release: make(chan struct{})}
+}
 
 func (b *blocker) attempt(ctx context.Context, d Deployment) (bool, error) {
 	b.entered <- d.Backend.Name
@@ -236,4 +238,38 @@ models:
 	close(b.release)
 	<-done
 	<-done
+}
+
+func TestReleaseSlot_LetsTheNextRequestInBeforeTheAttemptReturns(t *testing.T) {
+	tb, _ := table(t, threeBackends+`
+models:
+  m: {deployments: [{backend: a, max_concurrency: 1}]}
+`)
+	r, _ := tb.Route("m")
+	finish := make(chan struct{})
+	second := make(chan struct{})
+	first := make(chan error, 1)
+	go func() {
+		first <- tb.Forward(context.Background(), r, func(ctx context.Context, d Deployment) (bool, error) {
+			ReleaseSlot(ctx) // the backend's answer has ended
+			ReleaseSlot(ctx)
+			<-finish // the record and the last bytes take their time
+			return true, nil
+		})
+	}()
+	go func() {
+		_ = tb.Forward(context.Background(), r, func(context.Context, Deployment) (bool, error) {
+			close(second)
+			return true, nil
+		})
+	}()
+	<-second // served while the first attempt has not returned
+	close(finish)
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "both done", func() bool { return queueOf(t, tb, "a").InFlight == 0 })
+	if st := queueOf(t, tb, "a"); st.InFlight != 0 {
+		t.Fatalf("%+v", st)
+	}
 }
