@@ -84,6 +84,7 @@ func (g *Gateway) mountObservability() {
 			}
 		})
 	g.observeEngines()
+	g.observeQueues()
 	g.Server.Handle("/metrics", g.metricsHandler())
 
 	if !g.Config.ConsoleOn() {
