@@ -219,3 +219,27 @@ func (t *Table) Queues() []QueueStats {
 	})
 	return out
 }
+
+// QueueHealth is a deployment's fair queue as /v1/models?health=1 and the
+// console show it.
+type QueueHealth struct {
+	MaxConcurrency int     `json:"max_concurrency"`
+	InFlight       int     `json:"in_flight"`
+	Waiting        int     `json:"waiting"`
+	Waits          int64   `json:"waits"`
+	MeanWaitMS     float64 `json:"mean_wait_ms"`
+	Timeouts       int64   `json:"timeouts"`
+	Abandoned      int64   `json:"abandoned"`
+}
+
+func queueHealth(q *fairq.Queue) *QueueHealth {
+	if !q.Active() {
+		return nil
+	}
+	st := q.Stats()
+	h := &QueueHealth{MaxConcurrency: st.Limit, InFlight: st.InFlight, Waiting: st.Waiting, Waits: st.Waits, Timeouts: st.Timeouts, Abandoned: st.Gone}
+	if st.Waits > 0 {
+		h.MeanWaitMS = float64(st.WaitTime.Microseconds()) / 1000 / float64(st.Waits)
+	}
+	return h
+}

@@ -273,3 +273,33 @@ models:
 		t.Fatalf("%+v", st)
 	}
 }
+
+func TestHealth_ShowsTheFairQueueOfDeploymentsThatHaveOne(t *testing.T) {
+	tb, _ := table(t, threeBackends+`
+models:
+  m: {deployments: [{backend: a, max_concurrency: 2}, {backend: b, priority: 1}]}
+`)
+	r, _ := tb.Route("m")
+	b := newBlocker()
+	done := make(chan error, 1)
+	go func() { done <- tb.Forward(context.Background(), r, b.attempt) }()
+	<-b.entered
+	mh := tb.ModelHealth(r)
+	var qa, qb *QueueHealth
+	for _, d := range mh.Deployments {
+		switch d.Backend {
+		case "a":
+			qa = d.Queue
+		case "b":
+			qb = d.Queue
+		}
+	}
+	if qa == nil || qa.MaxConcurrency != 2 || qa.InFlight != 1 || qa.Waiting != 0 {
+		t.Errorf("queue of a: %+v", qa)
+	}
+	if qb != nil {
+		t.Errorf("b has no max_concurrency but shows a queue: %+v", qb)
+	}
+	close(b.release)
+	<-done
+}

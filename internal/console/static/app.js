@@ -438,6 +438,9 @@ async function renderModels() {
         h("span", { class: "muted mono" }, dp.upstream_model), h("span", { class: "muted" }, dp.latency_ms ? msText(dp.latency_ms) + " avg" : ""),
         h("span", { class: "muted" }, "breaker " + dp.breaker.state + (dp.breaker.trips ? " · " + dp.breaker.trips + " trips" : "")),
         h("span", { class: "muted" }, dp.outstanding ? dp.outstanding + " in flight" : ""),
+        dp.queue ? h("span", { class: dp.queue.waiting ? "small warn" : "muted small", "data-testid": "dep-queue" },
+          "queue: " + dp.queue.waiting + " waiting · " + dp.queue.in_flight + (dp.queue.max_concurrency ? "/" + dp.queue.max_concurrency : "") + " in flight" +
+          (dp.queue.waits ? " · mean wait " + msText(dp.queue.mean_wait_ms) : "") + (dp.queue.timeouts ? " · " + dp.queue.timeouts + " timed out" : "")) : null,
         dp.health_check ? h("span", { class: "muted small" }, "health check: " + dp.health_check) : null,
         dp.breaker.last_error ? h("span", { class: "small status-5" }, dp.breaker.last_error) : null);
     }) : [h("div", { class: "muted small" }, "No health information from the router.")];
