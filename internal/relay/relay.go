@@ -181,7 +181,9 @@ func (rl *Relay) Serve(w http.ResponseWriter, r *http.Request, c *Call) {
 	}
 	var final Result
 	attempts := 0
-	ctx = router.WithLane(ctx, rl.lane(w, c))
+	if c.route.Queued() || c.route.Fallbacks != nil {
+		ctx = router.WithLane(ctx, rl.lane(w, c))
+	}
 	err := c.Table.Forward(ctx, c.route, func(ctx context.Context, dep router.Deployment) (bool, error) {
 		attempts++
 		c.answered = ctx // its end gives back the attempt's fair-queue slot

@@ -67,7 +67,12 @@ type Route struct {
 	Chat      translate.ChatOptions
 	fallbacks []*Route
 	dialects  []string
+	queued    bool // a deployment has a fair queue
 }
+
+// Queued reports whether a deployment of the route (not its fallbacks) has
+// a fair queue, so that the caller need not give Forward a lane otherwise.
+func (r *Route) Queued() bool { return r.queued }
 
 // Dialects returns the distinct backend dialects of the route's
 // deployments (computed when the table is built).
@@ -223,6 +228,11 @@ func NewWithOptions(cfg *config.Config, opt Options) *Table {
 	}
 	sort.Strings(t.names)
 	t.setupQueues(queues)
+	for _, r := range t.routes {
+		for _, d := range r.Deployments {
+			r.queued = r.queued || d.s.q.Active()
+		}
+	}
 	return t
 }
 
