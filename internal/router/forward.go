@@ -80,12 +80,11 @@ func (t *Table) Forward(ctx context.Context, route *Route, attempt Attempt) erro
 					return lastErr
 				}
 			}
-			// A full deployment is waited for in its fair queue; a
-			// request that waited its queue_timeout, or whose client
-			// left, ends here: it has had its wait.
-			// A full deployment is waited for only when no equal one
-			// (later in the group) has a free slot now: another request
-			// may have taken the one roomFirst saw.
+			// A full deployment is waited for in its fair queue, but
+			// only when no equal one (later in the group) has a free
+			// slot now: another request may have taken the one
+			// roomFirst saw. A request that waited its queue_timeout,
+			// or whose client left, ends here: it has had its wait.
 			elsewhere := func() bool {
 				if switches >= maxAttempts {
 					return false
