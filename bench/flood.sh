@@ -7,12 +7,15 @@
 # TTFT alone and under the flood, and A's output throughput alone.
 # Usage: bench/flood.sh            (FLOOD_TOKENS=200 QUIET=10 WINDOW=15s by default)
 #        FLOOD_TOKENS=16 QUIET=20 bench/flood.sh
+#        A_ROUNDS=3 bench/flood.sh  (A alone only, without and with the queue in turns)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 FLOOD=${FLOOD:-48}
 FLOOD_TOKENS=${FLOOD_TOKENS:-200}
 QUIET=${QUIET:-10}
 WINDOW=${WINDOW:-15s}
+MAX_CONC=${MAX_CONC:-4}   # the fair queue's max_concurrency
+MODES=${MODES:-fifo fair} # fifo: no queue; fair: max_concurrency $MAX_CONC
 SIM=127.0.0.1:${SIM_PORT:-18931}
 GW=127.0.0.1:${GW_PORT:-18932}
 MASTER=sk-lg-flood-bench-master-key-0123456789
@@ -30,11 +33,11 @@ pids+=($!)
 wait_up() { for _ in $(seq 100); do curl -sf -o /dev/null "$@" && return 0; sleep 0.1; done; echo "not up: $*" >&2; return 1; }
 wait_up "http://$SIM/v1/models"
 
-# run MODE: start a gateway (fifo: no queue; fair: max_concurrency 4),
-# make keys A and B, run the cases, stop it.
-run() {
+# start MODE: start a gateway (fifo: no queue; fair: max_concurrency $MAX_CONC)
+# and make keys A and B; f is then the driver's command line for it.
+start() {
   local mode=$1 queue=""
-  [ "$mode" = fair ] && queue=", max_concurrency: 4"
+  [ "$mode" = fair ] && queue=", max_concurrency: $MAX_CONC"
   rm -rf "$dir/gw" && mkdir -p "$dir/gw"
   cat >"$dir/gw/llmgate.yaml" <<YAML
 listen: $GW
@@ -48,17 +51,32 @@ models:
       - {backend: sim, upstream_model: m$queue}
 YAML
   LLMGATE_MASTER_KEY=$MASTER "$dir/llmgate" serve -c "$dir/gw/llmgate.yaml" >"$dir/gw/serve.log" 2>&1 &
-  local gw=$!
+  gw=$!
   wait_up -H "Authorization: Bearer $MASTER" "http://$GW/v1/models"
   local a b
   a=$(curl -sf -H "Authorization: Bearer $MASTER" -d '{"name":"flood-a"}' "http://$GW/admin/keys" | grep -o "sk-lg-[A-Za-z0-9_-]*" | tail -1)
   b=$(curl -sf -H "Authorization: Bearer $MASTER" -d '{"name":"quiet-b"}' "http://$GW/admin/keys" | grep -o "sk-lg-[A-Za-z0-9_-]*" | tail -1)
-  local f=("$dir/flood" -url "http://$GW/v1" -model m -key-a "$a" -key-b "$b" -flood-tokens "$FLOOD_TOKENS")
-  echo "$mode B alone:          $("${f[@]}" -flood 0 -quiet "$QUIET")"
-  echo "$mode B under flood:    $("${f[@]}" -flood "$FLOOD" -quiet "$QUIET")"
-  echo "$mode A alone:          $("${f[@]}" -flood "$FLOOD" -quiet 0 -window "$WINDOW")"
-  kill "$gw"; wait "$gw" 2>/dev/null || true
+  f=("$dir/flood" -url "http://$GW/v1" -model m -key-a "$a" -key-b "$b" -flood-tokens "$FLOOD_TOKENS")
 }
-echo "# $(date -u +%FT%TZ) $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg); flood $FLOOD x $FLOOD_TOKENS tokens, B $QUIET x 8 tokens"
-run fifo
-run fair
+stop() { kill "$gw"; wait "$gw" 2>/dev/null || true; }
+
+echo "# $(date -u +%FT%TZ) $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg); flood $FLOOD x $FLOOD_TOKENS tokens, B $QUIET x 8 tokens, fair max_concurrency $MAX_CONC"
+if [ "${A_ROUNDS:-0}" = 0 ]; then
+  for mode in $MODES; do
+    start "$mode"
+    echo "$mode B alone:          $("${f[@]}" -flood 0 -quiet "$QUIET")"
+    echo "$mode B under flood:    $("${f[@]}" -flood "$FLOOD" -quiet "$QUIET")"
+    echo "$mode A alone:          $("${f[@]}" -flood "$FLOOD" -quiet 0 -window "$WINDOW")"
+    stop
+  done
+else
+  # A alone only, without and with the queue in turns (A_ROUNDS times),
+  # so that the machine's other load falls on both alike.
+  for i in $(seq "$A_ROUNDS"); do
+    for mode in $MODES; do
+      start "$mode"
+      echo "$mode A alone (round $i): $("${f[@]}" -flood "$FLOOD" -quiet 0 -window "$WINDOW")"
+      stop
+    done
+  done
+fi
