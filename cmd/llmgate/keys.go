@@ -22,7 +22,7 @@ import (
 type keySpecFlags struct {
 	name, owner, models, expires, period string
 	objective                            string
-	rpm, tpm, conc                       int
+	rpm, tpm, conc, priority             int
 	budget                               float64
 	metadata                             []string
 }
@@ -36,6 +36,7 @@ func (f *keySpecFlags) register(cmd *cobra.Command) {
 	fl.IntVar(&f.rpm, "rpm", 0, "Requests per minute (0 = unlimited)")
 	fl.IntVar(&f.tpm, "tpm", 0, "Tokens per minute (0 = unlimited)")
 	fl.IntVar(&f.conc, "max-concurrency", 0, "Concurrent requests (0 = unlimited)")
+	fl.IntVar(&f.priority, "priority", 1, "Weight in a busy deployment's fair queue: priority 3 gets three turns to one of priority 1")
 	fl.Float64Var(&f.budget, "budget", 0, "Budget in USD (0 = none)")
 	fl.StringVar(&f.period, "budget-period", "", "Budget reset period: none, daily or monthly")
 	fl.StringArrayVar(&f.metadata, "metadata", nil, "Metadata as key=value (repeatable)")
@@ -67,6 +68,9 @@ func (f *keySpecFlags) spec(cmd *cobra.Command) (admin.KeySpec, error) {
 	}
 	if ch("max-concurrency") {
 		s.MaxConcurrency = &f.conc
+	}
+	if ch("priority") {
+		s.Priority = &f.priority
 	}
 	if ch("budget") {
 		s.BudgetUSD = &f.budget
@@ -274,7 +278,7 @@ func printKey(out io.Writer, k *admin.Key) {
 		models = strings.Join(k.Models, ", ")
 	}
 	fmt.Fprintf(tw, "ID\t%s\nName\t%s\nOwner\t%s\nKey\t%s\nStatus\t%s\nModels\t%s\n", k.ID, orDash(k.Name), orDash(k.Owner), k.Hint, k.Status, models)
-	fmt.Fprintf(tw, "RPM\t%s\nTPM\t%s\nMax concurrency\t%s\n", lim(k.RPM), lim(k.TPM), lim(k.MaxConcurrency))
+	fmt.Fprintf(tw, "RPM\t%s\nTPM\t%s\nMax concurrency\t%s\nPriority\t%d\n", lim(k.RPM), lim(k.TPM), lim(k.MaxConcurrency), k.Priority)
 	if k.BudgetUSD > 0 {
 		fmt.Fprintf(tw, "Budget\t$%.2f (%s)\n", k.BudgetUSD, k.BudgetPeriod)
 	} else {

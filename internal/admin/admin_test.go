@@ -269,3 +269,29 @@ func TestAdmin_KeyObjectiveIsStoredShownAndChecked(t *testing.T) {
 		t.Fatalf("clear: %+v, %v", k, err)
 	}
 }
+
+func TestAdmin_KeyPriorityIsStoredDefaultsToOneAndIsBounded(t *testing.T) {
+	_, base := startGateway(t)
+	c := admin.NewClient(base, master)
+	ctx := context.Background()
+	is, err := c.CreateKey(ctx, admin.KeySpec{Name: ptr("plain")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if is.Key.Priority != 1 {
+		t.Fatalf("a key without a priority shows %d, want 1", is.Key.Priority)
+	}
+	p := 3
+	if _, err := c.UpdateKey(ctx, is.Key.ID, admin.KeySpec{Priority: &p}); err != nil {
+		t.Fatal(err)
+	}
+	if k, err := c.GetKey(ctx, is.Key.ID); err != nil || k.Priority != 3 {
+		t.Fatalf("after update to 3: %+v %v", k, err)
+	}
+	for _, bad := range []int{0, -1, 101} {
+		_, err := c.UpdateKey(ctx, is.Key.ID, admin.KeySpec{Priority: &bad})
+		if err == nil || !strings.Contains(err.Error(), "priority must be 1") {
+			t.Errorf("priority %d: err %v, want a refusal naming the range", bad, err)
+		}
+	}
+}

@@ -14,17 +14,20 @@ import (
 
 // Key is a key as the API shows it: never its secret or hash.
 type Key struct {
-	ID             string            `json:"id"`
-	Name           string            `json:"name"`
-	Owner          string            `json:"owner,omitempty"`
-	Hint           string            `json:"hint"`
-	Models         []string          `json:"models"`
-	RPM            int               `json:"rpm"`
-	TPM            int               `json:"tpm"`
-	MaxConcurrency int               `json:"max_concurrency"`
-	BudgetUSD      float64           `json:"budget_usd"`
-	BudgetPeriod   string            `json:"budget_period"`
-	Metadata       map[string]string `json:"metadata,omitempty"`
+	ID             string   `json:"id"`
+	Name           string   `json:"name"`
+	Owner          string   `json:"owner,omitempty"`
+	Hint           string   `json:"hint"`
+	Models         []string `json:"models"`
+	RPM            int      `json:"rpm"`
+	TPM            int      `json:"tpm"`
+	MaxConcurrency int      `json:"max_concurrency"`
+	// Priority is the key's weight in the deployments' fair queues (1
+	// unless set).
+	Priority     int               `json:"priority"`
+	BudgetUSD    float64           `json:"budget_usd"`
+	BudgetPeriod string            `json:"budget_period"`
+	Metadata     map[string]string `json:"metadata,omitempty"`
 	// Objective is sent as x-gateway-inference-objective to backends with
 	// inference_extension.
 	Objective string     `json:"objective,omitempty"`
@@ -61,6 +64,7 @@ type KeySpec struct {
 	RPM            *int               `json:"rpm,omitempty"`
 	TPM            *int               `json:"tpm,omitempty"`
 	MaxConcurrency *int               `json:"max_concurrency,omitempty"`
+	Priority       *int               `json:"priority,omitempty"`
 	BudgetUSD      *float64           `json:"budget_usd,omitempty"`
 	BudgetPeriod   *string            `json:"budget_period,omitempty"`
 	Metadata       *map[string]string `json:"metadata,omitempty"`
@@ -98,6 +102,12 @@ func (s *KeySpec) Apply(k *keys.Key) error {
 			return fmt.Errorf("%s must be 0 (unlimited) or more, not %d", f.name, *f.src)
 		}
 		*f.dst = *f.src
+	}
+	if s.Priority != nil {
+		if *s.Priority < 1 || *s.Priority > keys.MaxPriority {
+			return fmt.Errorf("priority must be 1 (the default) to %d: a key of priority 3 gets three turns to one of priority 1 in a busy deployment's queue, not %d", keys.MaxPriority, *s.Priority)
+		}
+		k.Priority = *s.Priority
 	}
 	if s.BudgetUSD != nil {
 		if *s.BudgetUSD < 0 {
@@ -152,6 +162,6 @@ func View(k *keys.Key, now time.Time) Key {
 		period = "none"
 	}
 	return Key{ID: k.ID, Name: k.Name, Owner: k.Owner, Hint: k.Hint, Models: models, RPM: k.RPM, TPM: k.TPM, MaxConcurrency: k.MaxConc,
-		BudgetUSD: k.BudgetUSD, BudgetPeriod: period, Metadata: k.Metadata, Objective: k.Objective, CreatedAt: k.CreatedAt, ExpiresAt: k.ExpiresAt,
+		Priority: k.EffectivePriority(), BudgetUSD: k.BudgetUSD, BudgetPeriod: period, Metadata: k.Metadata, Objective: k.Objective, CreatedAt: k.CreatedAt, ExpiresAt: k.ExpiresAt,
 		RevokedAt: k.RevokedAt, Status: status}
 }

@@ -55,7 +55,19 @@ type Deployment struct {
 	// Priority orders groups of deployments: lower numbers are tried first;
 	// higher ones only when every lower one failed or is unhealthy.
 	Priority int `yaml:"priority"`
-	line     int
+	// MaxConcurrency caps the requests this gateway has in flight to the
+	// deployment (0: no cap); beyond it requests wait in the gateway's
+	// fair queue, served in turn across keys by their priority.
+	MaxConcurrency int `yaml:"max_concurrency"`
+	// QueueTimeout bounds a request's wait in that queue (default 30s),
+	// after which it is refused with 429 and Retry-After.
+	QueueTimeout Duration `yaml:"queue_timeout"`
+	// QueueWhenWaiting holds requests in the gateway's queue, even below
+	// MaxConcurrency, while the engine reports more than this many
+	// requests waiting in its own queue (0: off; needs the engine's
+	// metrics).
+	QueueWhenWaiting int `yaml:"queue_when_waiting"`
+	line             int
 	// fromModel marks a deployment made from the single-backend form, so
 	// that errors name the key the user wrote.
 	fromModel bool
@@ -171,6 +183,10 @@ func didYouMean(s string, names []string) string {
 	return ""
 }
 
+// DefaultQueueTimeout is how long a request waits in a deployment's fair
+// queue when queue_timeout is not set.
+const DefaultQueueTimeout = 30 * time.Second
+
 // applyDeploymentDefaults turns the single-backend form into a deployment
 // and fills weights and upstream names.
 func (m *Model) applyDeploymentDefaults(backends map[string]*Backend) {
@@ -186,6 +202,9 @@ func (m *Model) applyDeploymentDefaults(backends map[string]*Backend) {
 		}
 		if d.Weight == 0 {
 			d.Weight = 1
+		}
+		if d.QueueTimeout == 0 {
+			d.QueueTimeout = Duration(DefaultQueueTimeout)
 		}
 		if d.line == 0 {
 			d.line = m.line
@@ -263,6 +282,15 @@ func (c *Config) validateRouting(m *Model, key string, backendNames []string) er
 		}
 		if d.Priority < 0 {
 			return le(d.line, dk+".priority", "must be 0 or more (0 is tried first), not %d", d.Priority)
+		}
+		if d.MaxConcurrency < 0 {
+			return le(d.line, dk+".max_concurrency", "must be 0 (no cap) or the requests the engine serves at once, not %d", d.MaxConcurrency)
+		}
+		if d.QueueTimeout < 0 {
+			return le(d.line, dk+".queue_timeout", "must be positive (such as 30s), not %s", time.Duration(d.QueueTimeout))
+		}
+		if d.QueueWhenWaiting < 0 {
+			return le(d.line, dk+".queue_when_waiting", "must be 0 (off) or a number of requests waiting in the engine, not %d", d.QueueWhenWaiting)
 		}
 	}
 	if !slices.Contains(Balancings, m.Balancing) {

@@ -58,6 +58,30 @@ models:
 	}
 }
 
+func TestLoad_DeploymentQueueSettings(t *testing.T) {
+	src := `
+backends:
+  gpu1: {url: http://10.0.0.1:8000/v1}
+  gpu2: {url: http://10.0.0.2:8000/v1}
+models:
+  qwen:
+    deployments:
+      - {backend: gpu1, max_concurrency: 4, queue_timeout: 5s, queue_when_waiting: 2}
+      - {backend: gpu2}
+`
+	cfg, err := LoadWithEnv(strings.NewReader(src), "x.yaml", env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := cfg.Models["qwen"].Deployments
+	if d[0].MaxConcurrency != 4 || time.Duration(d[0].QueueTimeout) != 5*time.Second || d[0].QueueWhenWaiting != 2 {
+		t.Errorf("queue settings of the first deployment: %+v", d[0])
+	}
+	if d[1].MaxConcurrency != 0 || time.Duration(d[1].QueueTimeout) != DefaultQueueTimeout || d[1].QueueWhenWaiting != 0 {
+		t.Errorf("queue defaults of the second deployment: %+v", d[1])
+	}
+}
+
 func TestLoad_RoutingErrorsNameKeyAndLine(t *testing.T) {
 	cases := []struct{ name, src, want string }{
 		{"typo in a deployment", "backends:\n  a: {url: http://x}\nmodels:\n  m:\n    deployments:\n      - {backend: a, wieght: 2}\n",
@@ -69,6 +93,9 @@ func TestLoad_RoutingErrorsNameKeyAndLine(t *testing.T) {
 		{"unknown fallback", "backends:\n  a: {url: http://x}\nmodels:\n  mm: {backend: a}\n  m: {backend: a, fallbacks: [mn]}\n", `x.yaml:5: models.m.fallbacks: unknown model "mn" (did you mean "mm"?)`},
 		{"self fallback", "backends:\n  a: {url: http://x}\nmodels:\n  m: {backend: a, fallbacks: [m]}\n", `cannot fall back to itself`},
 		{"bad balancing", "backends:\n  a: {url: http://x}\nmodels:\n  m: {backend: a, balancing: round_robin}\n", `models.m.balancing: must be one of least_outstanding, weighted_random, lowest_latency, cache_aware, least_load, session, not "round_robin"`},
+		{"negative max_concurrency", "backends:\n  a: {url: http://x}\nmodels:\n  m: {deployments: [{backend: a, max_concurrency: -4}]}\n", `x.yaml:4: models.m.deployments[0].max_concurrency: must be 0 (no cap)`},
+		{"queue_timeout without a unit", "backends:\n  a: {url: http://x}\nmodels:\n  m: {deployments: [{backend: a, queue_timeout: 30}]}\n", `queue_timeout`},
+		{"negative queue_when_waiting", "backends:\n  a: {url: http://x}\nmodels:\n  m: {deployments: [{backend: a, queue_when_waiting: -1}]}\n", `queue_when_waiting: must be 0 (off)`},
 		{"negative weight", "backends:\n  a: {url: http://x}\nmodels:\n  m: {deployments: [{backend: a, weight: -1}]}\n", `weight: must be positive`},
 		{"unknown provider", "backends:\n  a: {provider: deepsek, api_key: k}\n", `x.yaml:2: backends.a.provider: unknown provider "deepsek" (did you mean "deepseek"?)`},
 		{"provider without key", "backends:\n  a: {provider: groq}\n", `backends.a.api_key: provider groq needs an API key: set GROQ_API_KEY or api_key`},

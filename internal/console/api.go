@@ -161,6 +161,7 @@ type keyView struct {
 	RPM          int               `json:"rpm"`
 	TPM          int               `json:"tpm"`
 	MaxConc      int               `json:"max_concurrency"`
+	Priority     int               `json:"priority"`
 	BudgetUSD    float64           `json:"budget_usd"`
 	BudgetPeriod string            `json:"budget_period,omitempty"`
 	Metadata     map[string]string `json:"metadata,omitempty"`
@@ -178,7 +179,7 @@ type keyView struct {
 
 func viewKey(k *keys.Key, now time.Time) keyView {
 	v := keyView{ID: k.ID, Name: k.Name, Owner: k.Owner, Hint: k.Hint, Models: k.Models, RPM: k.RPM, TPM: k.TPM, MaxConc: k.MaxConc,
-		BudgetUSD: k.BudgetUSD, BudgetPeriod: k.BudgetPeriod, Metadata: k.Metadata, CreatedAt: k.CreatedAt, ExpiresAt: k.ExpiresAt,
+		Priority: k.EffectivePriority(), BudgetUSD: k.BudgetUSD, BudgetPeriod: k.BudgetPeriod, Metadata: k.Metadata, CreatedAt: k.CreatedAt, ExpiresAt: k.ExpiresAt,
 		RevokedAt: k.RevokedAt, Status: "active"}
 	if v.Models == nil {
 		v.Models = []string{}
@@ -263,6 +264,7 @@ type createKeyRequest struct {
 	RPM          int               `json:"rpm"`
 	TPM          int               `json:"tpm"`
 	MaxConc      int               `json:"max_concurrency"`
+	Priority     int               `json:"priority"`
 	BudgetUSD    float64           `json:"budget_usd"`
 	BudgetPeriod string            `json:"budget_period"`
 	ExpiresDays  float64           `json:"expires_in_days"`
@@ -280,6 +282,9 @@ func (q *createKeyRequest) validate() error {
 	}
 	if q.RPM < 0 || q.TPM < 0 || q.MaxConc < 0 || q.BudgetUSD < 0 || q.ExpiresDays < 0 {
 		return errors.New("limits, budget and expiry must be zero (none) or positive")
+	}
+	if q.Priority < 0 || q.Priority > keys.MaxPriority {
+		return fmt.Errorf("priority must be 1 (the default) to %d: a key of priority 3 gets three turns to one of priority 1 in a busy deployment's queue", keys.MaxPriority)
 	}
 	okPeriod := false
 	for _, p := range keys.BudgetPeriods {
@@ -315,7 +320,7 @@ func (c *Console) handleCreateKey(w http.ResponseWriter, r *http.Request, s *ses
 	}
 	now := c.opt.Now()
 	k := &keys.Key{ID: keys.NewID(), Name: q.Name, Owner: q.Owner, Hash: keys.Hash(secret), Hint: keys.Hint(secret), Models: q.Models,
-		RPM: q.RPM, TPM: q.TPM, MaxConc: q.MaxConc, BudgetUSD: q.BudgetUSD, BudgetPeriod: q.BudgetPeriod, Metadata: q.Metadata, CreatedAt: now}
+		RPM: q.RPM, TPM: q.TPM, MaxConc: q.MaxConc, Priority: q.Priority, BudgetUSD: q.BudgetUSD, BudgetPeriod: q.BudgetPeriod, Metadata: q.Metadata, CreatedAt: now}
 	if q.BudgetPeriod == "none" {
 		k.BudgetPeriod = ""
 	}

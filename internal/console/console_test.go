@@ -525,3 +525,17 @@ func TestConsole_KeysShowSpendAndAnExhaustedBudget(t *testing.T) {
 		}
 	}
 }
+
+func TestConsole_KeyPriorityIsCreatedShownAndBounded(t *testing.T) {
+	f := newFixture(t)
+	admin, _ := f.signIn(master)
+	f.createKey(admin, `{"name":"batch","priority":3}`)
+	f.createKey(admin, `{"name":"plain"}`)
+	list := admin.do(http.MethodGet, "/ui/api/keys", "").body
+	if !strings.Contains(list, `"name":"batch"`) || !strings.Contains(list, `"priority":3`) || !strings.Contains(list, `"priority":1`) {
+		t.Fatalf("key list does not show priorities 3 and the default 1: %s", list)
+	}
+	if r := admin.post("/ui/api/keys", `{"name":"greedy","priority":1000}`); r.status != http.StatusBadRequest || !strings.Contains(r.body, "priority must be 1") {
+		t.Fatalf("priority 1000: %d %s", r.status, r.body)
+	}
+}

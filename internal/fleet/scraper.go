@@ -3,6 +3,7 @@ package fleet
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -34,6 +35,8 @@ type Scraper struct {
 	interval time.Duration
 	now      func() time.Time
 
+	onScrape atomic.Pointer[func()]
+
 	mu   sync.Mutex
 	last Snapshot
 	stop context.CancelFunc
@@ -55,6 +58,10 @@ func NewScraper(get func(ctx context.Context) ([]byte, error), inflight func() i
 	}
 	return &Scraper{get: get, inflight: inflight, interval: interval, now: now}
 }
+
+// OnScrape has f called after each reading is taken (the fair queues
+// waiting on the engine's own queue look again).
+func (s *Scraper) OnScrape(f func()) { s.onScrape.Store(&f) }
 
 // Interval is the time between two scrapes.
 func (s *Scraper) Interval() time.Duration { return s.interval }
@@ -106,18 +113,29 @@ func (s *Scraper) ScrapeOnce(ctx context.Context) {
 	if err != nil && ctx.Err() != nil {
 		return // stopped, not a failure of the engine
 	}
+	if s.record(body, err, inflight) {
+		if f := s.onScrape.Load(); f != nil {
+			(*f)()
+		}
+	}
+}
+
+// record keeps a scrape's reading (or its failure) and reports whether it
+// was a reading.
+func (s *Scraper) record(body []byte, err error, inflight int64) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err != nil {
 		s.last.Err = err.Error()
-		return
+		return false
 	}
 	l, ok := ParseLoad(body)
 	if !ok {
 		s.last.Err = "the /metrics answer has no queue metrics (vLLM, SGLang with --enable-metrics, llama.cpp with --metrics)"
-		return
+		return false
 	}
 	s.last = Snapshot{Load: l, At: s.now(), InFlight: inflight}
+	return true
 }
 
 // Snapshot returns the last reading, Fresh when it is at most StaleAfter

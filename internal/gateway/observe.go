@@ -107,6 +107,7 @@ func (g *Gateway) mountObservability() {
 			return 0, true
 		})
 	g.observeEngines()
+	g.observeQueues()
 	g.Server.Handle("/metrics", g.metricsHandler())
 
 	if !g.Config.ConsoleOn() {

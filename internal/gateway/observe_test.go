@@ -405,3 +405,26 @@ func TestAccessLog_CachedTokensWhenTheBackendReportedThem(t *testing.T) {
 		t.Fatalf("access lines:\n%s", buf.String())
 	}
 }
+
+func TestMetrics_FairQueuePerDeployment(t *testing.T) {
+	e := startEnv(t, func(c *config.Config) { c.Models["qwen"].Deployments[0].MaxConcurrency = 3 })
+	if r := e.do(http.MethodPost, "/v1/chat/completions", testMaster, chatBody("qwen", true, "")); r.status != 200 {
+		t.Fatalf("stream: %d %s", r.status, r.body)
+	}
+	fams := e.scrape()
+	dep := map[string]string{"backend": "vllm", "upstream_model": "up-a"}
+	if v := sample(fams, "llmgate_queue_max_concurrency", dep); v != 3 {
+		t.Errorf("llmgate_queue_max_concurrency = %v, want 3", v)
+	}
+	for _, name := range []string{"llmgate_queue_depth", "llmgate_queue_in_flight", "llmgate_queue_waits_total", "llmgate_queue_wait_seconds_total",
+		"llmgate_queue_timeouts_total", "llmgate_queue_abandoned_total"} {
+		if fams[name] == nil {
+			t.Errorf("%s missing", name)
+		} else if v := sample(fams, name, dep); v != 0 {
+			t.Errorf("%s = %v after one request that did not wait, want 0", name, v)
+		}
+	}
+	if v := sample(fams, "llmgate_queue_depth", map[string]string{"backend": "dead"}); fams["llmgate_queue_depth"] != nil && len(fams["llmgate_queue_depth"].Metric) != 1 {
+		t.Errorf("deployments without a queue have queue series (%v): %v", v, fams["llmgate_queue_depth"].Metric)
+	}
+}

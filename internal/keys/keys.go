@@ -21,16 +21,20 @@ const Prefix = "sk-lg-"
 
 // Key is a virtual API key as stored. It never holds the secret.
 type Key struct {
-	ID        string
-	Name      string
-	Owner     string
-	Hash      string   // hex SHA-256 of the secret
-	Hint      string   // "sk-lg-…abcd": enough to recognise, useless to use
-	Models    []string // allowed public models as glob patterns; empty = all
-	RPM       int      // requests per minute; 0 = unlimited
-	TPM       int      // tokens per minute; 0 = unlimited
-	MaxConc   int      // concurrent requests; 0 = unlimited
-	BudgetUSD float64  // 0 = no budget
+	ID      string
+	Name    string
+	Owner   string
+	Hash    string   // hex SHA-256 of the secret
+	Hint    string   // "sk-lg-…abcd": enough to recognise, useless to use
+	Models  []string // allowed public models as glob patterns; empty = all
+	RPM     int      // requests per minute; 0 = unlimited
+	TPM     int      // tokens per minute; 0 = unlimited
+	MaxConc int      // concurrent requests; 0 = unlimited
+	// Priority weighs the key's turns in a deployment's fair queue: a key
+	// of priority 3 gets three turns to one of priority 1 while both
+	// wait. 0 means DefaultPriority.
+	Priority  int
+	BudgetUSD float64 // 0 = no budget
 	// BudgetPeriod is "", "daily" or "monthly".
 	BudgetPeriod string
 	Metadata     map[string]string
@@ -42,6 +46,23 @@ type Key struct {
 	CreatedAt time.Time
 	ExpiresAt *time.Time
 	RevokedAt *time.Time
+}
+
+// DefaultPriority is the fair-queue weight of a key without one, and of
+// requests made with the master key.
+const DefaultPriority = 1
+
+// MaxPriority bounds a key's priority: beyond it one key would starve the
+// others in every queue for all practical purposes.
+const MaxPriority = 100
+
+// EffectivePriority is the key's fair-queue weight (DefaultPriority when
+// unset).
+func (k *Key) EffectivePriority() int {
+	if k.Priority <= 0 {
+		return DefaultPriority
+	}
+	return k.Priority
 }
 
 // Errors returned by verification.

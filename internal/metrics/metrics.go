@@ -298,12 +298,23 @@ type Emit func(value float64, labelValues ...string)
 // scrape time by fn (breaker states per deployment, engine states). fn
 // must be safe to call concurrently with serving.
 func (m *Metrics) GaugeVecFunc(name, help string, labels []string, fn func(emit Emit)) error {
+	return m.vecFunc(name, help, labels, prometheus.GaugeValue, fn)
+}
+
+// CounterVecFunc registers a labelled counter whose samples are produced
+// at scrape time by fn from totals kept elsewhere (a fair queue's waits
+// and time-outs). fn must be safe to call concurrently with serving.
+func (m *Metrics) CounterVecFunc(name, help string, labels []string, fn func(emit Emit)) error {
+	return m.vecFunc(name, help, labels, prometheus.CounterValue, fn)
+}
+
+func (m *Metrics) vecFunc(name, help string, labels []string, vt prometheus.ValueType, fn func(emit Emit)) error {
 	m.stateMu.Lock()
 	defer m.stateMu.Unlock()
 	if m.stateNames[name] {
 		return errors.New("metric " + name + " is already registered")
 	}
-	c := &funcCollector{desc: prometheus.NewDesc(name, help, labels, nil), fn: fn}
+	c := &funcCollector{desc: prometheus.NewDesc(name, help, labels, nil), fn: fn, vt: vt}
 	if err := m.Registry.Register(c); err != nil {
 		return err
 	}
@@ -314,13 +325,14 @@ func (m *Metrics) GaugeVecFunc(name, help string, labels []string, fn func(emit 
 type funcCollector struct {
 	desc *prometheus.Desc
 	fn   func(emit Emit)
+	vt   prometheus.ValueType
 }
 
 func (c *funcCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
 
 func (c *funcCollector) Collect(ch chan<- prometheus.Metric) {
 	c.fn(func(v float64, lv ...string) {
-		if m, err := prometheus.NewConstMetric(c.desc, prometheus.GaugeValue, v, lv...); err == nil {
+		if m, err := prometheus.NewConstMetric(c.desc, c.vt, v, lv...); err == nil {
 			ch <- m
 		}
 	})

@@ -144,7 +144,8 @@ func (rl *Relay) pump(w http.ResponseWriter, c *Call, res Result, src source, fo
 	}
 	enc := codec.NewEncoder(c.Req, form, c.enc)
 	if !c.Req.Stream {
-		ev := &evs[0] // a whole answer is one event
+		c.backendDone() // the whole answer is read
+		ev := &evs[0]   // a whole answer is one event
 		res.tap(ev, c.Start)
 		body, err := enc.Body(*ev)
 		if err != nil {
@@ -188,6 +189,7 @@ func (rl *Relay) pump(w http.ResponseWriter, c *Call, res Result, src source, fo
 				return res
 			}
 			if ev.End {
+				c.backendDone()
 				out = enc.End(out)
 				rl.settle(c, res)
 			}

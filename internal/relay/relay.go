@@ -25,6 +25,7 @@ import (
 	"llmgate/internal/policy"
 	"llmgate/internal/respstore"
 	"llmgate/internal/router"
+	"llmgate/internal/sse"
 	"llmgate/internal/usage"
 )
 
@@ -92,6 +93,13 @@ type Call struct {
 	// unsized says the output limit was not fitted: the deployment's
 	// context length was not known (a local engine not started yet).
 	unsized bool
+	// sw is set once SSE headers and keep-alives went out while the
+	// request waited in a deployment's fair queue.
+	sw *sse.Writer
+	// answered is the context of the attempt running: once its backend's
+	// answer has ended, router.ReleaseSlot(answered) lets the next
+	// request in the deployment's fair queue go.
+	answered context.Context
 
 	settled atomic.Bool  // the record was written
 	rec     usage.Record // the record, once settled
@@ -178,10 +186,18 @@ func (rl *Relay) Serve(w http.ResponseWriter, r *http.Request, c *Call) {
 	var served router.Deployment
 	attempts := 0
 	hint := c.routingHint(r)
+	if c.route.Queued() || c.route.Fallbacks != nil {
+		ctx = router.WithLane(ctx, rl.lane(w, c))
+	}
 	err := c.Table.ForwardHint(ctx, c.route, hint, func(ctx context.Context, dep router.Deployment) (bool, error) {
 		attempts++
 		served = dep
-		final = rl.attempt(ctx, w, c, dep, attempts)
+		c.answered = ctx // its end gives back the attempt's fair-queue slot
+		if c.sw != nil { // keep-alives went out while the request was queued
+			final = rl.attempt(ctx, headersSent{w}, c, dep, attempts)
+		} else {
+			final = rl.attempt(ctx, w, c, dep, attempts)
+		}
 		return final.Committed, final.routerErr()
 	})
 	if err == nil && final.Usage.cachedKnown && len(hint.Prefix) > 0 {
@@ -189,8 +205,13 @@ func (rl *Relay) Serve(w http.ResponseWriter, r *http.Request, c *Call) {
 	}
 	if err != nil && !final.Committed {
 		// Forward's error is what the client should see (a trail of
-		// failed attempts, or no healthy deployment).
+		// failed attempts, no healthy deployment, a queue time-out).
 		final = final.failed(err)
+	}
+	if final.Err != nil && !final.Committed && c.sw != nil {
+		// The status went out with the queue's keep-alives: the failure
+		// is the stream's error event.
+		final = rl.engineFailed(c.sw, c, final, final.Err)
 	}
 	rl.settle(c, final)
 	if final.Err != nil && !final.Committed && !errors.Is(final.Err, apierror.ErrClientClosed) {

@@ -108,6 +108,13 @@ func (t *Table) startScraper(st *backendState, interval time.Duration) {
 	// A backend carried over from the serving table may be read by its
 	// requests meanwhile: the scraper is published atomically.
 	sc := fleet.NewScraper(get, st.inflight.Load, interval, t.opt.Now)
+	sc.OnScrape(func() {
+		if qs := st.waitQueues.Load(); qs != nil {
+			for _, q := range *qs {
+				q.Kick()
+			}
+		}
+	})
 	if st.scraper.CompareAndSwap(nil, sc) {
 		sc.Start()
 	}

@@ -293,9 +293,13 @@ func TestScraper_OnePerEngineBackendNoneForCloudAndCarriedAcrossReload(t *testin
 	if plain.bstates["e0"].scraper.Load() != nil {
 		t.Fatal("an engine under least_outstanding is scraped")
 	}
-	asked := NewWithOptions(cfg, Options{ScrapeEngines: func(m *config.Model) bool { return m.Name == "m" }})
+	waitCfg, err := config.Load(strings.NewReader(strings.Replace(cfgSrc, "{backend: e0}", "{deployments: [{backend: e0, queue_when_waiting: 4}]}", 1)), "test.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	asked := New(waitCfg)
 	if asked.bstates["e0"].scraper.Load() == nil {
-		t.Fatal("Options.ScrapeEngines did not start a scraper")
+		t.Fatal("a deployment with queue_when_waiting does not have its engine scraped")
 	}
 	asked.Close()
 	// A reload that makes the model cache_aware starts scraping the

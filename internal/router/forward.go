@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"llmgate/internal/apierror"
+	"llmgate/internal/fairq"
 )
 
 // Attempt sends the request to one deployment. committed reports whether
@@ -44,7 +45,12 @@ func (t *Table) ForwardHint(ctx context.Context, route *Route, hint Hint, attemp
 		if !ok {
 			return t.unavailable(route)
 		}
-		_, err, _ := t.try(ctx, route, d, probe, &hint, attempt)
+		slot, err := t.admit(ctx, route, d, nil)
+		if err != nil {
+			t.unprobe(d, probe)
+			return err
+		}
+		_, err, _ = t.try(ctx, route, d, probe, &hint, slot, attempt)
 		return err
 	}
 	var (
@@ -63,24 +69,51 @@ func (t *Table) ForwardHint(ctx context.Context, route *Route, hint Hint, attemp
 			}
 		}
 		order := t.order(r, buf[:0], &hint)
-		for _, i := range order {
+		t.roomFirst(r, order)
+		switches := 0
+		for k := 0; k < len(order); k++ {
 			if attempts == maxAttempts {
 				break
 			}
-			d := r.Deployments[i]
+			d := r.Deployments[order[k]]
 			ok, probe := d.s.allow(t.opt.Now())
 			if !ok {
 				continue
 			}
 			if attempts > 0 {
 				if err := t.backoff(ctx, attempts); err != nil {
-					if probe {
-						d.s.br.record(t.opt.Now(), outcomeNeutral, 0, "")
-					}
+					t.unprobe(d, probe)
 					return lastErr
 				}
 			}
-			committed, err, retry := t.try(ctx, r, d, probe, &hint, attempt)
+			// A full deployment is waited for in its fair queue, but
+			// only when no equal one (later in the group) has a free
+			// slot now: another request may have taken the one
+			// roomFirst saw. A request that waited its queue_timeout,
+			// or whose client left, ends here: it has had its wait.
+			elsewhere := func() bool {
+				if switches >= maxAttempts {
+					return false
+				}
+				j := t.roomier(r, order, k)
+				if j < 0 {
+					return false
+				}
+				order[k], order[j] = order[j], order[k]
+				switches++
+				return true
+			}
+			slot, err := t.admit(ctx, r, d, elsewhere)
+			if err == errElsewhere {
+				t.unprobe(d, probe)
+				k-- // try the deployment swapped into this place
+				continue
+			}
+			if err != nil {
+				t.unprobe(d, probe)
+				return err
+			}
+			committed, err, retry := t.try(ctx, r, d, probe, &hint, slot, attempt)
 			tried[attempts], codes[attempts] = d.Backend.Name, errCode(err)
 			attempts++
 			if err == nil || committed || !retry {
@@ -98,17 +131,22 @@ func (t *Table) ForwardHint(ctx context.Context, route *Route, hint Hint, attemp
 	return exhausted(route, lastErr, tried[:attempts], codes[:attempts])
 }
 
-// try runs one attempt and settles the deployment's breaker. retry reports
-// whether another deployment may be tried.
-func (t *Table) try(ctx context.Context, r *Route, d Deployment, probe bool, hint *Hint, attempt Attempt) (committed bool, err error, retry bool) {
+// unprobe gives back a half-open breaker's probe that was not used.
+func (t *Table) unprobe(d Deployment, probe bool) {
+	if probe {
+		d.s.br.record(t.opt.Now(), outcomeNeutral, 0, "")
+	}
+}
+
+// try runs one attempt holding slot (nil: the deployment has no queue)
+// and settles the deployment's breaker. retry reports whether another
+// deployment may be tried. The slot and the counts of requests in flight
+// are given back on every path, a panic in the attempt included.
+func (t *Table) try(ctx context.Context, r *Route, d Deployment, probe bool, hint *Hint, slot *fairq.Slot, attempt Attempt) (committed bool, err error, retry bool) {
 	if len(hint.Prefix) > 0 && r.WantsPrefix() {
 		d.prefixHeld = t.remember(d, hint.Prefix)
 	}
-	d.s.outstanding.Add(1)
-	d.s.be.inflight.Add(1)
-	committed, err = attempt(ctx, d)
-	d.s.be.inflight.Add(-1)
-	d.s.outstanding.Add(-1)
+	committed, err = t.run(ctx, d, slot, attempt)
 	o, retryAfter := classify(ctx, err)
 	if o == outcomeSuccess && !probe && err == nil && d.s.br.fastSuccess(t.opt.Now()) {
 		return committed, nil, false
@@ -123,6 +161,21 @@ func (t *Table) try(ctx context.Context, r *Route, d Deployment, probe bool, hin
 	}
 	retry = !committed && (o == outcomeFailure || o == outcomeTimeout || o == outcomeRateLimited)
 	return committed, err, retry
+}
+
+// run is the attempt between taking and giving back its place.
+func (t *Table) run(ctx context.Context, d Deployment, slot *fairq.Slot, attempt Attempt) (bool, error) {
+	d.s.outstanding.Add(1)
+	d.s.be.inflight.Add(1)
+	defer func() {
+		d.s.be.inflight.Add(-1)
+		d.s.outstanding.Add(-1)
+		slot.Release()
+	}()
+	if slot != nil {
+		ctx = context.WithValue(ctx, slotKey{}, slot)
+	}
+	return attempt(ctx, d)
 }
 
 // classify turns an attempt's error into a breaker outcome.

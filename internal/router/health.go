@@ -79,6 +79,9 @@ type DeploymentHealth struct {
 	RetryInS      float64       `json:"retry_in_s,omitempty"`
 	HealthCheck   string        `json:"health_check,omitempty"` // ok, the last check's error, or empty when off
 	Breaker       BreakerStatus `json:"breaker"`
+	// Queue is the deployment's fair queue in this gateway, when it has
+	// one (max_concurrency or queue_when_waiting).
+	Queue *QueueHealth `json:"queue,omitempty"`
 	// What the deployment's engine said about itself (filled in by the
 	// server from what the gateway learned; empty until it is asked):
 	// which engine, the model's context length, how prompts are counted,
@@ -136,6 +139,7 @@ func (t *Table) ModelHealth(r *Route) ModelHealth {
 		st := d.s.br.status(now)
 		dh := DeploymentHealth{Backend: d.Backend.Name, Address: d.Backend.Address, UpstreamModel: d.UpstreamModel, Weight: d.Weight, Priority: d.Priority,
 			Outstanding: d.s.outstanding.Load(), LatencyMS: float64(d.s.latency.Load()) / 1e6, Breaker: st}
+		dh.Queue = queueHealth(d.s.q)
 		if d.Backend.Unavailable != "" {
 			dh.HealthCheck = d.Backend.Unavailable
 		} else if on, _, _, _ := d.Backend.HealthCheck(); on {

@@ -20,6 +20,7 @@ import (
 	"llmgate/internal/apierror"
 	"llmgate/internal/config"
 	"llmgate/internal/dialect"
+	"llmgate/internal/fairq"
 	"llmgate/internal/fleet"
 	"llmgate/internal/provider"
 )
@@ -31,7 +32,9 @@ type Deployment struct {
 	UpstreamModel string
 	Weight        int
 	Priority      int
-	s             *depState
+	// QueueTimeout bounds a request's wait in the deployment's fair queue.
+	QueueTimeout time.Duration
+	s            *depState
 	// prefixHeld is set on the copy an attempt gets (PrefixHeld).
 	prefixHeld int
 }
@@ -67,7 +70,12 @@ type Route struct {
 	Chat      dialect.ChatOptions
 	fallbacks []*Route
 	dialects  []dialect.Dialect
+	queued    bool // a deployment has a fair queue
 }
+
+// Queued reports whether a deployment of the route (not its fallbacks) has
+// a fair queue, so that the caller need not give Forward a lane otherwise.
+func (r *Route) Queued() bool { return r.queued }
 
 // Dialects returns the distinct backend dialects of the route's
 // deployments (computed when the table is built).
@@ -95,11 +103,6 @@ type Options struct {
 	// itself again there (a restarted engine may have another context
 	// length). ctx ends with the check's time-out or when the check stops.
 	OnHealthy func(ctx context.Context, b *provider.Backend, recovered bool)
-	// ScrapeEngines, when it reports true for a model, has the /metrics of
-	// its deployments' engines read even when its balancing does not
-	// use them (cache_aware and least_load always do): for a queue that
-	// waits on the engines' own queues (Deployment.EngineLoad).
-	ScrapeEngines func(m *config.Model) bool
 }
 
 // Table is an immutable routing table built from one configuration. A config
@@ -139,6 +142,10 @@ type backendState struct {
 	// (nil when no engine-aware model uses the backend).
 	inflight atomic.Int64
 	scraper  atomic.Pointer[fleet.Scraper]
+	// waitQueues are the fair queues of deployments on the backend that
+	// hold requests while its engine's queue is long (queue_when_waiting);
+	// each scrape lets their waiting requests in where it has shrunk.
+	waitQueues atomic.Pointer[[]*fairq.Queue]
 }
 
 // depState is the live state of one deployment (backend + upstream model).
@@ -151,6 +158,7 @@ type depState struct {
 	// id identifies it for session affinity.
 	rec *fleet.Record
 	id  uint64
+	q   *fairq.Queue // the fair queue (max_concurrency)
 }
 
 // allow reports whether the deployment may take a request now.
@@ -210,6 +218,7 @@ func NewWithOptions(cfg *config.Config, opt Options) *Table {
 		}
 		t.startHealthCheck(st)
 	}
+	queues := map[*depState]queueSettings{}
 	for name, m := range cfg.Models {
 		r := &Route{Model: name, Fallbacks: m.Fallbacks, Balancing: m.Balancing, ContextWindow: m.ContextWindow, FitOutput: m.FitsOutput()}
 		r.Chat, _ = m.ChatOptions() // validated with the config
@@ -221,8 +230,12 @@ func NewWithOptions(cfg *config.Config, opt Options) *Table {
 			if d == nil || t.bstates[d.Backend] == nil {
 				continue
 			}
+			s := t.depState(prev, d.Backend, d.UpstreamModel)
 			r.Deployments = append(r.Deployments, Deployment{Backend: t.backends[d.Backend], UpstreamModel: d.UpstreamModel,
-				Weight: max(d.Weight, 1), Priority: d.Priority, s: t.depState(prev, d.Backend, d.UpstreamModel)})
+				Weight: max(d.Weight, 1), Priority: d.Priority, QueueTimeout: time.Duration(d.QueueTimeout), s: s})
+			qs := queues[s]
+			qs.limit, qs.whenWaiting = max(qs.limit, d.MaxConcurrency), max(qs.whenWaiting, d.QueueWhenWaiting)
+			queues[s] = qs
 		}
 		sort.SliceStable(r.Deployments, func(i, j int) bool { return r.Deployments[i].Priority < r.Deployments[j].Priority })
 		for _, d := range r.Deployments {
@@ -233,7 +246,7 @@ func NewWithOptions(cfg *config.Config, opt Options) *Table {
 		if r.Balancing == "" {
 			r.Balancing = config.BalanceLeastOutstanding
 		}
-		if engineAware(r.Balancing) || opt.ScrapeEngines != nil && opt.ScrapeEngines(m) {
+		if engineAware(r.Balancing) || waitsOnEngines(m) {
 			interval := time.Duration(cfg.Routing.EngineMetricsInterval)
 			if interval <= 0 {
 				interval = config.DefaultEngineMetricsInterval
@@ -255,6 +268,12 @@ func NewWithOptions(cfg *config.Config, opt Options) *Table {
 		}
 	}
 	sort.Strings(t.names)
+	t.setupQueues(queues)
+	for _, r := range t.routes {
+		for _, d := range r.Deployments {
+			r.queued = r.queued || d.s.q.Active()
+		}
+	}
 	return t
 }
 
@@ -271,7 +290,7 @@ func (t *Table) depState(prev *Table, backend, upstream string) *depState {
 		s = prev.deps[key]
 	}
 	if s == nil {
-		s = &depState{be: t.bstates[backend], br: newBreaker(t.breaker), id: fleet.HashString(key),
+		s = &depState{be: t.bstates[backend], br: newBreaker(t.breaker), q: fairq.New(0), id: fleet.HashString(key),
 			rec: fleet.NewRecord(fleet.BlocksFor(t.cacheTokens))}
 	}
 	t.deps[key] = s
@@ -398,4 +417,16 @@ func (t *Table) NotFoundFor(model string, allowed func(string) bool) error {
 		e.Param = "model"
 	}
 	return e
+}
+
+// waitsOnEngines reports whether a deployment of m holds requests while
+// its engine's own queue is long (queue_when_waiting): its engines' metrics
+// are then read whatever the balancing.
+func waitsOnEngines(m *config.Model) bool {
+	for _, d := range m.Deployments {
+		if d.QueueWhenWaiting > 0 {
+			return true
+		}
+	}
+	return false
 }

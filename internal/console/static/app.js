@@ -350,7 +350,7 @@ async function renderKeys() {
     try { d = await api("GET", "keys"); } catch (e) { list.replaceChildren(errorBox(e)); return; }
     const rows = d.keys.map((k) => {
       const st = k.status === "active" ? "ok" : k.status === "expired" ? "warn" : "bad";
-      const limits = [k.rpm ? k.rpm + " rpm" : null, k.tpm ? compact(k.tpm) + " tpm" : null, k.max_concurrency ? k.max_concurrency + " conc." : null].filter(Boolean).join(" · ") || "none";
+      const limits = [k.rpm ? k.rpm + " rpm" : null, k.tpm ? compact(k.tpm) + " tpm" : null, k.max_concurrency ? k.max_concurrency + " conc." : null, k.priority > 1 ? "priority " + k.priority : null].filter(Boolean).join(" · ") || "none";
       const budget = k.budget_usd ? usd(k.budget_usd) + (k.budget_period ? " / " + k.budget_period.replace("ly", "") : "") : "none";
       // Spend in the budget's current period (all time without one), and
       // the share of the budget it is.
@@ -396,6 +396,7 @@ function createKeyForm(slot, reload) {
       f("rpm", "Requests / min", { type: "number", min: 0, placeholder: "unlimited" }),
       f("tpm", "Tokens / min", { type: "number", min: 0, placeholder: "unlimited" }),
       f("conc", "Concurrency", { type: "number", min: 0, placeholder: "unlimited" }),
+      f("priority", "Priority", { type: "number", min: 1, max: 100, placeholder: "1" }, "turns in a busy deployment's queue"),
       f("budget", "Budget (USD)", { type: "number", min: 0, step: "0.01", placeholder: "none" }),
       h("div", {}, h("label", { for: "k-period" }, "Budget period"), period),
       f("expires", "Expires in (days)", { type: "number", min: 0, step: "any", placeholder: "never" })),
@@ -405,7 +406,7 @@ function createKeyForm(slot, reload) {
     const v = (n) => form.elements[n].value.trim();
     const body = {
       name: v("name"), owner: v("owner"), models: v("models") ? v("models").split(",").map((x) => x.trim()).filter(Boolean) : [],
-      rpm: +v("rpm") || 0, tpm: +v("tpm") || 0, max_concurrency: +v("conc") || 0, budget_usd: +v("budget") || 0,
+      rpm: +v("rpm") || 0, tpm: +v("tpm") || 0, max_concurrency: +v("conc") || 0, priority: +v("priority") || 0, budget_usd: +v("budget") || 0,
       budget_period: period.value, expires_in_days: +v("expires") || 0,
     };
     try {
@@ -438,6 +439,9 @@ async function renderModels() {
         h("span", { class: "muted mono" }, dp.upstream_model), h("span", { class: "muted" }, dp.latency_ms ? msText(dp.latency_ms) + " avg" : ""),
         h("span", { class: "muted" }, "breaker " + dp.breaker.state + (dp.breaker.trips ? " · " + dp.breaker.trips + " trips" : "")),
         h("span", { class: "muted" }, dp.outstanding ? dp.outstanding + " in flight" : ""),
+        dp.queue ? h("span", { class: dp.queue.waiting ? "small warn" : "muted small", "data-testid": "dep-queue" },
+          "queue: " + dp.queue.waiting + " waiting · " + dp.queue.in_flight + (dp.queue.max_concurrency ? "/" + dp.queue.max_concurrency : "") + " in flight" +
+          (dp.queue.waits ? " · mean wait " + msText(dp.queue.mean_wait_ms) : "") + (dp.queue.timeouts ? " · " + dp.queue.timeouts + " timed out" : "")) : null,
         dp.health_check ? h("span", { class: "muted small" }, "health check: " + dp.health_check) : null,
         dp.breaker.last_error ? h("span", { class: "small status-5" }, dp.breaker.last_error) : null);
     }) : [h("div", { class: "muted small" }, "No health information from the router.")];

@@ -61,7 +61,7 @@ func (d Dialect) Q(q string) string {
 }
 
 // KeyCols lists the api_keys columns in scan order.
-const KeyCols = `id, name, owner, hash, hint, models, rpm, tpm, max_conc, budget_usd, budget_period, metadata, created_at, expires_at, revoked_at, objective`
+const KeyCols = `id, name, owner, hash, hint, models, rpm, tpm, max_conc, budget_usd, budget_period, metadata, created_at, expires_at, revoked_at, objective, priority`
 
 // BumpKeys moves the key version so verifiers on every replica reload.
 func BumpKeys(ctx context.Context, tx *sql.Tx) error {
@@ -78,9 +78,9 @@ func CreateKey(ctx context.Context, db *sql.DB, d Dialect, k *keys.Key) error {
 		return err
 	}
 	defer tx.Rollback()
-	_, err = tx.ExecContext(ctx, d.Q(`INSERT INTO api_keys(`+KeyCols+`) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`),
+	_, err = tx.ExecContext(ctx, d.Q(`INSERT INTO api_keys(`+KeyCols+`) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`),
 		k.ID, k.Name, k.Owner, k.Hash, k.Hint, string(models), k.RPM, k.TPM, k.MaxConc, k.BudgetUSD, k.BudgetPeriod,
-		string(meta), k.CreatedAt.UnixMilli(), msPtr(k.ExpiresAt), msPtr(k.RevokedAt), k.Objective)
+		string(meta), k.CreatedAt.UnixMilli(), msPtr(k.ExpiresAt), msPtr(k.RevokedAt), k.Objective, k.Priority)
 	if err != nil {
 		return fmt.Errorf("insert key: %w", err)
 	}
@@ -128,8 +128,8 @@ func UpdateKey(ctx context.Context, db *sql.DB, d Dialect, k *keys.Key) error {
 	models, _ := json.Marshal(nonNil(k.Models))
 	meta, _ := json.Marshal(k.Metadata)
 	return updateOne(ctx, db, d, `UPDATE api_keys SET name = ?, owner = ?, models = ?, rpm = ?, tpm = ?, max_conc = ?,
-		budget_usd = ?, budget_period = ?, metadata = ?, expires_at = ?, objective = ? WHERE id = ?`,
-		k.Name, k.Owner, string(models), k.RPM, k.TPM, k.MaxConc, k.BudgetUSD, k.BudgetPeriod, string(meta), msPtr(k.ExpiresAt), k.Objective, k.ID)
+		budget_usd = ?, budget_period = ?, metadata = ?, expires_at = ?, objective = ?, priority = ? WHERE id = ?`,
+		k.Name, k.Owner, string(models), k.RPM, k.TPM, k.MaxConc, k.BudgetUSD, k.BudgetPeriod, string(meta), msPtr(k.ExpiresAt), k.Objective, k.Priority, k.ID)
 }
 
 // RotateKey replaces a key's secret hash and hint.
@@ -190,7 +190,7 @@ func ScanKey(r scanner) (*keys.Key, error) {
 		expires, revoked sql.NullInt64
 	)
 	if err := r.Scan(&k.ID, &k.Name, &k.Owner, &k.Hash, &k.Hint, &models, &k.RPM, &k.TPM, &k.MaxConc, &k.BudgetUSD,
-		&k.BudgetPeriod, &meta, &created, &expires, &revoked, &k.Objective); err != nil {
+		&k.BudgetPeriod, &meta, &created, &expires, &revoked, &k.Objective, &k.Priority); err != nil {
 		return nil, err
 	}
 	_ = json.Unmarshal([]byte(models), &k.Models)

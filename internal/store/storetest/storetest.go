@@ -60,7 +60,7 @@ func Run(t *testing.T, open func(t *testing.T) Store) {
 
 func newKey(name string) *keys.Key {
 	return &keys.Key{ID: keys.NewID(), Name: name, Owner: "team-a", Hash: keys.Hash("secret-" + name + keys.NewID()), Hint: "sk-lg-…abcd",
-		Models: []string{"qwen*"}, RPM: 60, TPM: 1000, MaxConc: 2, BudgetUSD: 1.5, BudgetPeriod: "daily",
+		Models: []string{"qwen*"}, RPM: 60, TPM: 1000, MaxConc: 2, Priority: 3, BudgetUSD: 1.5, BudgetPeriod: "daily",
 		Metadata: map[string]string{"app": name}, Objective: "critical", CreatedAt: time.UnixMilli(time.Now().UnixMilli())}
 }
 
@@ -77,7 +77,7 @@ func testKeysCreateGetList(t *testing.T, s Store) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.Name != "a" || got.Owner != "team-a" || got.RPM != 60 || got.TPM != 1000 || got.MaxConc != 2 || got.BudgetUSD != 1.5 ||
+	if got.Name != "a" || got.Owner != "team-a" || got.RPM != 60 || got.TPM != 1000 || got.MaxConc != 2 || got.Priority != 3 || got.BudgetUSD != 1.5 ||
 		got.BudgetPeriod != "daily" || got.Metadata["app"] != "a" || len(got.Models) != 1 || got.Models[0] != "qwen*" ||
 		!got.CreatedAt.Equal(a.CreatedAt) || got.Hash != a.Hash || got.Objective != "critical" {
 		t.Fatalf("key did not round-trip: %+v", got)
@@ -103,11 +103,12 @@ func testKeysUpdate(t *testing.T, s Store) {
 	v0, _ := s.KeysVersion(ctx)
 	exp := time.UnixMilli(time.Now().Add(time.Hour).UnixMilli())
 	k.Name, k.RPM, k.TPM, k.MaxConc, k.BudgetUSD, k.BudgetPeriod, k.Models, k.ExpiresAt, k.Objective = "renamed", 5, 50, 1, 9, "monthly", nil, &exp, "batch.low"
+	k.Priority = 5
 	if err := s.UpdateKey(ctx, k); err != nil {
 		t.Fatal(err)
 	}
 	got, _ := s.GetKey(ctx, k.ID)
-	if got.Name != "renamed" || got.RPM != 5 || got.TPM != 50 || got.MaxConc != 1 || got.BudgetUSD != 9 || got.BudgetPeriod != "monthly" ||
+	if got.Name != "renamed" || got.RPM != 5 || got.TPM != 50 || got.MaxConc != 1 || got.Priority != 5 || got.BudgetUSD != 9 || got.BudgetPeriod != "monthly" ||
 		len(got.Models) != 0 || got.ExpiresAt == nil || !got.ExpiresAt.Equal(exp) || got.Objective != "batch.low" {
 		t.Fatalf("update not stored: %+v", got)
 	}

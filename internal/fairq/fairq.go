@@ -1,0 +1,316 @@
+// Package fairq is the gateway's fair queue in front of one deployment:
+// at most a configured number of requests in flight to it, and the
+// requests beyond that waiting in the gateway, served in turn across
+// lanes (one lane per virtual key) in proportion to each lane's weight
+// (the key's priority), instead of first come first served.
+//
+// The order is start-time fair queueing: each waiting request gets a start
+// tag, max(the queue's virtual time, the finish tag of its lane's previous
+// request), and its lane's finish tag moves on by 1/weight; a free slot
+// goes to the waiting request with the smallest start tag. A key with 40
+// requests waiting has tags reaching 40 turns ahead, so a quiet key's one
+// request, tagged with the current virtual time, goes next; two busy keys
+// with weights 3 and 1 get three turns and one.
+package fairq
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// ErrTimeout is returned by Acquire when the request waited the whole
+// timeout without a slot.
+var ErrTimeout = errors.New("fairq: queue timeout")
+
+// Busy reports whether the deployment's engine says it already has too
+// many requests waiting (from its own metrics); the queue then holds
+// further requests even below its concurrency limit. It is asked under
+// the queue's lock and must be quick (read a scraped figure).
+type Busy func() bool
+
+// Queue is the fair queue of one deployment. The zero value is not
+// usable; call New.
+type Queue struct {
+	mu       sync.Mutex
+	limit    int // 0: no limit of its own
+	busy     Busy
+	inflight int
+	waiting  int
+	vtime    float64
+	seq      uint64
+	lanes    map[string]*lane
+	active   atomic.Bool // limit > 0 || busy != nil
+
+	waits    atomic.Int64 // requests that had to wait (granted, timed out or gone)
+	waitNs   atomic.Int64 // their total wait
+	timeouts atomic.Int64
+	gone     atomic.Int64
+}
+
+type lane struct {
+	key     string
+	finish  float64
+	waiters []*waiter
+}
+
+type waiter struct {
+	start   float64
+	seq     uint64
+	lane    *lane
+	ready   chan struct{}
+	granted bool
+}
+
+// New returns a queue admitting at most limit requests at once (0: no
+// limit; only a Busy function set later holds requests).
+func New(limit int) *Queue {
+	q := &Queue{limit: max(limit, 0), lanes: map[string]*lane{}}
+	q.active.Store(q.limit > 0)
+	return q
+}
+
+// SetLimit changes the concurrency limit (a config reload); requests
+// waiting are let in at once if the new limit has room for them.
+func (q *Queue) SetLimit(limit int) {
+	q.mu.Lock()
+	q.limit = max(limit, 0)
+	q.active.Store(q.limit > 0 || q.busy != nil)
+	q.dispatch()
+	q.mu.Unlock()
+}
+
+// SetBusy installs the engine-load check (nil: none).
+func (q *Queue) SetBusy(b Busy) {
+	q.mu.Lock()
+	q.busy = b
+	q.active.Store(q.limit > 0 || q.busy != nil)
+	q.dispatch()
+	q.mu.Unlock()
+}
+
+// Kick lets waiting requests in if there is room now; whoever updates the
+// figures a Busy function reads calls it after each update.
+func (q *Queue) Kick() {
+	q.mu.Lock()
+	q.dispatch()
+	q.mu.Unlock()
+}
+
+// Active reports whether the queue can hold a request at all (a limit or a
+// Busy check is set).
+func (q *Queue) Active() bool { return q != nil && q.active.Load() }
+
+// room reports whether one more request may go to the deployment. The
+// engine's own queue holds requests only while this gateway has some in
+// flight: their ends wake the queue, and a stale figure cannot hold a
+// request forever.
+func (q *Queue) room() bool {
+	if q.limit > 0 && q.inflight >= q.limit {
+		return false
+	}
+	return q.inflight == 0 || q.busy == nil || !q.busy()
+}
+
+// HasRoom reports whether a request would be let in at once.
+func (q *Queue) HasRoom() bool {
+	if !q.Active() {
+		return true
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.waiting == 0 && q.room()
+}
+
+// Slot is one admitted request's place; Release gives it back.
+type Slot struct {
+	q    *Queue
+	done atomic.Bool
+}
+
+// Release gives the slot back and lets the next waiting request in. Only
+// the first call counts, so every path of a request may call it.
+func (s *Slot) Release() {
+	if s == nil || !s.done.CompareAndSwap(false, true) {
+		return
+	}
+	q := s.q
+	q.mu.Lock()
+	q.inflight--
+	q.dispatch()
+	q.mu.Unlock()
+}
+
+// TryAcquire takes a slot if one is free and nobody is waiting, without
+// waiting; the lane's turn is counted as with Acquire.
+func (q *Queue) TryAcquire(laneKey string, weight int) (*Slot, bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.waiting > 0 || !q.room() {
+		return nil, false
+	}
+	q.admitNow(laneKey, weight)
+	return &Slot{q: q}, true
+}
+
+func (q *Queue) admitNow(laneKey string, weight int) {
+	l := q.lane(laneKey)
+	start := max(q.vtime, l.finish)
+	l.finish = start + 1/float64(max(weight, 1))
+	q.vtime = start
+	q.inflight++
+}
+
+func (q *Queue) lane(key string) *lane {
+	l := q.lanes[key]
+	if l == nil {
+		if len(q.lanes) >= maxLanes {
+			q.prune()
+		}
+		l = &lane{key: key}
+		q.lanes[key] = l
+	}
+	return l
+}
+
+// Acquire takes a slot for a request of lane laneKey (a key's id; requests
+// without a key share the lane "") with the lane's weight (its priority,
+// at least 1). It waits its turn for at most timeout (0: until ctx ends).
+// It returns ErrTimeout after the timeout, ctx's error when ctx ends
+// first; either way the request has left the queue.
+func (q *Queue) Acquire(ctx context.Context, laneKey string, weight int, timeout time.Duration) (*Slot, time.Duration, error) {
+	q.mu.Lock()
+	if q.waiting == 0 && q.room() {
+		q.admitNow(laneKey, weight)
+		q.mu.Unlock()
+		return &Slot{q: q}, 0, nil
+	}
+	l := q.lane(laneKey)
+	w := &waiter{start: max(q.vtime, l.finish), seq: q.seq, lane: l, ready: make(chan struct{})}
+	q.seq++
+	l.finish = w.start + 1/float64(max(weight, 1))
+	l.waiters = append(l.waiters, w)
+	q.waiting++
+	q.mu.Unlock()
+
+	began := time.Now()
+	var expired <-chan time.Time
+	if timeout > 0 {
+		t := time.NewTimer(timeout)
+		defer t.Stop()
+		expired = t.C
+	}
+	var err error
+	select {
+	case <-w.ready:
+	case <-ctx.Done():
+		err = ctx.Err()
+	case <-expired:
+		err = ErrTimeout
+	}
+	waited := time.Since(began)
+	q.waits.Add(1)
+	q.waitNs.Add(int64(waited))
+	if err == nil {
+		return &Slot{q: q}, waited, nil
+	}
+	q.mu.Lock()
+	if w.granted {
+		// The slot came as the wait ended: pass it on.
+		q.inflight--
+		q.dispatch()
+		q.mu.Unlock()
+	} else {
+		q.remove(w)
+		q.mu.Unlock()
+	}
+	if errors.Is(err, ErrTimeout) {
+		q.timeouts.Add(1)
+	} else {
+		q.gone.Add(1)
+	}
+	return nil, waited, err
+}
+
+// remove takes a waiter that gave up out of its lane. When it was the
+// lane's last, the lane's finish tag steps back to its start, so that
+// turns a key never took are not held against it.
+func (q *Queue) remove(w *waiter) {
+	l := w.lane
+	for i, x := range l.waiters {
+		if x == w {
+			if i == len(l.waiters)-1 {
+				l.finish = w.start
+			}
+			l.waiters = append(l.waiters[:i], l.waiters[i+1:]...)
+			q.waiting--
+			break
+		}
+	}
+}
+
+// maxLanes is the number of lanes kept before idle ones are dropped.
+const maxLanes = 256
+
+// prune drops the lanes with nobody waiting: their finish tags only
+// matter while they are ahead of the virtual time, and dropping one gives
+// its key at most one early turn, so the map does not grow with every key
+// ever seen.
+func (q *Queue) prune() {
+	for k, l := range q.lanes {
+		if len(l.waiters) == 0 && l.finish <= q.vtime+1 {
+			delete(q.lanes, k)
+		}
+	}
+}
+
+// dispatch lets waiting requests in while there is room, smallest start
+// tag first (ties: the earlier arrival). Called with q.mu held.
+func (q *Queue) dispatch() {
+	for q.waiting > 0 && q.room() {
+		var best *lane
+		for _, l := range q.lanes {
+			if len(l.waiters) == 0 {
+				continue
+			}
+			h := l.waiters[0]
+			if best == nil || h.start < best.waiters[0].start || (h.start == best.waiters[0].start && h.seq < best.waiters[0].seq) {
+				best = l
+			}
+		}
+		w := best.waiters[0]
+		best.waiters[0] = nil
+		best.waiters = best.waiters[1:]
+		q.waiting--
+		q.vtime = max(q.vtime, w.start)
+		q.inflight++
+		w.granted = true
+		close(w.ready)
+	}
+}
+
+// Stats is a snapshot of a queue for metrics and the console.
+type Stats struct {
+	Limit    int
+	InFlight int
+	Waiting  int
+	// Waits counts requests that had to wait, WaitTime their total wait;
+	// Timeouts and Gone those that left without a slot (queue_timeout,
+	// client gone).
+	Waits    int64
+	WaitTime time.Duration
+	Timeouts int64
+	Gone     int64
+}
+
+// Stats returns the queue's current figures.
+func (q *Queue) Stats() Stats {
+	q.mu.Lock()
+	s := Stats{Limit: q.limit, InFlight: q.inflight, Waiting: q.waiting}
+	q.mu.Unlock()
+	s.Waits, s.WaitTime = q.waits.Load(), time.Duration(q.waitNs.Load())
+	s.Timeouts, s.Gone = q.timeouts.Load(), q.gone.Load()
+	return s
+}
