@@ -24,6 +24,38 @@ func BuildLLMGate(dir string) (string, error) {
 	return bin, nil
 }
 
+// shared is the binary SharedLLMGate builds once per test process.
+var shared struct {
+	once sync.Once
+	dir  string
+	bin  string
+	err  error
+}
+
+// SharedLLMGate returns an llmgate binary built the first time a test of
+// this process asks for one; later calls return the same path, so a
+// package's tests pay for one link, not one each. The package's TestMain
+// calls RemoveSharedLLMGate after m.Run.
+func SharedLLMGate(t testing.TB) string {
+	t.Helper()
+	shared.once.Do(func() {
+		if shared.dir, shared.err = os.MkdirTemp("", "llmgate-test-bin-"); shared.err == nil {
+			shared.bin, shared.err = BuildLLMGate(shared.dir)
+		}
+	})
+	if shared.err != nil {
+		t.Fatal(shared.err)
+	}
+	return shared.bin
+}
+
+// RemoveSharedLLMGate removes the binary SharedLLMGate built, if any.
+func RemoveSharedLLMGate() {
+	if shared.dir != "" {
+		_ = os.RemoveAll(shared.dir)
+	}
+}
+
 // SyncBuffer is a bytes.Buffer a process may write while a test reads it.
 type SyncBuffer struct {
 	mu sync.Mutex
