@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -24,32 +25,63 @@ func BuildLLMGate(dir string) (string, error) {
 	return bin, nil
 }
 
-// shared is the binary SharedLLMGate builds once per test process.
+// shared is the binary SharedLLMGate returns, found or built once per test
+// process.
 var shared struct {
 	once sync.Once
-	dir  string
+	dir  string // a directory of our own to remove, when one was needed
 	bin  string
 	err  error
 }
 
-// SharedLLMGate returns an llmgate binary built the first time a test of
-// this process asks for one; later calls return the same path, so a
-// package's tests pay for one link, not one each. The package's TestMain
-// calls RemoveSharedLLMGate after m.Run.
+// SharedLLMGate returns an llmgate binary for the source as it is now, the
+// same path for every test of the process. It asks `go run -exec echo` for
+// it: the go command caches the linked executable in its build cache (keyed
+// by everything it was built from, as it keys compiled packages), so the
+// packages of one `go test ./...` and later runs share one link instead of
+// one each (a link of this 55 MB binary takes seconds on a busy machine). If
+// the go command did not leave the executable in its cache, it is built
+// into a temporary directory that RemoveSharedLLMGate removes; a package
+// that uses SharedLLMGate calls that from TestMain after m.Run.
 func SharedLLMGate(t testing.TB) string {
 	t.Helper()
-	shared.once.Do(func() {
-		if shared.dir, shared.err = os.MkdirTemp("", "llmgate-test-bin-"); shared.err == nil {
-			shared.bin, shared.err = BuildLLMGate(shared.dir)
-		}
-	})
-	if shared.err != nil {
-		t.Fatal(shared.err)
+	bin, err := SharedLLMGateBinary()
+	if err != nil {
+		t.Fatal(err)
 	}
-	return shared.bin
+	return bin
 }
 
-// RemoveSharedLLMGate removes the binary SharedLLMGate built, if any.
+// SharedLLMGateBinary is SharedLLMGate for TestMain, which has no test to
+// fail.
+func SharedLLMGateBinary() (string, error) {
+	shared.once.Do(func() { shared.bin, shared.err = sharedLLMGate() })
+	return shared.bin, shared.err
+}
+
+func sharedLLMGate() (string, error) {
+	// The first run links into a work directory the go command removes on
+	// exit and stores the executable in its cache; the second finds it there.
+	for range 2 {
+		out, err := exec.Command("go", "run", "-exec", "echo", "llmgate/cmd/llmgate").Output()
+		if err != nil {
+			break
+		}
+		bin := strings.TrimSpace(string(out))
+		if fi, err := os.Stat(bin); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
+			return bin, nil
+		}
+	}
+	dir, err := os.MkdirTemp("", "llmgate-test-bin-")
+	if err != nil {
+		return "", err
+	}
+	shared.dir = dir
+	return BuildLLMGate(dir)
+}
+
+// RemoveSharedLLMGate removes the binary SharedLLMGate built, if it built
+// one outside the go command's cache.
 func RemoveSharedLLMGate() {
 	if shared.dir != "" {
 		_ = os.RemoveAll(shared.dir)
