@@ -15,10 +15,27 @@ import (
 	"time"
 )
 
+// The version stamp of the binaries BuildLLMGate and SharedLLMGate build:
+// the -X flags of scripts/build.sh with known values, so that a test can
+// check that each reaches `llmgate version` (the linker ignores a misspelt
+// name silently).
+const (
+	StampVersion      = "v9.8.7-test"
+	StampRevision     = "feedface0123"
+	StampRevisionTime = "2030-01-02T03:04:05Z"
+)
+
+// buildFlags are the go command's flags for a test binary: stamped like a
+// release (without VCS information, which would win over the stamped
+// revision), and otherwise built as `go build` builds.
+var buildFlags = []string{"-buildvcs=false", "-ldflags",
+	"-X main.version=" + StampVersion + " -X main.revision=" + StampRevision +
+		" -X main.revisionTime=" + StampRevisionTime + " -X main.modified=true"}
+
 // BuildLLMGate builds the llmgate binary into dir and returns its path.
 func BuildLLMGate(dir string) (string, error) {
 	bin := filepath.Join(dir, "llmgate")
-	cmd := exec.Command("go", "build", "-o", bin, "llmgate/cmd/llmgate")
+	cmd := exec.Command("go", append(append([]string{"build"}, buildFlags...), "-o", bin, "llmgate/cmd/llmgate")...)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("go build: %v\n%s", err, out)
 	}
@@ -34,8 +51,9 @@ var shared struct {
 	err  error
 }
 
-// SharedLLMGate returns an llmgate binary for the source as it is now, the
-// same path for every test of the process. It asks `go run -exec echo` for
+// SharedLLMGate returns an llmgate binary for the source as it is now
+// (stamped with StampVersion and the rest), the same path for every test of
+// the process. It asks `go run -exec echo` for
 // it: the go command caches the linked executable in its build cache (keyed
 // by everything it was built from, as it keys compiled packages), so the
 // packages of one `go test ./...` and later runs share one link instead of
@@ -63,7 +81,8 @@ func sharedLLMGate() (string, error) {
 	// The first run links into a work directory the go command removes on
 	// exit and stores the executable in its cache; the second finds it there.
 	for range 2 {
-		out, err := exec.Command("go", "run", "-exec", "echo", "llmgate/cmd/llmgate").Output()
+		args := append(append([]string{"run"}, buildFlags...), "-exec", "echo", "llmgate/cmd/llmgate")
+		out, err := exec.Command("go", args...).Output()
 		if err != nil {
 			break
 		}
