@@ -8,13 +8,13 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"llmgate/internal/config"
 	"llmgate/internal/gateway"
+	"llmgate/internal/testenv/testdb"
 	"llmgate/internal/usage"
 )
 
@@ -36,7 +36,7 @@ func TestPlayground_ThroughTheGatewayRunsAsTheSessionKeyWithoutItsSecret(t *test
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.Database = filepath.Join(t.TempDir(), "gw.db")
+	cfg.Database = testdb.SQLite(t, t.TempDir(), "gw.db")
 	cfg.Listen = "127.0.0.1:0"
 	t.Setenv("LLMGATE_CONSOLE", "on")
 	g, err := gateway.Start(context.Background(), gateway.Options{Config: cfg, MasterKey: master,

@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -22,6 +21,7 @@ import (
 	"llmgate/internal/engine"
 	"llmgate/internal/gateway"
 	"llmgate/internal/testenv"
+	"llmgate/internal/testenv/testdb"
 	"llmgate/internal/usage"
 )
 
@@ -92,7 +92,7 @@ func start(t *testing.T, engines string) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.Database = filepath.Join(t.TempDir(), "llmgate.db")
+	cfg.Database = testdb.SQLite(t, t.TempDir(), "llmgate.db")
 	cfg.Listen = "127.0.0.1:0"
 	g, err := gateway.Start(context.Background(), gateway.Options{Config: cfg, MasterKey: master,
 		Logger: testLogger(), LedgerOptions: usage.Options{Interval: 10 * time.Millisecond}})

@@ -9,7 +9,6 @@ import (
 	"llmgate/internal/testenv"
 	"log/slog"
 	"net/http"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -23,6 +22,7 @@ import (
 
 	"llmgate/internal/apierror"
 	"llmgate/internal/config"
+	"llmgate/internal/testenv/testdb"
 	"llmgate/internal/usage"
 )
 
@@ -84,7 +84,7 @@ func startDialectGW(t *testing.T, src string) *dialectGW {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.Database = filepath.Join(t.TempDir(), "llmgate.db")
+	cfg.Database = testdb.SQLite(t, t.TempDir(), "llmgate.db")
 	cfg.Listen = "127.0.0.1:0"
 	d := &dialectGW{log: &testenv.SyncBuffer{}}
 	// Each request passes hookMu, so a hook installed under it happens

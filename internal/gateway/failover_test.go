@@ -10,7 +10,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -18,6 +17,7 @@ import (
 	"time"
 
 	"llmgate/internal/config"
+	"llmgate/internal/testenv/testdb"
 	"llmgate/internal/usage"
 )
 
@@ -156,7 +156,7 @@ func startFaultGW(t *testing.T, src string) *faultGW {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.Database = filepath.Join(t.TempDir(), "llmgate.db")
+	cfg.Database = testdb.SQLite(t, t.TempDir(), "llmgate.db")
 	cfg.Listen = "127.0.0.1:0"
 	g, err := Start(context.Background(), Options{Config: cfg, MasterKey: testMaster,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), LedgerOptions: usage.Options{Interval: 10 * time.Millisecond}})

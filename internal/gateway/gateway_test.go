@@ -17,6 +17,7 @@ import (
 
 	"llmgate/internal/config"
 	"llmgate/internal/keys"
+	"llmgate/internal/testenv/testdb"
 	"llmgate/internal/usage"
 )
 
@@ -63,7 +64,7 @@ models:
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.Database = filepath.Join(t.TempDir(), "llmgate.db")
+	cfg.Database = testdb.SQLite(t, t.TempDir(), "llmgate.db")
 	cfg.Listen = "127.0.0.1:0"
 	for _, m := range mutate {
 		m(cfg)
@@ -441,7 +442,7 @@ func TestGateway_Errors(t *testing.T) {
 func TestGateway_ShutdownFlushesLedger(t *testing.T) {
 	up := newFakeVLLM(t)
 	cfg, _ := config.Load(strings.NewReader(fmt.Sprintf("backends:\n  v: {url: %s}\nmodels:\n  m: {backend: v}\n", up.URL)), "t")
-	cfg.Database = filepath.Join(t.TempDir(), "l.db")
+	cfg.Database = testdb.SQLite(t, t.TempDir(), "l.db")
 	cfg.Listen = "127.0.0.1:0"
 	// A long flush interval: only the shutdown flush can write the records.
 	g, err := Start(context.Background(), Options{Config: cfg, MasterKey: testMaster, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"llmgate/internal/config"
+	"llmgate/internal/testenv/testdb"
 	"llmgate/internal/usage"
 )
 
@@ -31,7 +32,7 @@ func startFileGW(t *testing.T, path string, logw io.Writer) (*faultGW, *Reloader
 	if err != nil {
 		t.Fatal(err)
 	}
-	db := filepath.Join(t.TempDir(), "llmgate.db")
+	db := testdb.SQLite(t, t.TempDir(), "llmgate.db")
 	adjust := func(c *config.Config) { c.Database, c.Listen = db, "127.0.0.1:0" }
 	adjust(cfg)
 	g, err := Start(context.Background(), Options{Config: cfg, MasterKey: testMaster,
