@@ -549,7 +549,17 @@ models:
 // second set of headers; the ledger records the failure.
 func TestDialectEngine_FailureAfterKeepAliveIsAnInStreamError(t *testing.T) {
 	good := newUpstream(t, "eng", answer)
-	silent := newUpstream(t, "silent", stallAfter(0))
+	// The silent backend stalls its answers, but not the start's question
+	// for its models' context lengths: fakeEngine waits for that round,
+	// which would otherwise wait out its 2 s fetch time-out.
+	stall := stallAfter(0)
+	silent := newUpstream(t, "silent", func(u *faultUpstream, w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/models" {
+			http.NotFound(w, r)
+			return
+		}
+		stall(u, w, r)
+	})
 	gw := startDialectGW(t, fmt.Sprintf(`
 backends:
   eng: {url: %s}

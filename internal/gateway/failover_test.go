@@ -40,7 +40,7 @@ func newUpstream(t *testing.T, name string, h func(u *faultUpstream, w http.Resp
 		case "/health", "/v1/models":
 			h(u, w, r) // health checks do not count as attempts
 			return
-		case "/models", "/props", "/get_model_info", "/get_server_info", "/api/show", "/tokenize":
+		case "/models", "/props", "/get_model_info", "/get_server_info", "/api/show", "/tokenize", "/apply-template":
 			http.NotFound(w, r) // nor does the gateway asking for context lengths or prompt counts
 			return
 		}
