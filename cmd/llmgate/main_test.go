@@ -1,6 +1,7 @@
 package main
 
 import (
+	"flag"
 	"os"
 	"testing"
 
@@ -8,6 +9,8 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	flag.Parse()
+	testenv.PrefetchSharedLLMGate() // TestVersion_LdflagsStampReachesTheBinary runs it
 	code := m.Run()
 	testenv.RemoveSharedLLMGate()
 	os.Exit(code)

@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"bytes"
+	"flag"
 	"fmt"
 	"net"
 	"net/http"
@@ -32,10 +33,16 @@ var buildFlags = []string{"-buildvcs=false", "-ldflags",
 	"-X main.version=" + StampVersion + " -X main.revision=" + StampRevision +
 		" -X main.revisionTime=" + StampRevisionTime + " -X main.modified=true"}
 
+// buildEnv is the environment of the go command that builds the binary:
+// the process's as it started, before any test's t.Setenv (a HOME of a
+// test's own would send the go command to an empty build cache).
+var buildEnv = os.Environ()
+
 // BuildLLMGate builds the llmgate binary into dir and returns its path.
 func BuildLLMGate(dir string) (string, error) {
 	bin := filepath.Join(dir, "llmgate")
 	cmd := exec.Command("go", append(append([]string{"build"}, buildFlags...), "-o", bin, "llmgate/cmd/llmgate")...)
+	cmd.Env = buildEnv
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("go build: %v\n%s", err, out)
 	}
@@ -82,7 +89,9 @@ func sharedLLMGate() (string, error) {
 	// exit and stores the executable in its cache; the second finds it there.
 	for range 2 {
 		args := append(append([]string{"run"}, buildFlags...), "-exec", "echo", "llmgate/cmd/llmgate")
-		out, err := exec.Command("go", args...).Output()
+		cmd := exec.Command("go", args...)
+		cmd.Env = buildEnv
+		out, err := cmd.Output()
 		if err != nil {
 			break
 		}
@@ -99,9 +108,24 @@ func sharedLLMGate() (string, error) {
 	return BuildLLMGate(dir)
 }
 
+// PrefetchSharedLLMGate starts getting the shared binary in the
+// background when the whole package runs (neither -short nor -run), so that
+// its link overlaps the tests that need no binary. TestMain calls it after
+// flag.Parse.
+func PrefetchSharedLLMGate() {
+	if testing.Short() {
+		return
+	}
+	if f := flag.Lookup("test.run"); f != nil && f.Value.String() != "" {
+		return
+	}
+	go func() { _, _ = SharedLLMGateBinary() }()
+}
+
 // RemoveSharedLLMGate removes the binary SharedLLMGate built, if it built
-// one outside the go command's cache.
+// one outside the go command's cache (waiting for a build under way).
 func RemoveSharedLLMGate() {
+	shared.once.Do(func() {})
 	if shared.dir != "" {
 		_ = os.RemoveAll(shared.dir)
 	}
