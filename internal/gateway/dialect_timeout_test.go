@@ -268,6 +268,7 @@ func endedWithin(t *testing.T, start time.Time, min time.Duration) {
 }
 
 func TestDialectTimeout_MessagesStreamIdleGapEndsWithAnthropicTimeoutError(t *testing.T) {
+	t.Parallel()
 	stalls := newUpstream(t, "stalls", stallAfter(1))
 	gw := startDialectGW(t, fmt.Sprintf(`
 backends:
@@ -322,6 +323,7 @@ models:
 // uncommitted, so another deployment serves it, or (the only one) the
 // client gets a 504 in its protocol's envelope.
 func TestDialectTimeout_FirstEventTimeoutFailsOverOrAnswers504(t *testing.T) {
+	t.Parallel()
 	silent := newUpstream(t, "silent", stallAfter(0))
 	good := newUpstream(t, "good", answer)
 	anSilent := newUpstream(t, "an-silent", anthropicStallAfter(0))
@@ -375,6 +377,7 @@ models:
 // /v1/chat/completions) end with their protocol's error, and the ledger
 // keeps the input tokens message_start reported.
 func TestDialectTimeout_AnthropicBackendIdleGapInEveryClientProtocol(t *testing.T) {
+	t.Parallel()
 	an := newUpstream(t, "an", anthropicStallAfter(3))
 	gw := startDialectGW(t, fmt.Sprintf(`
 backends:
@@ -425,6 +428,7 @@ models:
 
 // Non-streaming translated requests keep obeying backends.<name>.timeout.
 func TestDialectTimeout_NonStreamingObeysBackendTimeout(t *testing.T) {
+	t.Parallel()
 	oa := newUpstream(t, "oa", hang)
 	an := newUpstream(t, "an", anthropicStallAfter(0))
 	gw := startDialectGW(t, fmt.Sprintf(`
@@ -467,6 +471,7 @@ models:
 // engine gets the SSE headers and keep-alive comments, which the official
 // SDKs skip, and then its answer.
 func TestDialectEngine_KeepAliveWhileEngineStarts(t *testing.T) {
+	t.Parallel()
 	good := newUpstream(t, "eng", answer)
 	gw := startDialectGW(t, fmt.Sprintf(`
 backends:
@@ -548,6 +553,7 @@ models:
 // end the stream with an error event in the client's protocol instead of a
 // second set of headers; the ledger records the failure.
 func TestDialectEngine_FailureAfterKeepAliveIsAnInStreamError(t *testing.T) {
+	t.Parallel()
 	good := newUpstream(t, "eng", answer)
 	// The silent backend stalls its answers, but not the start's question
 	// for its models' context lengths: fakeEngine waits for that round,
@@ -631,6 +637,7 @@ models:
 // life too: the Anthropic SDK gets the whole answer across a gap longer
 // than idle_timeout.
 func TestDialectTimeout_MessagesStreamSurvivesKeepAliveGap(t *testing.T) {
+	t.Parallel()
 	up := newUpstream(t, "pings", keepAliveThen(500*time.Millisecond, true))
 	gw := startDialectGW(t, fmt.Sprintf(`
 backends:

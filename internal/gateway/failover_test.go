@@ -224,6 +224,7 @@ func wantHits(t *testing.T, want map[*faultUpstream]int64) {
 }
 
 func TestFailover_EachFaultBeforeFirstByteGoesToTheNextDeployment(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name    string
 		backend func(t *testing.T) (url string, u *faultUpstream)
@@ -558,6 +559,7 @@ func waitFor(t *testing.T, cond func() bool) {
 // backend) and /v1/responses as it does from chat: after a few requests
 // nearly all go to the fast deployment.
 func TestLowestLatency_LearnsFromMessagesAndResponses(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct{ path, body string }{
 		{"/v1/messages", `{"model":"m","max_tokens":16,"messages":[{"role":"user","content":"hi"}]}`},
 		{"/v1/responses", `{"model":"m","input":"hi"}`},
@@ -702,6 +704,7 @@ func keepAliveThen(gap time.Duration, first bool) func(*faultUpstream, http.Resp
 // another llmgate waiting for its engine) is alive: idle_timeout does not
 // cut it.
 func TestFailover_CommentKeepAlivesResetTheIdleGap(t *testing.T) {
+	t.Parallel()
 	up := newUpstream(t, "pings", keepAliveThen(500*time.Millisecond, true))
 	gw := startFaultGW(t, fmt.Sprintf(`
 backends:

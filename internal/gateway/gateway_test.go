@@ -321,6 +321,7 @@ func TestGateway_ModelsListsEveryModelWithBackend(t *testing.T) {
 }
 
 func TestGateway_XAPIKeyAndVirtualKeys(t *testing.T) {
+	t.Parallel()
 	e := startEnv(t)
 	k, secret, err := CreateKey(context.Background(), e.g.Store, keys.Key{Name: "app", Models: []string{"qwen*"}})
 	if err != nil {
@@ -370,6 +371,7 @@ func TestGateway_XAPIKeyAndVirtualKeys(t *testing.T) {
 // TestGateway_Errors checks every error of the issue: status, envelope and
 // a message that says what to do.
 func TestGateway_Errors(t *testing.T) {
+	t.Parallel()
 	e := startEnv(t, func(c *config.Config) { c.MaxBodyBytes = 1 << 20 })
 	big := chatBody("qwen", false, `,"pad":"`+strings.Repeat("x", 2<<20)+`"`)
 	cases := []struct {
