@@ -559,7 +559,6 @@ func waitFor(t *testing.T, cond func() bool) {
 // backend) and /v1/responses as it does from chat: after a few requests
 // nearly all go to the fast deployment.
 func TestLowestLatency_LearnsFromMessagesAndResponses(t *testing.T) {
-	t.Parallel()
 	for _, tc := range []struct{ path, body string }{
 		{"/v1/messages", `{"model":"m","max_tokens":16,"messages":[{"role":"user","content":"hi"}]}`},
 		{"/v1/responses", `{"model":"m","input":"hi"}`},
