@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"unicode"
 
@@ -437,6 +438,29 @@ var htmlAnchorRE = regexp.MustCompile(`<a\s+(?:id|name)="([^"]+)"`)
 
 var headingRE = regexp.MustCompile(`(?m)^ {0,3}#{1,6}\s+(.+?)\s*#*\s*$`)
 
+// anchorCache holds anchors' answer for each document text: a document is
+// the target of many links, and its regular expressions are slow under the
+// race detector.
+var anchorCache struct {
+	sync.Mutex
+	m map[string]map[string]bool
+}
+
+// cachedAnchors is anchors, computed once per document text.
+func cachedAnchors(md string) map[string]bool {
+	anchorCache.Lock()
+	defer anchorCache.Unlock()
+	if a, ok := anchorCache.m[md]; ok {
+		return a
+	}
+	if anchorCache.m == nil {
+		anchorCache.m = map[string]map[string]bool{}
+	}
+	a := anchors(md)
+	anchorCache.m[md] = a
+	return a
+}
+
 // anchors returns the link targets a Markdown file defines: GitHub's slugs
 // of its headings (numbered -1, -2 … when repeated) and explicit anchors.
 func anchors(md string) map[string]bool {
@@ -536,7 +560,7 @@ func brokenLinks(path, text string, exists func(string) bool, read func(string) 
 			bad = append(bad, fmt.Sprintf("%s: link %q: %v", path, target, err))
 			continue
 		}
-		if !anchors(md)[frag] {
+		if !cachedAnchors(md)[frag] {
 			bad = append(bad, fmt.Sprintf("%s: link %q: %s has no heading #%s", path, target, dest, frag))
 		}
 	}

@@ -4,11 +4,12 @@ import (
 	"bytes"
 	"context"
 	"os/exec"
-	"path/filepath"
 	"runtime"
 	"runtime/debug"
 	"strings"
 	"testing"
+
+	"llmgate/internal/testenv"
 )
 
 func TestResolveBuild_PrefersStampedVersionAndToolchainRevision(t *testing.T) {
@@ -68,28 +69,20 @@ func TestVersionCommandAndFlag_PrintTheSameDescription(t *testing.T) {
 	}
 }
 
-// TestVersion_LdflagsStampReachesTheBinary builds the binary the way
-// scripts/release.sh does, so a misspelt -X name (which the linker ignores
-// silently) fails here.
+// TestVersion_LdflagsStampReachesTheBinary runs the binary the tests share,
+// which testenv builds with the -X flags of scripts/build.sh (its Stamp
+// values), so a misspelt -X name (which the linker ignores silently) fails
+// here.
 func TestVersion_LdflagsStampReachesTheBinary(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary (several seconds); run without -short")
 	}
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
-	}
-	exe := filepath.Join(t.TempDir(), "llmgate")
-	ld := "-X main.version=v9.8.7-test -X main.revision=feedface0123 -X main.revisionTime=2030-01-02T03:04:05Z -X main.modified=true"
-	build := exec.Command(goBin, "build", "-buildvcs=false", "-ldflags", ld, "-o", exe, ".")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	exe := testenv.SharedLLMGate(t)
 	out, err := exec.Command(exe, "version").CombinedOutput()
 	if err != nil {
 		t.Fatalf("llmgate version: %v\n%s", err, out)
 	}
-	for _, want := range []string{"llmgate v9.8.7-test\n", "revision  feedface0123 (modified", "time      2030-01-02T03:04:05Z"} {
+	for _, want := range []string{"llmgate " + testenv.StampVersion + "\n", "revision  " + testenv.StampRevision + " (modified", "time      " + testenv.StampRevisionTime} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}

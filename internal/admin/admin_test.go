@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -18,6 +17,7 @@ import (
 	"llmgate/internal/config"
 	"llmgate/internal/gateway"
 	"llmgate/internal/ledger"
+	"llmgate/internal/testenv/testdb"
 	"llmgate/internal/usage"
 )
 
@@ -39,7 +39,7 @@ models:
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.Database, cfg.Listen = filepath.Join(t.TempDir(), "g.db"), "127.0.0.1:0"
+	cfg.Database, cfg.Listen = testdb.SQLite(t, t.TempDir(), "g.db"), "127.0.0.1:0"
 	g, err := gateway.Start(context.Background(), gateway.Options{Config: cfg, MasterKey: master,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), LedgerOptions: ledger.Options{Interval: 10 * time.Millisecond}})
 	if err != nil {

@@ -17,6 +17,9 @@ import (
 	"time"
 )
 
+// matrixRequests is the number of requests in each cell of matrixReport.
+const matrixRequests = 16
+
 // matrixReport runs three models × concurrency 1,4,8,16 against a
 // vLLM-like streaming server (the shape of `llmgate serve --demo`).
 func matrixReport(t *testing.T) *Report {
@@ -30,8 +33,10 @@ func matrixReport(t *testing.T) *Report {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
+	// 16 requests a cell: enough to fill the widest cell (c=16) once,
+	// and about half a second per target at c=1.
 	rep, err := Run(ctx, Options{
-		Targets: targets, Concurrencies: []int{1, 4, 8, 16}, NumRequests: 32, Warmup: -1, Burstiness: 1,
+		Targets: targets, Concurrencies: []int{1, 4, 8, 16}, NumRequests: matrixRequests, Warmup: -1, Burstiness: 1,
 		Workload: Workload{InputLen: 32, OutputLen: 12, Seed: 3},
 		Request:  RequestOptions{Timeout: 30 * time.Second},
 		Goodput:  Goodput{TTFT: 1000}, KeepRequests: true,
@@ -48,7 +53,7 @@ func TestMatrix_WritesCSVJSONAndHTMLForEveryTargetAndCell(t *testing.T) {
 		t.Fatalf("%d cells, want 3 targets × 4 concurrencies", len(rep.Results))
 	}
 	for _, c := range rep.Results {
-		if c.Completed != 32 || c.Failed != 0 {
+		if c.Completed != matrixRequests || c.Failed != 0 {
 			t.Errorf("%s c=%d: completed %d failed %d %v", c.Target, c.Concurrency, c.Completed, c.Failed, c.ErrorSamples)
 		}
 		if c.MaxConcurrentRequests > c.Concurrency {
@@ -115,7 +120,7 @@ func TestMatrix_WritesCSVJSONAndHTMLForEveryTargetAndCell(t *testing.T) {
 		t.Error("HTML report loads something from the network")
 	}
 	var lines bytes.Buffer
-	if err := WriteRequestsJSONL(&lines, rep); err != nil || strings.Count(lines.String(), "\n") != 12*32 {
+	if err := WriteRequestsJSONL(&lines, rep); err != nil || strings.Count(lines.String(), "\n") != 12*matrixRequests {
 		t.Errorf("jsonl: %d lines, %v", strings.Count(lines.String(), "\n"), err)
 	}
 	var table bytes.Buffer

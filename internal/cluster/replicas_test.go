@@ -28,12 +28,13 @@ type replica struct {
 	base string
 }
 
-func buildBinary(t *testing.T) string {
-	bin, err := testenv.BuildLLMGate(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return bin
+// buildBinary returns the llmgate binary, built once for the package.
+func buildBinary(t *testing.T) string { return testenv.SharedLLMGate(t) }
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	testenv.RemoveSharedLLMGate()
+	os.Exit(code)
 }
 
 // startReplica starts llmgate serve with its own spool directory; env

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -15,6 +14,7 @@ import (
 
 	"llmgate/internal/keys"
 	"llmgate/internal/store/sqlite"
+	"llmgate/internal/testenv/testdb"
 	"llmgate/internal/usage"
 )
 
@@ -35,7 +35,7 @@ type fixture struct {
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
 	ctx := context.Background()
-	dbPath := filepath.Join(t.TempDir(), "c.db")
+	dbPath := testdb.SQLite(t, t.TempDir(), "c.db")
 	st, err := sqlite.Open(ctx, dbPath)
 	if err != nil {
 		t.Fatal(err)

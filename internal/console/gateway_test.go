@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +15,7 @@ import (
 	"llmgate/internal/config"
 	"llmgate/internal/gateway"
 	"llmgate/internal/ledger"
+	"llmgate/internal/testenv/testdb"
 )
 
 // TestPlayground_ThroughTheGatewayRunsAsTheSessionKeyWithoutItsSecret signs
@@ -36,7 +36,7 @@ func TestPlayground_ThroughTheGatewayRunsAsTheSessionKeyWithoutItsSecret(t *test
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.Database = filepath.Join(t.TempDir(), "gw.db")
+	cfg.Database = testdb.SQLite(t, t.TempDir(), "gw.db")
 	cfg.Listen = "127.0.0.1:0"
 	t.Setenv("LLMGATE_CONSOLE", "on")
 	g, err := gateway.Start(context.Background(), gateway.Options{Config: cfg, MasterKey: master,

@@ -5,13 +5,13 @@ import (
 	"context"
 	"io"
 	"log/slog"
-	"path/filepath"
 	"testing"
 
 	"llmgate/internal/config"
 	"llmgate/internal/gateway"
 	"llmgate/internal/keys"
 	"llmgate/internal/sim"
+	"llmgate/internal/testenv/testdb"
 )
 
 // TestRun_HealthyLLMGatePassesEveryCheck runs the doctor against a real
@@ -26,7 +26,7 @@ func TestRun_HealthyLLMGatePassesEveryCheck(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer stop()
-	cfg := &config.Config{Listen: "127.0.0.1:0", Database: filepath.Join(t.TempDir(), "d.db"),
+	cfg := &config.Config{Listen: "127.0.0.1:0", Database: testdb.SQLite(t, t.TempDir(), "d.db"),
 		Backends: map[string]*config.Backend{"sim": {URL: "http://" + simAddr}},
 		Models:   map[string]*config.Model{"qwen2.5-7b-instruct": {Backend: "sim"}}}
 	cfg.ApplyDefaults()

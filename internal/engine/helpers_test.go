@@ -10,9 +10,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
-	"os/exec"
 	"os/signal"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -23,6 +21,8 @@ import (
 	"llmgate/internal/engine"
 	"llmgate/internal/gateway"
 	"llmgate/internal/ledger"
+	"llmgate/internal/testenv"
+	"llmgate/internal/testenv/testdb"
 )
 
 const master = "sk-lg-engine-test-master"
@@ -46,7 +46,8 @@ func runSleeper(stubborn bool) {
 	os.Exit(0)
 }
 
-// llmgateBin is the llmgate binary built once for the test run; every
+// llmgateBin is the llmgate binary, built once for every package that
+// needs it (testenv.SharedLLMGateBinary); every
 // engine in these tests is a real `llmgate sim` child process.
 var llmgateBin string
 
@@ -57,20 +58,13 @@ func TestMain(m *testing.M) {
 	case "gateway": // a gateway process that a test kills
 		os.Exit(runGatewayHelper())
 	}
-	dir, err := os.MkdirTemp("", "llmgate-engine-test")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	llmgateBin = filepath.Join(dir, "llmgate")
-	build := exec.Command("go", "build", "-o", llmgateBin, "llmgate/cmd/llmgate")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
+	var err error
+	if llmgateBin, err = testenv.SharedLLMGateBinary(); err != nil {
 		fmt.Fprintln(os.Stderr, "build llmgate:", err)
 		os.Exit(1)
 	}
 	code := m.Run()
-	os.RemoveAll(dir)
+	testenv.RemoveSharedLLMGate()
 	os.Exit(code)
 }
 
@@ -98,7 +92,7 @@ func start(t *testing.T, engines string) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.Database = filepath.Join(t.TempDir(), "llmgate.db")
+	cfg.Database = testdb.SQLite(t, t.TempDir(), "llmgate.db")
 	cfg.Listen = "127.0.0.1:0"
 	g, err := gateway.Start(context.Background(), gateway.Options{Config: cfg, MasterKey: master,
 		Logger: testLogger(), LedgerOptions: ledger.Options{Interval: 10 * time.Millisecond}})

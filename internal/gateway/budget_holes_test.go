@@ -176,6 +176,7 @@ func TestBudget_PromptListReservesForEveryPrompt(t *testing.T) {
 // token-id lists costs one token an id ("1," is two bytes), for every
 // element; counted as bytes/4 the reservation was half the cost.
 func TestBudget_EmbeddingsInputListReservesEveryToken(t *testing.T) {
+	t.Parallel()
 	eachLimiter(t, func(t *testing.T, limiterCfg string) {
 		const inPrice, budget, lists, perList = 1.0, 1.0, 100, 1000
 		up := testenv.NewGreedyUpstream(t, 30*time.Millisecond, 0)
@@ -263,6 +264,7 @@ func spacedNoUsage(t *testing.T) *faultUpstream {
 // once: the first uses the budget up (by the estimate), the second is
 // refused, and the spend stays within the budget plus one request.
 func TestBudget_SpacedJSONWithoutUsageUsesUpTheBudget(t *testing.T) {
+	t.Parallel()
 	eachLimiter(t, func(t *testing.T, limiterCfg string) {
 		const inPrice, outPrice, budget, limit = 1.0, 1000.0, 1.0, 100
 		up := spacedNoUsage(t)

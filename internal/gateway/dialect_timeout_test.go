@@ -8,7 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -24,6 +23,7 @@ import (
 	"llmgate/internal/config"
 	"llmgate/internal/ledger"
 	"llmgate/internal/testenv"
+	"llmgate/internal/testenv/testdb"
 )
 
 // These tests cover the translated endpoints (/v1/messages for Claude Code
@@ -84,7 +84,7 @@ func startDialectGW(t *testing.T, src string) *dialectGW {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.Database = filepath.Join(t.TempDir(), "llmgate.db")
+	cfg.Database = testdb.SQLite(t, t.TempDir(), "llmgate.db")
 	cfg.Listen = "127.0.0.1:0"
 	d := &dialectGW{log: &testenv.SyncBuffer{}}
 	// Each request passes hookMu, so a hook installed under it happens
@@ -268,6 +268,7 @@ func endedWithin(t *testing.T, start time.Time, min time.Duration) {
 }
 
 func TestDialectTimeout_MessagesStreamIdleGapEndsWithAnthropicTimeoutError(t *testing.T) {
+	t.Parallel()
 	stalls := newUpstream(t, "stalls", stallAfter(1))
 	gw := startDialectGW(t, fmt.Sprintf(`
 backends:
@@ -322,6 +323,7 @@ models:
 // uncommitted, so another deployment serves it, or (the only one) the
 // client gets a 504 in its protocol's envelope.
 func TestDialectTimeout_FirstEventTimeoutFailsOverOrAnswers504(t *testing.T) {
+	t.Parallel()
 	silent := newUpstream(t, "silent", stallAfter(0))
 	good := newUpstream(t, "good", answer)
 	anSilent := newUpstream(t, "an-silent", anthropicStallAfter(0))
@@ -375,6 +377,7 @@ models:
 // /v1/chat/completions) end with their protocol's error, and the ledger
 // keeps the input tokens message_start reported.
 func TestDialectTimeout_AnthropicBackendIdleGapInEveryClientProtocol(t *testing.T) {
+	t.Parallel()
 	an := newUpstream(t, "an", anthropicStallAfter(3))
 	gw := startDialectGW(t, fmt.Sprintf(`
 backends:
@@ -425,6 +428,7 @@ models:
 
 // Non-streaming translated requests keep obeying backends.<name>.timeout.
 func TestDialectTimeout_NonStreamingObeysBackendTimeout(t *testing.T) {
+	t.Parallel()
 	oa := newUpstream(t, "oa", hang)
 	an := newUpstream(t, "an", anthropicStallAfter(0))
 	gw := startDialectGW(t, fmt.Sprintf(`
@@ -467,6 +471,7 @@ models:
 // engine gets the SSE headers and keep-alive comments, which the official
 // SDKs skip, and then its answer.
 func TestDialectEngine_KeepAliveWhileEngineStarts(t *testing.T) {
+	t.Parallel()
 	good := newUpstream(t, "eng", answer)
 	gw := startDialectGW(t, fmt.Sprintf(`
 backends:
@@ -548,8 +553,19 @@ models:
 // end the stream with an error event in the client's protocol instead of a
 // second set of headers; the ledger records the failure.
 func TestDialectEngine_FailureAfterKeepAliveIsAnInStreamError(t *testing.T) {
+	t.Parallel()
 	good := newUpstream(t, "eng", answer)
-	silent := newUpstream(t, "silent", stallAfter(0))
+	// The silent backend stalls its answers, but not the start's question
+	// for its models' context lengths: fakeEngine waits for that round,
+	// which would otherwise wait out its 2 s fetch time-out.
+	stall := stallAfter(0)
+	silent := newUpstream(t, "silent", func(u *faultUpstream, w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/models" {
+			http.NotFound(w, r)
+			return
+		}
+		stall(u, w, r)
+	})
 	gw := startDialectGW(t, fmt.Sprintf(`
 backends:
   eng: {url: %s}
@@ -621,6 +637,7 @@ models:
 // life too: the Anthropic SDK gets the whole answer across a gap longer
 // than idle_timeout.
 func TestDialectTimeout_MessagesStreamSurvivesKeepAliveGap(t *testing.T) {
+	t.Parallel()
 	up := newUpstream(t, "pings", keepAliveThen(500*time.Millisecond, true))
 	gw := startDialectGW(t, fmt.Sprintf(`
 backends:

@@ -97,6 +97,7 @@ func expansionGW(t *testing.T) (*faultGW, *tokenizingBackend) {
 // the client's envelope, for Messages and count_tokens, and nothing is
 // built or sent upstream.
 func TestExpansion_ToolReferenceBeyondTheBodyIsRefused(t *testing.T) {
+	t.Parallel()
 	f, up := expansionGW(t)
 	body := toolReferenceBody(3<<20, "<", false)
 	for _, path := range []string{"/v1/messages", "/v1/messages/count_tokens"} {
@@ -120,6 +121,7 @@ func TestExpansion_ToolReferenceBeyondTheBodyIsRefused(t *testing.T) {
 // JSON encoding writes '<' as \u003c, and a tool_reference copies the tool)
 // is counted by the estimate instead of being sent.
 func TestExpansion_TokenizeBodyBoundedByWhatTheClientSent(t *testing.T) {
+	t.Parallel()
 	f, up := expansionGW(t)
 	for _, body := range [][]byte{
 		toolReferenceBody(1<<20, "<", false),

@@ -10,7 +10,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -19,6 +18,7 @@ import (
 
 	"llmgate/internal/config"
 	"llmgate/internal/ledger"
+	"llmgate/internal/testenv/testdb"
 	"llmgate/internal/usage"
 )
 
@@ -41,7 +41,7 @@ func newUpstream(t *testing.T, name string, h func(u *faultUpstream, w http.Resp
 		case "/health", "/v1/models":
 			h(u, w, r) // health checks do not count as attempts
 			return
-		case "/models", "/props", "/get_model_info", "/get_server_info", "/api/show", "/tokenize":
+		case "/models", "/props", "/get_model_info", "/get_server_info", "/api/show", "/tokenize", "/apply-template":
 			http.NotFound(w, r) // nor does the gateway asking for context lengths or prompt counts
 			return
 		}
@@ -157,7 +157,7 @@ func startFaultGW(t *testing.T, src string) *faultGW {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.Database = filepath.Join(t.TempDir(), "llmgate.db")
+	cfg.Database = testdb.SQLite(t, t.TempDir(), "llmgate.db")
 	cfg.Listen = "127.0.0.1:0"
 	g, err := Start(context.Background(), Options{Config: cfg, MasterKey: testMaster,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), LedgerOptions: ledger.Options{Interval: 10 * time.Millisecond}})
@@ -225,6 +225,7 @@ func wantHits(t *testing.T, want map[*faultUpstream]int64) {
 }
 
 func TestFailover_EachFaultBeforeFirstByteGoesToTheNextDeployment(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name    string
 		backend func(t *testing.T) (url string, u *faultUpstream)
@@ -703,6 +704,7 @@ func keepAliveThen(gap time.Duration, first bool) func(*faultUpstream, http.Resp
 // another llmgate waiting for its engine) is alive: idle_timeout does not
 // cut it.
 func TestFailover_CommentKeepAlivesResetTheIdleGap(t *testing.T) {
+	t.Parallel()
 	up := newUpstream(t, "pings", keepAliveThen(500*time.Millisecond, true))
 	gw := startFaultGW(t, fmt.Sprintf(`
 backends:

@@ -18,6 +18,7 @@ import (
 	"llmgate/internal/config"
 	"llmgate/internal/keys"
 	"llmgate/internal/ledger"
+	"llmgate/internal/testenv/testdb"
 	"llmgate/internal/usage"
 )
 
@@ -64,7 +65,7 @@ models:
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.Database = filepath.Join(t.TempDir(), "llmgate.db")
+	cfg.Database = testdb.SQLite(t, t.TempDir(), "llmgate.db")
 	cfg.Listen = "127.0.0.1:0"
 	for _, m := range mutate {
 		m(cfg)
@@ -321,6 +322,7 @@ func TestGateway_ModelsListsEveryModelWithBackend(t *testing.T) {
 }
 
 func TestGateway_XAPIKeyAndVirtualKeys(t *testing.T) {
+	t.Parallel()
 	e := startEnv(t)
 	k, secret, err := CreateKey(context.Background(), e.g.Store, keys.Key{Name: "app", Models: []string{"qwen*"}})
 	if err != nil {
@@ -370,6 +372,7 @@ func TestGateway_XAPIKeyAndVirtualKeys(t *testing.T) {
 // TestGateway_Errors checks every error of the issue: status, envelope and
 // a message that says what to do.
 func TestGateway_Errors(t *testing.T) {
+	t.Parallel()
 	e := startEnv(t, func(c *config.Config) { c.MaxBodyBytes = 1 << 20 })
 	big := chatBody("qwen", false, `,"pad":"`+strings.Repeat("x", 2<<20)+`"`)
 	cases := []struct {
@@ -442,7 +445,7 @@ func TestGateway_Errors(t *testing.T) {
 func TestGateway_ShutdownFlushesLedger(t *testing.T) {
 	up := newFakeVLLM(t)
 	cfg, _ := config.Load(strings.NewReader(fmt.Sprintf("backends:\n  v: {url: %s}\nmodels:\n  m: {backend: v}\n", up.URL)), "t")
-	cfg.Database = filepath.Join(t.TempDir(), "l.db")
+	cfg.Database = testdb.SQLite(t, t.TempDir(), "l.db")
 	cfg.Listen = "127.0.0.1:0"
 	// A long flush interval: only the shutdown flush can write the records.
 	g, err := Start(context.Background(), Options{Config: cfg, MasterKey: testMaster, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),

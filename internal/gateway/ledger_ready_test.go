@@ -11,6 +11,7 @@ import (
 // with the reason within 5s, requests are still answered, and their
 // records wait in the spool.
 func TestGateway_DeletedDatabaseMakesReadyzNotReadyWithin5s(t *testing.T) {
+	t.Parallel()
 	e := startEnv(t)
 	if r := e.do("GET", "/readyz", "", ""); r.status != 200 {
 		t.Fatalf("readyz before: %d %s", r.status, r.body)

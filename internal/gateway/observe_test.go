@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -22,6 +21,7 @@ import (
 	"llmgate/internal/config"
 	"llmgate/internal/keys"
 	"llmgate/internal/ledger"
+	"llmgate/internal/testenv/testdb"
 	"llmgate/internal/tracing"
 	"llmgate/internal/usage"
 )
@@ -184,7 +184,7 @@ func TestTracing_RequestAndAttemptSpansShareATraceThatReachesTheBackend(t *testi
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.Database = filepath.Join(t.TempDir(), "llmgate.db")
+	cfg.Database = testdb.SQLite(t, t.TempDir(), "llmgate.db")
 	cfg.Listen = "127.0.0.1:0"
 
 	exp := tracetest.NewInMemoryExporter()
@@ -278,7 +278,7 @@ func loggedGW(t *testing.T) (*env, *sync.Mutex, *strings.Builder) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.Database = filepath.Join(t.TempDir(), "llmgate.db")
+	cfg.Database = testdb.SQLite(t, t.TempDir(), "llmgate.db")
 	cfg.Listen = "127.0.0.1:0"
 	mu, buf := &sync.Mutex{}, &strings.Builder{}
 	w := writerFunc(func(p []byte) (int, error) { mu.Lock(); defer mu.Unlock(); return buf.Write(p) })

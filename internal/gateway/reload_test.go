@@ -16,6 +16,7 @@ import (
 	"llmgate/internal/config"
 	"llmgate/internal/ledger"
 	"llmgate/internal/testenv"
+	"llmgate/internal/testenv/testdb"
 )
 
 // startFileGW starts a gateway from a config file and returns it with a
@@ -31,7 +32,7 @@ func startFileGW(t *testing.T, path string, logw io.Writer) (*faultGW, *Reloader
 	if err != nil {
 		t.Fatal(err)
 	}
-	db := filepath.Join(t.TempDir(), "llmgate.db")
+	db := testdb.SQLite(t, t.TempDir(), "llmgate.db")
 	adjust := func(c *config.Config) { c.Database, c.Listen = db, "127.0.0.1:0" }
 	adjust(cfg)
 	g, err := Start(context.Background(), Options{Config: cfg, MasterKey: testMaster,
@@ -69,6 +70,11 @@ func TestReload_UnderLoadFailsNoRequest(t *testing.T) {
 	var wg sync.WaitGroup
 	var served, failed atomic.Int64
 	var firstFailure atomic.Value
+	// done hears of the answers that arrive while the test waits for them
+	// (unbuffered: a send succeeds only then), so each reload below follows
+	// fresh answers and lands while the other clients' requests are in
+	// flight.
+	done := make(chan struct{})
 	for i := 0; i < 4; i++ {
 		wg.Add(1)
 		go func(stream bool) {
@@ -86,11 +92,26 @@ func TestReload_UnderLoadFailsNoRequest(t *testing.T) {
 				} else {
 					served.Add(1)
 				}
+				select {
+				case done <- struct{}{}:
+				default:
+				}
 			}
 		}(i%2 == 0)
 	}
+	answers := func(n int) { // n more answers, to anyone
+		t.Helper()
+		timeout := time.After(10 * time.Second)
+		for range n {
+			select {
+			case <-done:
+			case <-timeout:
+				t.Fatalf("no answer for 10s (served %d, failed %d)", served.Load(), failed.Load())
+			}
+		}
+	}
 	for i := 1; i <= 6; i++ {
-		time.Sleep(60 * time.Millisecond)
+		answers(8)
 		if err := os.WriteFile(path, []byte(versions[i%len(versions)]), 0o600); err != nil {
 			t.Fatal(err)
 		}
@@ -98,7 +119,7 @@ func TestReload_UnderLoadFailsNoRequest(t *testing.T) {
 			t.Fatalf("reload %d: %v", i, err)
 		}
 	}
-	time.Sleep(60 * time.Millisecond)
+	answers(8)
 	close(stop)
 	wg.Wait()
 	if f := failed.Load(); f != 0 {

@@ -50,6 +50,7 @@ func noUsageAnswer(spaced bool) func(*faultUpstream, http.ResponseWriter, *http.
 // JSON is within 10 % of the one from compact JSON, for chat and Messages,
 // streamed or not.
 func TestUsageEstimate_SpacedJSONCountsLikeCompact(t *testing.T) {
+	t.Parallel()
 	compact := newUpstream(t, "compact", noUsageAnswer(false))
 	spaced := newUpstream(t, "spaced", noUsageAnswer(true))
 	f := startFaultGW(t, fmt.Sprintf(`

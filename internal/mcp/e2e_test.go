@@ -7,8 +7,6 @@ import (
 	"llmgate/internal/testenv"
 	"os"
 	"os/exec"
-	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -18,51 +16,21 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
-// The end-to-end tests build the real llmgate binary once per test run and
+// The end-to-end tests build the real llmgate binary once and
 // drive "llmgate mcp" as a child process over stdio with the Go SDK's
 // client, exactly as Cline or another MCP client would start it.
 
-var (
-	binDir   string
-	binOnce  sync.Once
-	binPath  string
-	binError error
-)
-
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if binDir != "" {
-		_ = os.RemoveAll(binDir)
-	}
+	testenv.RemoveSharedLLMGate()
 	os.Exit(code)
 }
 
-// llmgateBinary builds ./cmd/llmgate into a temporary directory on first
-// use and returns its path.
+// llmgateBinary returns the llmgate binary the test packages share
+// (testenv.SharedLLMGate: linked once, kept in the go command's cache).
 func llmgateBinary(t *testing.T) string {
 	t.Helper()
-	binOnce.Do(func() {
-		goBin, err := exec.LookPath("go")
-		if err != nil {
-			goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
-		}
-		binDir, binError = os.MkdirTemp("", "llmgate-mcp-e2e-")
-		if binError != nil {
-			return
-		}
-		binPath = filepath.Join(binDir, "llmgate")
-		if runtime.GOOS == "windows" {
-			binPath += ".exe"
-		}
-		out, err := exec.Command(goBin, "build", "-o", binPath, "llmgate/cmd/llmgate").CombinedOutput()
-		if err != nil {
-			binError = fmt.Errorf("go build llmgate/cmd/llmgate: %v\n%s", err, out)
-		}
-	})
-	if binError != nil {
-		t.Fatal(binError)
-	}
-	return binPath
+	return testenv.SharedLLMGate(t)
 }
 
 // mcpProcess is a running "llmgate mcp" with its client session.

@@ -40,6 +40,9 @@ type fakeGateway struct {
 	// cancelled receives when a request to the "slow" model is abandoned
 	// by the client before its answer.
 	cancelled chan struct{}
+	// arrived receives when a chat request has been recorded (dropped
+	// when nobody listens and its buffer is full).
+	arrived chan struct{}
 
 	mu       sync.Mutex
 	requests []openai.ChatCompletionRequest
@@ -49,7 +52,7 @@ type fakeGateway struct {
 func newFakeGateway(t testing.TB) *fakeGateway {
 	t.Helper()
 	g := &fakeGateway{key: "sk-lg-good", models: []string{"model-a", "model-b", "model-c"}, tokenGap: 2 * time.Millisecond,
-		cancelled: make(chan struct{}, 16)}
+		cancelled: make(chan struct{}, 16), arrived: make(chan struct{}, 16)}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/models", g.handleModels)
 	mux.HandleFunc("POST /v1/chat/completions", g.handleChat)
@@ -123,6 +126,10 @@ func (g *fakeGateway) handleChat(w http.ResponseWriter, r *http.Request) {
 	g.mu.Lock()
 	g.requests = append(g.requests, req)
 	g.mu.Unlock()
+	select {
+	case g.arrived <- struct{}{}:
+	default:
+	}
 	if g.barrier != nil {
 		if err := g.barrier.wait(req.Model); err != nil {
 			writeEnvelope(w, http.StatusInternalServerError, "api_error", "barrier", err.Error())

@@ -222,10 +222,12 @@ func TestChatTool_SendsProgressWhileTheAnswerStreams(t *testing.T) {
 	}
 	var mu sync.Mutex
 	var got []*mcp.ProgressNotificationParams
+	notified := make(chan struct{}, 1024)
 	cs := connectServer(t, srv, &mcp.ClientOptions{ProgressNotificationHandler: func(_ context.Context, r *mcp.ProgressNotificationClientRequest) {
 		mu.Lock()
 		got = append(got, r.Params)
 		mu.Unlock()
+		notified <- struct{}{}
 	}})
 	params := &mcp.CallToolParams{Name: "chat", Arguments: map[string]any{"prompt": "one two three"}}
 	params.SetProgressToken("tok-1")
@@ -235,15 +237,14 @@ func TestChatTool_SendsProgressWhileTheAnswerStreams(t *testing.T) {
 	}
 	want := len(strings.Fields(answerFor("model-a", "one two three")))
 	// Notifications are asynchronous; the last may trail the result.
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		mu.Lock()
-		n := len(got)
-		mu.Unlock()
-		if n >= want || time.Now().After(deadline) {
-			break
+	timeout := time.After(5 * time.Second)
+wait:
+	for range want {
+		select {
+		case <-notified:
+		case <-timeout:
+			break wait // the count below says how many came
 		}
-		time.Sleep(5 * time.Millisecond)
 	}
 	mu.Lock()
 	defer mu.Unlock()
@@ -268,11 +269,10 @@ func TestChatTool_ClientCancellationCancelsTheUpstreamRequest(t *testing.T) {
 		done <- err
 	}()
 	// Wait until the request reached the upstream, then cancel it.
-	for deadline := time.Now().Add(5 * time.Second); len(g.chatRequests()) == 0; {
-		if time.Now().After(deadline) {
-			t.Fatal("the chat request never reached the upstream")
-		}
-		time.Sleep(5 * time.Millisecond)
+	select {
+	case <-g.arrived:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the chat request never reached the upstream")
 	}
 	cancel()
 	if err := <-done; err == nil {

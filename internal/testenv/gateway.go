@@ -2,26 +2,133 @@ package testenv
 
 import (
 	"bytes"
+	"flag"
 	"fmt"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 )
 
+// The version stamp of the binaries BuildLLMGate and SharedLLMGate build:
+// the -X flags of scripts/build.sh with known values, so that a test can
+// check that each reaches `llmgate version` (the linker ignores a misspelt
+// name silently).
+const (
+	StampVersion      = "v9.8.7-test"
+	StampRevision     = "feedface0123"
+	StampRevisionTime = "2030-01-02T03:04:05Z"
+)
+
+// buildFlags are the go command's flags for a test binary: stamped like a
+// release (without VCS information, which would win over the stamped
+// revision), and otherwise built as `go build` builds.
+var buildFlags = []string{"-buildvcs=false", "-ldflags",
+	"-X main.version=" + StampVersion + " -X main.revision=" + StampRevision +
+		" -X main.revisionTime=" + StampRevisionTime + " -X main.modified=true"}
+
+// buildEnv is the environment of the go command that builds the binary:
+// the process's as it started, before any test's t.Setenv (a HOME of a
+// test's own would send the go command to an empty build cache).
+var buildEnv = os.Environ()
+
 // BuildLLMGate builds the llmgate binary into dir and returns its path.
 func BuildLLMGate(dir string) (string, error) {
 	bin := filepath.Join(dir, "llmgate")
-	cmd := exec.Command("go", "build", "-o", bin, "llmgate/cmd/llmgate")
+	cmd := exec.Command("go", append(append([]string{"build"}, buildFlags...), "-o", bin, "llmgate/cmd/llmgate")...)
+	cmd.Env = buildEnv
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("go build: %v\n%s", err, out)
 	}
 	return bin, nil
+}
+
+// shared is the binary SharedLLMGate returns, found or built once per test
+// process.
+var shared struct {
+	once sync.Once
+	dir  string // a directory of our own to remove, when one was needed
+	bin  string
+	err  error
+}
+
+// SharedLLMGate returns an llmgate binary for the source as it is now
+// (stamped with StampVersion and the rest), the same path for every test of
+// the process. It asks `go run -exec echo` for
+// it: the go command caches the linked executable in its build cache (keyed
+// by everything it was built from, as it keys compiled packages), so the
+// packages of one `go test ./...` and later runs share one link instead of
+// one each (a link of this 55 MB binary takes seconds on a busy machine). If
+// the go command did not leave the executable in its cache, it is built
+// into a temporary directory that RemoveSharedLLMGate removes; a package
+// that uses SharedLLMGate calls that from TestMain after m.Run.
+func SharedLLMGate(t testing.TB) string {
+	t.Helper()
+	bin, err := SharedLLMGateBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bin
+}
+
+// SharedLLMGateBinary is SharedLLMGate for TestMain, which has no test to
+// fail.
+func SharedLLMGateBinary() (string, error) {
+	shared.once.Do(func() { shared.bin, shared.err = sharedLLMGate() })
+	return shared.bin, shared.err
+}
+
+func sharedLLMGate() (string, error) {
+	// The first run links into a work directory the go command removes on
+	// exit and stores the executable in its cache; the second finds it there.
+	for range 2 {
+		args := append(append([]string{"run"}, buildFlags...), "-exec", "echo", "llmgate/cmd/llmgate")
+		cmd := exec.Command("go", args...)
+		cmd.Env = buildEnv
+		out, err := cmd.Output()
+		if err != nil {
+			break
+		}
+		bin := strings.TrimSpace(string(out))
+		if fi, err := os.Stat(bin); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
+			return bin, nil
+		}
+	}
+	dir, err := os.MkdirTemp("", "llmgate-test-bin-")
+	if err != nil {
+		return "", err
+	}
+	shared.dir = dir
+	return BuildLLMGate(dir)
+}
+
+// PrefetchSharedLLMGate starts getting the shared binary in the
+// background when the whole package runs (neither -short nor -run), so that
+// its link overlaps the tests that need no binary. TestMain calls it after
+// flag.Parse.
+func PrefetchSharedLLMGate() {
+	if testing.Short() {
+		return
+	}
+	if f := flag.Lookup("test.run"); f != nil && f.Value.String() != "" {
+		return
+	}
+	go func() { _, _ = SharedLLMGateBinary() }()
+}
+
+// RemoveSharedLLMGate removes the binary SharedLLMGate built, if it built
+// one outside the go command's cache (waiting for a build under way).
+func RemoveSharedLLMGate() {
+	shared.once.Do(func() {})
+	if shared.dir != "" {
+		_ = os.RemoveAll(shared.dir)
+	}
 }
 
 // SyncBuffer is a bytes.Buffer a process may write while a test reads it.

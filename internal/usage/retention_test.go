@@ -12,23 +12,38 @@ import (
 type fakeRetainer struct {
 	mu   sync.Mutex
 	cuts []time.Time
+	cut  chan struct{} // when set, hears of every run
 }
 
 func (f *fakeRetainer) DeleteUsageBefore(_ context.Context, t time.Time) (int64, error) {
 	f.mu.Lock()
-	defer f.mu.Unlock()
 	f.cuts = append(f.cuts, t)
+	f.mu.Unlock()
+	if f.cut != nil {
+		f.cut <- struct{}{}
+	}
 	return 1, nil
 }
 
 func TestRunRetention_DeletesOlderThanKeepAtStartAndEveryInterval(t *testing.T) {
-	f := &fakeRetainer{}
+	f := &fakeRetainer{cut: make(chan struct{})}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { RunRetention(ctx, f, 48*time.Hour, 20*time.Millisecond, quiet); close(done) }()
-	time.Sleep(150 * time.Millisecond)
+	for i := 0; i < 2; i++ { // the run at start, then one an interval later
+		select {
+		case <-f.cut:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%d runs after 10s, want one at start and more every interval", i)
+		}
+	}
 	cancel()
+	go func() { // a run under way when cancel lands
+		for range f.cut {
+		}
+	}()
 	<-done
+	close(f.cut)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if len(f.cuts) < 2 {

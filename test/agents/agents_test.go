@@ -35,11 +35,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"llmgate/internal/testenv"
 )
 
 // defaultRunTimeout bounds every client run: a client that waits on a
@@ -140,12 +141,7 @@ func newEnv(t *testing.T, sub string, timeout time.Duration) *env {
 	checkInstalled(t)
 	e.bin = os.Getenv("LLMGATE_AGENTS_BIN")
 	if e.bin == "" {
-		e.bin = filepath.Join(e.tmp, "llmgate")
-		build := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", e.bin, "./cmd/llmgate")
-		build.Dir = root
-		if out, err := build.CombinedOutput(); err != nil {
-			t.Fatalf("build llmgate: %v\n%s", err, out)
-		}
+		e.bin = testenv.SharedLLMGate(t)
 	}
 	return e
 }

@@ -15,11 +15,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"llmgate/internal/testenv"
 )
 
 // prerequisites returns what is missing to run the browser test.
@@ -57,13 +58,7 @@ func TestConsole_BrowserSignInKeysUsagePlayground(t *testing.T) {
 		t.Fatal(err)
 	}
 	tmp := t.TempDir()
-	bin := filepath.Join(tmp, "llmgate")
-	gobin := filepath.Join(runtime.GOROOT(), "bin", "go")
-	build := exec.Command(gobin, "build", "-o", bin, "./cmd/llmgate")
-	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build llmgate: %v\n%s", err, out)
-	}
+	bin := testenv.SharedLLMGate(t)
 
 	addr := freeAddr(t)
 	var rb [18]byte

@@ -32,21 +32,15 @@ func TestMain(m *testing.M) {
 		os.Exit(m.Run()) // every test skips, saying why
 	}
 	bin = os.Getenv("LLMGATE_RELIABILITY_BIN")
-	var tmp string
 	if bin == "" {
 		var err error
-		if tmp, err = os.MkdirTemp("", "llmgate-reliability-"); err == nil {
-			bin, err = testenv.BuildLLMGate(tmp)
-		}
-		if err != nil {
+		if bin, err = testenv.SharedLLMGateBinary(); err != nil {
 			fmt.Fprintln(os.Stderr, "reliability: cannot build llmgate:", err)
 			os.Exit(1)
 		}
 	}
 	code := m.Run()
-	if tmp != "" {
-		os.RemoveAll(tmp)
-	}
+	testenv.RemoveSharedLLMGate()
 	os.Exit(code)
 }
 

@@ -1,0 +1,14 @@
+package e2ebrowser
+
+import (
+	"os"
+	"testing"
+
+	"llmgate/internal/testenv"
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	testenv.RemoveSharedLLMGate()
+	os.Exit(code)
+}
