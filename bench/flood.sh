@@ -3,7 +3,8 @@
 # sequences at once (llmgate sim --max-num-seqs 4) behind llmgate; key A
 # keeps 48 streaming requests in flight, key B sends small streaming
 # requests one at a time. Measured without the fair queue (the engine's
-# FIFO decides) and with it (the deployment's max_concurrency: 4): B's mean
+# FIFO decides), with it (the deployment's max_concurrency: 4) and with a
+# slot kept for quiet keys (queue_reserve: 1): B's mean
 # TTFT alone and under the flood, and A's output throughput alone.
 # Usage: bench/flood.sh            (FLOOD_TOKENS=200 QUIET=10 WINDOW=15s by default)
 #        FLOOD_TOKENS=16 QUIET=20 bench/flood.sh
@@ -15,7 +16,8 @@ FLOOD_TOKENS=${FLOOD_TOKENS:-200}
 QUIET=${QUIET:-10}
 WINDOW=${WINDOW:-15s}
 MAX_CONC=${MAX_CONC:-4}   # the fair queue's max_concurrency
-MODES=${MODES:-fifo fair} # fifo: no queue; fair: max_concurrency $MAX_CONC
+RESERVE=${RESERVE:-1}     # reserve: max_concurrency $MAX_CONC with queue_reserve $RESERVE
+MODES=${MODES:-fifo fair reserve} # fifo: no queue; fair: max_concurrency $MAX_CONC; reserve: and queue_reserve
 SIM=127.0.0.1:${SIM_PORT:-18931}
 GW=127.0.0.1:${GW_PORT:-18932}
 MASTER=sk-lg-flood-bench-master-key-0123456789
@@ -38,6 +40,7 @@ wait_up "http://$SIM/v1/models"
 start() {
   local mode=$1 queue=""
   [ "$mode" = fair ] && queue=", max_concurrency: $MAX_CONC"
+  [ "$mode" = reserve ] && queue=", max_concurrency: $MAX_CONC, queue_reserve: $RESERVE"
   rm -rf "$dir/gw" && mkdir -p "$dir/gw"
   cat >"$dir/gw/llmgate.yaml" <<YAML
 listen: $GW
@@ -66,6 +69,7 @@ if [ "${A_ROUNDS:-0}" = 0 ]; then
     start "$mode"
     echo "$mode B alone:          $("${f[@]}" -flood 0 -quiet "$QUIET")"
     echo "$mode B under flood:    $("${f[@]}" -flood "$FLOOD" -quiet "$QUIET")"
+    sleep 6 # B has left: past the reserve's 5 s activity window
     echo "$mode A alone:          $("${f[@]}" -flood "$FLOOD" -quiet 0 -window "$WINDOW")"
     stop
   done

@@ -67,7 +67,12 @@ type Deployment struct {
 	// requests waiting in its own queue (0: off; needs the engine's
 	// metrics).
 	QueueWhenWaiting int `yaml:"queue_when_waiting"`
-	line             int
+	// QueueReserve keeps this many of MaxConcurrency's slots for keys
+	// with nothing in flight while more than one key is active, so that a
+	// quiet key's request starts at once instead of waiting for another
+	// key's requests to end (0: none).
+	QueueReserve int `yaml:"queue_reserve"`
+	line         int
 	// fromModel marks a deployment made from the single-backend form, so
 	// that errors name the key the user wrote.
 	fromModel bool
@@ -288,6 +293,9 @@ func (c *Config) validateRouting(m *Model, key string, backendNames []string) er
 		}
 		if d.QueueTimeout < 0 {
 			return le(d.line, dk+".queue_timeout", "must be positive (such as 30s), not %s", time.Duration(d.QueueTimeout))
+		}
+		if d.QueueReserve < 0 || d.QueueReserve > 0 && d.QueueReserve >= d.MaxConcurrency {
+			return le(d.line, dk+".queue_reserve", "must be 0 (none) or fewer than max_concurrency (%d) slots kept for keys with nothing in flight, not %d", d.MaxConcurrency, d.QueueReserve)
 		}
 		if d.QueueWhenWaiting < 0 {
 			return le(d.line, dk+".queue_when_waiting", "must be 0 (off) or a number of requests waiting in the engine, not %d", d.QueueWhenWaiting)

@@ -66,7 +66,7 @@ backends:
 models:
   qwen:
     deployments:
-      - {backend: gpu1, max_concurrency: 4, queue_timeout: 5s, queue_when_waiting: 2}
+      - {backend: gpu1, max_concurrency: 4, queue_timeout: 5s, queue_when_waiting: 2, queue_reserve: 1}
       - {backend: gpu2}
 `
 	cfg, err := LoadWithEnv(strings.NewReader(src), "x.yaml", env(nil))
@@ -74,7 +74,7 @@ models:
 		t.Fatal(err)
 	}
 	d := cfg.Models["qwen"].Deployments
-	if d[0].MaxConcurrency != 4 || time.Duration(d[0].QueueTimeout) != 5*time.Second || d[0].QueueWhenWaiting != 2 {
+	if d[0].MaxConcurrency != 4 || time.Duration(d[0].QueueTimeout) != 5*time.Second || d[0].QueueWhenWaiting != 2 || d[0].QueueReserve != 1 {
 		t.Errorf("queue settings of the first deployment: %+v", d[0])
 	}
 	if d[1].MaxConcurrency != 0 || time.Duration(d[1].QueueTimeout) != DefaultQueueTimeout || d[1].QueueWhenWaiting != 0 {
@@ -95,6 +95,8 @@ func TestLoad_RoutingErrorsNameKeyAndLine(t *testing.T) {
 		{"bad balancing", "backends:\n  a: {url: http://x}\nmodels:\n  m: {backend: a, balancing: round_robin}\n", `models.m.balancing: must be one of least_outstanding, weighted_random, lowest_latency, cache_aware, least_load, session, not "round_robin"`},
 		{"negative max_concurrency", "backends:\n  a: {url: http://x}\nmodels:\n  m: {deployments: [{backend: a, max_concurrency: -4}]}\n", `x.yaml:4: models.m.deployments[0].max_concurrency: must be 0 (no cap)`},
 		{"queue_timeout without a unit", "backends:\n  a: {url: http://x}\nmodels:\n  m: {deployments: [{backend: a, queue_timeout: 30}]}\n", `queue_timeout`},
+		{"queue_reserve without room", "backends:\n  a: {url: http://x}\nmodels:\n  m: {deployments: [{backend: a, max_concurrency: 2, queue_reserve: 2}]}\n", `x.yaml:4: models.m.deployments[0].queue_reserve: must be 0 (none) or fewer than max_concurrency (2)`},
+		{"queue_reserve without a cap", "backends:\n  a: {url: http://x}\nmodels:\n  m: {deployments: [{backend: a, queue_reserve: 1}]}\n", `queue_reserve: must be 0 (none) or fewer than max_concurrency (0)`},
 		{"negative queue_when_waiting", "backends:\n  a: {url: http://x}\nmodels:\n  m: {deployments: [{backend: a, queue_when_waiting: -1}]}\n", `queue_when_waiting: must be 0 (off)`},
 		{"negative weight", "backends:\n  a: {url: http://x}\nmodels:\n  m: {deployments: [{backend: a, weight: -1}]}\n", `weight: must be positive`},
 		{"unknown provider", "backends:\n  a: {provider: deepsek, api_key: k}\n", `x.yaml:2: backends.a.provider: unknown provider "deepsek" (did you mean "deepseek"?)`},

@@ -36,6 +36,8 @@ type Busy func() bool
 type Queue struct {
 	mu       sync.Mutex
 	limit    int // 0: no limit of its own
+	reserve  int // slots kept for lanes with nothing in flight (SetReserve)
+	now      func() time.Time
 	busy     Busy
 	inflight int
 	waiting  int
@@ -54,6 +56,10 @@ type lane struct {
 	key     string
 	finish  float64
 	waiters []*waiter
+	// inflight counts the lane's slots taken and not given back; active
+	// is when it last took or gave one back.
+	inflight int
+	active   time.Time
 }
 
 type waiter struct {
@@ -67,7 +73,7 @@ type waiter struct {
 // New returns a queue admitting at most limit requests at once (0: no
 // limit; only a Busy function set later holds requests).
 func New(limit int) *Queue {
-	q := &Queue{limit: max(limit, 0), lanes: map[string]*lane{}}
+	q := &Queue{limit: max(limit, 0), lanes: map[string]*lane{}, now: time.Now}
 	q.active.Store(q.limit > 0)
 	return q
 }
@@ -78,6 +84,24 @@ func (q *Queue) SetLimit(limit int) {
 	q.mu.Lock()
 	q.limit = max(limit, 0)
 	q.active.Store(q.limit > 0 || q.busy != nil)
+	q.dispatch()
+	q.mu.Unlock()
+}
+
+// ReserveWindow is how long a lane counts as active after its last
+// request ended, for SetReserve: a client that sends one request after
+// another (an agent's turns, a chat) stays active between them.
+const ReserveWindow = 5 * time.Second
+
+// SetReserve keeps n of the limit's slots (at most limit-1) for lanes
+// that have nothing in flight, while more than one lane is active (has a
+// request in flight or waiting, or had one in the last ReserveWindow): a
+// lane that already holds slots does not take the last n free ones then,
+// so a quiet key's request starts at once instead of waiting for a flood's
+// requests to end. A lane alone uses every slot.
+func (q *Queue) SetReserve(n int) {
+	q.mu.Lock()
+	q.reserve = max(n, 0)
 	q.dispatch()
 	q.mu.Unlock()
 }
@@ -114,7 +138,41 @@ func (q *Queue) room() bool {
 	return q.inflight == 0 || q.busy == nil || !q.busy()
 }
 
-// HasRoom reports whether a request would be let in at once.
+// fits reports whether a request of lane l may take a slot now: there is
+// room, and the slot is not one kept for other lanes (SetReserve).
+func (q *Queue) fits(l *lane) bool { return q.fitsAmong(l, -1) }
+
+// fitsAmong is fits with the number of active lanes counted already
+// (-1: count them if needed).
+func (q *Queue) fitsAmong(l *lane, active int) bool {
+	if !q.room() {
+		return false
+	}
+	if q.reserve == 0 || q.limit == 0 || l.inflight == 0 || q.limit-q.inflight > min(q.reserve, q.limit-1) {
+		return true
+	}
+	if active < 0 {
+		active = q.activeLanes()
+	}
+	// l holds a slot, so it is one of the active lanes.
+	return active <= 1
+}
+
+// activeLanes counts the lanes with a request in flight or waiting, or
+// one ended within ReserveWindow.
+func (q *Queue) activeLanes() int {
+	cut := q.now().Add(-ReserveWindow)
+	n := 0
+	for _, o := range q.lanes {
+		if o.inflight > 0 || len(o.waiters) > 0 || o.active.After(cut) {
+			n++
+		}
+	}
+	return n
+}
+
+// HasRoom reports whether a request would be let in at once (any lane's:
+// slots kept by SetReserve count as room).
 func (q *Queue) HasRoom() bool {
 	if !q.Active() {
 		return true
@@ -127,6 +185,7 @@ func (q *Queue) HasRoom() bool {
 // Slot is one admitted request's place; Release gives it back.
 type Slot struct {
 	q    *Queue
+	lane *lane
 	done atomic.Bool
 }
 
@@ -139,6 +198,8 @@ func (s *Slot) Release() {
 	q := s.q
 	q.mu.Lock()
 	q.inflight--
+	s.lane.inflight--
+	s.lane.active = q.now()
 	q.dispatch()
 	q.mu.Unlock()
 }
@@ -148,19 +209,26 @@ func (s *Slot) Release() {
 func (q *Queue) TryAcquire(laneKey string, weight int) (*Slot, bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if q.waiting > 0 || !q.room() {
+	l := q.lane(laneKey)
+	if q.waiting > 0 || !q.fits(l) {
 		return nil, false
 	}
-	q.admitNow(laneKey, weight)
-	return &Slot{q: q}, true
+	q.admitNow(l, weight)
+	return &Slot{q: q, lane: l}, true
 }
 
-func (q *Queue) admitNow(laneKey string, weight int) {
-	l := q.lane(laneKey)
+func (q *Queue) admitNow(l *lane, weight int) {
 	start := max(q.vtime, l.finish)
 	l.finish = start + 1/float64(max(weight, 1))
 	q.vtime = start
+	q.take(l)
+}
+
+// take counts a slot taken by lane l.
+func (q *Queue) take(l *lane) {
 	q.inflight++
+	l.inflight++
+	l.active = q.now()
 }
 
 func (q *Queue) lane(key string) *lane {
@@ -182,17 +250,24 @@ func (q *Queue) lane(key string) *lane {
 // first; either way the request has left the queue.
 func (q *Queue) Acquire(ctx context.Context, laneKey string, weight int, timeout time.Duration) (*Slot, time.Duration, error) {
 	q.mu.Lock()
-	if q.waiting == 0 && q.room() {
-		q.admitNow(laneKey, weight)
-		q.mu.Unlock()
-		return &Slot{q: q}, 0, nil
-	}
 	l := q.lane(laneKey)
+	if q.waiting == 0 && q.fits(l) {
+		q.admitNow(l, weight)
+		q.mu.Unlock()
+		return &Slot{q: q, lane: l}, 0, nil
+	}
 	w := &waiter{start: max(q.vtime, l.finish), seq: q.seq, lane: l, ready: make(chan struct{})}
 	q.seq++
 	l.finish = w.start + 1/float64(max(weight, 1))
 	l.waiters = append(l.waiters, w)
 	q.waiting++
+	// The requests waiting may all be held for other lanes (SetReserve)
+	// while this one may go.
+	q.dispatch()
+	if w.granted {
+		q.mu.Unlock()
+		return &Slot{q: q, lane: l}, 0, nil
+	}
 	q.mu.Unlock()
 
 	began := time.Now()
@@ -214,12 +289,13 @@ func (q *Queue) Acquire(ctx context.Context, laneKey string, weight int, timeout
 	q.waits.Add(1)
 	q.waitNs.Add(int64(waited))
 	if err == nil {
-		return &Slot{q: q}, waited, nil
+		return &Slot{q: q, lane: l}, waited, nil
 	}
 	q.mu.Lock()
 	if w.granted {
 		// The slot came as the wait ended: pass it on.
 		q.inflight--
+		l.inflight--
 		q.dispatch()
 		q.mu.Unlock()
 	} else {
@@ -260,7 +336,7 @@ const maxLanes = 256
 // ever seen.
 func (q *Queue) prune() {
 	for k, l := range q.lanes {
-		if len(l.waiters) == 0 && l.finish <= q.vtime+1 {
+		if len(l.waiters) == 0 && l.inflight == 0 && l.finish <= q.vtime+1 {
 			delete(q.lanes, k)
 		}
 	}
@@ -271,8 +347,12 @@ func (q *Queue) prune() {
 func (q *Queue) dispatch() {
 	for q.waiting > 0 && q.room() {
 		var best *lane
+		active := -1
+		if q.reserve > 0 && q.limit > 0 && q.limit-q.inflight <= min(q.reserve, q.limit-1) {
+			active = q.activeLanes()
+		}
 		for _, l := range q.lanes {
-			if len(l.waiters) == 0 {
+			if len(l.waiters) == 0 || !q.fitsAmong(l, active) {
 				continue
 			}
 			h := l.waiters[0]
@@ -280,12 +360,15 @@ func (q *Queue) dispatch() {
 				best = l
 			}
 		}
+		if best == nil {
+			return // the slots left are kept for lanes with nothing in flight
+		}
 		w := best.waiters[0]
 		best.waiters[0] = nil
 		best.waiters = best.waiters[1:]
 		q.waiting--
 		q.vtime = max(q.vtime, w.start)
-		q.inflight++
+		q.take(best)
 		w.granted = true
 		close(w.ready)
 	}

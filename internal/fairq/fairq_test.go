@@ -282,3 +282,86 @@ func TestQueue_SlotAccountingUnderManyGoroutines(t *testing.T) {
 	}
 	eventually(t, "no goroutine left behind", func() bool { return runtime.NumGoroutine() <= before })
 }
+
+// fakeNow is a settable clock for the reserve's activity window.
+type fakeNow struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *fakeNow) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *fakeNow) add(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+// With a reserve of one slot, a flooding key that holds slots does not
+// take the last free one while another key is active: the quiet key's
+// request starts at once, without waiting for a flood request to end. A
+// key alone uses every slot, and gets the kept one back once the other
+// key has been gone for ReserveWindow.
+func TestQueue_ReserveKeepsASlotForAQuietKeyButNotFromAKeyAlone(t *testing.T) {
+	clk := &fakeNow{t: time.Unix(1_000_000, 0)}
+	q := New(4)
+	q.now = clk.now
+	q.SetReserve(1)
+
+	// Alone, the flood takes all four.
+	alone := hold(t, q, "flood", 4)
+	for _, s := range alone {
+		s.Release()
+	}
+
+	// The quiet key has been active (one request, ended).
+	s, ok := q.TryAcquire("quiet", 1)
+	if !ok {
+		t.Fatal("the quiet key found no slot in an idle queue")
+	}
+	s.Release()
+
+	held := hold(t, q, "flood", 3)
+	if _, ok := q.TryAcquire("flood", 1); ok {
+		t.Fatal("the flood took the kept slot while the quiet key was active")
+	}
+	got := make(chan grant, 8)
+	enqueue(t, q, "flood", 1, got)
+	// The quiet key's next request goes at once, ahead of the flood's
+	// waiting one.
+	qs, waited, err := q.Acquire(context.Background(), "quiet", 1, 0)
+	if err != nil || waited != 0 {
+		t.Fatalf("quiet request: waited %v, err %v; want a slot at once", waited, err)
+	}
+	if st := q.Stats(); st.InFlight != 4 || st.Waiting != 1 {
+		t.Fatalf("in flight %d, waiting %d; want 4 and the flood's 1", st.InFlight, st.Waiting)
+	}
+	qs.Release() // ended just now: the quiet key is still active
+	select {
+	case g := <-got:
+		t.Fatalf("the flood's waiting request took the kept slot (%s)", g.lane)
+	default:
+	}
+	// The quiet key gone for the whole window: the next release lets the
+	// flood use the fourth slot again.
+	clk.add(ReserveWindow + time.Second)
+	held[0].Release()
+	if g := <-got; g.lane != "flood" {
+		t.Fatalf("got %q", g.lane)
+	} else {
+		held[0] = g.slot
+	}
+	more, ok := q.TryAcquire("flood", 1)
+	if !ok {
+		t.Fatal("the flood alone could not use its fourth slot after the quiet key left")
+	}
+	if st := q.Stats(); st.InFlight != 4 {
+		t.Fatalf("in flight %d, want 4", st.InFlight)
+	}
+	more.Release()
+	for _, s := range held {
+		s.Release()
+	}
+	if st := q.Stats(); st.InFlight != 0 || st.Waiting != 0 {
+		t.Fatalf("left %d in flight, %d waiting", st.InFlight, st.Waiting)
+	}
+}

@@ -38,7 +38,7 @@ func WithLane(ctx context.Context, l Lane) context.Context {
 
 // queueSettings are a deployment's fair-queue settings from the config.
 type queueSettings struct {
-	limit, whenWaiting int
+	limit, whenWaiting, reserve int
 }
 
 // setupQueues gives each deployment's queue its limit and engine check.
@@ -54,6 +54,7 @@ func (t *Table) setupQueues(settings map[*depState]queueSettings) {
 	for _, s := range t.deps {
 		qs := settings[s]
 		s.q.SetLimit(qs.limit)
+		s.q.SetReserve(qs.reserve)
 		var busy fairq.Busy
 		if qs.whenWaiting > 0 {
 			// The engine's own queue, from its scraped /metrics (the

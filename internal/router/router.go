@@ -235,6 +235,7 @@ func NewWithOptions(cfg *config.Config, opt Options) *Table {
 				Weight: max(d.Weight, 1), Priority: d.Priority, QueueTimeout: time.Duration(d.QueueTimeout), s: s})
 			qs := queues[s]
 			qs.limit, qs.whenWaiting = max(qs.limit, d.MaxConcurrency), max(qs.whenWaiting, d.QueueWhenWaiting)
+			qs.reserve = max(qs.reserve, d.QueueReserve)
 			queues[s] = qs
 		}
 		sort.SliceStable(r.Deployments, func(i, j int) bool { return r.Deployments[i].Priority < r.Deployments[j].Priority })
