@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -27,15 +28,23 @@ type queueHarness struct {
 	srv     *httptest.Server
 	arrived chan struct{}
 	release chan struct{}
+	once    sync.Once
 	table   *router.Table
 }
+
+// free lets the held request go (once; a failed test's cleanup does it
+// too, so that closing the backend does not wait for it forever).
+func (h *queueHarness) free() { h.once.Do(func() { close(h.release) }) }
 
 func newQueueHarness(t *testing.T, queueTimeout string) *queueHarness {
 	h := &queueHarness{arrived: make(chan struct{}, 4), release: make(chan struct{})}
 	var n atomic.Int64
 	gate := func(f *fakeBackend) *httptest.Server {
 		s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if r.Method == http.MethodPost && n.Add(1) == 1 {
+			// Only a generation is held: the gateway's own probes of the
+			// backend (its tokenizer, its context length) go through.
+			gen := strings.HasSuffix(r.URL.Path, "/chat/completions") || strings.HasSuffix(r.URL.Path, "/messages")
+			if r.Method == http.MethodPost && gen && n.Add(1) == 1 {
 				h.arrived <- struct{}{}
 				<-h.release
 			}
@@ -74,6 +83,7 @@ models:
 		rl.Serve(w, r, &relay.Call{ID: "req-q", Start: time.Now(), Principal: p, Req: req, Table: h.table})
 	}))
 	t.Cleanup(h.srv.Close)
+	t.Cleanup(h.free) // runs first: the held request ends before the servers close
 	return h
 }
 
@@ -124,7 +134,7 @@ func TestRelay_QueueTimeoutIs429WithRetryAfterInTheClientsEnvelope(t *testing.T)
 				if !strings.Contains(string(body), "max_concurrency") {
 					t.Errorf("the message does not say what to do: %s", body)
 				}
-				close(h.release)
+				h.free()
 				<-held
 				for _, q := range h.table.Queues() {
 					if q.InFlight != 0 || q.Waiting != 0 {
@@ -161,7 +171,7 @@ func TestRelay_QueuedStreamGetsKeepAlivesThenItsAnswer(t *testing.T) {
 				}
 				seen.WriteString(line)
 			}
-			close(h.release) // the slot frees; the queued request goes on
+			h.free() // the slot frees; the queued request goes on
 			rest, _ := io.ReadAll(rd)
 			if !strings.Contains(string(rest), c.end) || !strings.Contains(string(rest), "Hello") {
 				t.Fatalf("no answer after the keep-alives:\n%s", rest)
@@ -196,7 +206,7 @@ func TestRelay_ClientGoneWhileQueuedFreesItsPlace(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	close(h.release)
+	h.free()
 	<-held
 	if q := oa(); q.InFlight != 0 || q.Gone != 1 {
 		t.Fatalf("queue after all: %+v", q.Stats)
