@@ -90,32 +90,40 @@ func acquireEngine(ctx context.Context, w http.ResponseWriter, name string, keep
 		release, err := acquire(ctx)
 		return release, nil, err
 	}
-	type result struct {
-		release func(error) error
-		err     error
-	}
-	done := make(chan result, 1)
-	go func() {
-		r, err := acquire(ctx)
-		done <- result{r, err}
-	}()
-	t := time.NewTimer(engineKeepAliveFirst)
-	defer t.Stop()
-	var sw *sse.Writer
+	var release func(error) error
 	start := time.Now()
+	sw, err := keepAliveWhile(w, nil, engineKeepAliveFirst, engineKeepAliveEvery, func() error {
+		var err error
+		release, err = acquire(ctx)
+		return err
+	}, func(sw *sse.Writer) {
+		_ = sw.WriteComment(fmt.Sprintf("waiting for engine %s (%ds)", name, int(time.Since(start).Seconds())))
+	})
+	return release, sw, err
+}
+
+// keepAliveWhile runs wait on its own goroutine. When it lasts longer
+// than first, the client gets the SSE headers (unless sw says they went
+// out already) and then alive every `every` until wait returns; the
+// writer used is returned (sw, or nil when nothing was sent). A failed
+// write means the client left: its context ends the wait.
+func keepAliveWhile(w http.ResponseWriter, sw *sse.Writer, first, every time.Duration, wait func() error, alive func(*sse.Writer)) (*sse.Writer, error) {
+	done := make(chan error, 1)
+	go func() { done <- wait() }()
+	t := time.NewTimer(first)
+	defer t.Stop()
 	for {
 		select {
-		case r := <-done:
-			return r.release, sw, r.err
+		case err := <-done:
+			return sw, err
 		case <-t.C:
 			if sw == nil {
 				sse.SetHeaders(w.Header())
 				w.WriteHeader(http.StatusOK)
 				sw = sse.NewWriter(w)
 			}
-			// A failed write means the client left; its context ends the wait.
-			_ = sw.WriteComment(fmt.Sprintf("waiting for engine %s (%ds)", name, int(time.Since(start).Seconds())))
-			t.Reset(engineKeepAliveEvery)
+			alive(sw)
+			t.Reset(every)
 		}
 	}
 }

@@ -48,29 +48,15 @@ func (rl *Relay) lane(w http.ResponseWriter, c *Call) router.Lane {
 // keep-alives has reached the client, and a final failure becomes the
 // protocol's error event.
 func (rl *Relay) waitWithKeepAlives(ctx context.Context, w http.ResponseWriter, c *Call, wait func(context.Context) error) error {
-	done := make(chan error, 1)
-	go func() { done <- wait(ctx) }()
-	t := time.NewTimer(queueKeepAliveFirst)
-	defer t.Stop()
-	for {
-		select {
-		case err := <-done:
-			return err
-		case <-t.C:
-			if c.sw == nil {
-				sse.SetHeaders(w.Header())
-				w.WriteHeader(http.StatusOK)
-				c.sw = sse.NewWriter(w)
-			}
-			// A failed write means the client left; its context ends the wait.
-			if c.Req.Dialect.Anthropic() {
-				_ = c.sw.WriteEvent("ping", anthropicPing)
-			} else {
-				_ = c.sw.WriteComment("keep-alive")
-			}
-			t.Reset(queueKeepAliveEvery)
+	sw, err := keepAliveWhile(w, c.sw, queueKeepAliveFirst, queueKeepAliveEvery, func() error { return wait(ctx) }, func(sw *sse.Writer) {
+		if c.Req.Dialect.Anthropic() {
+			_ = sw.WriteEvent("ping", anthropicPing)
+		} else {
+			_ = sw.WriteComment("keep-alive")
 		}
-	}
+	})
+	c.sw = sw
+	return err
 }
 
 // backendDone says the backend has ended its answer: the deployment's
