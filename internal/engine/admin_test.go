@@ -4,13 +4,15 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"llmgate/internal/config"
 	"llmgate/internal/engine"
-	"llmgate/internal/router"
+	"llmgate/internal/gateway"
 )
 
 func TestAdminAPI_LoadsUnloadsListsAndShowsLogs(t *testing.T) {
@@ -94,25 +96,41 @@ engines:
 	}
 }
 
-func TestManager_AttachPointsReloadedTableAtRunningEngine(t *testing.T) {
-	e := start(t, fmt.Sprintf(`
-  sim-a:
-    cmd: %s
-    models: [model-a]
-`, simCmd("model-a")))
-	// A reload that skipped Rebind: the new table's engine backend has port 0.
-	src := fmt.Sprintf("engines:\n  sim-a:\n    cmd: %s\n    models: [model-a]\n", simCmd("model-a"))
-	cfg, err := config.Load(strings.NewReader(src), "reload.yaml")
-	if err != nil {
+// A reload builds a new table whose engine backend is made with the
+// running engine's URL and leases it from the same manager: the engine
+// serves on without a restart, and the old table's backend is not touched.
+func TestManager_AReloadedTableLeasesTheRunningEngine(t *testing.T) {
+	engines := fmt.Sprintf("  sim-a:\n    cmd: %s\n    models: [model-a]\n", simCmd("model-a"))
+	e := start(t, engines)
+	if a := e.chat("model-a", false, 4); a.status != http.StatusOK {
+		t.Fatalf("first request: %d %s", a.status, a.body)
+	}
+	old := e.g.Tables.Load()
+	oldBackend := old.Backend("sim-a")
+	oldURL := oldBackend.BaseURL
+	path := filepath.Join(t.TempDir(), "llmgate.yaml")
+	src := "engines:\n" + engines + "models:\n  alias: {backend: sim-a, upstream_model: model-a}\n"
+	if err := os.WriteFile(path, []byte(src), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	t2 := router.New(cfg)
-	e.g.Engines.Attach(t2)
-	e.g.Server.SetTable(t2)
-	if a := e.chat("model-a", false, 4); a.status != http.StatusOK || a.model != "model-a" {
+	r := gateway.NewReloader(e.g, path, e.g.Config)
+	r.Adjust = func(c *config.Config) { c.Database, c.Listen = e.g.Config.Database, e.g.Config.Listen }
+	if err := r.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	t2 := e.g.Tables.Load()
+	want := fmt.Sprintf("http://127.0.0.1:%d/v1", e.status("sim-a").Port)
+	if t2 == old || t2.Leaser("sim-a") == nil || t2.Backend("sim-a").BaseURL != want {
+		t.Fatalf("reloaded table: new %v, leases sim-a %v, backend at %s; want a new table leasing sim-a at %s",
+			t2 != old, t2.Leaser("sim-a") != nil, t2.Backend("sim-a").BaseURL, want)
+	}
+	if a := e.chat("alias", false, 4); a.status != http.StatusOK {
 		t.Fatalf("request on the reloaded table: %d %s", a.status, a.body)
 	}
-	if got, want := t2.Backend("sim-a").BaseURL, fmt.Sprintf("http://127.0.0.1:%d/v1", e.status("sim-a").Port); got != want {
-		t.Fatalf("reloaded backend at %s, want %s", got, want)
+	if st := e.status("sim-a"); st.Starts != 1 || st.State != engine.StateReady {
+		t.Fatalf("engine after the reload: %d starts, %s; want the first run serving on", st.Starts, st.State)
+	}
+	if old.Backend("sim-a") != oldBackend || oldBackend.BaseURL != oldURL {
+		t.Fatalf("the old table's backend changed: %s, was %s", oldBackend.BaseURL, oldURL)
 	}
 }

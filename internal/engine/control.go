@@ -233,10 +233,12 @@ func (m *Manager) Close(ctx context.Context) error {
 
 // Rebind prepares a reloaded configuration: every engine keeps its running
 // process and port, so the new config's engine backends point at the same
-// ports. Call it before building the new routing table, then Attach the
-// table. Engines cannot be added or redefined by a reload: a new engine is
-// an error (the reload should be rejected); changed settings of a known
-// engine are reported and take effect at the next restart of the gateway.
+// ports. Call it before building the new routing table (with the Manager
+// as its Leaser): the table's engine backends are then made with the
+// running engines' URLs, and nothing changes them afterwards. Engines
+// cannot be added or redefined by a reload: a new engine is an error (the
+// reload should be rejected); changed settings of a known engine are
+// reported and take effect at the next restart of the gateway.
 func (m *Manager) Rebind(cfg *config.Config) (changed []string, err error) {
 	for _, name := range sortedNames(cfg.Engines) {
 		e := m.engines[name]

@@ -58,12 +58,17 @@ type Options struct {
 	// length, its tokenizer) there, so that those requests are fitted with
 	// its numbers. ctx bounds the call.
 	OnReady func(ctx context.Context, b *provider.Backend)
+	// Tables, when set, holds the routing table being served: an engine's
+	// backend there (the one of its name) is what OnReady is given, and
+	// its idle connections are closed when the engine stops.
+	Tables *router.Current
 }
 
 // Manager owns the engine processes of one gateway.
 type Manager struct {
 	log       *slog.Logger
 	readyHook func(ctx context.Context, b *provider.Backend)
+	tables    *router.Current // nil: no table to find the engines' backends in
 	mu        sync.Mutex
 	engines   map[string]*Engine
 	names     []string
@@ -109,13 +114,15 @@ type Engine struct {
 	unload    bool        // stop once the requests in flight finish
 	drain     *time.Timer // bounds the wait for requests in flight
 	delayed   *time.Timer // a start postponed by the crash backoff
-	backend   *provider.Backend
 }
+
+var _ router.Leaser = (*Manager)(nil)
 
 // New prepares the engines of cfg: it assigns free ports to engines
 // without one and points each engine's backend at its port
-// (config.BindEngine). Call it before building the routing table, then
-// Attach the table and Start. It first stops the engines a previous
+// (config.BindEngine). Call it before building the routing table, build
+// the table with the Manager as its Leaser (router.Options.Leaser), then
+// Start. It first stops the engines a previous
 // gateway that crashed left running (Options.StateFile), which can take up
 // to their stop grace.
 func New(cfg *config.Config, opt Options) (*Manager, error) {
@@ -123,7 +130,7 @@ func New(cfg *config.Config, opt Options) (*Manager, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	m := &Manager{log: log, readyHook: opt.OnReady, engines: map[string]*Engine{}, quit: make(chan struct{}), ttlDone: make(chan struct{})}
+	m := &Manager{log: log, readyHook: opt.OnReady, tables: opt.Tables, engines: map[string]*Engine{}, quit: make(chan struct{}), ttlDone: make(chan struct{})}
 	// Before any port is chosen or engine started: a leftover engine holds
 	// its port and its GPU memory.
 	m.state = openState(statePath(cfg, opt), log)
@@ -173,27 +180,31 @@ func sortedNames[V any](m map[string]V) []string {
 	return out
 }
 
-// Attach installs the engines' Acquire hooks on the table's backends and
-// points them at the running engines' ports. A gateway that swaps in a new
-// routing table must attach it too, before serving it: a reloaded config
-// that was not passed through Rebind still has port 0 in its engine
-// backends.
-func (m *Manager) Attach(t *router.Table) {
-	for name, e := range m.engines {
-		if b := t.Backend(name); b != nil {
-			// A backend carried over from the serving table already has
-			// both and is in use: writing it again would race with readers.
-			if u := e.cfg.BaseURL(); b.BaseURL != u {
-				b.BaseURL = u
-			}
-			if b.Acquire == nil {
-				b.Acquire = e.acquire
-			}
-			m.mu.Lock()
-			e.backend = b
-			m.mu.Unlock()
-		}
+// Manages implements router.Leaser: an engine's backend has its name.
+func (m *Manager) Manages(backend string) bool { return m.engines[backend] != nil }
+
+// Lease implements router.Leaser: it returns once the backend's engine is
+// ready (starting it, or waiting in its group's queue) and the request
+// counts as in flight.
+func (m *Manager) Lease(ctx context.Context, backend, model string) (func(error) error, error) {
+	e := m.engines[backend]
+	if e == nil {
+		return nil, apierror.Newf(http.StatusInternalServerError, apierror.KindInternal, "engine_unknown",
+			"backend %q has no local engine", backend)
 	}
+	return e.acquire(ctx, model)
+}
+
+// backend is e's backend on the table being served, nil when there is
+// none.
+func (m *Manager) backend(e *Engine) *provider.Backend {
+	if m.tables == nil {
+		return nil
+	}
+	if t := m.tables.Load(); t != nil {
+		return t.Backend(e.cfg.Name)
+	}
+	return nil
 }
 
 // Start starts the always_on engines and the idle (TTL) watcher.
@@ -212,7 +223,7 @@ func (m *Manager) Start() {
 	go m.watchIdle()
 }
 
-// acquire is the provider.Backend hook: it returns once the engine is
+// acquire takes a lease on e for a request for model: it returns once the engine is
 // ready and the request counts as in flight.
 func (e *Engine) acquire(ctx context.Context, model string) (func(error) error, error) {
 	m := e.m

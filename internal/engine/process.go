@@ -172,10 +172,7 @@ func (m *Manager) pollHealth(ctx context.Context, e *Engine, r *run) {
 		if resp, err := client.Do(req); err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				m.mu.Lock()
-				b := e.backend
-				m.mu.Unlock()
-				if m.readyHook != nil && b != nil {
+				if b := m.backend(e); m.readyHook != nil && b != nil {
 					hctx, cancel := context.WithTimeout(ctx, readyLearnTimeout)
 					m.readyHook(hctx, b)
 					cancel()
@@ -254,10 +251,10 @@ func (m *Manager) stopLocked(e *Engine, reason string) {
 	r.stopReason = reason
 	r.timer.Stop()
 	r.cancel()
-	if e.backend != nil {
+	if b := m.backend(e); b != nil {
 		// Idle keep-alive connections (and ones dialed but never used) make
 		// an HTTP server's graceful shutdown wait; nobody needs them now.
-		e.backend.Close()
+		b.Close()
 	}
 	e.logs.add(fmt.Sprintf("[llmgate] stopping pid %d (%s) with %s", r.pid, reason, strings.ToUpper(e.cfg.StopSignal)))
 	m.log.Info("engine stopping", "engine", e.cfg.Name, "pid", r.pid, "reason", reason)

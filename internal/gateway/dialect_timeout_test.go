@@ -70,15 +70,37 @@ func anthropicStallAfter(n int) func(*faultUpstream, http.ResponseWriter, *http.
 	}
 }
 
-// dialectGW is a gateway whose test may install an Acquire hook (a fake
-// local engine) on a backend after it started, and whose log is kept.
+// dialectGW is a gateway whose log is kept and whose backends named at
+// its start lease a fake local engine, which a test makes wait or fail
+// (fakeEngine).
 type dialectGW struct {
 	*faultGW
-	hookMu sync.Mutex
-	log    *testenv.SyncBuffer
+	engines *fakeEngines
+	log     *testenv.SyncBuffer
 }
 
-func startDialectGW(t *testing.T, src string) *dialectGW {
+// fakeEngines stands in for the engine manager as the tables' Leaser: a
+// backend it manages takes its lease from the hook fakeEngine set for it
+// last (none: at once).
+type fakeEngines struct {
+	names map[string]bool
+	mu    sync.Mutex
+	hooks map[string]func(context.Context) (func(error) error, error)
+}
+
+func (f *fakeEngines) Manages(backend string) bool { return f.names[backend] }
+
+func (f *fakeEngines) Lease(ctx context.Context, backend, _ string) (func(error) error, error) {
+	f.mu.Lock()
+	hook := f.hooks[backend]
+	f.mu.Unlock()
+	if hook == nil {
+		return func(err error) error { return err }, nil
+	}
+	return hook(ctx)
+}
+
+func startDialectGW(t *testing.T, src string, engines ...string) *dialectGW {
 	t.Helper()
 	cfg, err := config.Load(strings.NewReader(src), "dialect.yaml")
 	if err != nil {
@@ -86,19 +108,13 @@ func startDialectGW(t *testing.T, src string) *dialectGW {
 	}
 	cfg.Database = testdb.SQLite(t, t.TempDir(), "llmgate.db")
 	cfg.Listen = "127.0.0.1:0"
-	d := &dialectGW{log: &testenv.SyncBuffer{}}
-	// Each request passes hookMu, so a hook installed under it happens
-	// before the request reads it (no data race on Backend.Acquire).
-	ordered := func(next http.Handler) http.Handler {
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			d.hookMu.Lock()
-			d.hookMu.Unlock() //nolint:staticcheck // an empty critical section orders the hook before the request
-			next.ServeHTTP(w, r)
-		})
+	d := &dialectGW{log: &testenv.SyncBuffer{}, engines: &fakeEngines{names: map[string]bool{}, hooks: map[string]func(context.Context) (func(error) error, error){}}}
+	for _, name := range engines {
+		d.engines.names[name] = true
 	}
 	g, err := Start(context.Background(), Options{Config: cfg, MasterKey: testMaster,
 		Logger: slog.New(slog.NewTextHandler(d.log, nil)), LedgerOptions: ledger.Options{Interval: 10 * time.Millisecond},
-		Middleware: []func(http.Handler) http.Handler{ordered}})
+		Leaser: d.engines})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,19 +127,23 @@ func startDialectGW(t *testing.T, src string) *dialectGW {
 	return d
 }
 
-// fakeEngine makes model's backend behave as a local engine: Acquire
-// blocks until proceed is closed (or the request ends) and then returns
+// fakeEngine makes the lease of model's backend (a fake local engine's)
+// block until proceed is closed (or the request ends) and then return
 // fail, nil meaning the engine is ready.
 func (d *dialectGW) fakeEngine(model string, proceed <-chan struct{}, fail error) {
 	d.t.Helper()
-	d.hookMu.Lock()
-	defer d.hookMu.Unlock()
-	<-d.g.learned // the start's context-length round reads Acquire
-	route, err := d.g.Server.Table().Route(model)
+	t := d.g.Tables.Load()
+	route, err := t.Route(model)
 	if err != nil {
 		d.t.Fatal(err)
 	}
-	route.Deployments[0].Backend.Acquire = func(ctx context.Context, _ string) (func(error) error, error) {
+	name := route.Deployments[0].Backend.Name
+	if t.Leaser(name) == nil {
+		d.t.Fatalf("backend %q leases no engine: name it when starting the gateway", name)
+	}
+	d.engines.mu.Lock()
+	defer d.engines.mu.Unlock()
+	d.engines.hooks[name] = func(ctx context.Context) (func(error) error, error) {
 		select {
 		case <-proceed:
 		case <-ctx.Done():
@@ -478,9 +498,9 @@ backends:
   eng: {url: %s}
 models:
   m: {backend: eng}
-`, good.URL))
+`, good.URL), "eng")
 
-	// Raw: the headers and the first comment arrive while Acquire still
+	// Raw: the headers and the first comment arrive while the lease still
 	// blocks; the answer follows once the engine is ready.
 	for _, tc := range []struct{ path, body, lastEvent string }{
 		{"/v1/messages", fmt.Sprintf(messagesStream, "m"), "message_stop"},
@@ -555,9 +575,9 @@ models:
 func TestDialectEngine_FailureAfterKeepAliveIsAnInStreamError(t *testing.T) {
 	t.Parallel()
 	good := newUpstream(t, "eng", answer)
-	// The silent backend stalls its answers, but not the start's question
-	// for its models' context lengths: fakeEngine waits for that round,
-	// which would otherwise wait out its 2 s fetch time-out.
+	// The silent backend stalls its answers, but not a question for its
+	// models' context lengths, which would otherwise wait out its 2 s
+	// fetch time-out.
 	stall := stallAfter(0)
 	silent := newUpstream(t, "silent", func(u *faultUpstream, w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/v1/models" {
@@ -573,7 +593,7 @@ backends:
 models:
   m: {backend: eng}
   s: {backend: silent}
-`, good.URL, silent.URL))
+`, good.URL, silent.URL), "eng", "silent")
 	startFail := apierror.Newf(http.StatusServiceUnavailable, apierror.KindOverloaded, "engine_startup_timeout",
 		`engine "eng" did not become ready within 1s; raise engines.eng.startup_timeout`)
 	n := 0

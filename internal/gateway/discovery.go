@@ -35,15 +35,17 @@ func (g *Gateway) startDiscovery(ctx context.Context, cfg *config.Config, opt *O
 }
 
 // newTable builds the routing table of a configuration, each backend with
-// discovery expanded into its replicas as of now.
+// discovery expanded into its replicas as of now, and the local engines'
+// backends leasing their engines (the config's engine ports are bound:
+// engine.New at start, Rebind on a reload).
 func (g *Gateway) newTable(cfg *config.Config, prev *router.Table) *router.Table {
-	return router.NewWithOptions(g.disc.Expand(cfg), router.Options{Logger: g.log, Previous: prev, OnHealthy: g.engineInfo.Recheck})
+	return router.NewWithOptions(g.disc.Expand(cfg), router.Options{Logger: g.log, Previous: prev, OnHealthy: g.engineInfo.Recheck, Leaser: g.leaser})
 }
 
 // swapTable makes cfg the running configuration: a new table replaces the
 // current one, carrying over the backends (and replicas) whose settings
 // stay. Requests in flight finish on the table they started with.
-func (g *Gateway) swapTable(cfg *config.Config, prepare func(*router.Table)) {
+func (g *Gateway) swapTable(cfg *config.Config) {
 	g.tableMu.Lock()
 	defer g.tableMu.Unlock()
 	g.rawCfg = cfg
@@ -52,19 +54,15 @@ func (g *Gateway) swapTable(cfg *config.Config, prepare func(*router.Table)) {
 		// A backend new to discovery is resolved before its models go live.
 		g.disc.Refresh(context.Background(), false)
 	}
-	g.swapLocked(prepare)
+	g.swapLocked()
 }
 
-func (g *Gateway) swapLocked(prepare func(*router.Table)) {
+func (g *Gateway) swapLocked() {
 	if g.tablesClosed {
 		return // the gateway stopped: a late answer must not start health checks again
 	}
-	old := g.Server.Table()
-	t := g.newTable(g.rawCfg, old)
-	if prepare != nil {
-		prepare(t)
-	}
-	g.Server.SetTable(t)
+	old := g.Tables.Load()
+	g.Tables.Store(g.newTable(g.rawCfg, old))
 	old.Close()
 }
 
@@ -74,5 +72,5 @@ func (g *Gateway) swapLocked(prepare func(*router.Table)) {
 func (g *Gateway) rediscovered() {
 	g.tableMu.Lock()
 	defer g.tableMu.Unlock()
-	g.swapLocked(g.Engines.Attach)
+	g.swapLocked()
 }

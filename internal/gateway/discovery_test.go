@@ -95,7 +95,7 @@ func portOf(t *testing.T, u *faultUpstream) int {
 
 // addresses reports the replicas the model's route has now.
 func addresses(g *Gateway, model string) []string {
-	r, err := g.Server.Table().Route(model)
+	r, err := g.Tables.Load().Route(model)
 	if err != nil {
 		return nil
 	}
@@ -379,7 +379,7 @@ models:
   m: {backend: pool}
 `
 	f := startDiscoveryGW(t, fmt.Sprintf(src, ""), dns)
-	before := f.g.Server.Table().Backend("pool@127.0.0.1:" + strconv.Itoa(portOf(t, a)))
+	before := f.g.Tables.Load().Backend("pool@127.0.0.1:" + strconv.Itoa(portOf(t, a)))
 	if before == nil {
 		t.Fatal("no replica backend for a")
 	}
@@ -389,10 +389,10 @@ models:
 			t.Fatal(err)
 		}
 		cfg.Database, cfg.Listen = f.g.Config.Database, f.g.Config.Listen
-		f.g.swapTable(cfg, nil)
+		f.g.swapTable(cfg)
 	}
 	reload("")
-	if got := f.g.Server.Table().Backend("pool@127.0.0.1:" + strconv.Itoa(portOf(t, a))); got != before {
+	if got := f.g.Tables.Load().Backend("pool@127.0.0.1:" + strconv.Itoa(portOf(t, a))); got != before {
 		t.Fatal("an unchanged backend's replica was rebuilt on reload: its breaker, health and connections are lost")
 	}
 	dns.set(nil, portOf(t, b)) // the next lookup sees only b: a settings change resolves at once

@@ -54,6 +54,9 @@ type Options struct {
 	// Resolver, when set, answers DNS discovery's lookups for a backend
 	// (tests inject one); nil means the system's or discovery_resolver.
 	Resolver func(b *config.Backend) dnsdisc.Resolver
+	// Leaser, when set, leases the backends it manages instead of the
+	// gateway's engine manager (tests stand in a fake local engine).
+	Leaser router.Leaser
 }
 
 // Gateway is a running gateway.
@@ -63,6 +66,9 @@ type Gateway struct {
 	Verifier *keys.Verifier
 	Ledger   *ledger.Ledger
 	Server   *server.Server
+	// Tables holds the routing table being served: the server, the admin
+	// views and the engines read it; start, reload and discovery store it.
+	Tables *router.Current
 	// Metrics are the Prometheus collectors served at /metrics.
 	Metrics *metrics.Metrics
 	// Console is the web console at /ui (nil when LLMGATE_CONSOLE=off).
@@ -78,10 +84,12 @@ type Gateway struct {
 	log    *slog.Logger
 	ln     net.Listener
 	scheme string // "https" when the listener serves TLS; "" for http
+	// leaser is every table's router.Leaser: the engine manager, or
+	// Options.Leaser.
+	leaser router.Leaser
 	// engineInfo learns from each deployment's engine (context lengths,
-	// tokenizer); learned is closed once the start's round of asking is over.
+	// tokenizer).
 	engineInfo *engineinfo.Learner
-	learned    chan struct{}
 	cancel     context.CancelFunc
 	served     chan error
 	// disc resolves the backends with discovery; tableMu serializes the
@@ -141,7 +149,7 @@ func Start(ctx context.Context, opt Options) (g *Gateway, err error) {
 		return nil, err
 	}
 	undo = append(undo, func() { st.Close() })
-	g = &Gateway{Config: cfg, Store: st, log: log, served: make(chan error, 1), ln: ln, Addr: ln.Addr().String(), learned: make(chan struct{})}
+	g = &Gateway{Config: cfg, Store: st, log: log, served: make(chan error, 1), ln: ln, Addr: ln.Addr().String()}
 	if certs != nil {
 		g.scheme = "https"
 	}
@@ -168,13 +176,18 @@ func Start(ctx context.Context, opt Options) (g *Gateway, err error) {
 	}
 	undo = append(undo, g.stopAccounting)
 	g.engineInfo = engineinfo.New(engineinfo.Options{Logger: log})
-	if g.Engines, err = engine.New(cfg, engine.Options{Logger: log, OnReady: g.engineInfo.Refresh}); err != nil {
+	g.Tables = &router.Current{}
+	if g.Engines, err = engine.New(cfg, engine.Options{Logger: log, OnReady: g.engineInfo.Refresh, Tables: g.Tables}); err != nil {
 		return nil, err
+	}
+	g.leaser = g.Engines
+	if opt.Leaser != nil {
+		g.leaser = opt.Leaser
 	}
 	g.startDiscovery(ctx, cfg, &opt)
 	table := g.newTable(cfg, nil)
-	g.Engines.Attach(table)
-	sopt := server.Options{Table: table, Verifier: g.Verifier, Ledger: g.Ledger, Observer: g.observer(), Ready: g.Ledger.Healthy, Logger: log, Engines: g.engineInfo, MaxBodyBytes: cfg.MaxBodyBytes,
+	g.Tables.Store(table)
+	sopt := server.Options{Tables: g.Tables, Verifier: g.Verifier, Ledger: g.Ledger, Observer: g.observer(), Ready: g.Ledger.Healthy, Logger: log, Engines: g.engineInfo, MaxBodyBytes: cfg.MaxBodyBytes,
 		Admission: g.Metrics.Admission(opt.Admission), Middleware: opt.Middleware}
 	if on, ttl := cfg.ResponsesStorage(); on {
 		sopt.Responses, sopt.ResponsesTTL = g.Store, ttl
@@ -216,10 +229,9 @@ func LogWarnings(log *slog.Logger, cfg *config.Config) {
 // start, so that output limits are fitted from the first request on (local
 // engines, which are not running yet, are asked when first used).
 func (g *Gateway) learnContexts(ctx context.Context, t *router.Table) {
-	defer close(g.learned)
 	for _, name := range t.Models() {
 		r, err := t.Route(name)
-		if err != nil || len(r.Deployments) == 0 || r.Deployments[0].Backend.Acquire != nil {
+		if err != nil || len(r.Deployments) == 0 || t.Leaser(r.Deployments[0].Backend.Name) != nil {
 			continue
 		}
 		d := r.Deployments[0]
@@ -277,7 +289,7 @@ func (g *Gateway) Close(ctx context.Context) error {
 	}
 	g.tableMu.Lock()
 	g.tablesClosed = true
-	g.Server.Table().Close()
+	g.Tables.Load().Close()
 	g.tableMu.Unlock()
 	if oerr := g.stopObservability(ctx); oerr != nil {
 		err = errors.Join(err, oerr)

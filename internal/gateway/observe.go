@@ -60,7 +60,7 @@ func (g *Gateway) mountObservability() {
 		func() float64 { return float64(g.Ledger.Depth()) })
 	_ = m.GaugeVecFunc("llmgate_breaker_state", "Circuit breaker state per model deployment: 1 for the current state.",
 		[]string{"model", "backend", "state"}, func(emit metrics.Emit) {
-			for _, mh := range g.Server.Table().Health() {
+			for _, mh := range g.Tables.Load().Health() {
 				for _, d := range mh.Deployments {
 					for _, st := range []string{"closed", "open", "half_open"} {
 						v := 0.0
@@ -74,7 +74,7 @@ func (g *Gateway) mountObservability() {
 		})
 	_ = m.GaugeVecFunc("llmgate_deployment_healthy", "1 when a model deployment may take requests now (breaker closed or probing, backend up).",
 		[]string{"model", "backend"}, func(emit metrics.Emit) {
-			for _, mh := range g.Server.Table().Health() {
+			for _, mh := range g.Tables.Load().Health() {
 				for _, d := range mh.Deployments {
 					v := 0.0
 					if d.Healthy {
@@ -86,7 +86,7 @@ func (g *Gateway) mountObservability() {
 		})
 	engineLoad := func(name, help string, value func(s fleet.Snapshot) (float64, bool)) {
 		_ = m.GaugeVecFunc(name, help, []string{"backend"}, func(emit metrics.Emit) {
-			g.Server.Table().EngineLoads(func(backend string, s fleet.Snapshot) {
+			g.Tables.Load().EngineLoads(func(backend string, s fleet.Snapshot) {
 				if v, ok := value(s); ok {
 					emit(v, backend)
 				}
@@ -119,8 +119,8 @@ func (g *Gateway) mountObservability() {
 		MasterHash:  g.Verifier.MasterHash,
 		API:         g.Server,
 		KeysChanged: g.Verifier.Reload,
-		Models:      func() []string { return g.Server.Table().Models() },
-		Health:      func() any { return g.Server.Table().Health() },
+		Models:      func() []string { return g.Tables.Load().Models() },
+		Health:      func() any { return g.Tables.Load().Health() },
 		Engines:     g.engineStates,
 		// The keys page shows the spend the running admission enforces,
 		// as the admin API's key view does.

@@ -15,7 +15,7 @@ func (g *Gateway) observeQueues() {
 	labels := []string{"backend", "upstream_model"}
 	each := func(fn func(emit metrics.Emit, q router.QueueStats)) func(metrics.Emit) {
 		return func(emit metrics.Emit) {
-			for _, q := range g.Server.Table().Queues() {
+			for _, q := range g.Tables.Load().Queues() {
 				fn(emit, q)
 			}
 		}

@@ -17,7 +17,6 @@ import (
 
 	"llmgate/internal/config"
 	"llmgate/internal/redact"
-	"llmgate/internal/router"
 )
 
 // Reloader applies a changed configuration file to a running gateway: on
@@ -36,9 +35,6 @@ type Reloader struct {
 	// validated, so that command-line overrides (--listen, --database)
 	// survive reloads.
 	Adjust func(*config.Config)
-	// Prepare, when set, is called with each new table before it is
-	// swapped in, e.g. to attach local engines' hooks to its backends.
-	Prepare func(*router.Table)
 
 	mu      sync.Mutex
 	current *config.Config
@@ -57,11 +53,6 @@ type fileStamp struct {
 // the configuration the gateway was started with.
 func NewReloader(g *Gateway, path string, current *config.Config) *Reloader {
 	r := &Reloader{g: g, path: path, log: g.log, current: current}
-	if g.Engines != nil {
-		// Engine backends need their start-on-demand hooks on every new
-		// table (carried-over backends keep theirs).
-		r.Prepare = g.Engines.Attach
-	}
 	if data, err := os.ReadFile(path); err == nil {
 		r.sum = sha256.Sum256(data)
 	}
@@ -117,7 +108,7 @@ func (r *Reloader) Reload() error {
 }
 
 func (r *Reloader) apply(cfg *config.Config) {
-	r.g.swapTable(cfg, r.Prepare)
+	r.g.swapTable(cfg)
 	r.warnRestartOnly(cfg)
 	r.current = cfg
 	r.reloads++

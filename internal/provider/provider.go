@@ -27,12 +27,6 @@ type Backend struct {
 	Name    string
 	BaseURL string
 	Dialect dialect.Dialect
-	// Acquire, when set, runs before each request to this backend: a local
-	// engine uses it to start its process, or wait until it is ready. The
-	// returned release ends the request's lease with its outcome and
-	// returns the error to report, which may explain a failure by the
-	// engine's crash.
-	Acquire func(ctx context.Context, model string) (release func(err error) error, err error)
 	// DropParams are top-level request members this backend never gets
 	// (drop_params).
 	DropParams []string

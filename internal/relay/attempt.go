@@ -27,10 +27,10 @@ import (
 const maxAnswer = 256 << 20
 
 // attempt runs the request at one deployment: a local engine is started
-// (or waited for) first.
+// (or waited for) first, through the lease the call's table names.
 func (rl *Relay) attempt(ctx context.Context, w http.ResponseWriter, c *Call, dep router.Deployment, n int) Result {
-	if dep.Backend.Acquire != nil && c.Req.Dialect != codec.CountTokens && !leased(ctx) {
-		return rl.withEngine(ctx, w, c, dep, n)
+	if l := c.Table.Leaser(dep.Backend.Name); l != nil && c.Req.Dialect != codec.CountTokens && !leased(ctx) {
+		return rl.withEngine(ctx, w, c, dep, n, l)
 	}
 	return rl.relay(ctx, w, c, dep, n)
 }

@@ -42,16 +42,16 @@ func explainFailure(ctx context.Context, e *apierror.Error) *apierror.Error {
 	return e
 }
 
-// withEngine takes a lease on the local engine of dep (starting it, or
-// waiting in its queue) and runs the attempt with it; the engine may
+// withEngine takes a lease from l on the local engine of dep (starting
+// it, or waiting in its queue) and runs the attempt with it; the engine may
 // explain a failure by its process exiting. A streaming client gets the SSE
 // headers and comments while it waits, so that it does not time out; the
 // attempt then writes on after them, and a failure before its first event
 // becomes the error event of the client's protocol.
-func (rl *Relay) withEngine(ctx context.Context, w http.ResponseWriter, c *Call, dep router.Deployment, n int) Result {
-	b := dep.Backend
-	release, sw, err := acquireEngine(ctx, w, b.Name, c.Req.Stream, func(ctx context.Context) (func(error) error, error) {
-		return b.Acquire(ctx, c.Req.Model)
+func (rl *Relay) withEngine(ctx context.Context, w http.ResponseWriter, c *Call, dep router.Deployment, n int, l router.Leaser) Result {
+	name := dep.Backend.Name
+	release, sw, err := acquireEngine(ctx, w, name, c.Req.Stream, func(ctx context.Context) (func(error) error, error) {
+		return l.Lease(ctx, name, c.Req.Model)
 	})
 	if err != nil {
 		return rl.engineFailed(sw, c, Result{Dep: dep}, err)

@@ -7,12 +7,14 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"llmgate/internal/policy"
+	"llmgate/internal/router"
 	"llmgate/internal/usage"
 )
 
@@ -283,4 +285,45 @@ func (a *recAdmission) Requests() []policy.AdmitRequest {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return append([]policy.AdmitRequest(nil), a.reqs...)
+}
+
+// fakeLeaser stands in for the engine manager as a table's Leaser: it
+// manages the backends named, runs onLease (when set) at each lease, and
+// records the leases taken and the outcomes they were released with.
+type fakeLeaser struct {
+	backends []string
+	onLease  func(ctx context.Context, backend, model string) error
+	mu       sync.Mutex
+	leases   []string // "backend model"
+	released []error
+}
+
+var _ router.Leaser = (*fakeLeaser)(nil)
+
+func (f *fakeLeaser) Manages(backend string) bool {
+	return slices.Contains(f.backends, backend)
+}
+
+func (f *fakeLeaser) Lease(ctx context.Context, backend, model string) (func(error) error, error) {
+	if f.onLease != nil {
+		if err := f.onLease(ctx, backend, model); err != nil {
+			return nil, err
+		}
+	}
+	f.mu.Lock()
+	f.leases = append(f.leases, backend+" "+model)
+	f.mu.Unlock()
+	return func(err error) error {
+		f.mu.Lock()
+		f.released = append(f.released, err)
+		f.mu.Unlock()
+		return err
+	}, nil
+}
+
+// taken returns the leases taken and the outcomes released so far.
+func (f *fakeLeaser) taken() (leases []string, released []error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.leases...), append([]error(nil), f.released...)
 }

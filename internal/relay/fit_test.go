@@ -381,7 +381,7 @@ func TestEngineErrors_PassedOnWithTheEnginesNumbers(t *testing.T) {
 // A request that starts a stopped local engine could not be fitted or
 // counted when it was resolved (the engine answered nothing); the engine
 // manager has the gateway ask the started engine before letting it through
-// (OnReady, here inside Acquire), and the request is then fitted and its
+// (OnReady, here inside the fake engine's lease), and the request is then fitted and its
 // message_start counted with the engine's numbers, as requests to a
 // running engine are.
 func TestFit_ARequestThatStartsItsEngineIsFittedAndCountedOnceItRuns(t *testing.T) {
@@ -399,16 +399,16 @@ func TestFit_ARequestThatStartsItsEngineIsFittedAndCountedOnceItRuns(t *testing.
 	if err != nil {
 		t.Fatal(err)
 	}
-	table := router.NewWithOptions(cfg, router.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	t.Cleanup(table.Close)
 	learner := engineinfo.New(engineinfo.Options{})
-	b := table.Backend("e")
-	b.Acquire = func(ctx context.Context, model string) (func(error) error, error) {
+	var table *router.Table
+	engine := &fakeLeaser{backends: []string{"e"}, onLease: func(ctx context.Context, backend, _ string) error {
 		if !started.Swap(true) {
-			learner.Refresh(ctx, b) // the engine manager's OnReady
+			learner.Refresh(ctx, table.Backend(backend)) // the engine manager's OnReady
 		}
-		return func(error) error { return nil }, nil
-	}
+		return nil
+	}}
+	table = router.NewWithOptions(cfg, router.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Leaser: engine})
+	t.Cleanup(table.Close)
 	rl := relay.New(relay.Options{Ledger: &recLedger{}, Engines: learner, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)

@@ -103,6 +103,9 @@ type Options struct {
 	// itself again there (a restarted engine may have another context
 	// length). ctx ends with the check's time-out or when the check stops.
 	OnHealthy func(ctx context.Context, b *provider.Backend, recovered bool)
+	// Leaser, when set, holds the local engines behind some backends:
+	// requests to those take a lease from it first (lease.go).
+	Leaser Leaser
 }
 
 // Table is an immutable routing table built from one configuration. A config
@@ -120,6 +123,7 @@ type Table struct {
 	loadFactor    float64
 	cacheTokens   int
 	sessionHeader string
+	leased        map[string]bool // backends whose requests take a lease from opt.Leaser
 
 	mu          sync.Mutex
 	transferred map[string]bool // backends handed to a newer table
@@ -200,6 +204,7 @@ func NewWithOptions(cfg *config.Config, opt Options) *Table {
 	if t.sessionHeader == "" {
 		t.sessionHeader = config.DefaultSessionHeader
 	}
+	t.leased = leasedBackends(cfg, opt.Leaser)
 	for name, b := range cfg.Backends {
 		settings := *b
 		if prev != nil {

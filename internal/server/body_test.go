@@ -41,7 +41,7 @@ func bodyServer(t *testing.T, opt server.Options) *httptest.Server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	opt.Table, opt.Verifier, opt.Logger = router.New(cfg), v, slog.New(slog.NewTextHandler(io.Discard, nil))
+	opt.Tables, opt.Verifier, opt.Logger = router.NewCurrent(router.New(cfg)), v, slog.New(slog.NewTextHandler(io.Discard, nil))
 	srv := httptest.NewServer(server.New(opt))
 	t.Cleanup(srv.Close)
 	return srv

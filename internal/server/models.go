@@ -35,7 +35,7 @@ func (s *Server) handleModels(w http.ResponseWriter, r *http.Request, p keys.Pri
 		s.handleModelsHealth(w, r, p)
 		return
 	}
-	t := s.Table()
+	t := s.tables.Load()
 	var routes []*router.Route
 	for _, name := range t.Models() {
 		if !p.Master && !p.Key.Allows(name) {
@@ -103,7 +103,7 @@ func (s *Server) contextLengths(ctx context.Context, routes []*router.Route) []i
 // on OpenAI.
 func (s *Server) handleModel(w http.ResponseWriter, r *http.Request, p keys.Principal) {
 	name := strings.TrimPrefix(r.URL.Path, "/v1/models/")
-	route, err := policy.Resolve(s.Table(), p, name)
+	route, err := policy.Resolve(s.tables.Load(), p, name)
 	if err != nil && apierror.From(err).Code == "model_not_allowed" {
 		err = apierror.Newf(http.StatusNotFound, apierror.KindNotFound, "model_not_found",
 			"model %q is not available to this API key; GET /v1/models lists the models it may use", name)

@@ -18,7 +18,7 @@ type ModelsHealth struct {
 // handleModelsHealth lists models with their deployments' health: breaker
 // state, requests in flight, recent latency and active check results.
 func (s *Server) handleModelsHealth(w http.ResponseWriter, r *http.Request, p keys.Principal) {
-	t := s.Table()
+	t := s.tables.Load()
 	out := ModelsHealth{Object: "list", Data: []router.ModelHealth{}}
 	for _, name := range t.Models() {
 		if !p.Master && !p.Key.Allows(name) {

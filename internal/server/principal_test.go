@@ -87,7 +87,7 @@ func TestWithPrincipal_RequestIsServedAsThatKeyWithoutHeaders(t *testing.T) {
 	}
 	led := &recLedger{}
 	adm := &limitOne{seen: map[string]int{}}
-	s := server.New(server.Options{Table: router.New(cfg), Verifier: v, Ledger: led, Admission: adm,
+	s := server.New(server.Options{Tables: router.NewCurrent(router.New(cfg)), Verifier: v, Ledger: led, Admission: adm,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 
 	call := func(ctx context.Context, model string) *httptest.ResponseRecorder {

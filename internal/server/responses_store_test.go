@@ -103,7 +103,7 @@ func TestResponses_StoreDown(t *testing.T) {
 	}
 	logs := &syncBuf{}
 	st := &downResponses{}
-	s := server.New(server.Options{Table: router.New(cfg), Verifier: v, Ledger: &recLedger{}, Responses: st,
+	s := server.New(server.Options{Tables: router.NewCurrent(router.New(cfg)), Verifier: v, Ledger: &recLedger{}, Responses: st,
 		Logger: slog.New(slog.NewTextHandler(logs, nil))})
 	do := func(method, path, body string) *httptest.ResponseRecorder {
 		r := httptest.NewRequest(method, path, strings.NewReader(body))

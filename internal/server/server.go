@@ -14,7 +14,6 @@ import (
 	"os"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"llmgate/internal/api/openai"
@@ -34,7 +33,9 @@ import (
 
 // Options configures a Server.
 type Options struct {
-	Table    *router.Table
+	// Tables holds the routing table being served; each request runs on
+	// the one it holds when the request arrives.
+	Tables   *router.Current
 	Verifier *keys.Verifier
 	// Ledger takes each request's record before its answer's last bytes;
 	// Observer sees it after the answer was flushed (metrics, access log).
@@ -84,7 +85,7 @@ type AccessEntry struct {
 
 // Server serves the gateway API.
 type Server struct {
-	table     atomic.Pointer[router.Table]
+	tables    *router.Current
 	verifier  *keys.Verifier
 	log       *slog.Logger
 	maxBody   int64
@@ -112,10 +113,9 @@ func New(opt Options) *Server {
 	if opt.BodyReadTimeout <= 0 {
 		opt.BodyReadTimeout = 60 * time.Second
 	}
-	s := &Server{verifier: opt.Verifier, log: opt.Logger, maxBody: opt.MaxBodyBytes, engines: opt.Engines, accessLog: opt.AccessLog,
+	s := &Server{tables: opt.Tables, verifier: opt.Verifier, log: opt.Logger, maxBody: opt.MaxBodyBytes, engines: opt.Engines, accessLog: opt.AccessLog,
 		bodyTime: opt.BodyReadTimeout, bodyReads: perKey{limit: opt.MaxBodyReadsPerKey},
 		ready: opt.Ready, started: time.Now()}
-	s.table.Store(opt.Table)
 	var responses *respstore.Store
 	if opt.Responses != nil {
 		responses = respstore.New(opt.Responses, opt.ResponsesTTL, opt.Logger)
@@ -133,13 +133,6 @@ func New(opt Options) *Server {
 	}
 	return s
 }
-
-// SetTable swaps the routing table atomically; requests in flight finish on
-// the table they started with.
-func (s *Server) SetTable(t *router.Table) { s.table.Store(t) }
-
-// Table returns the current routing table.
-func (s *Server) Table() *router.Table { return s.table.Load() }
 
 // ServeHTTP implements http.Handler.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -234,7 +227,7 @@ func (s *Server) endpoint(method string, dialect func(*http.Request) codec.Diale
 // serveModel reads, decodes and relays a request of dialect d.
 func (s *Server) serveModel(d codec.Dialect) func(http.ResponseWriter, *http.Request, keys.Principal) {
 	return func(w http.ResponseWriter, r *http.Request, p keys.Principal) {
-		c := &relay.Call{ID: s.idOf(w, r), ClientID: clientRequestID(r), Start: time.Now(), Principal: p, Table: s.Table()}
+		c := &relay.Call{ID: s.idOf(w, r), ClientID: clientRequestID(r), Start: time.Now(), Principal: p, Table: s.tables.Load()}
 		if c.ClientID != "" {
 			c.ID = usage.NewID() // the ledger's key is never the client's
 		}
