@@ -188,9 +188,8 @@ func (m *Manager) Manages(backend string) bool { return m.engines[backend] != ni
 // counts as in flight.
 func (m *Manager) Lease(ctx context.Context, backend, model string) (func(error) error, error) {
 	e := m.engines[backend]
-	if e == nil {
-		return nil, apierror.Newf(http.StatusInternalServerError, apierror.KindInternal, "engine_unknown",
-			"backend %q has no local engine", backend)
+	if e == nil { // a table asks only for the backends Manages named
+		return nil, apierror.From(fmt.Errorf("backend %q has no local engine", backend))
 	}
 	return e.acquire(ctx, model)
 }

@@ -1,5 +1,7 @@
 // Package gateway assembles a running gateway from a configuration: store,
-// master key, key verifier, usage ledger, routing table and HTTP server. The
+// master key, key verifier, usage ledger, local engines, the routing table
+// and its holder, the response store, the relay, the edge server and the
+// HTTP server. The
 // serve command, demo mode and end-to-end tests all start gateways here.
 package gateway
 
@@ -27,6 +29,8 @@ import (
 	"llmgate/internal/metrics"
 	"llmgate/internal/netlimit"
 	"llmgate/internal/policy"
+	"llmgate/internal/relay"
+	"llmgate/internal/respstore"
 	"llmgate/internal/router"
 	"llmgate/internal/server"
 	"llmgate/internal/store"
@@ -48,7 +52,9 @@ type Options struct {
 	Listener net.Listener
 	// LedgerOptions tunes batching (tests use small intervals).
 	LedgerOptions ledger.Options
-	// Admission and Middleware are passed to the server (see server.Options).
+	// Admission admits every model request (the relay's, with the
+	// gateway's metrics); Middleware wraps the server's handler (see
+	// server.Options).
 	Admission  policy.Admission
 	Middleware []func(http.Handler) http.Handler
 	// Resolver, when set, answers DNS discovery's lookups for a backend
@@ -187,11 +193,18 @@ func Start(ctx context.Context, opt Options) (g *Gateway, err error) {
 	g.startDiscovery(ctx, cfg, &opt)
 	table := g.newTable(cfg, nil)
 	g.Tables.Store(table)
-	sopt := server.Options{Tables: g.Tables, Verifier: g.Verifier, Ledger: g.Ledger, Observer: g.observer(), Ready: g.Ledger.Healthy, Logger: log, Engines: g.engineInfo, MaxBodyBytes: cfg.MaxBodyBytes,
-		Admission: g.Metrics.Admission(opt.Admission), Middleware: opt.Middleware}
+	// The edge hands each decoded request to the relay, which resolves it
+	// on the table the edge loaded, admits it, runs its attempts and has
+	// the ledger record it.
+	adm := g.Metrics.Admission(opt.Admission)
+	var responses *respstore.Store
 	if on, ttl := cfg.ResponsesStorage(); on {
-		sopt.Responses, sopt.ResponsesTTL = g.Store, ttl
+		responses = respstore.New(g.Store, ttl, log)
 	}
+	rl := relay.New(relay.Options{Ledger: g.Ledger, Observer: g.observer(), Admission: adm, Responses: responses, Engines: g.engineInfo, Logger: log})
+	sopt := server.Options{Tables: g.Tables, Relay: rl, Verifier: g.Verifier, Ready: g.Ledger.Healthy, Logger: log, Engines: g.engineInfo, MaxBodyBytes: cfg.MaxBodyBytes,
+		Responses: responses, Middleware: opt.Middleware}
+	sopt.Precheck, _ = adm.(policy.Prechecker)
 	if cfg.AccessLogOn() {
 		sopt.AccessLog = accessLog{log: log}.unrecorded
 	}

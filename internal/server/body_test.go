@@ -18,6 +18,7 @@ import (
 	"llmgate/internal/config"
 	"llmgate/internal/keys"
 	"llmgate/internal/limit"
+	"llmgate/internal/relay"
 	"llmgate/internal/router"
 	"llmgate/internal/server"
 )
@@ -42,6 +43,9 @@ func bodyServer(t *testing.T, opt server.Options) *httptest.Server {
 		t.Fatal(err)
 	}
 	opt.Tables, opt.Verifier, opt.Logger = router.NewCurrent(router.New(cfg)), v, slog.New(slog.NewTextHandler(io.Discard, nil))
+	if opt.Relay == nil {
+		opt.Relay = relay.New(relay.Options{Logger: opt.Logger})
+	}
 	srv := httptest.NewServer(server.New(opt))
 	t.Cleanup(srv.Close)
 	return srv
@@ -142,7 +146,7 @@ func TestBody_ModelOutsideTheAllowListIsRefusedFromTheFirstBytes(t *testing.T) {
 // repeating requests with large bodies costs the gateway nothing.
 func TestBody_AKeyJustRefusedIsRefusedBeforeItsBodyIsRead(t *testing.T) {
 	adm := admit.New(admit.Options{Limiter: limit.NewMemory()})
-	srv := bodyServer(t, server.Options{Admission: adm, BodyReadTimeout: 10 * time.Second})
+	srv := bodyServer(t, server.Options{Precheck: adm, Relay: relay.New(relay.Options{Admission: adm}), BodyReadTimeout: 10 * time.Second})
 	send := func() int {
 		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/v1/chat/completions", strings.NewReader(`{"model":"a","messages":[{"role":"user","content":"hi"}]}`))
 		req.Header.Set("Authorization", "Bearer "+good)

@@ -16,6 +16,7 @@ import (
 	"llmgate/internal/config"
 	"llmgate/internal/keys"
 	"llmgate/internal/policy"
+	"llmgate/internal/relay"
 	"llmgate/internal/router"
 	"llmgate/internal/server"
 	"llmgate/internal/usage"
@@ -87,8 +88,9 @@ func TestWithPrincipal_RequestIsServedAsThatKeyWithoutHeaders(t *testing.T) {
 	}
 	led := &recLedger{}
 	adm := &limitOne{seen: map[string]int{}}
-	s := server.New(server.Options{Tables: router.NewCurrent(router.New(cfg)), Verifier: v, Ledger: led, Admission: adm,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	s := server.New(server.Options{Tables: router.NewCurrent(router.New(cfg)), Verifier: v, Logger: log,
+		Relay: relay.New(relay.Options{Ledger: led, Admission: adm, Logger: log})})
 
 	call := func(ctx context.Context, model string) *httptest.ResponseRecorder {
 		r := httptest.NewRequestWithContext(ctx, http.MethodPost, "/v1/chat/completions",

@@ -16,6 +16,8 @@ import (
 
 	"llmgate/internal/config"
 	"llmgate/internal/keys"
+	"llmgate/internal/relay"
+	"llmgate/internal/respstore"
 	"llmgate/internal/router"
 	"llmgate/internal/server"
 	"llmgate/internal/store"
@@ -103,8 +105,10 @@ func TestResponses_StoreDown(t *testing.T) {
 	}
 	logs := &syncBuf{}
 	st := &downResponses{}
-	s := server.New(server.Options{Tables: router.NewCurrent(router.New(cfg)), Verifier: v, Ledger: &recLedger{}, Responses: st,
-		Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	log := slog.New(slog.NewTextHandler(logs, nil))
+	responses := respstore.New(st, 0, log)
+	s := server.New(server.Options{Tables: router.NewCurrent(router.New(cfg)), Verifier: v, Logger: log, Responses: responses,
+		Relay: relay.New(relay.Options{Ledger: &recLedger{}, Responses: responses, Logger: log})})
 	do := func(method, path, body string) *httptest.ResponseRecorder {
 		r := httptest.NewRequest(method, path, strings.NewReader(body))
 		r.Header.Set("Authorization", "Bearer "+master)

@@ -1,7 +1,9 @@
 // Package server is llmgate's HTTP edge: routes, method checks,
 // authentication, reading the body within its limit, decoding it once into
 // the client dialect's request value, and handing it to the relay. Errors
-// raised here are rendered in the endpoint's own envelope.
+// raised here are rendered in the endpoint's own envelope. The relay, the
+// response store and the table holder are made by the gateway and given
+// to New.
 package server
 
 import (
@@ -27,7 +29,6 @@ import (
 	"llmgate/internal/relay"
 	"llmgate/internal/respstore"
 	"llmgate/internal/router"
-	"llmgate/internal/store"
 	"llmgate/internal/usage"
 )
 
@@ -35,29 +36,26 @@ import (
 type Options struct {
 	// Tables holds the routing table being served; each request runs on
 	// the one it holds when the request arrives.
-	Tables   *router.Current
-	Verifier *keys.Verifier
-	// Ledger takes each request's record before its answer's last bytes;
-	// Observer sees it after the answer was flushed (metrics, access log).
-	Ledger       policy.Ledger
-	Observer     policy.Observer
+	Tables *router.Current
+	// Relay serves each decoded model request: resolve, admission,
+	// attempts, the ledger record.
+	Relay        *relay.Relay
+	Verifier     *keys.Verifier
 	Logger       *slog.Logger
 	MaxBodyBytes int64
 	// Ready reports readiness for /readyz; nil means always ready.
 	Ready func() error
-	// Admission, when set, admits every model request (limits, budgets).
-	Admission policy.Admission
+	// Precheck, when set, refuses a key the admission just refused before
+	// its body is read (policy.Prechecker).
+	Precheck policy.Prechecker
 	// Middleware wraps the whole handler, outermost first (request ids,
 	// tracing, metrics).
 	Middleware []func(http.Handler) http.Handler
-	// Responses, when set, stores Responses API responses for
-	// previous_response_id and GET/DELETE /v1/responses/{id}, each kept
-	// for ResponsesTTL (default 30 days).
-	Responses    store.Responses
-	ResponsesTTL time.Duration
-	// Engines knows what each deployment's engine said: context lengths
-	// (output limits are fitted to them, /v1/models lists them) and how to
-	// count prompts with the engine's tokenizer.
+	// Responses, when set, serves GET/DELETE /v1/responses/{id} from the
+	// store the relay keeps Responses API answers in.
+	Responses *respstore.Store
+	// Engines knows what each deployment's engine said: /v1/models lists
+	// the context lengths.
 	Engines *engineinfo.Learner
 	// BodyReadTimeout bounds the time a client takes to send a body
 	// (default 60 s); MaxBodyReadsPerKey caps the bodies one key may be
@@ -113,17 +111,10 @@ func New(opt Options) *Server {
 	if opt.BodyReadTimeout <= 0 {
 		opt.BodyReadTimeout = 60 * time.Second
 	}
-	s := &Server{tables: opt.Tables, verifier: opt.Verifier, log: opt.Logger, maxBody: opt.MaxBodyBytes, engines: opt.Engines, accessLog: opt.AccessLog,
+	s := &Server{tables: opt.Tables, relay: opt.Relay, precheck: opt.Precheck, verifier: opt.Verifier, log: opt.Logger, maxBody: opt.MaxBodyBytes, engines: opt.Engines, accessLog: opt.AccessLog,
 		bodyTime: opt.BodyReadTimeout, bodyReads: perKey{limit: opt.MaxBodyReadsPerKey},
 		ready: opt.Ready, started: time.Now()}
-	var responses *respstore.Store
-	if opt.Responses != nil {
-		responses = respstore.New(opt.Responses, opt.ResponsesTTL, opt.Logger)
-	}
-	s.relay = relay.New(relay.Options{Ledger: opt.Ledger, Observer: opt.Observer, Admission: opt.Admission,
-		Responses: responses, Engines: opt.Engines, Logger: opt.Logger})
-	s.precheck, _ = opt.Admission.(policy.Prechecker)
-	s.routes(responses)
+	s.routes(opt.Responses)
 	s.handler = s.identify(s.mux)
 	if s.accessLog != nil {
 		s.handler = s.logUnrecorded(s.handler)
