@@ -15,6 +15,7 @@ import (
 
 	"llmgate/internal/config"
 	"llmgate/internal/ledger"
+	"llmgate/internal/router"
 	"llmgate/internal/testenv"
 	"llmgate/internal/testenv/testdb"
 )
@@ -22,6 +23,13 @@ import (
 // startFileGW starts a gateway from a config file and returns it with a
 // reloader for that file.
 func startFileGW(t *testing.T, path string, logw io.Writer) (*faultGW, *Reloader) {
+	t.Helper()
+	return startFileGWWith(t, path, logw, nil)
+}
+
+// startFileGWWith is startFileGW with leaser (when set) as the tables'
+// Leaser in place of the engine manager.
+func startFileGWWith(t *testing.T, path string, logw io.Writer, leaser router.Leaser) (*faultGW, *Reloader) {
 	t.Helper()
 	fh, err := os.Open(path)
 	if err != nil {
@@ -36,7 +44,7 @@ func startFileGW(t *testing.T, path string, logw io.Writer) (*faultGW, *Reloader
 	adjust := func(c *config.Config) { c.Database, c.Listen = db, "127.0.0.1:0" }
 	adjust(cfg)
 	g, err := Start(context.Background(), Options{Config: cfg, MasterKey: testMaster,
-		Logger: slog.New(slog.NewTextHandler(logw, nil)), LedgerOptions: ledger.Options{Interval: 10 * time.Millisecond}})
+		Logger: slog.New(slog.NewTextHandler(logw, nil)), LedgerOptions: ledger.Options{Interval: 10 * time.Millisecond}, Leaser: leaser})
 	if err != nil {
 		t.Fatal(err)
 	}
