@@ -122,9 +122,8 @@ var _ router.Leaser = (*Manager)(nil)
 // without one and points each engine's backend at its port
 // (config.BindEngine). Call it before building the routing table, build
 // the table with the Manager as its Leaser (router.Options.Leaser), then
-// Start. It first stops the engines a previous
-// gateway that crashed left running (Options.StateFile), which can take up
-// to their stop grace.
+// Start. It first stops the engines a previous gateway that crashed left
+// running (Options.StateFile), which can take up to their stop grace.
 func New(cfg *config.Config, opt Options) (*Manager, error) {
 	log := opt.Logger
 	if log == nil {
@@ -222,8 +221,8 @@ func (m *Manager) Start() {
 	go m.watchIdle()
 }
 
-// acquire takes a lease on e for a request for model: it returns once the engine is
-// ready and the request counts as in flight.
+// acquire takes a lease on e for a request for model: it returns once the
+// engine is ready and the request counts as in flight.
 func (e *Engine) acquire(ctx context.Context, model string) (func(error) error, error) {
 	m := e.m
 	m.mu.Lock()

@@ -1,8 +1,8 @@
 // Package gateway assembles a running gateway from a configuration: store,
 // master key, key verifier, usage ledger, local engines, the routing table
 // and its holder, the response store, the relay, the edge server and the
-// HTTP server. The
-// serve command, demo mode and end-to-end tests all start gateways here.
+// HTTP server. The serve command, demo mode and end-to-end tests all start
+// gateways here.
 package gateway
 
 import (
