@@ -13,6 +13,7 @@ import (
 	"os/signal"
 	"runtime"
 	"runtime/pprof"
+	"runtime/trace"
 	"syscall"
 
 	"llmgate/internal/config"
@@ -24,7 +25,19 @@ func main() {
 	cfgPath := flag.String("c", "", "config file")
 	cpu := flag.String("cpuprofile", "cpu.prof", "CPU profile written on interrupt")
 	mem := flag.String("memprofile", "", "allocation profile written on interrupt")
+	traceOut := flag.String("trace", "", "execution trace written until interrupt (go tool trace -pprof=sched FILE: where goroutines wait for a thread)")
 	flag.Parse()
+	if *traceOut != "" {
+		tf, err := os.Create(*traceOut)
+		if err == nil {
+			err = trace.Start(tf)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "gwprof:", err)
+			os.Exit(1)
+		}
+		defer func() { trace.Stop(); tf.Close() }()
+	}
 	if err := run(*cfgPath, *cpu, *mem); err != nil {
 		fmt.Fprintln(os.Stderr, "gwprof:", err)
 		os.Exit(1)
