@@ -34,7 +34,7 @@ func New(w io.Writer, json bool, interval time.Duration) *Logger {
 	} else {
 		h = slog.NewTextHandler(b, nil)
 	}
-	l := &Logger{Logger: slog.New(flushOnWarn{h, b}), out: b, stop: make(chan struct{}), done: make(chan struct{})}
+	l := &Logger{Logger: slog.New(flushOnWarn{Handler: h, b: b, json: json, plain: true}), out: b, stop: make(chan struct{}), done: make(chan struct{})}
 	go l.loop(interval)
 	return l
 }
@@ -111,6 +111,10 @@ func (b *buffer) flush() {
 type flushOnWarn struct {
 	slog.Handler
 	b *buffer
+	// json says the handler is slog's JSON handler (else its text one);
+	// plain, that it has no attributes or groups of its own (Line may
+	// format for it).
+	json, plain bool
 }
 
 func (h flushOnWarn) Handle(ctx context.Context, r slog.Record) error {
@@ -122,9 +126,9 @@ func (h flushOnWarn) Handle(ctx context.Context, r slog.Record) error {
 }
 
 func (h flushOnWarn) WithAttrs(attrs []slog.Attr) slog.Handler {
-	return flushOnWarn{h.Handler.WithAttrs(attrs), h.b}
+	return flushOnWarn{Handler: h.Handler.WithAttrs(attrs), b: h.b, json: h.json}
 }
 
 func (h flushOnWarn) WithGroup(name string) slog.Handler {
-	return flushOnWarn{h.Handler.WithGroup(name), h.b}
+	return flushOnWarn{Handler: h.Handler.WithGroup(name), b: h.b, json: h.json}
 }
