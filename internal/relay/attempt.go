@@ -32,6 +32,9 @@ func (rl *Relay) attempt(ctx context.Context, w http.ResponseWriter, c *Call, de
 	if dep.Backend.Acquire != nil && c.Req.Dialect != codec.CountTokens && !leased(ctx) {
 		return rl.withEngine(ctx, w, c, dep, n)
 	}
+	if err := rl.recount(ctx, w, c, dep); err != nil {
+		return Result{Dep: dep}.failed(err)
+	}
 	return rl.relay(ctx, w, c, dep, n)
 }
 

@@ -84,12 +84,19 @@ type Call struct {
 	route  *router.Route
 	ticket policy.Ticket
 	enc    codec.EncodeOptions
+	// estimate is the prompt's size as resolve estimated it (with a
+	// stored conversation), what the admission reserves.
+	estimate int64
 	// prompt is the prompt's count for the deployment promptFor, kept so
 	// that fitting the output limit and message_start's input_tokens ask
 	// the backend's tokenizer once.
 	prompt    promptCount
 	promptFor *provider.Backend
 	promptUp  string
+	// countedOn and countedUp name the deployment the count stage ran
+	// at (the router's pick), so that an attempt elsewhere counts again.
+	countedOn *provider.Backend
+	countedUp string
 	// unsized says the output limit was not fitted: the deployment's
 	// context length was not known (a local engine not started yet).
 	unsized bool
@@ -175,17 +182,100 @@ func (r *Result) tap(ev *codec.Event, start time.Time) {
 	r.Usage.outChars += ev.OutChars
 }
 
-// Serve resolves, admits and forwards c, and answers the client on w.
+// Serve answers c on w. The request passes its stages in order, each a
+// function here: resolve (the route, the allow-list, a stored
+// conversation), count (the prompt at the deployment the router will try
+// first, when its output limit may not fit that deployment's context),
+// admit, and forward (attempts, each pumping its answer to the client).
 func (rl *Relay) Serve(w http.ResponseWriter, r *http.Request, c *Call) {
 	ctx := r.Context()
-	if err := rl.resolve(ctx, w, c); err != nil {
+	if err := rl.resolve(ctx, c); err != nil {
 		rl.refuse(w, c, err)
 		return
 	}
+	hint := c.routingHint(r)
+	dep, ok := rl.pick(c, &hint)
+	if err := rl.count(ctx, w, c, dep, ok); err != nil {
+		rl.refuse(w, c, err)
+		return
+	}
+	if err := rl.admit(ctx, w, c); err != nil {
+		rl.refuse(w, c, err)
+		return
+	}
+	if ok {
+		rl.countInput(ctx, c, dep)
+	}
+	final := rl.forward(ctx, w, c, hint)
+	rl.settle(c, final)
+	if final.Err != nil && !final.Committed && !errors.Is(final.Err, apierror.ErrClientClosed) {
+		codec.WriteError(c.Req.Dialect, w, final.Err)
+	}
+	rl.observe(c)
+}
+
+// resolve is the resolve stage: the route on c's table, the key's
+// allow-list, the model's chat options, a stored Responses conversation,
+// and the prompt's first estimate. After it the request is known but not
+// yet counted, fitted or admitted.
+func (rl *Relay) resolve(ctx context.Context, c *Call) error {
+	route, err := policy.Resolve(c.Table, c.Principal, c.Req.Model)
+	if err != nil {
+		return err
+	}
+	c.route = route
+	c.Req = c.Req.WithChatOptions(route.Chat)
+	c.estimate = c.Req.PromptEstimate()
+	if c.Req.Dialect == codec.Responses && rl.opt.Responses != nil {
+		extra, err := rl.prepareResponses(ctx, c)
+		if err != nil {
+			return err
+		}
+		c.estimate += int64(extra+3) / 4
+	}
+	if c.Req.Dialect == codec.Messages {
+		c.enc.InputTokens = c.Req.EstimateInputTokens()
+	}
+	return nil
+}
+
+// admit is the admit stage: the admission (rate limits, concurrency, the
+// budget's reservation) on the figures the backend will get, after the
+// count has fitted the output limit. Its rate-limit headers go on the
+// answer, a refusal's included.
+func (rl *Relay) admit(ctx context.Context, w http.ResponseWriter, c *Call) error {
+	var err error
+	if rl.opt.Admission != nil {
+		route := c.route
+		ar := policy.AdmitRequest{Principal: c.Principal, Model: c.Req.Model, Endpoint: c.Req.Dialect.Name(), PromptTokens: c.estimate}
+		if c.Req.Dialect == codec.CountTokens {
+			ar.PromptTokens = 0 // a count generates and bills nothing
+		}
+		window := 0
+		if rl.opt.Engines != nil && len(route.Deployments) > 0 && c.Req.OutputLimit <= 0 && c.Req.Dialect.Generates() {
+			d := route.Deployments[0]
+			window = rl.opt.Engines.Known(route.ContextWindow, d.Backend, d.UpstreamModel).Tokens
+		}
+		ar.OutputTokens = c.Req.MaxOutput(route.Dialects(), window)
+		c.ticket, err = rl.opt.Admission.Admit(ctx, ar)
+		if rt, ok := c.ticket.(policy.RateLimitTicket); ok {
+			rt.RateLimitHeaders(w.Header())
+		}
+	}
+	if c.Req.Dialect.Anthropic() {
+		anthropic.RateLimitHeaders(w.Header(), time.Now())
+	}
+	return err
+}
+
+// forward is the forward stage: the router runs attempts on the route's
+// deployments (the one hint names first), retrying and falling back while
+// nothing reached the client. It returns the final attempt's result, with
+// the router's own failure when no attempt served.
+func (rl *Relay) forward(ctx context.Context, w http.ResponseWriter, c *Call, hint router.Hint) Result {
 	var final Result
 	var served router.Deployment
 	attempts := 0
-	hint := c.routingHint(r)
 	if c.route.Queued() || c.route.Fallbacks != nil {
 		ctx = router.WithLane(ctx, rl.lane(w, c))
 	}
@@ -213,59 +303,7 @@ func (rl *Relay) Serve(w http.ResponseWriter, r *http.Request, c *Call) {
 		// is the stream's error event.
 		final = rl.engineFailed(c.sw, c, final, final.Err)
 	}
-	rl.settle(c, final)
-	if final.Err != nil && !final.Committed && !errors.Is(final.Err, apierror.ErrClientClosed) {
-		codec.WriteError(c.Req.Dialect, w, final.Err)
-	}
-	rl.observe(c)
-}
-
-// resolve routes c on its table, checks the key's allow-list, loads a
-// stored conversation, and admits the request.
-func (rl *Relay) resolve(ctx context.Context, w http.ResponseWriter, c *Call) error {
-	route, err := policy.Resolve(c.Table, c.Principal, c.Req.Model)
-	if err != nil {
-		return err
-	}
-	c.route = route
-	c.Req = c.Req.WithChatOptions(route.Chat)
-	prompt := c.Req.PromptEstimate()
-	if c.Req.Dialect == codec.Responses && rl.opt.Responses != nil {
-		extra, err := rl.prepareResponses(ctx, c)
-		if err != nil {
-			return err
-		}
-		prompt += int64(extra+3) / 4
-	}
-	if c.Req.Dialect == codec.Messages {
-		c.enc.InputTokens = c.Req.EstimateInputTokens()
-	}
-	if err := rl.fitOutput(ctx, w, c); err != nil {
-		return err
-	}
-	if rl.opt.Admission != nil {
-		ar := policy.AdmitRequest{Principal: c.Principal, Model: c.Req.Model, Endpoint: c.Req.Dialect.Name(), PromptTokens: prompt}
-		if c.Req.Dialect == codec.CountTokens {
-			ar.PromptTokens = 0 // a count generates and bills nothing
-		}
-		window := 0
-		if rl.opt.Engines != nil && len(route.Deployments) > 0 && c.Req.OutputLimit <= 0 && c.Req.Dialect.Generates() {
-			d := route.Deployments[0]
-			window = rl.opt.Engines.Known(route.ContextWindow, d.Backend, d.UpstreamModel).Tokens
-		}
-		ar.OutputTokens = c.Req.MaxOutput(route.Dialects(), window)
-		c.ticket, err = rl.opt.Admission.Admit(ctx, ar)
-		if rt, ok := c.ticket.(policy.RateLimitTicket); ok {
-			rt.RateLimitHeaders(w.Header())
-		}
-	}
-	if c.Req.Dialect.Anthropic() {
-		anthropic.RateLimitHeaders(w.Header(), time.Now())
-	}
-	if err == nil {
-		rl.countMessagesInput(ctx, c)
-	}
-	return err
+	return final
 }
 
 // prepareResponses continues a stored conversation (the backend gets the
