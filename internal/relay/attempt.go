@@ -20,7 +20,6 @@ import (
 	"llmgate/internal/router"
 	"llmgate/internal/sse"
 	"llmgate/internal/tracing"
-	"llmgate/internal/translate"
 )
 
 // maxAnswer bounds a backend's non-streaming answer.
@@ -117,7 +116,13 @@ func (rl *Relay) relayOnce(ctx context.Context, w http.ResponseWriter, c *Call, 
 	if !stream {
 		src := &bodySource{ctx: ctx, b: b, body: resp.Body, dec: dec}
 		defer src.release()
-		return rl.pump(w, c, res, src, dec.Form())
+		res = rl.pump(w, c, res, src, dec.Form())
+		if res.tail.whole {
+			// The body may point into the buffer: finish gives it back
+			// once the body is written.
+			res.tail.buf, src.buf = src.buf, nil
+		}
+		return res
 	}
 	idle := startIdleGap(b.IdleTimeout(), firstEventBudget(b, sent), cancel)
 	defer idle.stop()
@@ -138,8 +143,9 @@ type source interface {
 // (or stalls past first_byte_timeout, or answers 200 with an error) before
 // them has sent the client nothing, so the attempt fails uncommitted and
 // the router may try another deployment. A non-stream answer is the same
-// loop collected into one body. The record is settled before the last
-// bytes are written; the answer is flushed before any other bookkeeping.
+// loop collected into one body. The answer's last bytes — the whole body,
+// or a stream's closing events — are not written here but returned as the
+// result's tail, which finish writes once the record is settled.
 func (rl *Relay) pump(w http.ResponseWriter, c *Call, res Result, src source, form codec.Form) Result {
 	evs, fail := src.next()
 	if fail != nil {
@@ -155,52 +161,35 @@ func (rl *Relay) pump(w http.ResponseWriter, c *Call, res Result, src source, fo
 			return res.failed(err)
 		}
 		res.Status, res.Committed = http.StatusOK, true
-		rl.settle(c, res)
-		h := w.Header()
-		h["Content-Type"] = jsonCT
-		h["Content-Length"] = []string{strconv.Itoa(len(body))}
-		w.WriteHeader(http.StatusOK)
-		_, _ = w.Write(body)
-		// Send it now: the HTTP server would hold a small answer in its
-		// buffer until the handler returns, which would put metrics and
-		// the access log on the client's clock.
-		_ = http.NewResponseController(w).Flush()
+		res.tail = tail{whole: true, body: body}
 		return res
 	}
 	sse.SetHeaders(w.Header())
 	w.WriteHeader(http.StatusOK)
 	res.Status, res.Committed = http.StatusOK, true
-	sw := sse.NewWriter(w)
-	write := func(out []translate.Event) bool {
-		for _, e := range out {
-			if sw.WriteEvent(e.Name, e.Data) != nil {
-				return false // the client went away; the deferred cancel stops the backend
-			}
-		}
-		return true
-	}
-	var outBuf [4]translate.Event // reused: a passthrough event is one client event
+	c.out = *sse.NewWriter(w)
+	sw := &c.out
 	for {
 		for i := range evs {
 			ev := &evs[i]
 			res.tap(ev, c.Start)
-			out, err := enc.Event(outBuf[:0], *ev)
+			out, err := enc.Event(c.evs[:0], *ev)
 			if err != nil {
 				res = res.failed(err)
-				rl.settle(c, res)
-				write(enc.Fail(out, res.Err))
+				res.tail = tail{sw: sw, events: enc.Fail(out, res.Err)}
 				return res
 			}
 			if ev.End {
 				c.backendDone()
-				out = enc.End(out)
-				rl.settle(c, res)
-			}
-			if !write(out) {
-				return res.clientGone()
-			}
-			if ev.End {
+				res.tail = tail{sw: sw, events: enc.End(out)}
 				return res
+			}
+			for _, e := range out {
+				if sw.WriteEvent(e.Name, e.Data) != nil {
+					// The client went away; the deferred cancel stops the
+					// backend.
+					return res.clientGone()
+				}
 			}
 		}
 		if evs, fail = src.next(); fail != nil {
@@ -208,8 +197,7 @@ func (rl *Relay) pump(w http.ResponseWriter, c *Call, res Result, src source, fo
 				return res.clientGone()
 			}
 			res = res.failed(fail)
-			rl.settle(c, res)
-			write(enc.Fail(outBuf[:0], res.Err))
+			res.tail = tail{sw: sw, events: enc.Fail(c.evs[:0], res.Err)}
 			return res
 		}
 	}
@@ -317,12 +305,17 @@ func (s *bodySource) next() ([]codec.Event, *apierror.Error) {
 	return evs, nil
 }
 
-// release returns the buffer, once the answer is written.
+// release returns the buffer, unless the answer's tail took it.
 func (s *bodySource) release() {
-	if s.buf != nil && s.buf.Cap() <= 1<<20 {
-		bufPool.Put(s.buf)
-	}
+	putBuffer(s.buf)
 	s.buf = nil
+}
+
+// putBuffer gives an answer's buffer back to the pool (nil: none).
+func putBuffer(b *bytes.Buffer) {
+	if b != nil && b.Cap() <= 1<<20 {
+		bufPool.Put(b)
+	}
 }
 
 // localSource is an answer the gateway made itself (a token count).

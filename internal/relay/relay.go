@@ -8,11 +8,12 @@
 package relay
 
 import (
+	"bytes"
 	"context"
 	"errors"
-	"llmgate/internal/provider"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -23,9 +24,11 @@ import (
 	"llmgate/internal/engineinfo"
 	"llmgate/internal/keys"
 	"llmgate/internal/policy"
+	"llmgate/internal/provider"
 	"llmgate/internal/respstore"
 	"llmgate/internal/router"
 	"llmgate/internal/sse"
+	"llmgate/internal/translate"
 	"llmgate/internal/usage"
 )
 
@@ -108,9 +111,14 @@ type Call struct {
 	// request in the deployment's fair queue go.
 	answered context.Context
 
-	settled atomic.Bool  // the record was written
+	settled bool         // the record was written
 	rec     usage.Record // the record, once settled
-	refused string       // the error code of a refusal without a record
+	refused string       // the error code of a refusal
+	// out is the client's stream writer, and evs the events of one
+	// backend event as the client gets them: kept here, so that a
+	// stream's closing events can wait for finish without a copy.
+	out sse.Writer
+	evs [4]translate.Event
 	// bodyGiven is set when Req.Body's bytes went to a backend as they
 	// are: its Transport may still read them, so they are not reused.
 	bodyGiven atomic.Bool
@@ -119,7 +127,7 @@ type Call struct {
 // Recorded reports whether the request has its ledger record; when not
 // (it was refused before a model was resolved), refusal is the error code
 // the client got.
-func (c *Call) Recorded() (recorded bool, refusal string) { return c.settled.Load(), c.refused }
+func (c *Call) Recorded() (recorded bool, refusal string) { return c.settled, c.refused }
 
 // BodyGiven reports whether the request's body bytes were sent to a
 // backend as they are: the caller must then not reuse them (net/http's
@@ -137,6 +145,22 @@ type Result struct {
 	Status int
 	Usage  usageTap
 	TTFT   time.Duration
+	// tail is what is left to write of a committed answer; finish writes
+	// it once the record is settled.
+	tail tail
+}
+
+// tail is an answer's last bytes, held back until the request's record is
+// durable: a whole (non-stream) answer's body, or a stream's closing
+// events (its end, or its error event) with the stream's writer.
+type tail struct {
+	whole bool
+	body  []byte
+	// buf is the pooled buffer body may point into, given back once the
+	// body is written (nil: body is the gateway's own).
+	buf    *bytes.Buffer
+	sw     *sse.Writer
+	events []translate.Event
 }
 
 // usageTap is what the relay learned of an answer's token counts.
@@ -186,32 +210,32 @@ func (r *Result) tap(ev *codec.Event, start time.Time) {
 // function here: resolve (the route, the allow-list, a stored
 // conversation), count (the prompt at the deployment the router will try
 // first, when its output limit may not fit that deployment's context),
-// admit, and forward (attempts, each pumping its answer to the client).
+// admit, and forward (attempts, each pumping its answer to the client but
+// for the last bytes); every request then ends in finish, which settles
+// its record and writes those last bytes.
 func (rl *Relay) Serve(w http.ResponseWriter, r *http.Request, c *Call) {
+	rl.finish(w, c, rl.stages(w, r, c))
+}
+
+// stages runs the request's stages up to the final result; a stage that
+// refuses the request ends it there.
+func (rl *Relay) stages(w http.ResponseWriter, r *http.Request, c *Call) Result {
 	ctx := r.Context()
 	if err := rl.resolve(ctx, c); err != nil {
-		rl.refuse(w, c, err)
-		return
+		return c.refusal(err)
 	}
 	hint := c.routingHint(r)
 	dep, ok := rl.pick(c, &hint)
 	if err := rl.count(ctx, w, c, dep, ok); err != nil {
-		rl.refuse(w, c, err)
-		return
+		return c.refusal(err)
 	}
 	if err := rl.admit(ctx, w, c); err != nil {
-		rl.refuse(w, c, err)
-		return
+		return c.refusal(err)
 	}
 	if ok {
 		rl.countInput(ctx, c, dep)
 	}
-	final := rl.forward(ctx, w, c, hint)
-	rl.settle(c, final)
-	if final.Err != nil && !final.Committed && !errors.Is(final.Err, apierror.ErrClientClosed) {
-		codec.WriteError(c.Req.Dialect, w, final.Err)
-	}
-	rl.observe(c)
+	return rl.forward(ctx, w, c, hint)
 }
 
 // resolve is the resolve stage: the route on c's table, the key's
@@ -328,25 +352,57 @@ func (rl *Relay) prepareResponses(ctx context.Context, c *Call) (int, error) {
 	return size, nil
 }
 
-// refuse answers a request that never reached a backend. A request for a
-// known model is in the ledger (a refusal by limits or budget counts).
-func (rl *Relay) refuse(w http.ResponseWriter, c *Call, err error) {
+// refusal is the result of a request that a stage refused before any
+// backend was asked; it notes the error code for a request refused before
+// its model was resolved, which has no record.
+func (c *Call) refusal(err error) Result {
 	res := Result{}.failed(err)
-	if c.route != nil {
-		rl.settle(c, res)
-	}
 	c.refused = res.Err.Code
-	codec.WriteError(c.Req.Dialect, w, res.Err)
+	return res
+}
+
+// finish ends every request, whatever its stages did, in one order: the
+// record is settled (durable in the ledger), then the answer's last bytes
+// are written — a whole answer's body, a stream's closing events, or the
+// error envelope of a request nothing answered — and only then do the
+// observers see the record. It is the one caller of settle, so a request
+// has exactly one record, and it is durable before the client has the
+// whole answer.
+func (rl *Relay) finish(w http.ResponseWriter, c *Call, res Result) {
+	rl.settle(c, res)
+	t := &res.tail
+	switch {
+	case t.sw != nil:
+		for _, e := range t.events {
+			if t.sw.WriteEvent(e.Name, e.Data) != nil {
+				break // the client went away
+			}
+		}
+	case t.whole:
+		h := w.Header()
+		h["Content-Type"] = jsonCT
+		h["Content-Length"] = []string{strconv.Itoa(len(t.body))}
+		w.WriteHeader(http.StatusOK)
+		_, _ = w.Write(t.body)
+		// Send it now: the HTTP server would hold a small answer in its
+		// buffer until the handler returns, which would put metrics and
+		// the access log on the client's clock.
+		_ = http.NewResponseController(w).Flush()
+		putBuffer(t.buf)
+	case res.Err != nil && !res.Committed && (c.refused != "" || !errors.Is(res.Err, apierror.ErrClientClosed)):
+		codec.WriteError(c.Req.Dialect, w, res.Err)
+	}
 	rl.observe(c)
 }
 
-// settle writes the request's one ledger record from its final result; a
-// second call does nothing. The relay calls it before the answer's last
-// bytes, so a record is durable before the client has the whole answer.
+// settle writes the request's one ledger record from its final result
+// (none for a request refused before its model was resolved). finish
+// calls it, before the answer's last bytes.
 func (rl *Relay) settle(c *Call, res Result) {
-	if c.route == nil || !c.settled.CompareAndSwap(false, true) {
+	if c.route == nil {
 		return
 	}
+	c.settled = true
 	rec := usage.Record{
 		ID: c.ID, ClientRequestID: c.ClientID, Time: c.Start, KeyID: c.Principal.KeyID(), Model: c.Req.Model, Endpoint: c.Req.Dialect.Name(),
 		Status: res.Status, TTFT: res.TTFT, Latency: time.Since(c.Start), Stream: c.Req.Stream,
@@ -388,7 +444,7 @@ func (rl *Relay) settle(c *Call, res Result) {
 
 // observe hands the settled record to the observers, after the answer.
 func (rl *Relay) observe(c *Call) {
-	if rl.opt.Observer != nil && c.settled.Load() {
+	if rl.opt.Observer != nil && c.settled {
 		rl.opt.Observer.Observe(c.rec)
 	}
 }

@@ -53,6 +53,8 @@ type harness struct {
 	adm    *recAdmission
 	srv    *httptest.Server
 	served chan struct{}
+	// client is the request's connection, as the relay wrote to it.
+	client *lastBytesWriter
 }
 
 func newHarness(t *testing.T) *harness {
@@ -86,7 +88,8 @@ func newHarness(t *testing.T) *harness {
 			codec.WriteError(d, w, err)
 			return
 		}
-		rl.Serve(w, r, &relay.Call{ID: "req-1", Start: time.Now(), Principal: keys.Principal{Master: true}, Req: req, Table: table})
+		h.client = &lastBytesWriter{ResponseWriter: w, led: h.led, id: "req-1"}
+		rl.Serve(h.client, r, &relay.Call{ID: "req-1", Start: time.Now(), Principal: keys.Principal{Master: true}, Req: req, Table: table})
 	}))
 	t.Cleanup(h.srv.Close)
 	return h
@@ -339,6 +342,11 @@ func runCase(t *testing.T, d codec.Dialect, path, body, backend, outcome string,
 		t.Fatalf("%d ledger records, want 1: %+v", len(recs), recs)
 	}
 	rec := recs[0]
+	// The record was durable before the answer's last bytes left, on
+	// every path (a client that left has no last bytes).
+	if w.recStatus != apierror.StatusClientClosed && (h.client == nil || h.client.writes == 0 || !h.client.recordedAtLast) {
+		t.Errorf("the answer's last bytes were written before its record reached the ledger")
+	}
 	if rec.Status != w.recStatus {
 		t.Errorf("record status %d (%s), want %d", rec.Status, rec.ErrorType, w.recStatus)
 	}
