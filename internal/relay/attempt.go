@@ -20,6 +20,7 @@ import (
 	"llmgate/internal/router"
 	"llmgate/internal/sse"
 	"llmgate/internal/tracing"
+	"llmgate/internal/translate"
 )
 
 // maxAnswer bounds a backend's non-streaming answer.
@@ -167,13 +168,13 @@ func (rl *Relay) pump(w http.ResponseWriter, c *Call, res Result, src source, fo
 	sse.SetHeaders(w.Header())
 	w.WriteHeader(http.StatusOK)
 	res.Status, res.Committed = http.StatusOK, true
-	c.out = *sse.NewWriter(w)
-	sw := &c.out
+	so := &streamOut{sw: *sse.NewWriter(w)}
+	sw := &so.sw
 	for {
 		for i := range evs {
 			ev := &evs[i]
 			res.tap(ev, c.Start)
-			out, err := enc.Event(c.evs[:0], *ev)
+			out, err := enc.Event(so.evs[:0], *ev)
 			if err != nil {
 				res = res.failed(err)
 				res.tail = tail{sw: sw, events: enc.Fail(out, res.Err)}
@@ -197,10 +198,18 @@ func (rl *Relay) pump(w http.ResponseWriter, c *Call, res Result, src source, fo
 				return res.clientGone()
 			}
 			res = res.failed(fail)
-			res.tail = tail{sw: sw, events: enc.Fail(c.evs[:0], res.Err)}
+			res.tail = tail{sw: sw, events: enc.Fail(so.evs[:0], res.Err)}
 			return res
 		}
 	}
+}
+
+// streamOut is a stream's writer and the client events of one backend
+// event (reused: a passthrough event is one client event). The closing
+// events wait in it for finish, without a copy.
+type streamOut struct {
+	sw  sse.Writer
+	evs [4]translate.Event
 }
 
 var jsonCT = []string{"application/json"}

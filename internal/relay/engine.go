@@ -140,7 +140,7 @@ func (rl *Relay) engineFailed(sw *sse.Writer, c *Call, res Result, err error) Re
 	res.Committed = true
 	if !errors.Is(res.Err, apierror.ErrClientClosed) {
 		enc := codec.NewEncoder(c.Req, codec.FormFor(c.Req.Dialect, res.dialect()), c.enc)
-		res.tail = tail{sw: sw, events: enc.Fail(c.evs[:0], res.Err)}
+		res.tail = tail{sw: sw, events: enc.Fail(nil, res.Err)}
 	}
 	return res
 }

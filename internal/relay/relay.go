@@ -114,11 +114,6 @@ type Call struct {
 	settled bool         // the record was written
 	rec     usage.Record // the record, once settled
 	refused string       // the error code of a refusal
-	// out is the client's stream writer, and evs the events of one
-	// backend event as the client gets them: kept here, so that a
-	// stream's closing events can wait for finish without a copy.
-	out sse.Writer
-	evs [4]translate.Event
 	// bodyGiven is set when Req.Body's bytes went to a backend as they
 	// are: its Transport may still read them, so they are not reused.
 	bodyGiven atomic.Bool
