@@ -108,8 +108,9 @@ func (rl *Relay) recount(ctx context.Context, w http.ResponseWriter, c *Call, de
 	return nil
 }
 
-// fitFor fits the output limit at the deployment dep (see count). It notes in c.unsized that
-// dep's context was not known, so the request could not be fitted.
+// fitFor fits the output limit at the deployment dep (see count). It
+// notes in c.unsized that dep's context was not known, so the request
+// could not be fitted.
 func (rl *Relay) fitFor(ctx context.Context, w http.ResponseWriter, c *Call, dep router.Deployment) error {
 	req := c.Req
 	if !req.Dialect.Generates() || req.OutputLimit <= 0 || rl.opt.Engines == nil {
