@@ -118,9 +118,10 @@ func (rl *Relay) relayOnce(ctx context.Context, w http.ResponseWriter, c *Call, 
 		src := &bodySource{ctx: ctx, b: b, body: resp.Body, dec: dec}
 		defer src.release()
 		res = rl.pump(w, c, res, src, dec.Form())
-		if res.tail.whole {
-			// The body may point into the buffer: finish gives it back
-			// once the body is written.
+		if res.tail.whole || res.tail.sw != nil {
+			// The tail may point into the buffer (a whole body, or the
+			// closing events of a JSON answer to a stream request):
+			// finish gives it back once the tail is written.
 			res.tail.buf, src.buf = src.buf, nil
 		}
 		return res

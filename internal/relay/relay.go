@@ -151,8 +151,9 @@ type Result struct {
 type tail struct {
 	whole bool
 	body  []byte
-	// buf is the pooled buffer body may point into, given back once the
-	// body is written (nil: body is the gateway's own).
+	// buf is the pooled buffer of a backend's whole answer, which body or
+	// events may point into, given back once they are written (nil: they
+	// point elsewhere).
 	buf    *bytes.Buffer
 	sw     *sse.Writer
 	events []translate.Event
@@ -383,10 +384,10 @@ func (rl *Relay) finish(w http.ResponseWriter, c *Call, res Result) {
 		// buffer until the handler returns, which would put metrics and
 		// the access log on the client's clock.
 		_ = http.NewResponseController(w).Flush()
-		putBuffer(t.buf)
 	case res.Err != nil && !res.Committed && (c.refused != "" || !errors.Is(res.Err, apierror.ErrClientClosed)):
 		codec.WriteError(c.Req.Dialect, w, res.Err)
 	}
+	putBuffer(t.buf)
 	rl.observe(c)
 }
 
