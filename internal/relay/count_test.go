@@ -1,12 +1,23 @@
 package relay_test
 
 import (
+	"context"
 	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
+	"llmgate/internal/codec"
 	"llmgate/internal/config"
+	"llmgate/internal/engineinfo"
+	"llmgate/internal/keys"
 	"llmgate/internal/relay"
+	"llmgate/internal/router"
 )
 
 // engineCounts is what each engine of a fleet has been asked so far.
@@ -98,5 +109,53 @@ models:
 	}
 	if reqs := adm.Requests(); len(reqs) != 1 || reqs[0].OutputTokens != 700 {
 		t.Errorf("admissions %+v, want one, of the first fit's 700", reqs)
+	}
+}
+
+// TestCount_ARetryOnALocalEngineIsFittedThereOnceItRuns: the retry of a
+// request counted at another deployment lands on a local engine; once the
+// engine is acquired the request is fitted again, by that engine's count.
+func TestCount_ARetryOnALocalEngineIsFittedThereOnceItRuns(t *testing.T) {
+	first, local := newContextEngine(t, "vllm", 300), newContextEngine(t, "vllm", 600)
+	first.fail.Store(true)
+	cfg, err := config.Load(strings.NewReader(fmt.Sprintf(`routing: {retry_backoff: 1ms}
+backends:
+  first: {url: %s/v1}
+  local: {url: %s/v1}
+models:
+  m: {context_window: 1000, deployments: [{backend: first, priority: 0}, {backend: local, priority: 1}]}
+`, first.URL, local.URL)), "count.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	table := router.NewWithOptions(cfg, router.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	t.Cleanup(table.Close)
+	var acquired atomic.Int32
+	table.Backend("local").Acquire = func(context.Context, string) (func(error) error, error) {
+		acquired.Add(1)
+		return func(error) error { return nil }, nil
+	}
+	rl := relay.New(relay.Options{Ledger: &recLedger{}, Engines: engineinfo.New(engineinfo.Options{}), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		req, err := codec.Decode(codec.Chat, body)
+		if err != nil {
+			codec.WriteError(codec.Chat, w, err)
+			return
+		}
+		rl.Serve(w, r, &relay.Call{ID: "retry", Start: time.Now(), Principal: keys.Principal{Master: true}, Req: req, Table: table})
+	}))
+	t.Cleanup(srv.Close)
+
+	body := `{"model":"m","max_tokens":32000,"messages":[{"role":"user","content":"` + strings.Repeat("hi ", 500) + `"}]}`
+	status, h, answer := post(t, srv.URL+"/v1/chat/completions", body)
+	if status != 200 || acquired.Load() != 1 {
+		t.Fatalf("%d (engine acquired %d times) %s", status, acquired.Load(), answer)
+	}
+	if got := local.last()["max_tokens"]; got != float64(400) {
+		t.Errorf("the local engine got max_tokens %v, want 400 (its context less its own count)", got)
+	}
+	if got := h.Get(relay.OutputLimitHeader); !strings.HasPrefix(got, "700->400") {
+		t.Errorf("%s: %q, want the second fit (700->400)", relay.OutputLimitHeader, got)
 	}
 }

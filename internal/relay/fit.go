@@ -275,21 +275,26 @@ func (rl *Relay) countInput(ctx context.Context, c *Call, dep router.Deployment)
 }
 
 // sizeAfterStart fits and counts, at the local engine of dep, a request
-// that waited for that engine to start. While it was stopped the engine
-// could tell neither its context length nor the prompt's size, so the
-// request was resolved without them; the engine manager has the gateway
-// ask a started engine about itself before it lets the waiting requests
-// through, so both are known now. A request resolved with the engine's
-// numbers is left as it was.
+// that waited for that engine to start, or that the count stage counted at
+// another deployment (a retry or fallback landed on this engine). While it
+// was stopped the engine could tell neither its context length nor the
+// prompt's size, so the request was resolved without them; the engine
+// manager has the gateway ask a started engine about itself before it lets
+// the waiting requests through, so both are known now. A request resolved
+// with this engine's numbers is left as it was.
 func (rl *Relay) sizeAfterStart(ctx context.Context, w http.ResponseWriter, c *Call, dep router.Deployment) error {
+	elsewhere := c.countedOn != nil && (c.countedOn != dep.Backend || c.countedUp != dep.UpstreamModel)
 	counted := c.promptFor == dep.Backend && c.promptUp == dep.UpstreamModel
-	if counted && c.prompt.exact {
+	if counted && c.prompt.exact && !elsewhere {
 		return nil
 	}
-	if counted {
+	if counted && !c.prompt.exact {
 		c.promptFor = nil // an estimate made while the engine was down: count again
 	}
-	if c.unsized {
+	if c.unsized || elsewhere {
+		if elsewhere {
+			c.countedOn, c.countedUp = dep.Backend, dep.UpstreamModel
+		}
 		// What the engine said when it became ready; a lookup still in
 		// flight from before is waited for (briefly), not taken for none.
 		lctx, cancel := context.WithTimeout(ctx, countTimeout)
