@@ -32,6 +32,9 @@ func (rl *Relay) attempt(ctx context.Context, w http.ResponseWriter, c *Call, de
 	if l := c.Table.Leaser(dep.Backend.Name); l != nil && c.Req.Dialect != codec.CountTokens && !leased(ctx) {
 		return rl.withEngine(ctx, w, c, dep, n, l)
 	}
+	if err := rl.recount(ctx, w, c, dep); err != nil {
+		return Result{Dep: dep}.failed(err)
+	}
 	return rl.relay(ctx, w, c, dep, n)
 }
 
@@ -114,7 +117,14 @@ func (rl *Relay) relayOnce(ctx context.Context, w http.ResponseWriter, c *Call, 
 	if !stream {
 		src := &bodySource{ctx: ctx, b: b, body: resp.Body, dec: dec}
 		defer src.release()
-		return rl.pump(w, c, res, src, dec.Form())
+		res = rl.pump(w, c, res, src, dec.Form())
+		if res.tail.whole || res.tail.sw != nil {
+			// The tail may point into the buffer (a whole body, or the
+			// closing events of a JSON answer to a stream request):
+			// finish gives it back once the tail is written.
+			res.tail.buf, src.buf = src.buf, nil
+		}
+		return res
 	}
 	idle := startIdleGap(b.IdleTimeout(), firstEventBudget(b, sent), cancel)
 	defer idle.stop()
@@ -135,8 +145,9 @@ type source interface {
 // (or stalls past first_byte_timeout, or answers 200 with an error) before
 // them has sent the client nothing, so the attempt fails uncommitted and
 // the router may try another deployment. A non-stream answer is the same
-// loop collected into one body. The record is settled before the last
-// bytes are written; the answer is flushed before any other bookkeeping.
+// loop collected into one body. The answer's last bytes — the whole body,
+// or a stream's closing events — are not written here but returned as the
+// result's tail, which finish writes once the record is settled.
 func (rl *Relay) pump(w http.ResponseWriter, c *Call, res Result, src source, form codec.Form) Result {
 	evs, fail := src.next()
 	if fail != nil {
@@ -152,52 +163,35 @@ func (rl *Relay) pump(w http.ResponseWriter, c *Call, res Result, src source, fo
 			return res.failed(err)
 		}
 		res.Status, res.Committed = http.StatusOK, true
-		rl.settle(c, res)
-		h := w.Header()
-		h["Content-Type"] = jsonCT
-		h["Content-Length"] = []string{strconv.Itoa(len(body))}
-		w.WriteHeader(http.StatusOK)
-		_, _ = w.Write(body)
-		// Send it now: the HTTP server would hold a small answer in its
-		// buffer until the handler returns, which would put metrics and
-		// the access log on the client's clock.
-		_ = http.NewResponseController(w).Flush()
+		res.tail = tail{whole: true, body: body}
 		return res
 	}
 	sse.SetHeaders(w.Header())
 	w.WriteHeader(http.StatusOK)
 	res.Status, res.Committed = http.StatusOK, true
-	sw := sse.NewWriter(w)
-	write := func(out []translate.Event) bool {
-		for _, e := range out {
-			if sw.WriteEvent(e.Name, e.Data) != nil {
-				return false // the client went away; the deferred cancel stops the backend
-			}
-		}
-		return true
-	}
-	var outBuf [4]translate.Event // reused: a passthrough event is one client event
+	so := &streamOut{sw: *sse.NewWriter(w)}
+	sw := &so.sw
 	for {
 		for i := range evs {
 			ev := &evs[i]
 			res.tap(ev, c.Start)
-			out, err := enc.Event(outBuf[:0], *ev)
+			out, err := enc.Event(so.evs[:0], *ev)
 			if err != nil {
 				res = res.failed(err)
-				rl.settle(c, res)
-				write(enc.Fail(out, res.Err))
+				res.tail = tail{sw: sw, events: enc.Fail(out, res.Err)}
 				return res
 			}
 			if ev.End {
 				c.backendDone()
-				out = enc.End(out)
-				rl.settle(c, res)
-			}
-			if !write(out) {
-				return res.clientGone()
-			}
-			if ev.End {
+				res.tail = tail{sw: sw, events: enc.End(out)}
 				return res
+			}
+			for _, e := range out {
+				if sw.WriteEvent(e.Name, e.Data) != nil {
+					// The client went away; the deferred cancel stops the
+					// backend.
+					return res.clientGone()
+				}
 			}
 		}
 		if evs, fail = src.next(); fail != nil {
@@ -205,11 +199,18 @@ func (rl *Relay) pump(w http.ResponseWriter, c *Call, res Result, src source, fo
 				return res.clientGone()
 			}
 			res = res.failed(fail)
-			rl.settle(c, res)
-			write(enc.Fail(outBuf[:0], res.Err))
+			res.tail = tail{sw: sw, events: enc.Fail(so.evs[:0], res.Err)}
 			return res
 		}
 	}
+}
+
+// streamOut is a stream's writer and the client events of one backend
+// event (reused: a passthrough event is one client event). The closing
+// events wait in it for finish, without a copy.
+type streamOut struct {
+	sw  sse.Writer
+	evs [4]translate.Event
 }
 
 var jsonCT = []string{"application/json"}
@@ -314,12 +315,17 @@ func (s *bodySource) next() ([]codec.Event, *apierror.Error) {
 	return evs, nil
 }
 
-// release returns the buffer, once the answer is written.
+// release returns the buffer, unless the answer's tail took it.
 func (s *bodySource) release() {
-	if s.buf != nil && s.buf.Cap() <= 1<<20 {
-		bufPool.Put(s.buf)
-	}
+	putBuffer(s.buf)
 	s.buf = nil
+}
+
+// putBuffer gives an answer's buffer back to the pool (nil: none).
+func putBuffer(b *bytes.Buffer) {
+	if b != nil && b.Cap() <= 1<<20 {
+		bufPool.Put(b)
+	}
 }
 
 // localSource is an answer the gateway made itself (a token count).

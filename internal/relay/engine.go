@@ -130,19 +130,17 @@ func keepAliveWhile(w http.ResponseWriter, sw *sse.Writer, first, every time.Dur
 
 // engineFailed reports a failure before any answer: as the result when
 // nothing was sent yet, else as the client protocol's error event after the
-// keep-alive comments (the result is then committed: the client has it).
+// keep-alive comments (the result is then committed: the client has the
+// status, and finish writes the event as the answer's tail).
 func (rl *Relay) engineFailed(sw *sse.Writer, c *Call, res Result, err error) Result {
 	res = res.failed(err)
 	if sw == nil {
 		return res
 	}
 	res.Committed = true
-	rl.settle(c, res)
 	if !errors.Is(res.Err, apierror.ErrClientClosed) {
 		enc := codec.NewEncoder(c.Req, codec.FormFor(c.Req.Dialect, res.dialect()), c.enc)
-		for _, ev := range enc.Fail(nil, res.Err) {
-			_ = sw.WriteEvent(ev.Name, ev.Data)
-		}
+		res.tail = tail{sw: sw, events: enc.Fail(nil, res.Err)}
 	}
 	return res
 }

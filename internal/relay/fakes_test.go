@@ -255,6 +255,39 @@ func (l *recLedger) Add(r usage.Record) error {
 	return nil
 }
 
+// has reports whether the ledger holds a record of the request id.
+func (l *recLedger) has(id string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, r := range l.recs {
+		if r.ID == id {
+			return true
+		}
+	}
+	return false
+}
+
+// lastBytesWriter is a client connection that notes, at each write,
+// whether the request's record was in the ledger: once the handler has
+// returned, recordedAtLast says whether it was there before the answer's
+// last bytes.
+type lastBytesWriter struct {
+	http.ResponseWriter
+	led            *recLedger
+	id             string
+	writes         int
+	recordedAtLast bool
+}
+
+func (w *lastBytesWriter) Write(b []byte) (int, error) {
+	w.writes++
+	w.recordedAtLast = w.led.has(w.id)
+	return w.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach the Flusher.
+func (w *lastBytesWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
 func (l *recLedger) Records() []usage.Record {
 	l.mu.Lock()
 	defer l.mu.Unlock()

@@ -49,32 +49,68 @@ func (p promptCount) source() string {
 	return "estimated"
 }
 
-// fitOutput makes the request fit the model's context: when the prompt
-// plus the requested output limit (any alias) exceeds the context length,
-// the limit is lowered to what the context leaves (said in a response
-// header and the log), or — with fit_output_limit off for the model — the
-// request is a 400 naming the numbers. Agents ask for 32000 output tokens
-// whatever the model; an engine with a 32k context refuses that, and some
-// clients then misread the refusal as their own context overflowing.
+// pick asks the router, for the count stage, which deployment it will try
+// first (router.Table.Pick records it in hint, so that Forward does); ok
+// is false when the request needs no count (no output limit to fit, no
+// Messages stream's input_tokens) or the router has no deployment to ask.
+// Other requests are not picked for: Forward orders them itself.
+func (rl *Relay) pick(c *Call, hint *router.Hint) (router.Deployment, bool) {
+	req := c.Req
+	if rl.opt.Engines == nil || !(req.Dialect.Generates() && req.OutputLimit > 0 || req.Dialect == codec.Messages && req.Stream) {
+		return router.Deployment{}, false
+	}
+	return c.Table.Pick(c.route, hint)
+}
+
+// count is the count stage at dep, the deployment the router will try
+// first (ok false: none, and nothing is counted). It makes the request fit
+// the model's context: when the prompt plus the requested output limit
+// (any alias) exceeds the context length, the limit is lowered to what the
+// context leaves (said in a response header and the log), or — with
+// fit_output_limit off for the model — the request is a 400 naming the
+// numbers. Agents ask for 32000 output tokens whatever the model; an
+// engine with a 32k context refuses that, and some clients then misread
+// the refusal as their own context overflowing.
 //
-// A request is refused for length only on the engine's own count, or when
-// even a conservative lower bound of an estimated prompt exceeds the
-// context: on a guess, the limit is lowered (and the header says the
-// prompt was estimated) and the engine has the last word.
+// The prompt is counted by dep's engine's own tokenizer (a round trip to
+// the backend, at most countTimeout) only when a cheap upper bound says it
+// may not fit. A request is refused for length only on the engine's own
+// count, or when even a conservative lower bound of an estimated prompt
+// exceeds the context: on a guess, the limit is lowered (and the header
+// says the prompt was estimated) and the engine has the last word.
 //
 // The context length is what the gateway knows already (configured, or
 // learned from the engine: see engineinfo); a request never waits for a
 // backend to be asked about it.
-func (rl *Relay) fitOutput(ctx context.Context, w http.ResponseWriter, c *Call) error {
-	dep, ok := c.Table.Healthy(c.route)
+func (rl *Relay) count(ctx context.Context, w http.ResponseWriter, c *Call, dep router.Deployment, ok bool) error {
 	if !ok {
 		return nil // the attempt will say what is wrong
 	}
+	c.countedOn, c.countedUp = dep.Backend, dep.UpstreamModel
 	return rl.fitFor(ctx, w, c, dep)
 }
 
-// fitFor is fitOutput at the deployment dep. It notes in c.unsized that
-// dep's context was not known, so the request could not be fitted.
+// recount is the count stage again for an attempt at dep when the count
+// ran at another deployment (the router's pick failed and a retry or
+// fallback went elsewhere): the output limit is fitted to dep's context,
+// and a Messages stream's input_tokens counted by dep's tokenizer. The
+// count is kept per backend and model (promptTokens), so going back to a
+// deployment counted before asks its tokenizer nothing.
+func (rl *Relay) recount(ctx context.Context, w http.ResponseWriter, c *Call, dep router.Deployment) error {
+	if c.countedOn == nil || c.countedOn == dep.Backend && c.countedUp == dep.UpstreamModel {
+		return nil
+	}
+	c.countedOn, c.countedUp = dep.Backend, dep.UpstreamModel
+	if err := rl.fitFor(ctx, w, c, dep); err != nil {
+		return err
+	}
+	rl.countInput(ctx, c, dep)
+	return nil
+}
+
+// fitFor fits the output limit at the deployment dep (see count). It
+// notes in c.unsized that dep's context was not known, so the request
+// could not be fitted.
 func (rl *Relay) fitFor(ctx context.Context, w http.ResponseWriter, c *Call, dep router.Deployment) error {
 	req := c.Req
 	if !req.Dialect.Generates() || req.OutputLimit <= 0 || rl.opt.Engines == nil {
@@ -223,17 +259,13 @@ func estimatePrompt(chat *openai.ChatCompletionRequest, text string) promptCount
 	return promptCount{tokens: n, lower: textBytes / lowerBytesPerToken}
 }
 
-// countInput counts an admitted Messages stream's prompt with the engine's
-// tokenizer when it has one (the one count_tokens uses), so that the
-// translated stream's message_start carries the exact input_tokens that
-// Claude Code tracks its context with, not an estimate.
-func (rl *Relay) countMessagesInput(ctx context.Context, c *Call) {
-	if dep, ok := c.Table.Healthy(c.route); ok {
-		rl.countMessagesInputFor(ctx, c, dep)
-	}
-}
-
-func (rl *Relay) countMessagesInputFor(ctx context.Context, c *Call, dep router.Deployment) {
+// countInput counts an admitted Messages stream's prompt with dep's
+// engine's tokenizer when it has one (the one count_tokens uses), so that
+// the translated stream's message_start carries the exact input_tokens
+// that Claude Code tracks its context with, not an estimate. It runs after
+// the admission, so that a refused request costs the backend nothing; a
+// prompt the count stage counted already is not counted again.
+func (rl *Relay) countInput(ctx context.Context, c *Call, dep router.Deployment) {
 	if c.Req.Dialect != codec.Messages || !c.Req.Stream || dep.Backend.Dialect == dialect.Anthropic {
 		return // the backend's own message_start is relayed
 	}
@@ -243,21 +275,26 @@ func (rl *Relay) countMessagesInputFor(ctx context.Context, c *Call, dep router.
 }
 
 // sizeAfterStart fits and counts, at the local engine of dep, a request
-// that waited for that engine to start. While it was stopped the engine
-// could tell neither its context length nor the prompt's size, so the
-// request was resolved without them; the engine manager has the gateway
-// ask a started engine about itself before it lets the waiting requests
-// through, so both are known now. A request resolved with the engine's
-// numbers is left as it was.
+// that waited for that engine to start, or that the count stage counted at
+// another deployment (a retry or fallback landed on this engine). While it
+// was stopped the engine could tell neither its context length nor the
+// prompt's size, so the request was resolved without them; the engine
+// manager has the gateway ask a started engine about itself before it lets
+// the waiting requests through, so both are known now. A request resolved
+// with this engine's numbers is left as it was.
 func (rl *Relay) sizeAfterStart(ctx context.Context, w http.ResponseWriter, c *Call, dep router.Deployment) error {
+	elsewhere := c.countedOn != nil && (c.countedOn != dep.Backend || c.countedUp != dep.UpstreamModel)
 	counted := c.promptFor == dep.Backend && c.promptUp == dep.UpstreamModel
-	if counted && c.prompt.exact {
+	if counted && c.prompt.exact && !elsewhere {
 		return nil
 	}
-	if counted {
+	if counted && !c.prompt.exact {
 		c.promptFor = nil // an estimate made while the engine was down: count again
 	}
-	if c.unsized {
+	if c.unsized || elsewhere {
+		if elsewhere {
+			c.countedOn, c.countedUp = dep.Backend, dep.UpstreamModel
+		}
 		// What the engine said when it became ready; a lookup still in
 		// flight from before is waited for (briefly), not taken for none.
 		lctx, cancel := context.WithTimeout(ctx, countTimeout)
@@ -267,6 +304,6 @@ func (rl *Relay) sizeAfterStart(ctx context.Context, w http.ResponseWriter, c *C
 			return err
 		}
 	}
-	rl.countMessagesInputFor(ctx, c, dep)
+	rl.countInput(ctx, c, dep)
 	return nil
 }

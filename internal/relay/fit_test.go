@@ -29,6 +29,9 @@ type contextEngine struct {
 	mu        sync.Mutex
 	bodies    []map[string]any
 	tokenizes atomic.Int32 // POST /tokenize calls
+	// fail, when set, answers every generation 500 (its tokenizer still
+	// counts).
+	fail atomic.Bool
 }
 
 func newContextEngine(t *testing.T, source string, promptTokens int) *contextEngine {
@@ -61,6 +64,10 @@ func newContextEngine(t *testing.T, source string, promptTokens int) *contextEng
 			e.tokenizes.Add(1)
 			fmt.Fprintf(w, `{"count":%d,"max_model_len":1000,"tokens":[]}`, promptTokens)
 		case strings.HasPrefix(r.URL.Path, "/v1/") && r.Method == http.MethodPost:
+			if e.fail.Load() {
+				http.Error(w, `{"error":{"message":"CUDA out of memory"}}`, http.StatusInternalServerError)
+				return
+			}
 			var body map[string]any
 			_ = json.Unmarshal(raw, &body)
 			e.mu.Lock()

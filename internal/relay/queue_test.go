@@ -19,6 +19,7 @@ import (
 	"llmgate/internal/keys"
 	"llmgate/internal/relay"
 	"llmgate/internal/router"
+	"llmgate/internal/usage"
 )
 
 // queueHarness is a relay in front of one deployment per backend dialect
@@ -30,6 +31,9 @@ type queueHarness struct {
 	release chan struct{}
 	once    sync.Once
 	table   *router.Table
+	led     *recLedger
+	// ended has each request's connection once the relay has served it.
+	ended chan *lastBytesWriter
 }
 
 // free lets the held request go (once; a failed test's cleanup does it
@@ -37,7 +41,7 @@ type queueHarness struct {
 func (h *queueHarness) free() { h.once.Do(func() { close(h.release) }) }
 
 func newQueueHarness(t *testing.T, queueTimeout string) *queueHarness {
-	h := &queueHarness{arrived: make(chan struct{}, 4), release: make(chan struct{})}
+	h := &queueHarness{arrived: make(chan struct{}, 4), release: make(chan struct{}), led: &recLedger{}, ended: make(chan *lastBytesWriter, 8)}
 	var n atomic.Int64
 	gate := func(f *fakeBackend) *httptest.Server {
 		s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -67,7 +71,8 @@ models:
 	}
 	h.table = router.NewWithOptions(cfg, router.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	t.Cleanup(h.table.Close)
-	rl := relay.New(relay.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	rl := relay.New(relay.Options{Ledger: h.led, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	var ids atomic.Int64
 	h.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		d := codec.Chat
 		if r.URL.Path == "/v1/messages" {
@@ -80,7 +85,12 @@ models:
 			return
 		}
 		p := keys.Principal{Key: &keys.Key{ID: r.Header.Get("X-Key"), Priority: 1}}
-		rl.Serve(w, r, &relay.Call{ID: "req-q", Start: time.Now(), Principal: p, Req: req, Table: h.table})
+		client := &lastBytesWriter{ResponseWriter: w, led: h.led, id: fmt.Sprintf("req-q-%d", ids.Add(1))}
+		rl.Serve(client, r, &relay.Call{ID: client.id, Start: time.Now(), Principal: p, Req: req, Table: h.table})
+		select {
+		case h.ended <- client:
+		default:
+		}
 	}))
 	t.Cleanup(h.srv.Close)
 	t.Cleanup(h.free) // runs first: the held request ends before the servers close
@@ -210,5 +220,43 @@ func TestRelay_ClientGoneWhileQueuedFreesItsPlace(t *testing.T) {
 	<-held
 	if q := oa(); q.InFlight != 0 || q.Gone != 1 {
 		t.Fatalf("queue after all: %+v", q.Stats)
+	}
+}
+
+// TestRelay_QueuedStreamThatTimesOutGetsItsErrorEventAfterItsRecord: a
+// streaming request that had keep-alives while it waited its whole
+// queue_timeout has its 200 on the wire; the time-out is the stream's
+// error event, written after the request's record is in the ledger.
+func TestRelay_QueuedStreamThatTimesOutGetsItsErrorEventAfterItsRecord(t *testing.T) {
+	defer relay.SetQueueKeepAlive(time.Millisecond, time.Millisecond)()
+	for _, c := range []struct{ path, model, keepAlive, errorEvent string }{
+		{"/v1/chat/completions", "oa-q", ": keep-alive\n", `"code":"queue_timeout"`},
+		{"/v1/messages", "an-q", "event: ping\n", "event: error"},
+	} {
+		t.Run(c.path, func(t *testing.T) {
+			h := newQueueHarness(t, "100ms")
+			held := h.hold(t, c.path, c.model)
+			resp := h.post(context.Background(), t, c.path, fmt.Sprintf(`{"model":%q,"stream":true,"max_tokens":5,"messages":[{"role":"user","content":"hi"}]}`, c.model))
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), c.keepAlive) || !strings.Contains(string(body), c.errorEvent) {
+				t.Fatalf("status %d, want 200 with keep-alives then the error event:\n%s", resp.StatusCode, body)
+			}
+			queued := <-h.ended
+			h.free()
+			<-held
+			if queued.writes == 0 || !queued.recordedAtLast {
+				t.Errorf("the error event was written before the request's record reached the ledger")
+			}
+			var rec *usage.Record
+			for _, r := range h.led.Records() {
+				if r.ID == queued.id {
+					rec = &r
+				}
+			}
+			if rec == nil || rec.Status != http.StatusTooManyRequests || rec.ErrorType != router.CodeQueueTimeout {
+				t.Fatalf("record %+v, want one 429 queue_timeout", rec)
+			}
+		})
 	}
 }

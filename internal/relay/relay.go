@@ -8,11 +8,12 @@
 package relay
 
 import (
+	"bytes"
 	"context"
 	"errors"
-	"llmgate/internal/provider"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -23,9 +24,11 @@ import (
 	"llmgate/internal/engineinfo"
 	"llmgate/internal/keys"
 	"llmgate/internal/policy"
+	"llmgate/internal/provider"
 	"llmgate/internal/respstore"
 	"llmgate/internal/router"
 	"llmgate/internal/sse"
+	"llmgate/internal/translate"
 	"llmgate/internal/usage"
 )
 
@@ -84,12 +87,19 @@ type Call struct {
 	route  *router.Route
 	ticket policy.Ticket
 	enc    codec.EncodeOptions
+	// estimate is the prompt's size as resolve estimated it (with a
+	// stored conversation), what the admission reserves.
+	estimate int64
 	// prompt is the prompt's count for the deployment promptFor, kept so
 	// that fitting the output limit and message_start's input_tokens ask
 	// the backend's tokenizer once.
 	prompt    promptCount
 	promptFor *provider.Backend
 	promptUp  string
+	// countedOn and countedUp name the deployment the count stage ran
+	// at (the router's pick), so that an attempt elsewhere counts again.
+	countedOn *provider.Backend
+	countedUp string
 	// unsized says the output limit was not fitted: the deployment's
 	// context length was not known (a local engine not started yet).
 	unsized bool
@@ -101,9 +111,9 @@ type Call struct {
 	// request in the deployment's fair queue go.
 	answered context.Context
 
-	settled atomic.Bool  // the record was written
+	settled bool         // the record was written
 	rec     usage.Record // the record, once settled
-	refused string       // the error code of a refusal without a record
+	refused string       // the error code of a refusal
 	// bodyGiven is set when Req.Body's bytes went to a backend as they
 	// are: its Transport may still read them, so they are not reused.
 	bodyGiven atomic.Bool
@@ -112,7 +122,7 @@ type Call struct {
 // Recorded reports whether the request has its ledger record; when not
 // (it was refused before a model was resolved), refusal is the error code
 // the client got.
-func (c *Call) Recorded() (recorded bool, refusal string) { return c.settled.Load(), c.refused }
+func (c *Call) Recorded() (recorded bool, refusal string) { return c.settled, c.refused }
 
 // BodyGiven reports whether the request's body bytes were sent to a
 // backend as they are: the caller must then not reuse them (net/http's
@@ -130,6 +140,23 @@ type Result struct {
 	Status int
 	Usage  usageTap
 	TTFT   time.Duration
+	// tail is what is left to write of a committed answer; finish writes
+	// it once the record is settled.
+	tail tail
+}
+
+// tail is an answer's last bytes, held back until the request's record is
+// durable: a whole (non-stream) answer's body, or a stream's closing
+// events (its end, or its error event) with the stream's writer.
+type tail struct {
+	whole bool
+	body  []byte
+	// buf is the pooled buffer of a backend's whole answer, which body or
+	// events may point into, given back once they are written (nil: they
+	// point elsewhere).
+	buf    *bytes.Buffer
+	sw     *sse.Writer
+	events []translate.Event
 }
 
 // usageTap is what the relay learned of an answer's token counts.
@@ -175,17 +202,100 @@ func (r *Result) tap(ev *codec.Event, start time.Time) {
 	r.Usage.outChars += ev.OutChars
 }
 
-// Serve resolves, admits and forwards c, and answers the client on w.
+// Serve answers c on w. The request passes its stages in order, each a
+// function here: resolve (the route, the allow-list, a stored
+// conversation), count (the prompt at the deployment the router will try
+// first, when its output limit may not fit that deployment's context),
+// admit, and forward (attempts, each pumping its answer to the client but
+// for the last bytes); every request then ends in finish, which settles
+// its record and writes those last bytes.
 func (rl *Relay) Serve(w http.ResponseWriter, r *http.Request, c *Call) {
+	rl.finish(w, c, rl.stages(w, r, c))
+}
+
+// stages runs the request's stages up to the final result; a stage that
+// refuses the request ends it there.
+func (rl *Relay) stages(w http.ResponseWriter, r *http.Request, c *Call) Result {
 	ctx := r.Context()
-	if err := rl.resolve(ctx, w, c); err != nil {
-		rl.refuse(w, c, err)
-		return
+	if err := rl.resolve(ctx, c); err != nil {
+		return c.refusal(err)
 	}
+	hint := c.routingHint(r)
+	dep, ok := rl.pick(c, &hint)
+	if err := rl.count(ctx, w, c, dep, ok); err != nil {
+		return c.refusal(err)
+	}
+	if err := rl.admit(ctx, w, c); err != nil {
+		return c.refusal(err)
+	}
+	if ok {
+		rl.countInput(ctx, c, dep)
+	}
+	return rl.forward(ctx, w, c, hint)
+}
+
+// resolve is the resolve stage: the route on c's table, the key's
+// allow-list, the model's chat options, a stored Responses conversation,
+// and the prompt's first estimate. After it the request is known but not
+// yet counted, fitted or admitted.
+func (rl *Relay) resolve(ctx context.Context, c *Call) error {
+	route, err := policy.Resolve(c.Table, c.Principal, c.Req.Model)
+	if err != nil {
+		return err
+	}
+	c.route = route
+	c.Req = c.Req.WithChatOptions(route.Chat)
+	c.estimate = c.Req.PromptEstimate()
+	if c.Req.Dialect == codec.Responses && rl.opt.Responses != nil {
+		extra, err := rl.prepareResponses(ctx, c)
+		if err != nil {
+			return err
+		}
+		c.estimate += int64(extra+3) / 4
+	}
+	if c.Req.Dialect == codec.Messages {
+		c.enc.InputTokens = c.Req.EstimateInputTokens()
+	}
+	return nil
+}
+
+// admit is the admit stage: the admission (rate limits, concurrency, the
+// budget's reservation) on the figures the backend will get, after the
+// count has fitted the output limit. Its rate-limit headers go on the
+// answer, a refusal's included.
+func (rl *Relay) admit(ctx context.Context, w http.ResponseWriter, c *Call) error {
+	var err error
+	if rl.opt.Admission != nil {
+		route := c.route
+		ar := policy.AdmitRequest{Principal: c.Principal, Model: c.Req.Model, Endpoint: c.Req.Dialect.Name(), PromptTokens: c.estimate}
+		if c.Req.Dialect == codec.CountTokens {
+			ar.PromptTokens = 0 // a count generates and bills nothing
+		}
+		window := 0
+		if rl.opt.Engines != nil && len(route.Deployments) > 0 && c.Req.OutputLimit <= 0 && c.Req.Dialect.Generates() {
+			d := route.Deployments[0]
+			window = rl.opt.Engines.Known(route.ContextWindow, d.Backend, d.UpstreamModel).Tokens
+		}
+		ar.OutputTokens = c.Req.MaxOutput(route.Dialects(), window)
+		c.ticket, err = rl.opt.Admission.Admit(ctx, ar)
+		if rt, ok := c.ticket.(policy.RateLimitTicket); ok {
+			rt.RateLimitHeaders(w.Header())
+		}
+	}
+	if c.Req.Dialect.Anthropic() {
+		anthropic.RateLimitHeaders(w.Header(), time.Now())
+	}
+	return err
+}
+
+// forward is the forward stage: the router runs attempts on the route's
+// deployments (the one hint names first), retrying and falling back while
+// nothing reached the client. It returns the final attempt's result, with
+// the router's own failure when no attempt served.
+func (rl *Relay) forward(ctx context.Context, w http.ResponseWriter, c *Call, hint router.Hint) Result {
 	var final Result
 	var served router.Deployment
 	attempts := 0
-	hint := c.routingHint(r)
 	if c.route.Queued() || c.route.Fallbacks != nil {
 		ctx = router.WithLane(ctx, rl.lane(w, c))
 	}
@@ -213,59 +323,7 @@ func (rl *Relay) Serve(w http.ResponseWriter, r *http.Request, c *Call) {
 		// is the stream's error event.
 		final = rl.engineFailed(c.sw, c, final, final.Err)
 	}
-	rl.settle(c, final)
-	if final.Err != nil && !final.Committed && !errors.Is(final.Err, apierror.ErrClientClosed) {
-		codec.WriteError(c.Req.Dialect, w, final.Err)
-	}
-	rl.observe(c)
-}
-
-// resolve routes c on its table, checks the key's allow-list, loads a
-// stored conversation, and admits the request.
-func (rl *Relay) resolve(ctx context.Context, w http.ResponseWriter, c *Call) error {
-	route, err := policy.Resolve(c.Table, c.Principal, c.Req.Model)
-	if err != nil {
-		return err
-	}
-	c.route = route
-	c.Req = c.Req.WithChatOptions(route.Chat)
-	prompt := c.Req.PromptEstimate()
-	if c.Req.Dialect == codec.Responses && rl.opt.Responses != nil {
-		extra, err := rl.prepareResponses(ctx, c)
-		if err != nil {
-			return err
-		}
-		prompt += int64(extra+3) / 4
-	}
-	if c.Req.Dialect == codec.Messages {
-		c.enc.InputTokens = c.Req.EstimateInputTokens()
-	}
-	if err := rl.fitOutput(ctx, w, c); err != nil {
-		return err
-	}
-	if rl.opt.Admission != nil {
-		ar := policy.AdmitRequest{Principal: c.Principal, Model: c.Req.Model, Endpoint: c.Req.Dialect.Name(), PromptTokens: prompt}
-		if c.Req.Dialect == codec.CountTokens {
-			ar.PromptTokens = 0 // a count generates and bills nothing
-		}
-		window := 0
-		if rl.opt.Engines != nil && len(route.Deployments) > 0 && c.Req.OutputLimit <= 0 && c.Req.Dialect.Generates() {
-			d := route.Deployments[0]
-			window = rl.opt.Engines.Known(route.ContextWindow, d.Backend, d.UpstreamModel).Tokens
-		}
-		ar.OutputTokens = c.Req.MaxOutput(route.Dialects(), window)
-		c.ticket, err = rl.opt.Admission.Admit(ctx, ar)
-		if rt, ok := c.ticket.(policy.RateLimitTicket); ok {
-			rt.RateLimitHeaders(w.Header())
-		}
-	}
-	if c.Req.Dialect.Anthropic() {
-		anthropic.RateLimitHeaders(w.Header(), time.Now())
-	}
-	if err == nil {
-		rl.countMessagesInput(ctx, c)
-	}
-	return err
+	return final
 }
 
 // prepareResponses continues a stored conversation (the backend gets the
@@ -290,25 +348,57 @@ func (rl *Relay) prepareResponses(ctx context.Context, c *Call) (int, error) {
 	return size, nil
 }
 
-// refuse answers a request that never reached a backend. A request for a
-// known model is in the ledger (a refusal by limits or budget counts).
-func (rl *Relay) refuse(w http.ResponseWriter, c *Call, err error) {
+// refusal is the result of a request that a stage refused before any
+// backend was asked; it notes the error code for a request refused before
+// its model was resolved, which has no record.
+func (c *Call) refusal(err error) Result {
 	res := Result{}.failed(err)
-	if c.route != nil {
-		rl.settle(c, res)
-	}
 	c.refused = res.Err.Code
-	codec.WriteError(c.Req.Dialect, w, res.Err)
+	return res
+}
+
+// finish ends every request, whatever its stages did, in one order: the
+// record is settled (durable in the ledger), then the answer's last bytes
+// are written — a whole answer's body, a stream's closing events, or the
+// error envelope of a request nothing answered — and only then do the
+// observers see the record. It is the one caller of settle, so a request
+// has exactly one record, and it is durable before the client has the
+// whole answer.
+func (rl *Relay) finish(w http.ResponseWriter, c *Call, res Result) {
+	rl.settle(c, res)
+	t := &res.tail
+	switch {
+	case t.sw != nil:
+		for _, e := range t.events {
+			if t.sw.WriteEvent(e.Name, e.Data) != nil {
+				break // the client went away
+			}
+		}
+	case t.whole:
+		h := w.Header()
+		h["Content-Type"] = jsonCT
+		h["Content-Length"] = []string{strconv.Itoa(len(t.body))}
+		w.WriteHeader(http.StatusOK)
+		_, _ = w.Write(t.body)
+		// Send it now: the HTTP server would hold a small answer in its
+		// buffer until the handler returns, which would put metrics and
+		// the access log on the client's clock.
+		_ = http.NewResponseController(w).Flush()
+	case res.Err != nil && !res.Committed && (c.refused != "" || !errors.Is(res.Err, apierror.ErrClientClosed)):
+		codec.WriteError(c.Req.Dialect, w, res.Err)
+	}
+	putBuffer(t.buf)
 	rl.observe(c)
 }
 
-// settle writes the request's one ledger record from its final result; a
-// second call does nothing. The relay calls it before the answer's last
-// bytes, so a record is durable before the client has the whole answer.
+// settle writes the request's one ledger record from its final result
+// (none for a request refused before its model was resolved). finish
+// calls it, before the answer's last bytes.
 func (rl *Relay) settle(c *Call, res Result) {
-	if c.route == nil || !c.settled.CompareAndSwap(false, true) {
+	if c.route == nil {
 		return
 	}
+	c.settled = true
 	rec := usage.Record{
 		ID: c.ID, ClientRequestID: c.ClientID, Time: c.Start, KeyID: c.Principal.KeyID(), Model: c.Req.Model, Endpoint: c.Req.Dialect.Name(),
 		Status: res.Status, TTFT: res.TTFT, Latency: time.Since(c.Start), Stream: c.Req.Stream,
@@ -350,7 +440,7 @@ func (rl *Relay) settle(c *Call, res Result) {
 
 // observe hands the settled record to the observers, after the answer.
 func (rl *Relay) observe(c *Call) {
-	if rl.opt.Observer != nil && c.settled.Load() {
+	if rl.opt.Observer != nil && c.settled {
 		rl.opt.Observer.Observe(c.rec)
 	}
 }

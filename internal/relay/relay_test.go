@@ -53,6 +53,8 @@ type harness struct {
 	adm    *recAdmission
 	srv    *httptest.Server
 	served chan struct{}
+	// client is the request's connection, as the relay wrote to it.
+	client *lastBytesWriter
 }
 
 func newHarness(t *testing.T) *harness {
@@ -86,7 +88,8 @@ func newHarness(t *testing.T) *harness {
 			codec.WriteError(d, w, err)
 			return
 		}
-		rl.Serve(w, r, &relay.Call{ID: "req-1", Start: time.Now(), Principal: keys.Principal{Master: true}, Req: req, Table: table})
+		h.client = &lastBytesWriter{ResponseWriter: w, led: h.led, id: "req-1"}
+		rl.Serve(h.client, r, &relay.Call{ID: "req-1", Start: time.Now(), Principal: keys.Principal{Master: true}, Req: req, Table: table})
 	}))
 	t.Cleanup(h.srv.Close)
 	return h
@@ -286,11 +289,12 @@ func runCase(t *testing.T, d codec.Dialect, path, body, backend, outcome string,
 	if backend == "an" {
 		be, other = h.an, h.oa
 	}
-	var calls []upstreamCall
-	tokenized := 0
+	var calls, tokenized []upstreamCall
 	for _, c := range be.Calls() {
 		if strings.HasSuffix(c.Path, "/tokenize") && d != codec.CountTokens {
-			tokenized++ // a translated Messages stream counts its prompt for message_start
+			// A translated Messages stream counts its prompt for
+			// message_start.
+			tokenized = append(tokenized, c)
 			continue
 		}
 		calls = append(calls, c)
@@ -298,12 +302,19 @@ func runCase(t *testing.T, d codec.Dialect, path, body, backend, outcome string,
 	if len(calls) != w.calls || len(other.Calls()) != 0 {
 		t.Fatalf("backend called %d times (other backend %d), want %d: %+v", len(calls), len(other.Calls()), w.calls, calls)
 	}
-	wantTokenize := 0
 	if d == codec.Messages && stream && backend == "oa" && outcome != "refused" {
-		wantTokenize = 1
-	}
-	if tokenized != wantTokenize {
-		t.Errorf("the tokenizer was asked %d times, want %d", tokenized, wantTokenize)
+		// Counted at each deployment tried, by its own tokenizer, before
+		// the attempt there.
+		if len(tokenized) != len(calls) {
+			t.Errorf("the tokenizer was asked %d times for %d attempts, want once per attempt: %+v", len(tokenized), len(calls), tokenized)
+		}
+		for i := range min(len(tokenized), len(calls)) {
+			if tokenized[i].Model != calls[i].Model {
+				t.Errorf("count %d was made for model %q, attempt %d went to %q", i, tokenized[i].Model, i, calls[i].Model)
+			}
+		}
+	} else if len(tokenized) != 0 {
+		t.Errorf("the tokenizer was asked %d times, want never", len(tokenized))
 	}
 	adm := h.adm.Requests()
 	if len(adm) != 1 {
@@ -331,6 +342,11 @@ func runCase(t *testing.T, d codec.Dialect, path, body, backend, outcome string,
 		t.Fatalf("%d ledger records, want 1: %+v", len(recs), recs)
 	}
 	rec := recs[0]
+	// The record was durable before the answer's last bytes left, on
+	// every path (a client that left has no last bytes).
+	if w.recStatus != apierror.StatusClientClosed && (h.client == nil || h.client.writes == 0 || !h.client.recordedAtLast) {
+		t.Errorf("the answer's last bytes were written before its record reached the ledger")
+	}
 	if rec.Status != w.recStatus {
 		t.Errorf("record status %d (%s), want %d", rec.Status, rec.ErrorType, w.recStatus)
 	}

@@ -150,6 +150,26 @@ func (b *breaker) allow(now time.Time) (ok, probe bool) {
 	return true, true
 }
 
+// peek is allow without its effects: whether a request may go to the
+// deployment now, and whether it would be the half-open probe. It takes
+// no probe, so nothing needs to be given back.
+func (b *breaker) peek(now time.Time) (ok, probe bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if now.Before(b.restUntil) {
+		return false, false
+	}
+	switch b.state {
+	case StateClosed:
+		return true, false
+	case StateOpen:
+		if now.Before(b.openUntil) {
+			return false, false
+		}
+	}
+	return !b.probing, true
+}
+
 // record settles an attempt. It returns the state transition, if any, for
 // logging ("" when the state did not change).
 func (b *breaker) record(now time.Time, o outcome, retryAfter time.Duration, errMsg string) (from, to string) {

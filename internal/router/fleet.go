@@ -23,6 +23,9 @@ import (
 type Hint struct {
 	Prefix  []uint64
 	Session string
+	// first is 1 + the index in the route's deployments of the one Pick
+	// named (0: none), which ForwardHint then tries first.
+	first int
 }
 
 // WantsPrefix reports whether the route's balancing reads the request's

@@ -36,7 +36,8 @@ func (t *Table) Forward(ctx context.Context, route *Route, attempt Attempt) erro
 }
 
 // ForwardHint is Forward for a request whose prefix hashes or session key
-// the route's balancing reads (Route.WantsPrefix, Route.WantsSession).
+// the route's balancing reads (Route.WantsPrefix, Route.WantsSession). A
+// hint that Pick filled in has the deployment Pick named tried first.
 func (t *Table) ForwardHint(ctx context.Context, route *Route, hint Hint, attempt Attempt) error {
 	if len(route.Deployments) == 1 && len(route.fallbacks) == 0 {
 		// The common single-deployment route: no ordering, no retries.
@@ -70,6 +71,9 @@ func (t *Table) ForwardHint(ctx context.Context, route *Route, hint Hint, attemp
 		}
 		order := t.order(r, buf[:0], &hint)
 		t.roomFirst(r, order)
+		if ri < 0 && hint.first > 0 && hint.first <= len(r.Deployments) {
+			putFirst(order, hint.first-1) // the deployment Pick named
+		}
 		switches := 0
 		for k := 0; k < len(order); k++ {
 			if attempts == maxAttempts {

@@ -186,20 +186,3 @@ func (t *Table) ModelHealth(r *Route) ModelHealth {
 	}
 	return mh
 }
-
-// Healthy returns the route's first deployment that takes requests now:
-// backend up and breaker closed. The gateway asks it for things beside an
-// attempt (a prompt count, a context length), which must not wait on a
-// deployment the router is avoiding. ok is false when none is healthy.
-func (t *Table) Healthy(r *Route) (Deployment, bool) {
-	now := t.opt.Now()
-	for _, d := range r.Deployments {
-		if d.s == nil || d.s.be.down.Load() {
-			continue
-		}
-		if st := d.s.br.status(now); st.State == StateClosed && st.RestingFor <= 0 {
-			return d, true
-		}
-	}
-	return Deployment{}, false
-}

@@ -537,7 +537,7 @@ models:
 	mu.Unlock()
 	r, _ := tb.Route("m")
 	for { // down after two failed checks
-		if _, ok := tb.Healthy(r); !ok {
+		if _, ok := tb.Pick(r, &Hint{}); !ok {
 			break
 		}
 		time.Sleep(time.Millisecond)
