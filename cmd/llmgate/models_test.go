@@ -16,6 +16,7 @@ import (
 
 	"llmgate/internal/config"
 	"llmgate/internal/gateway"
+	"llmgate/internal/testenv"
 )
 
 func runModels(t *testing.T, args ...string) (string, error) {
@@ -191,15 +192,13 @@ func TestModelsCmd_ShowsEngineLoadOfCacheAwareReplicas(t *testing.T) {
 		_ = g.Close(ctx)
 	}()
 	var out string
-	deadline := time.Now().Add(10 * time.Second)
-	for !strings.Contains(out, "waiting 3, running 2, kv 50%") {
-		if time.Now().After(deadline) {
-			t.Fatalf("no engine load in:\n%s", out)
-		}
-		time.Sleep(20 * time.Millisecond) // the first scrape runs on its own goroutine
+	if _, ok := testenv.Poll(10*time.Second, func() bool { // the first scrape runs on its own goroutine
 		if out, err = runModels(t, "--url", g.URL(), "--master-key", "sk-lg-models-test"); err != nil {
 			t.Fatal(err)
 		}
+		return strings.Contains(out, "waiting 3, running 2, kv 50%")
+	}); !ok {
+		t.Fatalf("no engine load in:\n%s", out)
 	}
 	req, _ := http.NewRequest("GET", strings.TrimSuffix(g.URL(), "/v1")+"/metrics", nil)
 	req.Header.Set("Authorization", "Bearer sk-lg-models-test")
