@@ -192,11 +192,13 @@ func TestModelsCmd_ShowsEngineLoadOfCacheAwareReplicas(t *testing.T) {
 		_ = g.Close(ctx)
 	}()
 	var out string
-	if _, ok := testenv.Poll(10*time.Second, func() bool { // the first scrape runs on its own goroutine
+	// The first scrapes run on their own goroutines: wait until both
+	// replicas show their load.
+	if _, ok := testenv.Poll(10*time.Second, func() bool {
 		if out, err = runModels(t, "--url", g.URL(), "--master-key", "sk-lg-models-test"); err != nil {
 			t.Fatal(err)
 		}
-		return strings.Contains(out, "waiting 3, running 2, kv 50%")
+		return strings.Count(out, "waiting 3, running 2, kv 50%") == 2
 	}); !ok {
 		t.Fatalf("no engine load in:\n%s", out)
 	}
