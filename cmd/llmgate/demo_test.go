@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"llmgate/internal/config"
+	"llmgate/internal/testenv"
 )
 
 // bannerCommands returns the commands a banner prints that start with
@@ -203,9 +204,12 @@ func TestDemo_ModelsCarryPricesSoUsageShowsCost(t *testing.T) {
 		}
 	}
 	root := strings.TrimSuffix(d.g.URL(), "/v1")
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		stdout, stderr, err := runCLI(t, "usage", "--url", root, "--master-key", d.master, "--by", "model", "--format", "json")
+	var stdout string
+	priced := 0
+	if _, ok := testenv.Poll(10*time.Second, func() bool {
+		var stderr string
+		var err error
+		stdout, stderr, err = runCLI(t, "usage", "--url", root, "--master-key", d.master, "--by", "model", "--format", "json")
 		if err != nil {
 			t.Fatalf("usage: %v\n%s", err, stderr)
 		}
@@ -216,19 +220,15 @@ func TestDemo_ModelsCarryPricesSoUsageShowsCost(t *testing.T) {
 		if err := json.Unmarshal([]byte(stdout), &rows); err != nil {
 			t.Fatalf("usage json: %v\n%s", err, stdout)
 		}
-		priced := 0
+		priced = 0
 		for _, r := range rows {
 			if r.CostUSD > 0 {
 				priced++
 			}
 		}
-		if priced == len(demoModels) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after a request to each demo model, usage shows cost for %d of %d: %s", priced, len(demoModels), stdout)
-		}
-		time.Sleep(200 * time.Millisecond)
+		return priced == len(demoModels)
+	}); !ok {
+		t.Fatalf("after a request to each demo model, usage shows cost for %d of %d: %s", priced, len(demoModels), stdout)
 	}
 }
 
@@ -248,12 +248,8 @@ func TestUsage_ShowsTheGroupedColumnsOnlyAndFillsThem(t *testing.T) {
 		return stdout
 	}
 	// The ledger writes in batches: wait (boundedly) for the record.
-	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(usage("--by", "model", "--format", "csv"), "qwen2.5-7b-instruct"); {
-		if time.Now().After(deadline) {
-			t.Fatal("the request never reached the usage summary")
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	testenv.Eventually(t, 10*time.Second, func() bool { return strings.Contains(usage("--by", "model", "--format", "csv"), "qwen2.5-7b-instruct") },
+		"the request reached the usage summary")
 	byModel := strings.Split(usage("--by", "model", "--format", "csv"), "\n")
 	if !strings.HasPrefix(byModel[0], "model,requests,") || !strings.HasPrefix(byModel[1], "qwen2.5-7b-instruct,1,") {
 		t.Errorf("--by model CSV:\n%s", strings.Join(byModel, "\n"))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"llmgate/internal/testenv"
 	"log/slog"
 	"net"
 	"net/http"
@@ -134,17 +135,14 @@ func TestKeysAndUsage_FindTheGatewayAtTheConfiguredListenAddress(t *testing.T) {
 		t.Errorf("a database was created next to the config: %v", err)
 	}
 	// The ledger writes in batches: wait (boundedly) for the record.
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+	if _, ok := testenv.Poll(5*time.Second, func() bool {
 		stdout, stderr, err = runCLI(t, "usage", "-c", cfgPath, "--format", "json", "--by", "key")
 		if err != nil {
 			t.Fatalf("usage: %v\n%s", err, stderr)
 		}
-		if strings.Contains(stdout, `"key_name": "found"`) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("usage from the gateway lacks the request of key %q:\n%s", "found", stdout)
-		}
+		return strings.Contains(stdout, `"key_name": "found"`)
+	}); !ok {
+		t.Fatalf("usage from the gateway lacks the request of key %q:\n%s", "found", stdout)
 	}
 }
 

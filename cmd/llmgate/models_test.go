@@ -16,6 +16,7 @@ import (
 
 	"llmgate/internal/config"
 	"llmgate/internal/gateway"
+	"llmgate/internal/testenv"
 )
 
 func runModels(t *testing.T, args ...string) (string, error) {
@@ -191,15 +192,15 @@ func TestModelsCmd_ShowsEngineLoadOfCacheAwareReplicas(t *testing.T) {
 		_ = g.Close(ctx)
 	}()
 	var out string
-	deadline := time.Now().Add(10 * time.Second)
-	for !strings.Contains(out, "waiting 3, running 2, kv 50%") {
-		if time.Now().After(deadline) {
-			t.Fatalf("no engine load in:\n%s", out)
-		}
-		time.Sleep(20 * time.Millisecond) // the first scrape runs on its own goroutine
+	// The first scrapes run on their own goroutines: wait until both
+	// replicas show their load.
+	if _, ok := testenv.Poll(10*time.Second, func() bool {
 		if out, err = runModels(t, "--url", g.URL(), "--master-key", "sk-lg-models-test"); err != nil {
 			t.Fatal(err)
 		}
+		return strings.Count(out, "waiting 3, running 2, kv 50%") == 2
+	}); !ok {
+		t.Fatalf("no engine load in:\n%s", out)
 	}
 	req, _ := http.NewRequest("GET", strings.TrimSuffix(g.URL(), "/v1")+"/metrics", nil)
 	req.Header.Set("Authorization", "Bearer sk-lg-models-test")

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"llmgate/internal/testenv"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -39,7 +40,7 @@ func newUpstream(t *testing.T, delay time.Duration, promptTokens int) *upstream 
 			MaxTokens int    `json:"max_tokens"`
 		}
 		_ = json.NewDecoder(r.Body).Decode(&req)
-		time.Sleep(u.delay)
+		time.Sleep(u.delay) // the subject: an upstream that takes this long to answer
 		u.served.Add(1)
 		w.Header().Set("Content-Type", "application/json")
 		fmt.Fprintf(w, `{"id":"cmpl-1","object":"chat.completion","created":1,"model":%q,"choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"length"}],"usage":{"prompt_tokens":%d,"completion_tokens":%d,"total_tokens":%d}}`,
@@ -114,13 +115,7 @@ func (p *proxy) Cut() {
 func (p *proxy) Restore() {
 	var ln net.Listener
 	var err error
-	for i := 0; i < 50; i++ {
-		if ln, err = net.Listen("tcp", p.addr); err == nil {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	if err != nil {
+	if _, ok := testenv.Poll(time.Second, func() bool { ln, err = net.Listen("tcp", p.addr); return err == nil }); !ok {
 		p.t.Fatalf("proxy cannot listen again on %s: %v", p.addr, err)
 	}
 	p.serve(ln)

@@ -50,12 +50,11 @@ func TestLedger_DatabaseOutageMidLoadLosesAndDuplicatesNothing(t *testing.T) {
 	body := `{"model":"m","messages":[{"role":"user","content":"hi"}],"max_tokens":8}`
 
 	var (
-		mu      sync.Mutex
-		ids     = map[string]bool{}
-		sent    atomic.Int64
-		stop    atomic.Bool
-		wg      sync.WaitGroup
-		spooled atomic.Bool
+		mu   sync.Mutex
+		ids  = map[string]bool{}
+		sent atomic.Int64
+		stop atomic.Bool
+		wg   sync.WaitGroup
 	)
 	for c := 0; c < 8; c++ {
 		wg.Add(1)
@@ -71,20 +70,19 @@ func TestLedger_DatabaseOutageMidLoadLosesAndDuplicatesNothing(t *testing.T) {
 				mu.Lock()
 				ids[r.header.Get("X-Request-Id")] = true
 				mu.Unlock()
-				time.Sleep(5 * time.Millisecond)
+				time.Sleep(5 * time.Millisecond) // the load's pace
 			}
 		}()
 	}
+	// The subject is load before, during and after a 2s outage: the
+	// sleeps below are the phases' lengths.
 	time.Sleep(400 * time.Millisecond)
 	before := sent.Load()
 	px.Cut() // PostgreSQL unreachable mid-load
 	outage := time.Now()
-	for time.Since(outage) < 2*time.Second {
-		if g.Ledger.Healthy() != nil { // the ledger saw the outage; records wait in the spool
-			spooled.Store(true)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	// The ledger sees the outage; records wait in the spool.
+	_, spooled := testenv.Poll(2*time.Second, func() bool { return g.Ledger.Healthy() != nil })
+	time.Sleep(time.Until(outage.Add(2 * time.Second)))
 	during := sent.Load() - before
 	px.Restore()
 	time.Sleep(400 * time.Millisecond)
@@ -94,7 +92,7 @@ func TestLedger_DatabaseOutageMidLoadLosesAndDuplicatesNothing(t *testing.T) {
 		t.Fatalf("close: %v", err)
 	}
 	closed = true
-	if !spooled.Load() {
+	if !spooled {
 		t.Fatal("the ledger never reported the outage (Healthy): the outage path was not exercised")
 	}
 	if during == 0 {

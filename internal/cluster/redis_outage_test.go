@@ -42,7 +42,7 @@ func startWaves(t *testing.T, urls []string, secret string, perWave int) *waves 
 			w.refused.Add(int64(refused))
 			if ok == 0 {
 				w.refusedRuns.Add(1)
-				time.Sleep(50 * time.Millisecond) // refusals are cheap; keep the ledger small
+				time.Sleep(50 * time.Millisecond) // the load's pace: refusals are cheap; keep the ledger small
 			} else {
 				w.refusedRuns.Store(0)
 			}
@@ -57,10 +57,7 @@ func startWaves(t *testing.T, urls []string, secret string, perWave int) *waves 
 // back, refusing early), or after limit.
 func (w *waves) finish(t *testing.T, n int64, minRun, limit time.Duration) (ok, refused int) {
 	start := time.Now()
-	deadline := start.Add(limit)
-	for (w.refusedRuns.Load() < n || time.Since(start) < minRun) && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
-	}
+	testenv.Poll(limit, func() bool { return w.refusedRuns.Load() >= n && time.Since(start) >= minRun })
 	close(w.stop)
 	<-w.done
 	return int(w.ok.Load()), int(w.refused.Load())
@@ -90,13 +87,8 @@ func ledgerSpend(t *testing.T, q usage.Querier, keyID string) float64 {
 }
 
 func waitSpend(t *testing.T, q usage.Querier, keyID string, atLeast float64) {
-	deadline := time.Now().Add(20 * time.Second)
-	for ledgerSpend(t, q, keyID) < atLeast {
-		if time.Now().After(deadline) {
-			t.Fatalf("key %s did not reach $%.2f of spend within 20s", keyID, atLeast)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testenv.Eventually(t, 20*time.Second, func() bool { return ledgerSpend(t, q, keyID) >= atLeast },
+		fmt.Sprintf("key %s reaches $%.2f of spend", keyID, atLeast))
 }
 
 // gauge reads one unlabelled gauge from a replica's /metrics.
@@ -118,11 +110,8 @@ func gauge(r *replica, name string) string {
 func waitGauge(t *testing.T, reps []*replica, name, want string) {
 	deadline := time.Now().Add(15 * time.Second)
 	for _, r := range reps {
-		for gauge(r, name) != want {
-			if time.Now().After(deadline) {
-				t.Fatalf("replica %s: %s = %q, want %s\n%s", r.name, name, gauge(r, name), want, r.Log.String())
-			}
-			time.Sleep(50 * time.Millisecond)
+		if _, ok := testenv.Poll(time.Until(deadline), func() bool { return gauge(r, name) == want }); !ok {
+			t.Fatalf("replica %s: %s = %q, want %s\n%s", r.name, name, gauge(r, name), want, r.Log.String())
 		}
 	}
 }
@@ -254,8 +243,8 @@ func TestReplicas_BudgetAndRPMHoldThroughARedisRestartAndARedisOutage(t *testing
 	// agree.
 	ledger := ledgerSpend(t, st, kb.Key.ID)
 	var shown *admin.Key
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	// Checked below: the wait gives up quietly.
+	testenv.Poll(10*time.Second, func() bool {
 		shown, err = admin.NewClient(b.base, master).GetKey(ctx, kb.Key.ID)
 		if err != nil || shown.SpentUSD == nil || shown.ReservedUSD == nil {
 			t.Fatalf("keys show: %+v %v", shown, err)
@@ -263,11 +252,8 @@ func TestReplicas_BudgetAndRPMHoldThroughARedisRestartAndARedisOutage(t *testing
 		if *shown.SpentUSD < ledger-1e-9 {
 			t.Fatalf("keys show $%.6f spent, less than the ledger's $%.6f", *shown.SpentUSD, ledger)
 		}
-		if *shown.SpentUSD < ledger+1e-6 && *shown.ReservedUSD == 0 || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return *shown.SpentUSD < ledger+1e-6 && *shown.ReservedUSD == 0
+	})
 	t.Logf("after recovery: %d of %d refused; keys show: spent $%.6f, reserved $%.6f; ledger $%.6f", refusedAgain, perWave, *shown.SpentUSD, *shown.ReservedUSD, ledger)
 	if *shown.SpentUSD > ledger+1e-6 || *shown.ReservedUSD != 0 {
 		t.Fatalf("keys show $%.6f spent, $%.6f reserved 10s after recovery; the ledger has $%.6f", *shown.SpentUSD, *shown.ReservedUSD, ledger)

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"llmgate/internal/config"
 	"llmgate/internal/dialect"
 	"llmgate/internal/provider"
+	"llmgate/internal/testenv"
 )
 
 // server answers like one engine; hits counts every request.
@@ -133,10 +135,14 @@ func TestLookup_ConcurrentLookupsShareOneFetch(t *testing.T) {
 	l := New(Options{})
 	b := backend(s.URL+"/v1", dialect.OpenAI)
 	done := make(chan Length, 8)
+	var waiting atomic.Int64
 	for i := 0; i < 8; i++ {
-		go func() { done <- l.Lookup(context.Background(), 0, b, "m") }()
+		ctx := &doneNotice{Context: context.Background(), n: &waiting}
+		go func() { done <- l.Lookup(ctx, 0, b, "m") }()
 	}
-	time.Sleep(50 * time.Millisecond)
+	// Every lookup fetches or waits for the fetch in flight, which cannot
+	// end before release.
+	testenv.Eventually(t, 5*time.Second, func() bool { return waiting.Load() == 8 }, "8 lookups fetching or waiting for the fetch")
 	close(release)
 	for i := 0; i < 8; i++ {
 		if got := <-done; got.Tokens != 2048 {
@@ -146,6 +152,20 @@ func TestLookup_ConcurrentLookupsShareOneFetch(t *testing.T) {
 	if hits.Load() != 1 {
 		t.Fatalf("%d fetches for 8 concurrent lookups, want 1", hits.Load())
 	}
+}
+
+// doneNotice counts, in n, the first time a lookup asks its context for
+// Done: as it starts the fetch (context.WithTimeout asks) or as it waits
+// for the fetch in flight.
+type doneNotice struct {
+	context.Context
+	once sync.Once
+	n    *atomic.Int64
+}
+
+func (c *doneNotice) Done() <-chan struct{} {
+	c.once.Do(func() { c.n.Add(1) })
+	return c.Context.Done()
 }
 
 // A backend restarted with another context answers /v1/models with the new
@@ -181,9 +201,8 @@ func TestRecheck_LearnsAChangedContextAndKeepsTheOldMeanwhile(t *testing.T) {
 	hold <- gate
 	done := make(chan struct{})
 	go func() { l.Recheck(context.Background(), b, false); close(done) }()
-	for len(hold) != 0 { // the Recheck's request took the gate and waits on it
-		time.Sleep(time.Millisecond)
-	}
+	// the Recheck's request took the gate and waits on it
+	testenv.Eventually(t, 5*time.Second, func() bool { return len(hold) == 0 }, "the Recheck's request took the gate")
 	if got := l.Known(0, b, "m"); got.Tokens != 2048 {
 		t.Fatalf("during the Recheck: Known = %+v, want the old 2048", got)
 	}

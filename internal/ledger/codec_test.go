@@ -102,7 +102,7 @@ func TestNewID_FormatUniquenessAndTimeOrder(t *testing.T) {
 				t.Fatalf("id %s made after %s sorts before it", id, prev)
 			}
 			prev = id
-			time.Sleep(2 * time.Millisecond)
+			time.Sleep(2 * time.Millisecond) // the next id is made in a later millisecond: the subject here
 		}
 	}
 	if usage.IsNewID("req_0a1b2c3d_1") || usage.LegacyClientRequestID(usage.NewID()) == "" {

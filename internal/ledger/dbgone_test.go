@@ -11,6 +11,7 @@ import (
 
 	"llmgate/internal/ledger"
 	"llmgate/internal/store/sqlite"
+	"llmgate/internal/testenv"
 	"llmgate/internal/usage"
 )
 
@@ -25,18 +26,6 @@ func addN(t *testing.T, l *ledger.Ledger, n int, tag string) []string {
 		}
 	}
 	return ids
-}
-
-func waitFor(t *testing.T, what string, limit time.Duration, ok func() bool) time.Duration {
-	t.Helper()
-	start := time.Now()
-	for !ok() {
-		if time.Since(start) > limit {
-			t.Fatalf("%s: not within %s", what, limit)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	return time.Since(start)
 }
 
 // checkStored fails unless the database holds exactly the records ids,
@@ -90,7 +79,7 @@ func TestLedger_DeletedDatabaseIsUnhealthyWithin5sAndLosesNothing(t *testing.T) 
 	st, l := openLedger(t, dir)
 	defer st.Close()
 	before := addN(t, l, 10, "before")
-	waitFor(t, "records stored", 5*time.Second, func() bool { r, _, _ := st.CountUsage(context.Background()); return r == 10 })
+	testenv.Eventually(t, 5*time.Second, func() bool { r, _, _ := st.CountUsage(context.Background()); return r == 10 }, "records stored")
 	if err := l.Healthy(); err != nil {
 		t.Fatalf("healthy ledger reports %v", err)
 	}
@@ -99,7 +88,7 @@ func TestLedger_DeletedDatabaseIsUnhealthyWithin5sAndLosesNothing(t *testing.T) 
 		t.Fatal(err)
 	}
 	// No traffic: the periodic check alone must notice.
-	took := waitFor(t, "Healthy reports the deleted database", 5*time.Second, func() bool { return l.Healthy() != nil })
+	took := testenv.Eventually(t, 5*time.Second, func() bool { return l.Healthy() != nil }, "Healthy reports the deleted database")
 	if err := l.Healthy(); !strings.Contains(err.Error(), "deleted") {
 		t.Fatalf("Healthy() = %v, want the cause", err)
 	}
@@ -123,7 +112,7 @@ func TestLedger_DeletedDatabaseIsUnhealthyWithin5sAndLosesNothing(t *testing.T) 
 	if err := os.Rename(backup, path); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "Healthy after the database is back", 10*time.Second, func() bool { return l.Healthy() == nil })
+	testenv.Eventually(t, 10*time.Second, func() bool { return l.Healthy() == nil }, "Healthy after the database is back")
 	after := addN(t, l, 10, "after")
 	if err := l.Close(context.Background()); err != nil {
 		t.Fatal(err)
@@ -140,7 +129,7 @@ func TestLedger_DeletedDatabaseRecordsReachTheNextStart(t *testing.T) {
 		t.Fatal(err)
 	}
 	during := addN(t, l, 40, "during")
-	waitFor(t, "Healthy reports the deleted database", 5*time.Second, func() bool { return l.Healthy() != nil })
+	testenv.Eventually(t, 5*time.Second, func() bool { return l.Healthy() != nil }, "Healthy reports the deleted database")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := l.Close(ctx); err != nil { // the records stay in the spool

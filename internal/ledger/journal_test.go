@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"llmgate/internal/testenv"
 	"llmgate/internal/usage"
 )
 
@@ -105,19 +106,16 @@ func TestLedger_ConcurrentAddsShareOneSpoolWrite(t *testing.T) {
 	for i := 0; i < n; i++ {
 		go func() { errs <- l.Add(usage.Record{ClientRequestID: fmt.Sprint("g", i)}) }()
 	}
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+	waiting := func() int {
 		l.mu.Lock()
-		waiting := 0
-		if l.group != nil {
-			waiting = bytes.Count(l.group.buf, []byte("\n"))
+		defer l.mu.Unlock()
+		if l.group == nil {
+			return 0
 		}
-		l.mu.Unlock()
-		if waiting == n {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d Adds joined the next group, want %d", waiting, n)
-		}
+		return bytes.Count(l.group.buf, []byte("\n"))
+	}
+	if _, ok := testenv.Poll(5*time.Second, func() bool { return waiting() == n }); !ok {
+		t.Fatalf("%d Adds joined the next group, want %d", waiting(), n)
 	}
 	close(hold)
 	if err := <-first; err != nil {
@@ -240,11 +238,7 @@ func TestLedger_RecordsNotInTheSpoolAreKeptThroughAnOutage(t *testing.T) {
 	// The writer cannot store the batch anywhere and keeps it; the disk
 	// comes back first (Spool.Append does not use the failing hook).
 	failSpool.Store(false)
-	for deadline := time.Now().Add(5 * time.Second); !sp.Pending(); time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the record never reached the spool")
-		}
-	}
+	testenv.Eventually(t, 5*time.Second, sp.Pending, "the record reached the spool")
 	w.down.Store(false)
 	if err := l.Close(context.Background()); err != nil {
 		t.Fatal(err)
@@ -280,15 +274,11 @@ func TestLedger_HealthyFollowsTheDatabaseCheck(t *testing.T) {
 	defer l.Close(context.Background())
 	waitHealth := func(bad bool) error {
 		t.Helper()
-		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
-			err := l.Healthy()
-			if (err != nil) == bad {
-				return err
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("Healthy() = %v after 5s, want bad=%v", err, bad)
-			}
+		var err error
+		if _, ok := testenv.Poll(5*time.Second, func() bool { err = l.Healthy(); return (err != nil) == bad }); !ok {
+			t.Fatalf("Healthy() = %v after 5s, want bad=%v", err, bad)
 		}
+		return err
 	}
 	waitHealth(false)
 	w.set(errors.New("connection refused"))

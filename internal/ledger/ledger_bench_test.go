@@ -122,7 +122,7 @@ func BenchmarkLedgerAddPaced(b *testing.B) {
 				go func() {
 					defer wg.Done()
 					for i := 0; i < n; i++ {
-						time.Sleep(2 * time.Millisecond)
+						time.Sleep(2 * time.Millisecond) // the pace of a gateway's Adds (see above)
 						t0 := time.Now()
 						if err := l.Add(r); err != nil {
 							b.Error(err)

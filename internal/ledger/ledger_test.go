@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"llmgate/internal/testenv"
 	"llmgate/internal/usage"
 )
 
@@ -163,17 +164,13 @@ func TestLedger_CloseWritesTheAddsWaitingOnAFullQueue(t *testing.T) {
 	for i := 0; i < 3; i++ {
 		go func() { errs <- l.Add(usage.Record{ID: fmt.Sprint("c", i)}) }()
 	}
-	for deadline := time.Now().Add(5 * time.Second); ; { // all three wait on the full queue
+	waiting := func() int {
 		l.mu.Lock()
-		n := l.waiting
-		l.mu.Unlock()
-		if n == 3 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d Adds waiting, want 3", n)
-		}
-		time.Sleep(time.Millisecond)
+		defer l.mu.Unlock()
+		return l.waiting
+	}
+	if _, ok := testenv.Poll(5*time.Second, func() bool { return waiting() == 3 }); !ok { // all three wait on the full queue
+		t.Fatalf("%d Adds waiting, want 3", waiting())
 	}
 	closed := make(chan error, 1)
 	go func() { closed <- l.Close(context.Background()) }()
@@ -230,16 +227,14 @@ func TestLedger_PacesOnlyASmallBacklog(t *testing.T) {
 	l.kick <- struct{}{}
 	waitWrites := func(n int) []bool {
 		t.Helper()
-		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		var p []bool
+		testenv.Eventually(t, 5*time.Second, func() bool {
 			w.mu.Lock()
-			p := append([]bool(nil), w.paced...)
-			w.mu.Unlock()
-			if len(p) >= n {
-				return p
-			}
-		}
-		t.Fatalf("fewer than %d writes", n)
-		return nil
+			defer w.mu.Unlock()
+			p = append([]bool(nil), w.paced...)
+			return len(p) >= n
+		}, fmt.Sprintf("%d writes", n))
+		return p
 	}
 	if p := waitWrites(1); !p[0] {
 		t.Fatal("a batch of 10 records was not paced")
@@ -248,11 +243,7 @@ func TestLedger_PacesOnlyASmallBacklog(t *testing.T) {
 	// builds up.
 	l.Add(usage.Record{ID: "b"})
 	l.kick <- struct{}{}
-	for deadline := time.Now().Add(5 * time.Second); l.Depth() != 0; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the writer did not take the record")
-		}
-	}
+	testenv.Eventually(t, 5*time.Second, func() bool { return l.Depth() == 0 }, "the writer took the record")
 	for i := 0; i < PaceBacklog+1; i++ {
 		l.Add(usage.Record{ID: fmt.Sprint("c", i)})
 	}

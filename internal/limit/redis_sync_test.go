@@ -134,18 +134,6 @@ func mustAcquire(t *testing.T, l limit.Limiter, r limit.Request) limit.Lease {
 	return lease
 }
 
-func waitFor(t *testing.T, what string, within time.Duration, ok func() bool) time.Duration {
-	t.Helper()
-	start := time.Now()
-	for !ok() {
-		if time.Since(start) > within {
-			t.Fatalf("%s: not within %v", what, within)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	return time.Since(start)
-}
-
 func TestRedis_RestartEmptyReseedsFromLedgerAndKeepsReservationsInFlight(t *testing.T) {
 	url, prefix := testenv.Redis(t)
 	cleanPrefix(t, url, prefix)
@@ -153,7 +141,7 @@ func TestRedis_RestartEmptyReseedsFromLedgerAndKeepsReservationsInFlight(t *test
 	opt := limit.RedisOptions{Heartbeat: 200 * time.Millisecond}
 	a, logs := replica(t, url, prefix, opt, ledger)
 	b, _ := replica(t, url, prefix, opt, ledger)
-	waitFor(t, "both replicas counted", 3*time.Second, func() bool { return a.Replicas() == 2 && b.Replicas() == 2 })
+	testenv.Eventually(t, 3*time.Second, func() bool { return a.Replicas() == 2 && b.Replicas() == 2 }, "both replicas counted")
 	ctx := context.Background()
 	s := limit.Scope{ID: "key:restart", BudgetNanos: 10_000, BudgetWindow: "all"}
 
@@ -169,10 +157,10 @@ func TestRedis_RestartEmptyReseedsFromLedgerAndKeepsReservationsInFlight(t *test
 	// A request notices at once (or the next heartbeat does); the replicas
 	// return to the shared counters once both have re-seeded.
 	_, _, _ = a.Acquire(ctx, req(limit.Scope{ID: "key:poke"}))
-	took := waitFor(t, "both replicas back on re-seeded counters", 5*time.Second, func() bool {
+	took := testenv.Eventually(t, 5*time.Second, func() bool {
 		got, err := a.Spent(ctx, s.ID, s.BudgetWindow)
 		return a.Shared() && b.Shared() && err == nil && got == limit.Spend{Settled: 3000, Reserved: 2000}
-	})
+	}, "both replicas back on re-seeded counters")
 	// A's 6000 would pass on counters started from zero; on re-seeded ones
 	// 3000 + 1000 + 1000 + 6000 > 10000.
 	_, d, err := a.Acquire(ctx, budgetReq(s, 6000))
@@ -217,10 +205,10 @@ func TestRedis_IdleReplicaReseedsWithinAHeartbeatOfARestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	dropPrefix(t, a, prefix)
-	took := waitFor(t, "counter re-seeded without any request", 3*time.Second, func() bool {
+	took := testenv.Eventually(t, 3*time.Second, func() bool {
 		s, err := a.Client().HGet(ctx, prefix+"spend:key:idle:all", "s").Result()
 		return err == nil && s == "7000" && a.Shared()
-	})
+	}, "counter re-seeded without any request")
 	t.Logf("an idle replica re-seeded the emptied counters after %v (heartbeat 100ms)", took.Round(time.Millisecond))
 }
 
@@ -241,10 +229,10 @@ func TestRedis_RestartFromAnOldSnapshotIsNoticedByRunID(t *testing.T) {
 	}
 	ledger.set(s.ID, s.BudgetWindow, 1000)
 	srv.Restart() // loads the snapshot: the epoch marker is back, the counter old
-	waitFor(t, "counter corrected to the ledger after a restart from a snapshot", 5*time.Second, func() bool {
+	testenv.Eventually(t, 5*time.Second, func() bool {
 		got, err := a.Spent(ctx, s.ID, s.BudgetWindow)
 		return a.Shared() && err == nil && got.Settled == 1000
-	})
+	}, "counter corrected to the ledger after a restart from a snapshot")
 	// Noticed by the heartbeat, or by the probe if a heartbeat fell into
 	// the restart.
 	if logs.count("shared limits restored after redis restarted (new run_id)") != 1 {
@@ -258,7 +246,7 @@ func TestRedis_UnreachableFallsBackToLocalSharesAndRecoversFromTheLedger(t *test
 	opt := limit.RedisOptions{Heartbeat: 100 * time.Millisecond}
 	a, logs := replica(t, srv.URL(), "t:", opt, ledger)
 	b, _ := replica(t, srv.URL(), "t:", opt, ledger)
-	waitFor(t, "both replicas counted", 3*time.Second, func() bool { return a.Replicas() == 2 && b.Replicas() == 2 })
+	testenv.Eventually(t, 3*time.Second, func() bool { return a.Replicas() == 2 && b.Replicas() == 2 }, "both replicas counted")
 	ctx := context.Background()
 	rpm := limit.Scope{ID: "key:rpm", RPM: 20}
 	bud := limit.Scope{ID: "key:budget", BudgetNanos: 10_000, BudgetWindow: "all"}
@@ -300,7 +288,7 @@ func TestRedis_UnreachableFallsBackToLocalSharesAndRecoversFromTheLedger(t *test
 	}
 
 	srv.Thaw() // Redis kept its data
-	took := waitFor(t, "recovery", 5*time.Second, a.Shared)
+	took := testenv.Eventually(t, 5*time.Second, a.Shared, "recovery")
 	// The ledger may not have A's 4000 yet: they count on top of it.
 	got, err := a.Spent(ctx, bud.ID, bud.BudgetWindow)
 	if err != nil || got != (limit.Spend{Settled: 5100}) {
@@ -308,14 +296,14 @@ func TestRedis_UnreachableFallsBackToLocalSharesAndRecoversFromTheLedger(t *test
 	}
 	// Once the ledger has them, they count once: no double counting stays.
 	ledger.set(bud.ID, bud.BudgetWindow, 5100)
-	held := waitFor(t, "A's outage costs counted once, from the ledger", 5*time.Second, func() bool {
+	held := testenv.Eventually(t, 5*time.Second, func() bool {
 		got, err := a.Spent(ctx, bud.ID, bud.BudgetWindow)
 		if err != nil || got.Settled < 5100 {
 			t.Fatalf("spend fell below what was settled: %+v %v", got, err)
 		}
 		v, _ := a.Client().HGetAll(ctx, "t:spend:"+bud.ID+":"+bud.BudgetWindow).Result()
 		return len(v) == 1 && v["s"] == "5100"
-	})
+	}, "A's outage costs counted once, from the ledger")
 	if got, _ := a.Spent(ctx, bud.ID, bud.BudgetWindow); got != (limit.Spend{Settled: 5100}) {
 		t.Fatalf("after the ledger caught up: %+v, want 5100", got)
 	}
@@ -342,7 +330,7 @@ func TestRedis_FailOpenAdmitsWithoutLimitsWhileUnreachable(t *testing.T) {
 		t.Fatalf("want one line saying limits are off:\n%s", logs)
 	}
 	srv.Start() // empty
-	waitFor(t, "recovery", 5*time.Second, a.Shared)
+	testenv.Eventually(t, 5*time.Second, a.Shared, "recovery")
 	got, err := a.Spent(context.Background(), s.ID, s.BudgetWindow)
 	if err != nil || got.Settled != 4000 {
 		t.Fatalf("after recovery: %+v %v, want the ledger's 4000", got, err)
@@ -367,7 +355,7 @@ func TestRedis_StartsOnLocalSharesWhenRedisIsDownAndJoinsWhenItAnswers(t *testin
 		t.Fatalf("admitted %d of 4 at RPM 4 with 2 replicas configured, want 2", n)
 	}
 	srv.Start()
-	waitFor(t, "join", 5*time.Second, a.Shared)
+	testenv.Eventually(t, 5*time.Second, a.Shared, "join")
 	mustAcquire(t, a, req(s))
 }
 
@@ -399,17 +387,17 @@ func TestRedis_ComesBackOnlyWithTheOthersAndReservesItsLocalShareMeanwhile(t *te
 		return "", false
 	}
 	// Its share of what is left: (10000 - 1000) / 2.
-	waitFor(t, "the local share reserved in the re-seeded counter", 3*time.Second, func() bool {
+	testenv.Eventually(t, 3*time.Second, func() bool {
 		v, ok := reserved()
 		if ok && v != "4500" {
 			t.Fatalf("reserved %s while on the local share, want 4500", v)
 		}
 		return ok
-	})
+	}, "the local share reserved in the re-seeded counter")
 	if a.Shared() {
 		t.Fatal("back on the shared counters before the other replica announced itself")
 	}
-	waitFor(t, "back on the shared counters after the wait", 3*time.Second, a.Shared)
+	testenv.Eventually(t, 3*time.Second, a.Shared, "back on the shared counters after the wait")
 	waited := time.Since(restarted)
 	if waited < 500*time.Millisecond {
 		t.Fatalf("back after %v, want at least three heartbeats (600ms) of waiting for the other replica", waited)
@@ -544,12 +532,12 @@ func TestRedis_ResyncNeverRaisesARateBucket(t *testing.T) {
 	if err := a.Client().Del(ctx, prefix+"epoch").Err(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "a resync that read the ledger", 3*time.Second, func() bool {
+	testenv.Eventually(t, 3*time.Second, func() bool {
 		_, _, _ = a.Acquire(ctx, req(limit.Scope{ID: "key:poke"}))
 		rates.mu.Lock()
 		defer rates.mu.Unlock()
 		return rates.reads > 0 && a.Shared()
-	})
+	}, "a resync that read the ledger")
 	if _, d, _ := a.Acquire(ctx, req(s)); d.Allowed {
 		t.Fatalf("admitted on a bucket Redis kept empty: the resync raised it to the ledger's figure (%+v)", d)
 	}

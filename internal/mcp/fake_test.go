@@ -195,13 +195,13 @@ func (g *fakeGateway) handleChat(w http.ResponseWriter, r *http.Request) {
 	send(chunk(openai.ChunkDelta{Role: "assistant"}, nil))
 	if req.Model == "stream-reasoner" {
 		// Newer vLLM names the field "reasoning"; older engines "reasoning_content".
-		time.Sleep(g.tokenGap)
+		time.Sleep(g.tokenGap) // the stream's pace (see tokenGap)
 		fmt.Fprint(w, `data: {"object":"chat.completion.chunk","choices":[{"index":0,"delta":{"reasoning":"thinking "},"finish_reason":null}]}`+"\n\n")
 		fmt.Fprint(w, `data: {"object":"chat.completion.chunk","choices":[{"index":0,"delta":{"reasoning_content":"hard"},"finish_reason":null}]}`+"\n\n")
 		fl.Flush()
 	}
 	for i, word := range words {
-		time.Sleep(g.tokenGap)
+		time.Sleep(g.tokenGap) // the stream's pace (see tokenGap)
 		if req.Model == "stream-cut" && i == 2 {
 			return // connection closes mid-answer, no finish reason, no [DONE]
 		}

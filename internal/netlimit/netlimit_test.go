@@ -108,12 +108,8 @@ func TestLimit_WarnsAtMostOnceAMinute(t *testing.T) {
 	for i := 0; i < 5; i++ {
 		dial(t, l)  // beyond the cap: held
 		if i == 0 { // the accept loop holds it and warns
-			for deadline := time.Now().Add(5 * time.Second); !strings.Contains(logs.String(), "connection limit reached"); {
-				if time.Now().After(deadline) {
-					t.Fatal("no warning 5s after a client was held at the cap")
-				}
-				time.Sleep(5 * time.Millisecond)
-			}
+			testenv.Eventually(t, 5*time.Second, func() bool { return strings.Contains(logs.String(), "connection limit reached") },
+				"a warning once a client was held at the cap")
 		}
 		c.Close()
 		c = next(t, ch)
@@ -276,11 +272,14 @@ func TestLimit_DoubleCloseFreesOneSlot(t *testing.T) {
 
 // Close ends an Accept that waits for a slot.
 func TestLimit_CloseEndsAWaitingAccept(t *testing.T) {
-	l, _ := listen(t, 1)
+	l, logs := listen(t, 1)
 	ch := accepted(l)
 	dial(t, l)
 	next(t, ch)
-	time.Sleep(20 * time.Millisecond) // Accept now waits for a slot
+	dial(t, l) // beyond the cap: held
+	// The warning is logged as Accept begins to wait for a slot.
+	testenv.Eventually(t, 5*time.Second, func() bool { return strings.Contains(logs.String(), "connection limit reached") },
+		"Accept waiting for a slot")
 	l.Close()
 	select {
 	case _, ok := <-ch:

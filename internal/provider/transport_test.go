@@ -131,7 +131,7 @@ func TestBackend_StreamsEachEventAsItArrives(t *testing.T) {
 // rawServer answers each request on a connection with a fixed keep-alive
 // response, then closes the connection after serving `per` requests: the
 // way a backend with a short idle time-out drops a pooled connection.
-func rawServer(t *testing.T, per int) (string, *atomic.Int32, *[]string) {
+func rawServer(t *testing.T, per int) (string, *atomic.Int32, *[]string, <-chan struct{}) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -141,6 +141,7 @@ func rawServer(t *testing.T, per int) (string, *atomic.Int32, *[]string) {
 	var conns atomic.Int32
 	var mu sync.Mutex
 	bodies := &[]string{}
+	closed := make(chan struct{}, 64) // one send per connection the server closed
 	go func() {
 		for {
 			c, err := ln.Accept()
@@ -149,7 +150,13 @@ func rawServer(t *testing.T, per int) (string, *atomic.Int32, *[]string) {
 			}
 			conns.Add(1)
 			go func() {
-				defer c.Close()
+				defer func() {
+					c.Close()
+					select {
+					case closed <- struct{}{}:
+					default:
+					}
+				}()
 				br := bufio.NewReader(c)
 				for i := 0; i < per; i++ {
 					req, err := http.ReadRequest(br)
@@ -165,7 +172,7 @@ func rawServer(t *testing.T, per int) (string, *atomic.Int32, *[]string) {
 			}()
 		}
 	}()
-	return "http://" + ln.Addr().String(), &conns, bodies
+	return "http://" + ln.Addr().String(), &conns, bodies, closed
 }
 
 // A keep-alive connection the engine drops as a request goes out on it
@@ -239,7 +246,7 @@ func TestBackend_PlainHTTPEngineGetsHTTP1(t *testing.T) {
 }
 
 func TestBackend_RetriesOnAFreshConnectionWhenThePooledOneWasClosed(t *testing.T) {
-	url, conns, bodies := rawServer(t, 1)
+	url, conns, bodies, closed := rawServer(t, 1)
 	b := testBackend(t, url, 0)
 	for i := 0; i < 3; i++ {
 		resp, err := post(t, b, context.Background(), "/v1/chat/completions", fmt.Sprintf(`{"i":%d}`, i))
@@ -249,7 +256,11 @@ func TestBackend_RetriesOnAFreshConnectionWhenThePooledOneWasClosed(t *testing.T
 		if got := readAll(t, resp); got != "{}" {
 			t.Fatalf("request %d: %q", i, got)
 		}
-		time.Sleep(20 * time.Millisecond) // let the server's close land
+		select { // the server closed the pooled connection
+		case <-closed:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("request %d: the server did not close its connection", i)
+		}
 	}
 	if n := conns.Load(); n != 3 {
 		t.Fatalf("server saw %d connections, want 3 (one per request)", n)
@@ -478,7 +489,10 @@ func TestBackend_EarlyAnswerToALargeBodyIsReturned(t *testing.T) {
 			}
 		}
 		io.WriteString(c, "HTTP/1.1 413 Request Entity Too Large\r\nContent-Type: application/json\r\nContent-Length: 26\r\nConnection: close\r\n\r\n{\"error\":\"body too large\"}")
-		time.Sleep(50 * time.Millisecond) // let the answer leave before the close
+		// The subject: a backend that closes soon after answering, with the
+		// body unread. Closing at once could reset the answer away before
+		// the client reads it.
+		time.Sleep(50 * time.Millisecond)
 		c.Close()
 	}()
 	b := testBackend(t, "http://"+ln.Addr().String(), 0)

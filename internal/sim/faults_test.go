@@ -2,6 +2,7 @@ package sim
 
 import (
 	"encoding/json"
+	"llmgate/internal/testenv"
 	"net/http"
 	"strings"
 	"sync"
@@ -118,9 +119,7 @@ func TestFaults_StartupDelayKeepsHealthAt503(t *testing.T) {
 	if code != http.StatusServiceUnavailable || h.Get("Retry-After") == "" || !strings.Contains(decodeError(t, b).Message, "/health") {
 		t.Fatalf("chat during startup: %d %s", code, b)
 	}
-	for !s.Ready() {
-		time.Sleep(10 * time.Millisecond)
-	}
+	testenv.Eventually(t, 5*time.Second, s.Ready, "ready after a 300ms startup")
 	if code, _ := get(t, url+"/health"); code != http.StatusOK {
 		t.Fatalf("/health = %d after startup, want 200", code)
 	}
@@ -194,13 +193,11 @@ func TestFaults_QueueFullIsRejectedWith503Or429(t *testing.T) {
 // waitLoad polls until the model has the given running and waiting counts.
 func waitLoad(t *testing.T, s *Server, running, waiting int) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for time.Now().Before(deadline) {
+	if _, ok := testenv.Poll(5*time.Second, func() bool {
 		r, w, _ := s.Load("m")
-		if r == running && w == waiting {
-			return
-		}
-		time.Sleep(time.Millisecond)
+		return r == running && w == waiting
+	}); ok {
+		return
 	}
 	r, w, _ := s.Load("m")
 	t.Fatalf("load stayed at running %d waiting %d, want %d/%d", r, w, running, waiting)

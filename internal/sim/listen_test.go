@@ -2,6 +2,7 @@ package sim
 
 import (
 	"context"
+	"llmgate/internal/testenv"
 	"net/http"
 	"testing"
 	"time"
@@ -22,15 +23,14 @@ func TestListen_ServesUntilContextIsCancelled(t *testing.T) {
 		t.Fatalf("chat: %d %s", code, b)
 	}
 	cancel()
-	deadline := time.Now().Add(5 * time.Second)
-	for time.Now().Before(deadline) {
-		if _, err := http.Get("http://" + addr + "/health"); err != nil {
-			stop() // idempotent after the context already stopped it
-			return
+	testenv.Eventually(t, 5*time.Second, func() bool {
+		resp, err := http.Get("http://" + addr + "/health")
+		if err == nil {
+			resp.Body.Close()
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Fatal("server still answering after its context was cancelled")
+		return err != nil
+	}, "server stops answering after its context was cancelled")
+	stop() // idempotent after the context already stopped it
 }
 
 func TestListen_ReportsBadAddressesAndConfigs(t *testing.T) {

@@ -3,6 +3,7 @@ package sim
 import (
 	"context"
 	"fmt"
+	"llmgate/internal/testenv"
 	"net/http"
 	"regexp"
 	"strconv"
@@ -84,20 +85,18 @@ func TestLive_RequestsBeyondMaxNumSeqsWaitAndShowInMetrics(t *testing.T) {
 			}
 		}()
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	sawWaiting := false
-	for time.Now().Before(deadline) && !sawWaiting {
+	_, sawWaiting := testenv.Poll(5*time.Second, func() bool {
 		_, text := get(t, url+"/metrics")
 		running, waiting := metricValue(t, runningRE, text), metricValue(t, waitingRE, text)
 		if running > float64(mc.MaxNumSeqs) {
 			t.Fatalf("vllm:num_requests_running = %v exceeds max-num-seqs %d", running, mc.MaxNumSeqs)
 		}
 		if waiting > 0 && running == float64(mc.MaxNumSeqs) {
-			sawWaiting = true
 			t.Logf("running %v, waiting %v", running, waiting)
+			return true
 		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return false
+	})
 	wg.Wait()
 	if !sawWaiting {
 		t.Fatal("never saw vllm:num_requests_waiting > 0 with max-num-seqs requests running")

@@ -266,8 +266,7 @@ func startGateway(t *testing.T, bin string, args []string, master string, banner
 	if !banner {
 		g.key = master
 	}
-	deadline := time.Now().Add(60 * time.Second)
-	for time.Now().Before(deadline) {
+	if _, ok := testenv.Poll(60*time.Second, func() bool {
 		select {
 		case <-exited:
 			t.Fatalf("llmgate %s exited early (%v):\n%s", strings.Join(args, " "), waitErr, readFile(logPath))
@@ -284,19 +283,20 @@ func startGateway(t *testing.T, bin string, args []string, master string, banner
 		if m := apiKeyLine.FindSubmatch(b); m != nil && banner {
 			g.key = string(m[1])
 		}
-		if g.base != "" && g.key != "" {
-			if resp, err := http.Get(g.base + "/readyz"); err == nil {
-				resp.Body.Close()
-				if resp.StatusCode == http.StatusOK {
-					t.Logf("gateway at %s", g.base)
-					return g
-				}
-			}
+		if g.base == "" || g.key == "" {
+			return false
 		}
-		time.Sleep(100 * time.Millisecond)
+		resp, err := http.Get(g.base + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	}); !ok {
+		t.Fatalf("llmgate %s not ready after 60s:\n%s", strings.Join(args, " "), readFile(logPath))
 	}
-	t.Fatalf("llmgate %s not ready after 60s:\n%s", strings.Join(args, " "), readFile(logPath))
-	return nil
+	t.Logf("gateway at %s", g.base)
+	return g
 }
 
 // sandbox is one client's temporary home and working directory.

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"llmgate/internal/testenv"
 	"net/http"
 	"os"
 	"os/exec"
@@ -364,13 +365,16 @@ var (
 // waitLedgerLine finds the access-log line of request id (written once the
 // answer was flushed, so shortly after the client has it).
 func waitLedgerLine(logPath, id string) ledgerLine {
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	var l ledgerLine
+	within := 10 * time.Second
+	if id == "" {
+		within = 0 // look once
+	}
+	testenv.Poll(within, func() bool {
 		for _, line := range strings.Split(readFile(logPath), "\n") {
 			if !strings.Contains(line, "msg=request ") || !strings.Contains(line, " request_id="+id+" ") {
 				continue
 			}
-			var l ledgerLine
 			if m := promptField.FindStringSubmatch(line); m != nil {
 				l.prompt, _ = strconv.Atoi(m[1])
 			}
@@ -380,13 +384,11 @@ func waitLedgerLine(logPath, id string) ledgerLine {
 			if m := ttftField.FindStringSubmatch(line); m != nil {
 				l.ttftMS, _ = strconv.ParseFloat(m[1], 64)
 			}
-			return l
+			return true
 		}
-		if id == "" || time.Now().After(deadline) {
-			return ledgerLine{}
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return false
+	})
+	return l // zero when not found
 }
 
 // engineLog fetches an engine's recent output from the admin API.

@@ -13,6 +13,7 @@ import (
 	"github.com/openai/openai-go/v3/responses"
 	"github.com/openai/openai-go/v3/shared"
 
+	"llmgate/internal/testenv"
 	"llmgate/internal/usage"
 )
 
@@ -180,22 +181,23 @@ func TestLedger_RecordsBackendUsageForEveryClientDialect(t *testing.T) {
 // model, endpoint and stream mode.
 func (e *env) waitRecord(t *testing.T, model, endpoint string, stream bool) usage.Record {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	var rec usage.Record
+	if _, ok := testenv.Poll(5*time.Second, func() bool {
 		recs, err := e.gw.Store.Recent(context.Background(), 1000)
 		if err != nil {
 			t.Fatal(err)
 		}
 		for _, r := range recs {
 			if r.Model == model && r.Endpoint == endpoint && r.Stream == stream {
-				return r
+				rec = r
+				return true
 			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no ledger record for %s %s stream=%v", endpoint, model, stream)
-		}
-		time.Sleep(10 * time.Millisecond)
+		return false
+	}); !ok {
+		t.Fatalf("no ledger record for %s %s stream=%v", endpoint, model, stream)
 	}
+	return rec
 }
 
 // Images (base64 and URL) and the system prompt reach every backend

@@ -21,6 +21,7 @@ import (
 	"llmgate/internal/keys"
 	"llmgate/internal/ledger"
 	"llmgate/internal/sim"
+	"llmgate/internal/testenv"
 )
 
 const masterKey = "sk-lg-conformance-master"
@@ -138,16 +139,8 @@ func newEnv(t *testing.T) *env {
 // waitKey waits until the gateway's verifier knows a new key.
 func (e *env) waitKey(t *testing.T, secret string) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		if _, err := e.gw.Verifier.Verify(secret); err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the gateway did not pick up a new key within 5s")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testenv.Eventually(t, 5*time.Second, func() bool { _, err := e.gw.Verifier.Verify(secret); return err == nil },
+		"the gateway picks up a new key")
 }
 
 // testCtx returns a context bounded so that a hung stream fails the test

@@ -123,21 +123,19 @@ func freeAddr(t *testing.T) string {
 
 func waitHealthy(t *testing.T, base string, exited <-chan error) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
+	if _, ok := testenv.Poll(30*time.Second, func() bool {
 		select {
 		case err := <-exited:
 			t.Fatalf("llmgate serve --demo exited early: %v", err)
 		default:
 		}
 		resp, err := http.Get(base + "/healthz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return
-			}
+		if err != nil {
+			return false
 		}
-		time.Sleep(100 * time.Millisecond)
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	}); !ok {
+		t.Fatal(fmt.Sprintf("gateway at %s not healthy after 30s", base))
 	}
-	t.Fatal(fmt.Sprintf("gateway at %s not healthy after 30s", base))
 }

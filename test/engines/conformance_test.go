@@ -190,16 +190,10 @@ func (c *conf) run(t *testing.T) {
 			t.Fatalf("first request: %d %s", r.status, r.body)
 		}
 		firstAnswer = time.Now()
-		learned := time.Duration(-1)
-		for deadline := firstAnswer.Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-			if n := c.listedContext(t); n == contextN {
-				learned = time.Since(firstAnswer)
-				break
-			}
-		}
-		if learned < 0 {
+		if _, ok := testenv.Poll(time.Until(firstAnswer.Add(5*time.Second)), func() bool { return c.listedContext(t) == contextN }); !ok {
 			t.Fatalf("GET /v1/models shows max_model_len %d five seconds after the first answer, want %d", c.listedContext(t), contextN)
 		}
+		learned := time.Since(firstAnswer)
 		return fmt.Sprintf("first answer after %s (start included); max_model_len %d listed %s after it", firstAnswer.Sub(t0).Round(time.Millisecond), contextN, learned.Round(time.Millisecond))
 	})
 	if t.Failed() {
@@ -582,22 +576,23 @@ func (c *conf) record(t *testing.T, id string) usage.Record {
 	if id == "" {
 		t.Fatal("the answer has no X-Request-Id")
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	var rec usage.Record
+	if _, ok := testenv.Poll(10*time.Second, func() bool {
 		recs, err := c.g.Store.Recent(context.Background(), 50)
 		if err != nil {
 			t.Fatal(err)
 		}
 		for _, r := range recs {
 			if r.ID == id {
-				return r
+				rec = r
+				return true
 			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no ledger record for request %s", id)
-		}
-		time.Sleep(20 * time.Millisecond)
+		return false
+	}); !ok {
+		t.Fatalf("no ledger record for request %s", id)
 	}
+	return rec
 }
 
 func chatBody(text string, maxTokens int, stream bool) string {

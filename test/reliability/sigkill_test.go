@@ -103,7 +103,7 @@ func killUnderLoad(t *testing.T, slots []*slot) []*roundFigures {
 		victim := slots[r%len(slots)]
 		f.victim = victim.name
 		f.loadFor = loadMin + rand.N(loadMax-loadMin)
-		time.Sleep(f.loadFor)
+		time.Sleep(f.loadFor) // the subject: the kill falls at a random moment of the load
 		victim.mu.Lock()
 		g := victim.gw
 		victim.mu.Unlock()

@@ -136,7 +136,7 @@ func (a *slowAttack) attacker(i int, key string) {
 	for !a.stopped() {
 		conn, err := net.DialTimeout("tcp", a.addr, 5*time.Second)
 		if err != nil {
-			time.Sleep(trickleEvery)
+			time.Sleep(trickleEvery) // the attacker's pace: dial again a tick later
 			continue
 		}
 		sc := &slowConn{conn: conn, opened: time.Now()}
