@@ -80,6 +80,13 @@ func newHarness(t *testing.T) *harness {
 		dialects[c.path] = c.dialect
 	}
 	h.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get(harnessHeader) != t.Name() {
+			// Not this case's client: another case's relay, still asking
+			// its backend (a recheck in the background), at a port this
+			// server got again once that backend was closed.
+			http.NotFound(w, r)
+			return
+		}
 		defer func() { h.served <- struct{}{} }()
 		d := dialects[r.URL.Path]
 		body, _ := io.ReadAll(r.Body)
@@ -95,6 +102,9 @@ func newHarness(t *testing.T) *harness {
 	return h
 }
 
+// harnessHeader names the case a request to the harness comes from.
+const harnessHeader = "X-Test-Case"
+
 // answer is what the client saw.
 type answer struct {
 	status int
@@ -109,6 +119,7 @@ func (h *harness) send(t *testing.T, path, body string, leave bool) answer {
 	defer cancel()
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, h.srv.URL+path, strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set(harnessHeader, t.Name())
 	if leave {
 		go func() {
 			select { // a stream's client leaves after its first event (below)
@@ -122,7 +133,10 @@ func (h *harness) send(t *testing.T, path, body string, leave bool) answer {
 			}
 		}()
 	}
-	resp, err := http.DefaultClient.Do(req)
+	// The harness's own client: http.DefaultClient, shared by the
+	// parallel cases, could reuse a keep-alive connection to an earlier
+	// case's server whose port a later one got again.
+	resp, err := h.srv.Client().Do(req)
 	if err != nil {
 		if leave {
 			h.wait(t)
@@ -133,9 +147,17 @@ func (h *harness) send(t *testing.T, path, body string, leave bool) answer {
 	defer resp.Body.Close()
 	var buf bytes.Buffer
 	if leave {
+		// The client leaves once it has the first generated text: the
+		// relay has then tapped the event that sets the record's TTFT (the
+		// first read may hold only message_start).
 		b := make([]byte, 512)
-		n, _ := resp.Body.Read(b) // the first event
-		buf.Write(b[:n])
+		for !bytes.Contains(buf.Bytes(), []byte("Hello")) {
+			n, err := resp.Body.Read(b)
+			buf.Write(b[:n])
+			if err != nil {
+				break
+			}
+		}
 		cancel()
 	} else {
 		_, _ = io.Copy(&buf, resp.Body)
