@@ -4,16 +4,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
-	"time"
 
-	"llmgate/internal/codec"
 	"llmgate/internal/config"
 	"llmgate/internal/engineinfo"
-	"llmgate/internal/keys"
 	"llmgate/internal/relay"
 	"llmgate/internal/router"
 )
@@ -131,15 +127,7 @@ models:
 	t.Cleanup(table.Close)
 	acquired := func() int { leases, _ := engine.taken(); return len(leases) }
 	rl := relay.New(relay.Options{Ledger: &recLedger{}, Engines: engineinfo.New(engineinfo.Options{}), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, _ := io.ReadAll(r.Body)
-		req, err := codec.Decode(codec.Chat, body)
-		if err != nil {
-			codec.WriteError(codec.Chat, w, err)
-			return
-		}
-		rl.Serve(w, r, &relay.Call{ID: "retry", Start: time.Now(), Principal: keys.Principal{Master: true}, Req: req, Table: table})
-	}))
+	srv := httptest.NewServer(serveRelay(rl, table, "retry"))
 	t.Cleanup(srv.Close)
 
 	body := `{"model":"m","max_tokens":32000,"messages":[{"role":"user","content":"` + strings.Repeat("hi ", 500) + `"}]}`

@@ -13,7 +13,10 @@ import (
 	"testing"
 	"time"
 
+	"llmgate/internal/codec"
+	"llmgate/internal/keys"
 	"llmgate/internal/policy"
+	"llmgate/internal/relay"
 	"llmgate/internal/router"
 	"llmgate/internal/usage"
 )
@@ -359,4 +362,28 @@ func (f *fakeLeaser) taken() (leases []string, released []error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return append([]string(nil), f.leases...), append([]error(nil), f.released...)
+}
+
+// serveRelay is the edge in front of rl for a test: the request's path
+// names its dialect (as in clients), its body is decoded, and the relay
+// serves it on table as the master key, under ledger id.
+func serveRelay(rl *relay.Relay, table *router.Table, id string) http.HandlerFunc {
+	dialects := map[string]codec.Dialect{}
+	for _, c := range clients {
+		dialects[c.path] = c.dialect
+	}
+	return func(w http.ResponseWriter, r *http.Request) {
+		d, ok := dialects[r.URL.Path]
+		if !ok {
+			http.NotFound(w, r)
+			return
+		}
+		body, _ := io.ReadAll(r.Body)
+		req, err := codec.Decode(d, body)
+		if err != nil {
+			codec.WriteError(d, w, err)
+			return
+		}
+		rl.Serve(w, r, &relay.Call{ID: id, Start: time.Now(), Principal: keys.Principal{Master: true}, Req: req, Table: table})
+	}
 }

@@ -14,10 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"llmgate/internal/codec"
 	"llmgate/internal/config"
 	"llmgate/internal/engineinfo"
-	"llmgate/internal/keys"
 	"llmgate/internal/relay"
 	"llmgate/internal/router"
 )
@@ -115,20 +113,7 @@ func fitRelayModels(t *testing.T, modelYAML string) (*httptest.Server, *recAdmis
 	}
 	adm, led := &recAdmission{}, &recLedger{}
 	rl := relay.New(relay.Options{Ledger: led, Admission: adm, Engines: learner, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	paths := map[string]codec.Dialect{}
-	for _, c := range clients {
-		paths[c.path] = c.dialect
-	}
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		d := paths[r.URL.Path]
-		body, _ := io.ReadAll(r.Body)
-		req, err := codec.Decode(d, body)
-		if err != nil {
-			codec.WriteError(d, w, err)
-			return
-		}
-		rl.Serve(w, r, &relay.Call{ID: "fit", Start: time.Now(), Principal: keys.Principal{Master: true}, Req: req, Table: table})
-	}))
+	srv := httptest.NewServer(serveRelay(rl, table, "fit"))
 	t.Cleanup(srv.Close)
 	return srv, adm, led
 }
@@ -417,15 +402,7 @@ func TestFit_ARequestThatStartsItsEngineIsFittedAndCountedOnceItRuns(t *testing.
 	table = router.NewWithOptions(cfg, router.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Leaser: engine})
 	t.Cleanup(table.Close)
 	rl := relay.New(relay.Options{Ledger: &recLedger{}, Engines: learner, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, _ := io.ReadAll(r.Body)
-		req, err := codec.Decode(codec.Messages, body)
-		if err != nil {
-			codec.WriteError(codec.Messages, w, err)
-			return
-		}
-		rl.Serve(w, r, &relay.Call{ID: "cold", Start: time.Now(), Principal: keys.Principal{Master: true}, Req: req, Table: table})
-	}))
+	srv := httptest.NewServer(serveRelay(rl, table, "cold"))
 	t.Cleanup(srv.Close)
 
 	code, _, body := post(t, srv.URL+"/v1/messages", `{"model":"m","stream":true,"max_tokens":32000,"messages":[{"role":"user","content":"hi"}]}`)
@@ -472,15 +449,7 @@ func TestFit_AnEnginesRefusalNamingAnotherContextIsLearned(t *testing.T) {
 		t.Fatalf("learned %+v", got)
 	}
 	rl := relay.New(relay.Options{Ledger: &recLedger{}, Engines: learner, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, _ := io.ReadAll(r.Body)
-		req, err := codec.Decode(codec.Chat, body)
-		if err != nil {
-			codec.WriteError(codec.Chat, w, err)
-			return
-		}
-		rl.Serve(w, r, &relay.Call{ID: "said", Start: time.Now(), Principal: keys.Principal{Master: true}, Req: req, Table: table})
-	}))
+	srv := httptest.NewServer(serveRelay(rl, table, "said"))
 	t.Cleanup(srv.Close)
 
 	ctxLen.Store(2048) // restarted with -c 2048

@@ -8,11 +8,8 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
-	"time"
 
-	"llmgate/internal/codec"
 	"llmgate/internal/config"
-	"llmgate/internal/keys"
 	"llmgate/internal/relay"
 	"llmgate/internal/router"
 )
@@ -48,19 +45,7 @@ func newFleetHarness(t *testing.T) *fleetHarness {
 	table := router.NewWithOptions(cfg, router.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	t.Cleanup(table.Close)
 	rl := relay.New(relay.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	h.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		d := codec.Chat
-		if r.URL.Path == "/v1/messages" {
-			d = codec.Messages
-		}
-		body, _ := io.ReadAll(r.Body)
-		req, err := codec.Decode(d, body)
-		if err != nil {
-			codec.WriteError(d, w, err)
-			return
-		}
-		rl.Serve(w, r, &relay.Call{ID: "req-1", Start: time.Now(), Principal: keys.Principal{Master: true}, Req: req, Table: table})
-	}))
+	h.srv = httptest.NewServer(serveRelay(rl, table, "req-1"))
 	t.Cleanup(h.srv.Close)
 	return h
 }

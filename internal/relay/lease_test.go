@@ -10,12 +10,9 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"llmgate/internal/apierror"
-	"llmgate/internal/codec"
 	"llmgate/internal/config"
-	"llmgate/internal/keys"
 	"llmgate/internal/relay"
 	"llmgate/internal/router"
 )
@@ -55,13 +52,7 @@ models:
 	served := make(chan struct{}, 1) // the relay returned: the lease is given back
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		defer func() { served <- struct{}{} }()
-		body, _ := io.ReadAll(r.Body)
-		req, err := codec.Decode(codec.Chat, body)
-		if err != nil {
-			codec.WriteError(codec.Chat, w, err)
-			return
-		}
-		rl.Serve(w, r, &relay.Call{ID: "lease", Start: time.Now(), Principal: keys.Principal{Master: true}, Req: req, Table: table})
+		serveRelay(rl, table, "lease")(w, r)
 	}))
 	t.Cleanup(srv.Close)
 	chat := func(model string) (int, string) {

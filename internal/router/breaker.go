@@ -131,23 +131,14 @@ func newBreaker(cfg *BreakerConfig) *breaker { return &breaker{cfg: cfg, state: 
 func (b *breaker) allow(now time.Time) (ok, probe bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if now.Before(b.restUntil) {
-		return false, false
+	ok, probe = b.check(now)
+	if probe && b.state == StateOpen {
+		b.state = StateHalfOpen // the open period is over
 	}
-	switch b.state {
-	case StateClosed:
-		return true, false
-	case StateOpen:
-		if now.Before(b.openUntil) {
-			return false, false
-		}
-		b.state = StateHalfOpen
+	if ok && probe {
+		b.probing = true
 	}
-	if b.probing {
-		return false, false
-	}
-	b.probing = true
-	return true, true
+	return ok, ok && probe
 }
 
 // peek is allow without its effects: whether a request may go to the
@@ -156,6 +147,13 @@ func (b *breaker) allow(now time.Time) (ok, probe bool) {
 func (b *breaker) peek(now time.Time) (ok, probe bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	return b.check(now)
+}
+
+// check is the decision of allow and peek, with mu held: whether a request
+// may go now, and whether it is past the open period (the request would
+// be the half-open probe, and ok says no other probe is out).
+func (b *breaker) check(now time.Time) (ok, probe bool) {
 	if now.Before(b.restUntil) {
 		return false, false
 	}
