@@ -658,10 +658,10 @@ models:
 // than idle_timeout.
 func TestDialectTimeout_MessagesStreamSurvivesKeepAliveGap(t *testing.T) {
 	t.Parallel()
-	up := newUpstream(t, "pings", keepAliveThen(500*time.Millisecond, true))
+	up := newUpstream(t, "pings", keepAliveThen(keepAliveGap, true))
 	gw := startDialectGW(t, fmt.Sprintf(`
 backends:
-  pings: {url: %s, idle_timeout: 200ms}
+  pings: {url: %s, idle_timeout: 600ms}
 models:
   m: {backend: pings}
 `, up.URL))

@@ -703,18 +703,24 @@ func keepAliveThen(gap time.Duration, first bool) func(*faultUpstream, http.Resp
 // A backend that keeps the stream open with comments (a queueing provider,
 // another llmgate waiting for its engine) is alive: idle_timeout does not
 // cut it.
+//
+// keepAliveGap is longer than the 600 ms idle_timeout of these tests, with
+// a comment every 40 ms: 15 times the margin, since a race build on a
+// loaded 2-core machine has stalled a stream past a 200 ms one.
+const keepAliveGap = 900 * time.Millisecond
+
 func TestFailover_CommentKeepAlivesResetTheIdleGap(t *testing.T) {
 	t.Parallel()
-	up := newUpstream(t, "pings", keepAliveThen(500*time.Millisecond, true))
+	up := newUpstream(t, "pings", keepAliveThen(keepAliveGap, true))
 	gw := startFaultGW(t, fmt.Sprintf(`
 backends:
-  pings: {url: %s, idle_timeout: 200ms}
+  pings: {url: %s, idle_timeout: 600ms}
 models:
   m: {backend: pings}
 `, up.URL))
 	code, _, body := gw.chat("m", true)
 	if code != 200 || !strings.Contains(body, "part0") || !strings.Contains(body, "from pings") || strings.Contains(body, "idle") {
-		t.Fatalf("status %d body %q; want the whole answer across a 500ms gap of keep-alives", code, body)
+		t.Fatalf("status %d body %q; want the whole answer across a 900ms gap of keep-alives", code, body)
 	}
 }
 
