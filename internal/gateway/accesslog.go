@@ -12,6 +12,9 @@ import (
 // accessLog writes one structured log line per served request, from the
 // ledger record the relay builds anyway, after the answer was flushed.
 // Server errors (5xx) log at Warn so they stand out; the rest at Info.
+// Lines go through logging.Line: formatted straight into the log's buffer,
+// and no stack walk for a caller's program counter (as Logger.LogAttrs
+// would do).
 type accessLog struct {
 	log *slog.Logger
 }
@@ -38,15 +41,8 @@ func (a accessLog) Observe(r usage.Record) {
 		if r.CachedTokens > 0 {
 			attrs = append(attrs, slog.Int("cached_tokens", r.CachedTokens))
 		}
-		a.write(ctx, level, attrs)
+		logging.Line(a.log, level, "request", attrs)
 	}
-}
-
-// write logs one access line, formatted by logging.Line (which does not
-// walk the stack for a caller's program counter either, as
-// Logger.LogAttrs would).
-func (a accessLog) write(_ context.Context, level slog.Level, attrs []slog.Attr) {
-	logging.Line(a.log, level, "request", attrs)
 }
 
 // echoedID is the id the client got in X-Request-Id: its own when it sent
@@ -78,5 +74,5 @@ func (a accessLog) unrecorded(e server.AccessEntry) {
 	if e.Code != "" {
 		attrs = append(attrs, slog.String("error", e.Code))
 	}
-	a.write(ctx, level, attrs)
+	logging.Line(a.log, level, "request", attrs)
 }

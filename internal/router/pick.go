@@ -16,21 +16,12 @@ package router
 func (t *Table) Pick(r *Route, hint *Hint) (Deployment, bool) {
 	hint.first = 0
 	now := t.opt.Now()
-	if len(r.Deployments) == 1 {
-		d := r.Deployments[0]
-		if d.s.be.down.Load() {
-			return Deployment{}, false
-		}
-		ok, probe := d.s.br.peek(now)
-		if !ok {
-			return Deployment{}, false
-		}
-		hint.first = 1
-		return d, !probe
-	}
 	var buf [maxAttempts]int
-	order := t.order(r, buf[:0], hint)
-	t.roomFirst(r, order)
+	order := buf[:1] // a single deployment: index 0, no balancing to ask
+	if len(r.Deployments) != 1 {
+		order = t.order(r, buf[:0], hint)
+		t.roomFirst(r, order)
+	}
 	for _, i := range order {
 		d := r.Deployments[i]
 		if d.s.be.down.Load() {
