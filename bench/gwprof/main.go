@@ -18,6 +18,7 @@ import (
 
 	"llmgate/internal/config"
 	"llmgate/internal/gateway"
+	"llmgate/internal/gctune"
 	"llmgate/internal/logging"
 )
 
@@ -59,6 +60,7 @@ func run(cfgPath, cpu, mem string) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	defer gctune.Start(0).Stop() // as llmgate serve does
 	lg := logging.New(os.Stderr, false, 0)
 	defer lg.Close()
 	g, err := gateway.Start(ctx, gateway.Options{Config: cfg, Logger: lg.Logger})
