@@ -16,7 +16,7 @@ func TestPercent(t *testing.T) {
 		live, roots, floor uint64
 		want               int
 	}{
-		{0, 0, 64 * mb, 100}, // before the first collection: the runtime's own goal
+		{0, 0, 64 * mb, 100},                  // before the first collection: the runtime's own goal
 		{1 * mb, 1 * mb, 64 * mb, maxPercent}, // 6300 % capped
 		{16 * mb, 16 * mb, 64 * mb, 300},      // 16 → 64 MB
 		{16 * mb, 24 * mb, 64 * mb, 200},      // 8 MB of stacks and globals scale with the percentage too
