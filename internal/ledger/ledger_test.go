@@ -218,7 +218,7 @@ func TestLedger_PacesOnlyASmallBacklog(t *testing.T) {
 	w := &paceWriter{gate: make(chan struct{}, 1)}
 	// No timed flush: the test wakes the writer itself (l.kick), so what
 	// each write takes does not depend on when a ticker fires.
-	l := NewLedger(w, Options{Interval: time.Hour, MaxBatch: 256}, ledgerLog)
+	l := NewLedger(w, Options{Interval: time.Hour, MaxBatch: 2 * PaceBacklog}, ledgerLog)
 	defer l.Close(context.Background())
 	w.gate <- struct{}{}
 	for i := 0; i < 10; i++ {
