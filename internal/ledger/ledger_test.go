@@ -268,3 +268,20 @@ func TestPace_RestsEveryPaceRowsOnlyWhenAsked(t *testing.T) {
 		t.Fatalf("rests %v over %d rows, want 3 of 300µs", rests, 3*PaceRows)
 	}
 }
+
+// A statement of many rows rests once, as long as the rests its rows
+// would have taken one at a time.
+func TestPaceRange_OneRestPerStatement(t *testing.T) {
+	var rests []time.Duration
+	paceSleep = func(d time.Duration) { rests = append(rests, d) }
+	defer func() { paceSleep = time.Sleep }()
+	ctx := context.WithValue(context.Background(), paceKey{}, 300*time.Microsecond)
+	PaceRange(ctx, 0, 32)  // rows 0..31: four boundaries
+	PaceRange(ctx, 32, 36) // 32..35: none
+	PaceRange(ctx, 36, 44) // 36..43: one (at 40)
+	PaceRange(context.Background(), 0, 64)
+	want := []time.Duration{1200 * time.Microsecond, 300 * time.Microsecond}
+	if fmt.Sprint(rests) != fmt.Sprint(want) {
+		t.Fatalf("rests %v, want %v", rests, want)
+	}
+}

@@ -3,6 +3,7 @@ package sqlstore
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -39,8 +40,14 @@ const setRollupHist = `UPDATE usage_hourly SET latency = ? WHERE hour = ? AND ke
 // it). On an embedded database there is no round trip to save, and parsing
 // the statements of every batch again cost about as much as running them.
 type UsageStmts struct {
-	insert, upsert, setHist *sql.Stmt
+	insert, insertMulti, upsert, setHist *sql.Stmt
 }
+
+// multiRows is how many records one statement of the fast path inserts:
+// each statement execution costs ~1.5 µs on the embedded driver (its
+// step, reset and argument handling) besides the rows' own work, so 32
+// rows to a statement save most of it (8.8 → 7.3 µs per row measured).
+const multiRows = 32
 
 // PrepareUsage prepares the ledger writer's row-at-a-time statements
 // (SQLite dialect).
@@ -48,6 +55,11 @@ func PrepareUsage(ctx context.Context, db *sql.DB) (*UsageStmts, error) {
 	u := &UsageStmts{}
 	var err error
 	if u.insert, err = db.PrepareContext(ctx, insertUsageRow); err != nil {
+		return nil, fmt.Errorf("prepare usage insert: %w", err)
+	}
+	multi := `INSERT INTO usage(` + usageCols + `) VALUES ` + usageRowParams + strings.Repeat(","+usageRowParams, multiRows-1) + ` ON CONFLICT (id) DO NOTHING`
+	if u.insertMulti, err = db.PrepareContext(ctx, multi); err != nil {
+		u.Close()
 		return nil, fmt.Errorf("prepare usage insert: %w", err)
 	}
 	if u.upsert, err = db.PrepareContext(ctx, `INSERT INTO usage_hourly(`+rollupCols+`) VALUES (?,?,?,?,?,?,?,?,?,?,?)`+rollupConflict+` RETURNING latency`); err != nil {
@@ -63,7 +75,7 @@ func PrepareUsage(ctx context.Context, db *sql.DB) (*UsageStmts, error) {
 
 // Close releases the statements.
 func (u *UsageStmts) Close() {
-	for _, st := range []*sql.Stmt{u.insert, u.upsert, u.setHist} {
+	for _, st := range []*sql.Stmt{u.insert, u.insertMulti, u.upsert, u.setHist} {
 		if st != nil {
 			st.Close()
 		}
@@ -92,6 +104,47 @@ func insertPrepared(ctx context.Context, tx *sql.Tx, u *UsageStmts, recs []usage
 		}
 	}
 	return nil
+}
+
+// errSeen ends the fast path: a statement inserted fewer rows than it was
+// given, so some record was stored already (a replay) and only the
+// row-by-row path can tell which.
+var errSeen = errors.New("usage batch holds records already stored")
+
+// insertFast inserts a batch of records none of which is stored yet (the
+// ledger's live batches; a replayed one may not be) multiRows to a
+// prepared statement, the rest row by row. It fails with errSeen, its
+// transaction to be rolled back, when a statement of many rows inserted
+// fewer (a record stored already, or one twice in the batch).
+func insertFast(ctx context.Context, tx *sql.Tx, u *UsageStmts, recs []usage.Record, inserted map[string]bool) error {
+	stmt := tx.StmtContext(ctx, u.insertMulti)
+	defer stmt.Close()
+	args := make([]any, 0, multiRows*usageNCols)
+	i := 0
+	for ; i+multiRows <= len(recs); i += multiRows {
+		args = args[:0]
+		for j := i; j < i+multiRows; j++ {
+			r := &recs[j]
+			args = append(args, r.ID, r.ClientRequestID, r.Time.UnixMilli(), r.KeyID, r.Model, r.Backend, r.UpstreamModel, r.Endpoint,
+				r.Status, r.ErrorType, r.PromptTokens, r.CompletionTokens, r.CachedTokens, r.TTFT.Microseconds(),
+				r.Latency.Microseconds(), b2i(r.Estimated), b2i(r.Stream), r.CostUSD)
+		}
+		res, err := stmt.ExecContext(ctx, args...)
+		if err != nil {
+			return fmt.Errorf("insert usage: %w", err)
+		}
+		if n, _ := res.RowsAffected(); n != multiRows {
+			return errSeen
+		}
+		for j := i; j < i+multiRows; j++ {
+			inserted[recs[j].ID] = true
+		}
+		if i+multiRows < len(recs) {
+			ledger.PaceRange(ctx, i, i+multiRows)
+		}
+	}
+	// The remainder row by row, which tells a stored record from a new one.
+	return insertPrepared(ctx, tx, u, recs[i:], inserted)
 }
 
 // upsertPrepared is upsertRollups one row at a time with the prepared
@@ -166,6 +219,17 @@ func InsertUsage(ctx context.Context, db *sql.DB, d Dialect, u *UsageStmts, recs
 	if len(recs) == 0 {
 		return nil
 	}
+	if u != nil {
+		// Most batches are new records: try the fast path first, and
+		// write a batch that holds stored ones again row by row.
+		if err := insertUsage(ctx, db, d, u, recs, true); !errors.Is(err, errSeen) {
+			return err
+		}
+	}
+	return insertUsage(ctx, db, d, u, recs, false)
+}
+
+func insertUsage(ctx context.Context, db *sql.DB, d Dialect, u *UsageStmts, recs []usage.Record, fast bool) error {
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
 		return err
@@ -173,9 +237,12 @@ func InsertUsage(ctx context.Context, db *sql.DB, d Dialect, u *UsageStmts, recs
 	defer tx.Rollback()
 	inserted := make(map[string]bool, len(recs))
 	var err2 error
-	if u == nil {
+	switch {
+	case u == nil:
 		err2 = insertMultiRow(ctx, tx, d, recs, inserted)
-	} else {
+	case fast:
+		err2 = insertFast(ctx, tx, u, recs, inserted)
+	default:
 		err2 = insertPrepared(ctx, tx, u, recs, inserted)
 	}
 	if err2 != nil {

@@ -41,6 +41,7 @@ func Run(t *testing.T, open func(t *testing.T) Store) {
 		{"Keys_RevokeKeepsFirstTime", testKeysRevoke},
 		{"Settings_RoundTrip", testSettings},
 		{"Usage_ReplayedBatchWritesOnce", testUsageExactlyOnce},
+		{"Usage_ReplaysAnywhereInABatchWriteOnce", testUsageReplayPositions},
 		{"Usage_SameClientRequestIDIsSeparateRecords", testUsageClientIDNotUnique},
 		{"Health_HealthyWhileOpen", testHealthy},
 		{"Usage_SummaryMatchesRawRecords", testSummaryMatchesRaw},
@@ -226,6 +227,53 @@ func testUsageExactlyOnce(t *testing.T, s Store) {
 	}
 	if total != 300 {
 		t.Fatalf("summary counts %d requests, want 300: rollups must not count replays", total)
+	}
+}
+
+// A store may write a batch in multi-row statements while it holds only
+// new records (SQLite does, 32 rows to a statement); a record stored
+// already, wherever it sits in the batch (inside a full statement, in the
+// remainder, twice in the batch), must still be written and counted once.
+func testUsageReplayPositions(t *testing.T, s Store) {
+	ctx := context.Background()
+	recs := records(200, time.Now(), time.Hour, "p")
+	if err := s.InsertUsage(ctx, recs[:10]); err != nil {
+		t.Fatal(err)
+	}
+	batches := [][]usage.Record{
+		append(append([]usage.Record{}, recs[10:74]...), recs[3]),              // 64 new, then a stored one in the remainder
+		append(append([]usage.Record{}, recs[74:90]...), recs[20:36]...),       // 16 new and 16 stored in one statement's worth
+		append(append([]usage.Record{}, recs[90:140]...), recs[100]),           // a record twice in a batch of new ones
+		append(append([]usage.Record{recs[140]}, recs[141:172]...), recs[140]), // twice, 32 apart
+		recs[172:200], // 28 new: the remainder only
+	}
+	for i, b := range batches {
+		if err := s.InsertUsage(ctx, b); err != nil {
+			t.Fatalf("batch %d: %v", i, err)
+		}
+	}
+	rows, distinct, err := s.CountUsage(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rows != 200 || distinct != 200 {
+		t.Fatalf("rows = %d distinct = %d, want 200 each", rows, distinct)
+	}
+	sum, err := s.Summary(ctx, usage.Filter{GroupBy: []string{"model"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var total, prompt int64
+	for _, r := range sum {
+		total += r.Requests
+		prompt += r.PromptTokens
+	}
+	var wantPrompt int64
+	for _, r := range recs {
+		wantPrompt += int64(r.PromptTokens)
+	}
+	if total != 200 || prompt != wantPrompt {
+		t.Fatalf("summary counts %d requests and %d prompt tokens, want 200 and %d: rollups must count each record once", total, prompt, wantPrompt)
 	}
 }
 
