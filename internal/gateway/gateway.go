@@ -244,15 +244,21 @@ func LogWarnings(log *slog.Logger, cfg *config.Config) {
 func (g *Gateway) learnContexts(ctx context.Context, t *router.Table) {
 	for _, name := range t.Models() {
 		r, err := t.Route(name)
-		if err != nil || len(r.Deployments) == 0 || t.Leaser(r.Deployments[0].Backend.Name) != nil {
+		if err != nil {
 			continue
 		}
-		d := r.Deployments[0]
-		if l := g.engineInfo.Lookup(ctx, r.ContextWindow, d.Backend, d.UpstreamModel); l.Tokens > 0 {
-			g.log.Debug("model context length", "model", name, "tokens", l.Tokens, "source", l.Source)
-		}
-		if ctx.Err() != nil {
-			return
+		// Every deployment: the admission reserves for the context that
+		// leaves the most output, whichever deployment serves.
+		for _, d := range r.Deployments {
+			if t.Leaser(d.Backend.Name) != nil {
+				continue
+			}
+			if l := g.engineInfo.Lookup(ctx, r.ContextWindow, d.Backend, d.UpstreamModel); l.Tokens > 0 {
+				g.log.Debug("model context length", "model", name, "backend", d.Backend.Name, "tokens", l.Tokens, "source", l.Source)
+			}
+			if ctx.Err() != nil {
+				return
+			}
 		}
 	}
 }

@@ -33,13 +33,19 @@ type contextEngine struct {
 }
 
 func newContextEngine(t *testing.T, source string, promptTokens int) *contextEngine {
+	return newContextEngineOf(t, source, promptTokens, 1000)
+}
+
+// newContextEngineOf is newContextEngine with a context of window tokens
+// (vLLM's /v1/models says so).
+func newContextEngineOf(t *testing.T, source string, promptTokens, window int) *contextEngine {
 	e := &contextEngine{}
 	e.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		raw, _ := io.ReadAll(r.Body)
 		w.Header().Set("Content-Type", "application/json")
 		switch {
 		case r.URL.Path == "/v1/models" && source == "vllm":
-			fmt.Fprint(w, `{"data":[{"id":"m","max_model_len":1000}]}`)
+			fmt.Fprintf(w, `{"data":[{"id":"m","max_model_len":%d}]}`, window)
 		case r.URL.Path == "/props" && source == "llama.cpp":
 			fmt.Fprint(w, `{"default_generation_settings":{"n_ctx":1000}}`)
 		case r.URL.Path == "/get_model_info" && source == "sglang":
@@ -109,7 +115,9 @@ func fitRelayModels(t *testing.T, modelYAML string) (*httptest.Server, *recAdmis
 	learner := engineinfo.New(engineinfo.Options{})
 	for _, name := range table.Models() { // as the gateway does at start
 		r, _ := table.Route(name)
-		learner.Lookup(context.Background(), r.ContextWindow, r.Deployments[0].Backend, r.Deployments[0].UpstreamModel)
+		for _, d := range r.Deployments {
+			learner.Lookup(context.Background(), r.ContextWindow, d.Backend, d.UpstreamModel)
+		}
 	}
 	adm, led := &recAdmission{}, &recLedger{}
 	rl := relay.New(relay.Options{Ledger: led, Admission: adm, Engines: learner, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
@@ -463,5 +471,30 @@ func TestFit_AnEnginesRefusalNamingAnotherContextIsLearned(t *testing.T) {
 			t.Fatalf("after the engine said 2048: Known = %+v", learner.Known(0, b, "m"))
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestAdmit_WithoutALimitReservesForTheLargestContext: a request without
+// max_tokens may generate what the context leaves, on whichever deployment
+// serves it (the balancing, a retry); the admission's reservation is for
+// the deployment whose context leaves the most, not the first listed.
+func TestAdmit_WithoutALimitReservesForTheLargestContext(t *testing.T) {
+	small, big := newContextEngineOf(t, "vllm", 10, 1000), newContextEngineOf(t, "vllm", 10, 8000)
+	srv, adm, _ := fitRelay(t, fmt.Sprintf(`backends:
+  small: {url: %s/v1}
+  big: {url: %s/v1}
+models:
+  m: {deployments: [{backend: small, priority: 0}, {backend: big, priority: 1}]}
+`, small.URL, big.URL))
+	status, _, answer := post(t, srv.URL+"/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"hi"}]}`)
+	if status != 200 {
+		t.Fatalf("%d %s", status, answer)
+	}
+	reqs := adm.Requests()
+	if len(reqs) != 1 {
+		t.Fatalf("admissions %+v, want one", reqs)
+	}
+	if out := reqs[0].OutputTokens; out <= 1000 || out > 8000 {
+		t.Fatalf("admitted %d output tokens, want what the 8000-token context leaves (more than the 1000-token one allows)", out)
 	}
 }

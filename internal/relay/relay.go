@@ -266,17 +266,11 @@ func (rl *Relay) resolve(ctx context.Context, c *Call) error {
 func (rl *Relay) admit(ctx context.Context, w http.ResponseWriter, c *Call) error {
 	var err error
 	if rl.opt.Admission != nil {
-		route := c.route
 		ar := policy.AdmitRequest{Principal: c.Principal, Model: c.Req.Model, Endpoint: c.Req.Dialect.Name(), PromptTokens: c.estimate}
 		if c.Req.Dialect == codec.CountTokens {
 			ar.PromptTokens = 0 // a count generates and bills nothing
 		}
-		window := 0
-		if rl.opt.Engines != nil && len(route.Deployments) > 0 && c.Req.OutputLimit <= 0 && c.Req.Dialect.Generates() {
-			d := route.Deployments[0]
-			window = rl.opt.Engines.Known(route.ContextWindow, d.Backend, d.UpstreamModel).Tokens
-		}
-		ar.OutputTokens = c.Req.MaxOutput(route.Dialects(), window)
+		ar.OutputTokens = rl.outputBound(c)
 		c.ticket, err = rl.opt.Admission.Admit(ctx, ar)
 		if rt, ok := c.ticket.(policy.RateLimitTicket); ok {
 			rt.RateLimitHeaders(w.Header())
@@ -286,6 +280,29 @@ func (rl *Relay) admit(ctx context.Context, w http.ResponseWriter, c *Call) erro
 		anthropic.RateLimitHeaders(w.Header(), time.Now())
 	}
 	return err
+}
+
+// outputBound is the most output the admission reserves for: the
+// request's limit, or without one what the context leaves — at the
+// deployment whose context leaves the most, since a retry or the
+// balancing may send the request to any of the route's deployments (one
+// whose context is not known yet counts DefaultOutputTokens).
+func (rl *Relay) outputBound(c *Call) int64 {
+	route, req := c.route, c.Req
+	if rl.opt.Engines == nil || len(route.Deployments) == 0 || req.OutputLimit > 0 || !req.Dialect.Generates() {
+		return req.MaxOutput(route.Dialects(), 0)
+	}
+	var most int64
+	seen := -1
+	for _, d := range route.Deployments {
+		w := rl.opt.Engines.Known(route.ContextWindow, d.Backend, d.UpstreamModel).Tokens
+		if w == seen {
+			continue // most routes: one window for every deployment
+		}
+		seen = w
+		most = max(most, req.MaxOutput(route.Dialects(), w))
+	}
+	return most
 }
 
 // forward is the forward stage: the router runs attempts on the route's
