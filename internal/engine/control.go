@@ -238,8 +238,22 @@ func (m *Manager) Close(ctx context.Context) error {
 // running engines' URLs, and nothing changes them afterwards. Engines
 // cannot be added or redefined by a reload: a new engine is an error (the
 // reload should be rejected); changed settings of a known engine are
-// reported and take effect at the next restart of the gateway.
+// reported and take effect at the next restart of the gateway. An engine
+// the config no longer declares takes no more leases in the tables built
+// after: a backend of its name is a plain backend now.
 func (m *Manager) Rebind(cfg *config.Config) (changed []string, err error) {
+	defer func() {
+		if err != nil {
+			return
+		}
+		retired := map[string]bool{}
+		for name := range m.engines {
+			if cfg.Engines[name] == nil {
+				retired[name] = true
+			}
+		}
+		m.retired.Store(&retired)
+	}()
 	for _, name := range sortedNames(cfg.Engines) {
 		e := m.engines[name]
 		if e == nil {

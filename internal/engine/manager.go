@@ -22,6 +22,7 @@ import (
 	"net/http"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"llmgate/internal/apierror"
@@ -72,11 +73,15 @@ type Manager struct {
 	mu        sync.Mutex
 	engines   map[string]*Engine
 	names     []string
-	closed    bool
-	watching  bool // the idle watcher runs
-	quit      chan struct{}
-	ttlDone   chan struct{}
-	state     *stateFile // nil when disabled
+	// retired names the engines the running config no longer declares
+	// (Rebind): a backend of the same name is a plain one now, and takes
+	// no lease. Read when a table is built, from any goroutine.
+	retired  atomic.Pointer[map[string]bool]
+	closed   bool
+	watching bool // the idle watcher runs
+	quit     chan struct{}
+	ttlDone  chan struct{}
+	state    *stateFile // nil when disabled
 }
 
 // group is a set of engines of which at most one runs.
@@ -179,8 +184,15 @@ func sortedNames[V any](m map[string]V) []string {
 	return out
 }
 
-// Manages implements router.Leaser: an engine's backend has its name.
-func (m *Manager) Manages(backend string) bool { return m.engines[backend] != nil }
+// Manages implements router.Leaser: an engine's backend has its name,
+// while the running config declares the engine.
+func (m *Manager) Manages(backend string) bool {
+	if m.engines[backend] == nil {
+		return false
+	}
+	r := m.retired.Load()
+	return r == nil || !(*r)[backend]
+}
 
 // Lease implements router.Leaser: it returns once the backend's engine is
 // ready (starting it, or waiting in its group's queue) and the request

@@ -191,6 +191,40 @@ func TestReload_NewEngineIsRejectedUntilRestart(t *testing.T) {
 	}
 }
 
+// An engine that a reload replaces by a plain backend of the same name:
+// the model's requests go to that backend and take no engine lease (which
+// would start the old engine's process and wait for it).
+func TestReload_EngineReplacedByAPlainBackendTakesNoLease(t *testing.T) {
+	a := newUpstream(t, "a", answer)
+	path := filepath.Join(t.TempDir(), "llmgate.yaml")
+	withEngine := fmt.Sprintf("backends:\n  a: {url: %s}\nmodels:\n  m: {backend: a}\n", a.URL) +
+		"engines:\n  e1: {cmd: \"sleep 60 ${PORT}\", models: [em], startup_timeout: 2s}\n"
+	if err := os.WriteFile(path, []byte(withEngine), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	gw, r := startFileGW(t, path, &testenv.SyncBuffer{})
+	if gw.g.Engines == nil || !gw.g.Engines.Manages("e1") {
+		t.Fatal("the engine is not managed before the reload: the test shows nothing")
+	}
+	plain := fmt.Sprintf("backends:\n  a: {url: %s}\n  e1: {url: %s}\nmodels:\n  m: {backend: a}\n  em: {backend: e1}\n", a.URL, a.URL)
+	if err := os.WriteFile(path, []byte(plain), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	before := a.hits.Load()
+	if code, _, body := gw.chat("em", false); code != 200 {
+		t.Fatalf("em after the reload: %d %s; want the plain backend's answer", code, body)
+	}
+	if a.hits.Load() != before+1 {
+		t.Fatalf("the plain backend e1 was not asked (hits %d -> %d)", before, a.hits.Load())
+	}
+	if st := gw.g.Engines.List(); len(st) != 1 || st[0].Starts != 0 {
+		t.Fatalf("engines %+v: the retired engine was started", st)
+	}
+}
+
 // Settings a reload cannot apply are named in a warning; a Redis URL is
 // printed without its password.
 func TestReload_WarnsAboutRestartOnlySettings(t *testing.T) {
