@@ -82,17 +82,24 @@ func (u *UsageStmts) Close() {
 	}
 }
 
+// usageArgs appends r's values in the order of usageCols.
+func usageArgs(args []any, r *usage.Record) []any {
+	return append(args, r.ID, r.ClientRequestID, r.Time.UnixMilli(), r.KeyID, r.Model, r.Backend, r.UpstreamModel, r.Endpoint,
+		r.Status, r.ErrorType, r.PromptTokens, r.CompletionTokens, r.CachedTokens, r.TTFT.Microseconds(),
+		r.Latency.Microseconds(), b2i(r.Estimated), b2i(r.Stream), r.CostUSD)
+}
+
 // insertPrepared inserts row by row with one prepared statement: on an
 // embedded database there is no round trip to save, and parsing a giant
 // multi-row statement costs more than executing a prepared one.
 func insertPrepared(ctx context.Context, tx *sql.Tx, u *UsageStmts, recs []usage.Record, inserted map[string]bool) error {
 	stmt := tx.StmtContext(ctx, u.insert)
 	defer stmt.Close()
+	args := make([]any, 0, usageNCols)
 	for i := range recs {
 		r := &recs[i]
-		res, err := stmt.ExecContext(ctx, r.ID, r.ClientRequestID, r.Time.UnixMilli(), r.KeyID, r.Model, r.Backend, r.UpstreamModel, r.Endpoint,
-			r.Status, r.ErrorType, r.PromptTokens, r.CompletionTokens, r.CachedTokens, r.TTFT.Microseconds(),
-			r.Latency.Microseconds(), b2i(r.Estimated), b2i(r.Stream), r.CostUSD)
+		args = usageArgs(args[:0], r)
+		res, err := stmt.ExecContext(ctx, args...)
 		if err != nil {
 			return fmt.Errorf("insert usage: %w", err)
 		}
@@ -124,10 +131,7 @@ func insertFast(ctx context.Context, tx *sql.Tx, u *UsageStmts, recs []usage.Rec
 	for ; i+multiRows <= len(recs); i += multiRows {
 		args = args[:0]
 		for j := i; j < i+multiRows; j++ {
-			r := &recs[j]
-			args = append(args, r.ID, r.ClientRequestID, r.Time.UnixMilli(), r.KeyID, r.Model, r.Backend, r.UpstreamModel, r.Endpoint,
-				r.Status, r.ErrorType, r.PromptTokens, r.CompletionTokens, r.CachedTokens, r.TTFT.Microseconds(),
-				r.Latency.Microseconds(), b2i(r.Estimated), b2i(r.Stream), r.CostUSD)
+			args = usageArgs(args, &recs[j])
 		}
 		res, err := stmt.ExecContext(ctx, args...)
 		if err != nil {
@@ -185,9 +189,7 @@ func insertMultiRow(ctx context.Context, tx *sql.Tx, d Dialect, recs []usage.Rec
 				b.WriteByte(',')
 			}
 			b.WriteString(usageRowParams)
-			args = append(args, r.ID, r.ClientRequestID, r.Time.UnixMilli(), r.KeyID, r.Model, r.Backend, r.UpstreamModel, r.Endpoint,
-				r.Status, r.ErrorType, r.PromptTokens, r.CompletionTokens, r.CachedTokens, r.TTFT.Microseconds(),
-				r.Latency.Microseconds(), b2i(r.Estimated), b2i(r.Stream), r.CostUSD)
+			args = usageArgs(args, r)
 		}
 		b.WriteString(` ON CONFLICT (id) DO NOTHING RETURNING id`)
 		rows, err := tx.QueryContext(ctx, d.Q(b.String()), args...)
