@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"sort"
+	"sync"
 	"syscall"
 	"time"
 
@@ -161,6 +162,36 @@ func (m *Manager) Unload(ctx context.Context, name string) error {
 		return apierror.New(http.StatusGatewayTimeout, apierror.KindTimeout, "engine_unload_timeout",
 			"the engine is still stopping (requests in flight or a slow shutdown); check 'llmgate engines list'")
 	}
+}
+
+// StopRetired stops, as Unload does (its requests in flight first), every
+// running engine the config no longer declares since the last Rebind: a
+// reload that removes an engine frees its GPU rather than leaving the
+// process to its idle time-out (or, for an always_on engine, to the next
+// restart of the gateway). Call it once the new table serves. It returns
+// when they have stopped or ctx ends.
+func (m *Manager) StopRetired(ctx context.Context) {
+	var wg sync.WaitGroup
+	for _, name := range m.names {
+		if !m.isRetired(name) {
+			continue
+		}
+		m.mu.Lock()
+		running := m.engines[name].run != nil
+		m.mu.Unlock()
+		if !running {
+			continue
+		}
+		m.log.Info("engine no longer in the config: stopping it", "engine", name)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := m.Unload(ctx, name); err != nil {
+				m.log.Warn("engine no longer in the config did not stop yet", "engine", name, "err", err)
+			}
+		}()
+	}
+	wg.Wait()
 }
 
 // Logs returns up to n of the newest log lines after sequence number

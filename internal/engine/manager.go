@@ -187,11 +187,14 @@ func sortedNames[V any](m map[string]V) []string {
 // Manages implements router.Leaser: an engine's backend has its name,
 // while the running config declares the engine.
 func (m *Manager) Manages(backend string) bool {
-	if m.engines[backend] == nil {
-		return false
-	}
+	return m.engines[backend] != nil && !m.isRetired(backend)
+}
+
+// isRetired reports whether the running config no longer declares the
+// engine (see Rebind).
+func (m *Manager) isRetired(name string) bool {
 	r := m.retired.Load()
-	return r == nil || !(*r)[backend]
+	return r != nil && (*r)[name]
 }
 
 // Lease implements router.Leaser: it returns once the backend's engine is

@@ -320,7 +320,7 @@ func (m *Manager) onExit(e *Engine, r *run) {
 	}
 	m.failAll(e, apierror.Newf(http.StatusServiceUnavailable, apierror.KindOverloaded, "engine_crashed",
 		"%s; %s. Last log lines: %s", msg, retry, e.logs.tailText(5)))
-	if c.AlwaysOn && !m.closed {
+	if c.AlwaysOn && !m.closed && !m.isRetired(c.Name) {
 		m.startLocked(e)
 		return
 	}

@@ -109,6 +109,12 @@ func (r *Reloader) Reload() error {
 
 func (r *Reloader) apply(cfg *config.Config) {
 	r.g.swapTable(cfg)
+	if r.g.Engines != nil {
+		// Engines the file no longer declares take no more requests from
+		// the table just swapped in: stop them (after their requests in
+		// flight), so that they free their GPU.
+		go r.g.Engines.StopRetired(context.Background())
+	}
 	r.warnRestartOnly(cfg)
 	r.current = cfg
 	r.reloads++

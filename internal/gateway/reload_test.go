@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"llmgate/internal/config"
+	"llmgate/internal/engine"
 	"llmgate/internal/ledger"
 	"llmgate/internal/router"
 	"llmgate/internal/testenv"
@@ -222,6 +223,32 @@ func TestReload_EngineReplacedByAPlainBackendTakesNoLease(t *testing.T) {
 	}
 	if st := gw.g.Engines.List(); len(st) != 1 || st[0].Starts != 0 {
 		t.Fatalf("engines %+v: the retired engine was started", st)
+	}
+}
+
+// A reload that removes a running engine (here an always_on one, still
+// starting) stops its process: the GPU is freed, not held until the next
+// restart of the gateway.
+func TestReload_RemovedEngineIsStopped(t *testing.T) {
+	a := newUpstream(t, "a", answer)
+	path := filepath.Join(t.TempDir(), "llmgate.yaml")
+	good := fmt.Sprintf("backends:\n  a: {url: %s}\nmodels:\n  m: {backend: a}\n", a.URL)
+	withEngine := good + "engines:\n  e1: {cmd: \"sleep 60 ${PORT}\", models: [em], always_on: true, startup_timeout: 60s}\n"
+	if err := os.WriteFile(path, []byte(withEngine), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	gw, r := startFileGW(t, path, &testenv.SyncBuffer{})
+	state := func() engine.State { return gw.g.Engines.List()[0].State }
+	testenv.Eventually(t, 10*time.Second, func() bool { return state() == engine.StateStarting }, "the always_on engine to start")
+	if err := os.WriteFile(path, []byte(good), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 10*time.Second, func() bool { return state() == engine.StateStopped }, "the removed engine to stop")
+	if code, _, _ := gw.chat("m", false); code != 200 {
+		t.Fatalf("the reloaded config does not serve: %d", code)
 	}
 }
 
