@@ -115,13 +115,30 @@ func (g *Gateway) startAccounting(ctx context.Context, opt *Options) error {
 	}
 	a := admit.New(admit.Options{Limiter: lim, Models: models, Logger: g.log})
 	if shared != nil {
+		// The limiter reads the database after the ledger has stored what
+		// it holds (at most 2 s): spend and requests settled just before
+		// a Redis restart are then in the figures it re-seeds from, however
+		// long the ledger's batches wait.
+		led := g.Ledger
+		flush := func(ctx context.Context) {
+			if led == nil {
+				return
+			}
+			fctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			defer cancel()
+			_ = led.Flush(fctx) // refused or late: the limiter's own "u:" figures cover it
+		}
 		// After a Redis restart or outage the limiter re-seeds every budget
 		// from the ledger at once, not at the next tick below...
-		shared.SetLedger(func(ctx context.Context) ([]limit.BudgetSeed, error) { return a.BudgetSeeds(ctx, g.Store, g.Store) })
+		shared.SetLedger(func(ctx context.Context) ([]limit.BudgetSeed, error) {
+			flush(ctx)
+			return a.BudgetSeeds(ctx, g.Store, g.Store)
+		})
 		// ... and rebuilds the RPM and TPM buckets from the ledger's last
 		// minute, so that a restart hands out no fresh minute.
 		if rr, ok := g.Store.(usage.RateReader); ok {
 			shared.SetRates(func(ctx context.Context, since time.Time) ([]limit.RateSeed, error) {
+				flush(ctx)
 				return a.RateSeeds(ctx, g.Store, rr, since)
 			})
 		}

@@ -46,12 +46,19 @@ type Ledger struct {
 	interval time.Duration
 	pause    time.Duration
 
-	mu       sync.Mutex
-	queue    []usage.Record // records not yet taken by the writer
-	notFull  *sync.Cond     // signalled when the writer takes records
-	waiting  int            // Adds waiting on a full queue
-	noWaiter *sync.Cond     // signalled when the last waiting Add is done
-	closed   bool
+	mu    sync.Mutex
+	queue []usage.Record // records not yet taken by the writer
+	// added counts the records queued so far and handled those the
+	// writer finished with (stored, or left to the spool), in queue
+	// order; unstored is handled as of the last round the database
+	// refused. rounds is closed and replaced when handled grows (Flush
+	// waits on it).
+	added, handled, unstored uint64
+	rounds                   chan struct{}
+	notFull                  *sync.Cond // signalled when the writer takes records
+	waiting                  int        // Adds waiting on a full queue
+	noWaiter                 *sync.Cond // signalled when the last waiting Add is done
+	closed                   bool
 
 	// The journal (nil without a spool), guarded by mu.
 	spool    *Spool
@@ -158,6 +165,7 @@ func NewLedger(w usage.Writer, opt Options, log *slog.Logger) *Ledger {
 		maxBatch: opt.MaxBatch, interval: opt.Interval, spool: opt.Spool, spoolAfter: opt.SpoolAfter, pause: opt.Pause}
 	l.notFull = sync.NewCond(&l.mu)
 	l.noWaiter = sync.NewCond(&l.mu)
+	l.rounds = make(chan struct{})
 	l.failed = map[uint64]bool{}
 	l.health.init(log, opt.AlarmEvery, l.spool)
 	if l.spool != nil {
@@ -232,6 +240,7 @@ func (l *Ledger) Add(r usage.Record) error {
 		}
 	}
 	l.queue = append(l.queue, r)
+	l.added++
 	full := len(l.queue) >= l.maxBatch
 	var g *jgroup
 	first := false
@@ -412,6 +421,7 @@ func (l *Ledger) storeQueued(spare []usage.Record, stopping bool) []usage.Record
 			backoff = min(backoff*2, 5*time.Second)
 		}
 	}
+	l.handledRound(len(taken), true)
 	clear(taken)
 	return taken[:0]
 }
@@ -505,6 +515,7 @@ func (l *Ledger) storeJournaled(spare []usage.Record, stopping bool) []usage.Rec
 		}
 	}
 	onDisk := l.settle(seg, last)
+	defer l.handledRound(len(taken), stored)
 	switch {
 	case stored:
 		if err := l.spool.remove(seg); err != nil {
@@ -523,6 +534,60 @@ func (l *Ledger) storeJournaled(spare []usage.Record, stopping bool) []usage.Rec
 	default:
 	}
 	return taken[:0]
+}
+
+// handledRound notes that the writer finished with the n records it took
+// (the oldest queued), stored in the database or not, and wakes Flush.
+func (l *Ledger) handledRound(n int, stored bool) {
+	if n == 0 {
+		return
+	}
+	l.mu.Lock()
+	l.handled += uint64(n)
+	if !stored {
+		l.unstored = l.handled
+	}
+	close(l.rounds)
+	l.rounds = make(chan struct{})
+	l.mu.Unlock()
+}
+
+// ErrNotStored is returned by Flush when records queued before it were
+// left to the spool: the database refused them, and they are written once
+// it takes them again.
+var ErrNotStored = errors.New("usage records not in the database yet: the database refuses them; they wait in the spool")
+
+// Flush has the writer store every record queued before the call now,
+// rather than at its next interval, and returns once it has: then a read
+// of the database counts them. It returns ErrNotStored when the database
+// refused some (they wait in the spool), or ctx's error when ctx ends
+// first. A reader that must not miss recent spend (the Redis limiter's
+// re-seeding after a restart) calls it before reading.
+func (l *Ledger) Flush(ctx context.Context) error {
+	l.mu.Lock()
+	from, target := l.handled, l.added
+	for l.handled < target {
+		ch := l.rounds
+		l.mu.Unlock()
+		select {
+		case l.kick <- struct{}{}:
+		default:
+		}
+		select {
+		case <-ch:
+		case <-l.done:
+			return ErrClosed
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		l.mu.Lock()
+	}
+	refused := l.unstored > from
+	l.mu.Unlock()
+	if refused || l.spooling.Load() {
+		return ErrNotStored
+	}
+	return nil
 }
 
 // rescue stores records of which some never reached the journal (their

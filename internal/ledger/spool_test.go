@@ -195,3 +195,52 @@ func TestSpool_StoredSegmentFileIsReusedForTheNext(t *testing.T) {
 		t.Fatalf("spare still there after reuse: %v", err)
 	}
 }
+
+// Flush stores what was queued before it at once (the writer would wait
+// an hour here), says so when the database refused it, and gives up when
+// its context ends.
+func TestLedger_FlushStoresWhatWasQueuedBeforeIt(t *testing.T) {
+	sp, err := OpenSpool(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &flakyWriter{ids: map[string]int{}}
+	l := NewLedger(w, Options{Interval: time.Hour, Spool: sp, SpoolAfter: 2}, quiet)
+	defer l.Close(context.Background())
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := l.Flush(ctx); err != nil {
+		t.Fatalf("flush of an empty ledger: %v", err)
+	}
+	for i := 0; i < 3; i++ {
+		if err := l.Add(usage.Record{ID: fmt.Sprintf("f%d", i), Time: time.Now()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := l.Flush(ctx); err != nil {
+		t.Fatalf("flush: %v", err)
+	}
+	if d, _ := w.count(); d != 3 {
+		t.Fatalf("after Flush the database has %d of 3 records", d)
+	}
+
+	w.down.Store(true)
+	if err := l.Add(usage.Record{ID: "refused", Time: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Flush(ctx); !errors.Is(err, ErrNotStored) {
+		t.Fatalf("flush while the database refuses: %v, want ErrNotStored", err)
+	}
+
+	short, cancelShort := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancelShort()
+	w2 := &recordingWriter{gate: make(chan struct{})}
+	l2 := NewLedger(w2, Options{Interval: time.Hour}, quiet)
+	defer func() { close(w2.gate); l2.Close(context.Background()) }()
+	if err := l2.Add(usage.Record{ID: "held"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := l2.Flush(short); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("flush past its deadline while the write hangs: %v", err)
+	}
+}

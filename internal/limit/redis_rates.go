@@ -11,7 +11,8 @@ package limit
 // second, as the ledger has it) and from what this replica used that the
 // ledger may not have yet: its requests in flight, and those that finished
 // in the last holdFor. The ledger writes a finished request's record a
-// moment after its lease is released (every 50 ms, in batches), so a
+// moment after its lease is released (in batches, every 200 ms unless the
+// gateway asks it to store them before reading), so a
 // restart just after a burst finds the burst's end in neither the ledger
 // nor the requests in flight; nor would it find requests that finish while
 // the resync reads the ledger. Finished requests are kept in two slots of

@@ -335,8 +335,9 @@ type resyncItem struct {
 
 // holdFor is how long costs this replica settled while Redis could not
 // count them stay in its "u:" field after a resync: long enough for its
-// ledger to write them (it writes every 50 ms), after which a second resync
-// finds them in the ledger's figure and clears the field. Until then they
+// ledger to write them (it writes every 200 ms, and the gateway has it
+// store what it holds before each read of the ledger), after which a
+// second resync finds them in the ledger's figure and clears the field. Until then they
 // may be counted twice, which errs towards refusing. (Records that take
 // longer, held in the spool while the database is away, are counted again
 // by the periodic seeding once written.) For the same reason a resync
