@@ -46,19 +46,19 @@ type Ledger struct {
 	interval time.Duration
 	pause    time.Duration
 
-	mu    sync.Mutex
-	queue []usage.Record // records not yet taken by the writer
-	// added counts the records queued so far and handled those the
-	// writer finished with (stored, or left to the spool), in queue
-	// order; unstored is handled as of the last round the database
-	// refused. rounds is closed and replaced when handled grows (Flush
-	// waits on it).
+	mu       sync.Mutex
+	queue    []usage.Record // records not yet taken by the writer
+	notFull  *sync.Cond     // signalled when the writer takes records
+	waiting  int            // Adds waiting on a full queue
+	noWaiter *sync.Cond     // signalled when the last waiting Add is done
+	closed   bool
+
+	// For Flush, guarded by mu: added counts the records queued so far
+	// and handled those the writer finished with (stored, or left to the
+	// spool), in queue order; unstored is handled as of the last round the
+	// database refused. rounds is closed and replaced when handled grows.
 	added, handled, unstored uint64
 	rounds                   chan struct{}
-	notFull                  *sync.Cond // signalled when the writer takes records
-	waiting                  int        // Adds waiting on a full queue
-	noWaiter                 *sync.Cond // signalled when the last waiting Add is done
-	closed                   bool
 
 	// The journal (nil without a spool), guarded by mu.
 	spool    *Spool
