@@ -94,6 +94,7 @@ type Admission struct {
 	keyIDs   sync.Map // key ID -> "key:"+ID, so the hot path does not concatenate
 	refusals sync.Map // key ID -> refused: a recent key-scope refusal, for Precheck
 	windows  windowCache
+	unpriced priceTicket  // the ticket of a model without prices or limits
 	failLogs atomic.Int64 // unix second of the last "limiter unavailable" log
 	local    bool         // the limiter is in process: no deadlines needed
 }
@@ -122,9 +123,10 @@ func New(opt Options) *Admission {
 	}
 	for name, p := range opt.Models {
 		m := &model{name: name, scope: "model:" + name, policy: p}
-		m.free = priceTicket{policy: &m.policy}
+		m.free = priceTicket{a: a, policy: &m.policy}
 		a.models[name] = m
 	}
+	a.unpriced = priceTicket{a: a}
 	return a
 }
 
@@ -140,14 +142,46 @@ func (a *Admission) keyScope(id string) string {
 	return s
 }
 
-// priceTicket only prices the record (master key, unlimited keys).
-type priceTicket struct{ policy *ModelPolicy }
-
-func (t *priceTicket) Done(rec *usage.Record) {
-	rec.CostUSD = t.policy.Cost(rec.PromptTokens, rec.CachedTokens, rec.CompletionTokens)
+// priceTicket only prices the record (master key, unlimited keys). It is
+// shared by every such request of its model, so Done changes nothing in it.
+type priceTicket struct {
+	a      *Admission
+	policy *ModelPolicy
 }
 
-var unpriced = &priceTicket{}
+func (t *priceTicket) Done(rec *usage.Record, servedBy string) {
+	rec.CostUSD = t.a.served(t.policy, servedBy).Cost(rec.PromptTokens, rec.CachedTokens, rec.CompletionTokens)
+}
+
+// served is the policy that prices a request admitted under p (its
+// requested model's) and served by the model servedBy ("": the requested
+// model itself, a fallback otherwise). Only a request a fallback served
+// looks a model up.
+func (a *Admission) served(p *ModelPolicy, servedBy string) *ModelPolicy {
+	if servedBy == "" {
+		return p
+	}
+	if m := a.models[servedBy]; m != nil {
+		return &m.policy
+	}
+	return nil
+}
+
+// worstPrices returns the highest input and output prices among p (the
+// requested model's) and the policies of the models in fallbacks: any of
+// them may serve the request, so its reservation assumes the dearest.
+func (a *Admission) worstPrices(p *ModelPolicy, fallbacks []string) ModelPolicy {
+	var w ModelPolicy
+	if p != nil {
+		w.InputPrice, w.OutputPrice = p.InputPrice, p.OutputPrice
+	}
+	for _, f := range fallbacks {
+		if m := a.models[f]; m != nil {
+			w.InputPrice, w.OutputPrice = max(w.InputPrice, m.policy.InputPrice), max(w.OutputPrice, m.policy.OutputPrice)
+		}
+	}
+	return w
+}
 
 // ticket holds an admitted request's lease until Done settles it.
 type ticket struct {
@@ -231,9 +265,9 @@ func (r *rates) set(h http.Header) {
 	}
 }
 
-func (t *ticket) Done(rec *usage.Record) {
+func (t *ticket) Done(rec *usage.Record, servedBy string) {
 	a := t.a
-	rec.CostUSD = t.policy.Cost(rec.PromptTokens, rec.CachedTokens, rec.CompletionTokens)
+	rec.CostUSD = a.served(t.policy, servedBy).Cost(rec.PromptTokens, rec.CachedTokens, rec.CompletionTokens)
 	ctx := context.Background()
 	if !a.local { // a network limiter must not hold the request's goroutine long
 		var cancel context.CancelFunc
@@ -263,7 +297,7 @@ func nanos(usd float64) int64 { return max(0, sat.FromFloat(usd*limit.NanosPerUS
 func (a *Admission) Admit(ctx context.Context, req policy.AdmitRequest) (policy.Ticket, error) {
 	m := a.models[req.Model]
 	var policy *ModelPolicy
-	free := unpriced
+	free := &a.unpriced
 	if m != nil {
 		policy, free = &m.policy, &m.free
 	}
@@ -276,7 +310,13 @@ func (a *Admission) Admit(ctx context.Context, req policy.AdmitRequest) (policy.
 	prompt, out := a.estimate(req)
 	var lr limit.Request
 	lr.Tokens = sat.Add(prompt, out)
-	lr.CostNanos = nanos(policy.reservation(prompt, out))
+	reserve := policy.reservation(prompt, out)
+	if len(req.Fallbacks) > 0 {
+		// A fallback may serve it, at its own prices: reserve the dearest.
+		w := a.worstPrices(policy, req.Fallbacks)
+		reserve = w.reservation(prompt, out)
+	}
+	lr.CostNanos = nanos(reserve)
 	if keyLimited {
 		s := &lr.Scopes[lr.N]
 		lr.N++
@@ -307,7 +347,7 @@ func (a *Admission) Admit(ctx context.Context, req policy.AdmitRequest) (policy.
 		return free, nil
 	}
 	if !d.Allowed {
-		return nil, a.refusal(req, m, &d, lr.Tokens)
+		return nil, a.refusal(req, &d, lr.Tokens, reserve)
 	}
 	t := ticketPool.Get().(*ticket)
 	t.a, t.policy, t.lease, t.rates = a, policy, lease, ratesOf(&d)
@@ -326,8 +366,9 @@ func (a *Admission) estimate(req policy.AdmitRequest) (prompt, out int64) {
 }
 
 // refusal builds the 429 with OpenAI's rate-limit headers and a message
-// naming the limit.
-func (a *Admission) refusal(req policy.AdmitRequest, m *model, d *limit.Decision, tokens int64) *apierror.Error {
+// naming the limit; reserve is the cost the request's reservation asked
+// for (at the dearest prices among its model and fallbacks).
+func (a *Admission) refusal(req policy.AdmitRequest, d *limit.Decision, tokens int64, reserve float64) *apierror.Error {
 	who := "model " + strconv.Quote(req.Model)
 	fix := "ask the gateway operator to raise the model's limit"
 	if k := req.Principal.Key; k != nil && d.Scope == a.keyScope(k.ID) {
@@ -360,7 +401,7 @@ func (a *Admission) refusal(req policy.AdmitRequest, m *model, d *limit.Decision
 			period += ", resets " + end.Format("2006-01-02 15:04 UTC")
 		}
 		msg = fmt.Sprintf("budget exhausted for %s: %s of %s spent or reserved (%s budget); this request reserves up to %s (set max_tokens to reserve less), or %s",
-			who, usage.FormatUSD(float64(d.SpentNanos)/limit.NanosPerUSD), usage.FormatUSD(float64(d.BudgetNanos)/limit.NanosPerUSD), period, usage.FormatUSD(costOf(m, tokens)), fix)
+			who, usage.FormatUSD(float64(d.SpentNanos)/limit.NanosPerUSD), usage.FormatUSD(float64(d.BudgetNanos)/limit.NanosPerUSD), period, usage.FormatUSD(reserve), fix)
 	}
 	e := apierror.New(http.StatusTooManyRequests, apierror.KindRateLimit, code, msg)
 	h := http.Header{}
@@ -374,13 +415,6 @@ func (a *Admission) refusal(req policy.AdmitRequest, m *model, d *limit.Decision
 		a.remember(k.ID, e, retry) // the next request of this key is refused before its body is read
 	}
 	return e
-}
-
-func costOf(m *model, tokens int64) float64 {
-	if m == nil {
-		return 0
-	}
-	return max(m.policy.InputPrice, m.policy.OutputPrice) * float64(tokens) / 1e6
 }
 
 func ceilSec(d time.Duration) string {

@@ -73,14 +73,25 @@ type AdmitRequest struct {
 	// token-limit alias it may honour times the number of choices, or what
 	// the model's context leaves when the request sets no limit; 0 for
 	// requests that generate nothing (embeddings, counts); UnknownOutput
-	// when neither is known.
+	// when neither is known. For a model with fallbacks it is the most
+	// over the deployments of the model and of its fallbacks.
 	OutputTokens int64
+	// Fallbacks are the public models the route falls back to when every
+	// deployment of Model failed (router.Route.Fallbacks; nil for most
+	// routes). The request may be served, and then is priced, by any of
+	// them, so the budget's reservation prices it at the highest prices
+	// among Model and these.
+	Fallbacks []string
 }
 
 // Ticket is an admitted request. Done is called exactly once with the final
 // ledger record, before it is written; it may set the record's cost.
+// servedBy names the public model whose deployment made the request's last
+// attempt when that is one of AdmitRequest.Fallbacks, and is "" when it is
+// the requested model itself (rec.Model): the record is priced at the
+// prices of the model that served it.
 type Ticket interface {
-	Done(rec *usage.Record)
+	Done(rec *usage.Record, servedBy string)
 }
 
 // RateLimitTicket is a Ticket of a request under rate limits (a key's, a

@@ -305,7 +305,7 @@ type recAdmission struct {
 
 type nopTicket struct{}
 
-func (nopTicket) Done(*usage.Record) {}
+func (nopTicket) Done(*usage.Record, string) {}
 
 func (a *recAdmission) Admit(_ context.Context, req policy.AdmitRequest) (policy.Ticket, error) {
 	a.mu.Lock()

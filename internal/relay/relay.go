@@ -266,7 +266,8 @@ func (rl *Relay) resolve(ctx context.Context, c *Call) error {
 func (rl *Relay) admit(ctx context.Context, w http.ResponseWriter, c *Call) error {
 	var err error
 	if rl.opt.Admission != nil {
-		ar := policy.AdmitRequest{Principal: c.Principal, Model: c.Req.Model, Endpoint: c.Req.Dialect.Name(), PromptTokens: c.estimate}
+		ar := policy.AdmitRequest{Principal: c.Principal, Model: c.Req.Model, Endpoint: c.Req.Dialect.Name(), PromptTokens: c.estimate,
+			Fallbacks: c.route.Fallbacks}
 		if c.Req.Dialect == codec.CountTokens {
 			ar.PromptTokens = 0 // a count generates and bills nothing
 		}
@@ -285,10 +286,21 @@ func (rl *Relay) admit(ctx context.Context, w http.ResponseWriter, c *Call) erro
 // outputBound is the most output the admission reserves for: the
 // request's limit, or without one what the context leaves — at the
 // deployment whose context leaves the most, since a retry or the
-// balancing may send the request to any of the route's deployments (one
-// whose context is not known yet counts DefaultOutputTokens).
+// balancing may send the request to any of the route's deployments, and
+// a fallback to any of its fallback models' (one whose context is not
+// known yet counts DefaultOutputTokens). Each route's own backend
+// dialects bound its share (an Anthropic backend gets a translated
+// max_tokens).
 func (rl *Relay) outputBound(c *Call) int64 {
-	route, req := c.route, c.Req
+	most := rl.routeOutput(c.Req, c.route)
+	for _, f := range c.route.FallbackRoutes() {
+		most = max(most, rl.routeOutput(c.Req, f))
+	}
+	return most
+}
+
+// routeOutput is outputBound over one route's deployments.
+func (rl *Relay) routeOutput(req *codec.Request, route *router.Route) int64 {
 	if rl.opt.Engines == nil || len(route.Deployments) == 0 || req.OutputLimit > 0 || !req.Dialect.Generates() {
 		return req.MaxOutput(route.Dialects(), 0)
 	}
@@ -443,7 +455,13 @@ func (rl *Relay) settle(c *Call, res Result) {
 		rec.Estimated = true
 	}
 	if c.ticket != nil {
-		c.ticket.Done(&rec)
+		// Priced by the model whose deployment served (made the last
+		// attempt): a fallback's own prices when the route fell back.
+		servedBy := ""
+		if r := res.Dep.Route(); r != nil && r != c.route {
+			servedBy = r.Model
+		}
+		c.ticket.Done(&rec, servedBy)
 	}
 	c.rec = rec
 	if rl.opt.Ledger == nil {

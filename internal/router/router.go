@@ -35,9 +35,17 @@ type Deployment struct {
 	// QueueTimeout bounds a request's wait in the deployment's fair queue.
 	QueueTimeout time.Duration
 	s            *depState
+	// route is the route the deployment belongs to: the requested
+	// model's, or a fallback model's when Forward fell back.
+	route *Route
 	// prefixHeld is set on the copy an attempt gets (PrefixHeld).
 	prefixHeld int
 }
+
+// Route returns the route the deployment belongs to: the requested
+// model's route, or — for a deployment Forward reached by falling back —
+// the fallback model's. It is nil for the zero Deployment.
+func (d Deployment) Route() *Route { return d.route }
 
 // ObserveLatency reports the time the deployment took to answer with
 // headers; lowest_latency balancing uses a moving average of it.
@@ -76,6 +84,11 @@ type Route struct {
 // Queued reports whether a deployment of the route (not its fallbacks) has
 // a fair queue, so that the caller need not give Forward a lane otherwise.
 func (r *Route) Queued() bool { return r.queued }
+
+// FallbackRoutes returns the routes of the model's fallbacks, in the
+// order Forward tries them (nil without fallbacks). Callers must not
+// modify it.
+func (r *Route) FallbackRoutes() []*Route { return r.fallbacks }
 
 // Dialects returns the distinct backend dialects of the route's
 // deployments (computed when the table is built).
@@ -237,7 +250,7 @@ func NewWithOptions(cfg *config.Config, opt Options) *Table {
 			}
 			s := t.depState(prev, d.Backend, d.UpstreamModel)
 			r.Deployments = append(r.Deployments, Deployment{Backend: t.backends[d.Backend], UpstreamModel: d.UpstreamModel,
-				Weight: max(d.Weight, 1), Priority: d.Priority, QueueTimeout: time.Duration(d.QueueTimeout), s: s})
+				Weight: max(d.Weight, 1), Priority: d.Priority, QueueTimeout: time.Duration(d.QueueTimeout), s: s, route: r})
 			qs := queues[s]
 			qs.limit, qs.whenWaiting = max(qs.limit, d.MaxConcurrency), max(qs.whenWaiting, d.QueueWhenWaiting)
 			qs.reserve = max(qs.reserve, d.QueueReserve)
