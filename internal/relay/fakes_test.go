@@ -297,15 +297,26 @@ func (l *recLedger) Records() []usage.Record {
 	return append([]usage.Record(nil), l.recs...)
 }
 
-// recAdmission records admissions and refuses models named "refused".
+// recAdmission records admissions, and the model each admitted request
+// was served by as its ticket was told, and refuses models named
+// "refused".
 type recAdmission struct {
-	mu   sync.Mutex
-	reqs []policy.AdmitRequest
+	mu     sync.Mutex
+	reqs   []policy.AdmitRequest
+	served []string // "model servedBy" per Done
 }
 
-type nopTicket struct{}
+// recTicket tells its admission what Done was called with.
+type recTicket struct {
+	a     *recAdmission
+	model string
+}
 
-func (nopTicket) Done(*usage.Record, string) {}
+func (t recTicket) Done(_ *usage.Record, servedBy string) {
+	t.a.mu.Lock()
+	t.a.served = append(t.a.served, t.model+" "+servedBy)
+	t.a.mu.Unlock()
+}
 
 func (a *recAdmission) Admit(_ context.Context, req policy.AdmitRequest) (policy.Ticket, error) {
 	a.mu.Lock()
@@ -314,7 +325,15 @@ func (a *recAdmission) Admit(_ context.Context, req policy.AdmitRequest) (policy
 	if strings.HasSuffix(req.Model, "refused") {
 		return nil, refusal
 	}
-	return nopTicket{}, nil
+	return recTicket{a: a, model: req.Model}, nil
+}
+
+// Served returns, per settled request, its model and the servedBy its
+// ticket was told ("model " when the model itself served).
+func (a *recAdmission) Served() []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return append([]string(nil), a.served...)
 }
 
 func (a *recAdmission) Requests() []policy.AdmitRequest {

@@ -498,3 +498,63 @@ models:
 		t.Fatalf("admitted %d output tokens, want what the 8000-token context leaves (more than the 1000-token one allows)", out)
 	}
 }
+
+// TestAdmit_WithoutALimitReservesForTheFallbacksLargestContext: a request
+// without max_tokens to a model with fallbacks may be served by a
+// fallback's deployment, whose context may leave more output; the
+// admission reserves for that, and is told the fallbacks (whose prices it
+// reserves at).
+func TestAdmit_WithoutALimitReservesForTheFallbacksLargestContext(t *testing.T) {
+	small, big := newContextEngineOf(t, "vllm", 10, 1000), newContextEngineOf(t, "vllm", 10, 8000)
+	srv, adm, _ := fitRelayModels(t, fmt.Sprintf(`backends:
+  small: {url: %s/v1}
+  big: {url: %s/v1}
+models:
+  local: {backend: small, upstream_model: m, fallbacks: [cloud]}
+  cloud: {backend: big, upstream_model: m}
+`, small.URL, big.URL))
+	status, _, answer := post(t, srv.URL+"/v1/chat/completions", `{"model":"local","messages":[{"role":"user","content":"hi"}]}`)
+	if status != 200 {
+		t.Fatalf("%d %s", status, answer)
+	}
+	reqs := adm.Requests()
+	if len(reqs) != 1 {
+		t.Fatalf("admissions %+v, want one", reqs)
+	}
+	if out := reqs[0].OutputTokens; out <= 1000 || out > 8000 {
+		t.Fatalf("admitted %d output tokens, want what the fallback's 8000-token context leaves (more than local's 1000-token one allows)", out)
+	}
+	if fb := reqs[0].Fallbacks; len(fb) != 1 || fb[0] != "cloud" {
+		t.Fatalf("admitted with fallbacks %q, want [cloud]", fb)
+	}
+}
+
+// TestSettle_FallbackServedNamesTheServingModelToTheTicket: when every
+// deployment of the model failed and its fallback served, the ticket is
+// told the fallback's name (it prices the record at that model's prices);
+// when the model itself served, it is told "". The record keeps the
+// requested model and names the fallback's deployment.
+func TestSettle_FallbackServedNamesTheServingModelToTheTicket(t *testing.T) {
+	local, cloud := newContextEngineOf(t, "vllm", 10, 1000), newContextEngineOf(t, "vllm", 10, 1000)
+	local.fail.Store(true)
+	srv, adm, led := fitRelayModels(t, fmt.Sprintf(`backends:
+  vllm: {url: %s/v1}
+  api: {url: %s/v1}
+models:
+  local: {backend: vllm, upstream_model: m, fallbacks: [cloud]}
+  cloud: {backend: api, upstream_model: m}
+`, local.URL, cloud.URL))
+	for _, model := range []string{"local", "cloud"} {
+		status, _, answer := post(t, srv.URL+"/v1/chat/completions", `{"model":"`+model+`","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}`)
+		if status != 200 {
+			t.Fatalf("%s: %d %s", model, status, answer)
+		}
+	}
+	if got := adm.Served(); len(got) != 2 || got[0] != "local cloud" || got[1] != "cloud " {
+		t.Fatalf("tickets were told %q, want [\"local cloud\" \"cloud \"]", got)
+	}
+	recs := led.Records()
+	if len(recs) != 2 || recs[0].Model != "local" || recs[0].Backend != "api" || recs[0].Status != 200 {
+		t.Fatalf("records %+v, want the first for model local served by backend api", recs)
+	}
+}
