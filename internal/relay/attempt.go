@@ -55,7 +55,7 @@ func (rl *Relay) relay(ctx context.Context, w http.ResponseWriter, c *Call, dep 
 	if e != nil && e.Context != nil {
 		rl.engineSaidContext(c, dep, e.Context.ContextTokens)
 	}
-	if e == nil || res.Committed || e.Context == nil || !c.route.FitOutput || !c.Req.Dialect.Generates() {
+	if e == nil || res.Committed || e.Context == nil || !c.routeOf(dep).FitOutput || !c.Req.Dialect.Generates() {
 		return res
 	}
 	left := e.Context.ContextTokens - e.Context.PromptTokens
@@ -76,7 +76,7 @@ func (rl *Relay) relay(ctx context.Context, w http.ResponseWriter, c *Call, dep 
 // backend without health checks is otherwise asked again only after ten
 // minutes), and the next requests should be fitted to what it has now.
 func (rl *Relay) engineSaidContext(c *Call, dep router.Deployment, n int) {
-	if rl.opt.Engines == nil || n <= 0 || c.route.ContextWindow > 0 {
+	if rl.opt.Engines == nil || n <= 0 || c.routeOf(dep).ContextWindow > 0 {
 		return // a configured context_window is the user's word
 	}
 	if known := rl.opt.Engines.Known(0, dep.Backend, dep.UpstreamModel).Tokens; known == 0 || known == n {

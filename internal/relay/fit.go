@@ -90,6 +90,16 @@ func (rl *Relay) count(ctx context.Context, w http.ResponseWriter, c *Call, dep 
 	return rl.fitFor(ctx, w, c, dep)
 }
 
+// routeOf is the route dep belongs to: c's own, or the fallback model's
+// when Forward fell back to one. Its context_window and fit_output_limit
+// are what dep is sized by.
+func (c *Call) routeOf(dep router.Deployment) *router.Route {
+	if r := dep.Route(); r != nil {
+		return r
+	}
+	return c.route
+}
+
 // recount is the count stage again for an attempt at dep when the count
 // ran at another deployment (the router's pick failed and a retry or
 // fallback went elsewhere): the output limit is fitted to dep's context,
@@ -116,10 +126,11 @@ func (rl *Relay) fitFor(ctx context.Context, w http.ResponseWriter, c *Call, dep
 	if !req.Dialect.Generates() || req.OutputLimit <= 0 || rl.opt.Engines == nil {
 		return nil // without a limit the engine takes what the context leaves
 	}
-	window := rl.opt.Engines.Known(c.route.ContextWindow, dep.Backend, dep.UpstreamModel)
+	route := c.routeOf(dep)
+	window := rl.opt.Engines.Known(route.ContextWindow, dep.Backend, dep.UpstreamModel)
 	c.unsized = window.Tokens == 0
 	if window.Tokens == 0 {
-		rl.opt.Engines.Learn(c.route.ContextWindow, dep.Backend, dep.UpstreamModel)
+		rl.opt.Engines.Learn(route.ContextWindow, dep.Backend, dep.UpstreamModel)
 		return nil
 	}
 	// A cheap upper bound first (two bytes a token is more than any
@@ -148,7 +159,7 @@ func (rl *Relay) fitFor(ctx context.Context, w http.ResponseWriter, c *Call, dep
 	if left >= req.OutputLimit {
 		return nil
 	}
-	if !c.route.FitOutput {
+	if !route.FitOutput {
 		if !p.exact && p.lower+req.OutputLimit <= window.Tokens {
 			return nil // it may fit: the engine decides
 		}
@@ -298,7 +309,7 @@ func (rl *Relay) sizeAfterStart(ctx context.Context, w http.ResponseWriter, c *C
 		// What the engine said when it became ready; a lookup still in
 		// flight from before is waited for (briefly), not taken for none.
 		lctx, cancel := context.WithTimeout(ctx, countTimeout)
-		rl.opt.Engines.Lookup(lctx, c.route.ContextWindow, dep.Backend, dep.UpstreamModel)
+		rl.opt.Engines.Lookup(lctx, c.routeOf(dep).ContextWindow, dep.Backend, dep.UpstreamModel)
 		cancel()
 		if err := rl.fitFor(ctx, w, c, dep); err != nil {
 			return err

@@ -558,3 +558,32 @@ models:
 		t.Fatalf("records %+v, want the first for model local served by backend api", recs)
 	}
 }
+
+// TestFit_AFallbackDeploymentIsSizedByTheFallbackModelsContextWindow: the
+// request was counted at local's deployment (an 8000-token context, where
+// 2000 output tokens fit); local fails and the fallback serves. Its model
+// configures context_window 500 (its engine says 8000, but a configured
+// window is the user's word), so the limit it gets is fitted to 500, not
+// to the requested model's.
+func TestFit_AFallbackDeploymentIsSizedByTheFallbackModelsContextWindow(t *testing.T) {
+	local, cloud := newContextEngineOf(t, "vllm", 10, 8000), newContextEngineOf(t, "vllm", 10, 8000)
+	local.fail.Store(true)
+	srv, _, _ := fitRelayModels(t, fmt.Sprintf(`backends:
+  vllm: {url: %s/v1}
+  api: {url: %s/v1}
+models:
+  local: {backend: vllm, upstream_model: m, fallbacks: [cloud]}
+  cloud: {backend: api, upstream_model: m, context_window: 500}
+`, local.URL, cloud.URL))
+	status, hdr, answer := post(t, srv.URL+"/v1/chat/completions", `{"model":"local","max_tokens":2000,"messages":[{"role":"user","content":"hi"}]}`)
+	if status != 200 {
+		t.Fatalf("%d %s", status, answer)
+	}
+	body := cloud.last()
+	if body == nil {
+		t.Fatal("the fallback got no request")
+	}
+	if got, _ := body["max_tokens"].(float64); got < 1 || got >= 500 {
+		t.Fatalf("the fallback got max_tokens %v (%s: %q), want it fitted to its model's 500-token context", body["max_tokens"], relay.OutputLimitHeader, hdr.Get(relay.OutputLimitHeader))
+	}
+}
