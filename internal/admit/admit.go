@@ -16,6 +16,15 @@
 // an output limit cannot produce more output than reserved, so only a
 // prompt whose tokens outnumber its bytes/4 (or an unbounded request on a
 // model of unknown context) can overrun.
+//
+// A model's fallbacks may serve its requests, at their own prices: the
+// record is priced by the model that served (Ticket.Done's servedBy), and
+// the reservation of a request to a model with fallbacks is priced at the
+// highest input and output prices among the model and its fallbacks
+// (AdmitRequest.Fallbacks; the relay's OutputTokens is already the most
+// over their deployments). Per-model rate limits and concurrency are the
+// requested model's: a fallback model's own are not applied to requests
+// that reach it as a fallback.
 package admit
 
 import (
