@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"unicode/utf8"
 )
 
 // DecodeStringOrList decodes the union the LLM APIs use for content and
@@ -17,8 +18,8 @@ func DecodeStringOrList[T any](b []byte, text **string, list *[]T, what string) 
 	case bytes.Equal(b, []byte("null")):
 		return nil
 	case len(b) > 0 && b[0] == '"':
-		var s string
-		if err := json.Unmarshal(b, &s); err != nil {
+		s, err := decodeString(b)
+		if err != nil {
 			return err
 		}
 		*text = &s
@@ -29,4 +30,27 @@ func DecodeStringOrList[T any](b []byte, text **string, list *[]T, what string) 
 	default:
 		return errors.New(what)
 	}
+}
+
+// decodeString decodes the JSON string b. A string without escapes, of
+// valid UTF-8 and without control characters, is its bytes between the
+// quotes: one copy, without a decoder's state (a request of many short
+// messages decodes one such string per message).
+func decodeString(b []byte) (string, error) {
+	if len(b) >= 2 && b[len(b)-1] == '"' {
+		inner := b[1 : len(b)-1]
+		plain := utf8.Valid(inner)
+		for _, c := range inner {
+			if c < 0x20 || c == '\\' || c == '"' {
+				plain = false
+				break
+			}
+		}
+		if plain {
+			return string(inner), nil
+		}
+	}
+	var s string
+	err := json.Unmarshal(b, &s)
+	return s, err
 }
