@@ -81,7 +81,7 @@ func ChatToAnthropicRequest(req *openai.ChatCompletionRequest) (*anthropic.Messa
 	}
 
 	var system []anthropic.ContentBlock
-	var conv turns
+	conv := turns{chat: req.Messages}
 	for i := range req.Messages {
 		m := &req.Messages[i]
 		switch m.Role {
@@ -100,7 +100,7 @@ func ChatToAnthropicRequest(req *openai.ChatCompletionRequest) (*anthropic.Messa
 				path := msgPath(i)
 				return nil, badRequest(path+".tool_call_id", "%s.tool_call_id is required for tool messages", path)
 			}
-			conv.add("user", anthropic.ContentBlock{Type: "tool_result", ToolUseID: m.ToolCallID, Content: ptr(anthropic.TextContent(m.Content.String())),
+			conv.add("user", i, anthropic.ContentBlock{Type: "tool_result", ToolUseID: m.ToolCallID, Content: ptr(anthropic.TextContent(m.Content.String())),
 				CacheControl: partsCacheControl(m.Content)})
 		default:
 			path := msgPath(i)
@@ -185,47 +185,102 @@ func partsCacheControl(c openai.Content) json.RawMessage {
 
 // turns builds the Anthropic conversation from chat messages: consecutive
 // messages of one role merge into one turn (tool results must sit in the
-// user turn right after the tool calls), and a user turn's tool results
-// come first, in order, then its other blocks (Anthropic wants them
-// first). A turn's blocks are gathered apart and joined once when the turn
-// ends, so the work is linear in the conversation however the messages
-// alternate (re-sorting the whole turn at each tool message was quadratic:
-// 8,000 tool results, a 1 MB body, took 28 s).
+// user turn right after the tool calls; system messages go to the system
+// prompt and do not end a turn), and a user turn's tool results come
+// first, in order, then its other blocks (Anthropic wants them first).
+//
+// A turn is sized when it opens, from the messages it will hold, and its
+// blocks fill one array: the tool results from the front, the others from
+// the back half. Building a conversation is linear in its messages, with
+// one allocation per turn, however they alternate (re-sorting the whole
+// turn at each tool message was quadratic: 8,000 tool results, a 1 MB
+// body, took 28 s of CPU).
 type turns struct {
+	chat          []openai.ChatMessage
 	msgs          []anthropic.MessageParam
 	role          string
-	results, rest []anthropic.ContentBlock
+	all           []anthropic.ContentBlock // the open turn's array
+	results, rest []anthropic.ContentBlock // its front and back
 }
 
-// add appends blocks to the turn of role, ending the turn before it when
-// the role changes.
-func (t *turns) add(role string, blocks ...anthropic.ContentBlock) {
+// turnRole is the Anthropic turn a chat message of role goes to ("" for
+// system messages, which go to the system prompt).
+func turnRole(role string) string {
+	switch role {
+	case "user", "tool":
+		return "user"
+	case "assistant":
+		return "assistant"
+	}
+	return ""
+}
+
+// add appends the blocks of chat message i to the turn of role, ending the
+// turn before it when the role changes. A message without blocks (empty
+// text) neither opens nor ends a turn.
+func (t *turns) add(role string, i int, blocks ...anthropic.ContentBlock) {
 	if len(blocks) == 0 {
 		return
 	}
 	if role != t.role {
 		t.close()
-		t.role = role
+		t.open(role, i)
 	}
-	for i := range blocks {
-		if role == "user" && blocks[i].Type == "tool_result" {
-			t.results = append(t.results, blocks[i])
+	for k := range blocks {
+		if role == "user" && blocks[k].Type == "tool_result" {
+			t.results = append(t.results, blocks[k])
 		} else {
-			t.rest = append(t.rest, blocks[i])
+			t.rest = append(t.rest, blocks[k])
 		}
 	}
+}
+
+// open starts a turn of role at chat message i, sized for the blocks of
+// the messages up to the next one of another turn (at most: empty text is
+// left out).
+func (t *turns) open(role string, i int) {
+	results, rest := 0, 0
+	for _, m := range t.chat[i:] {
+		r := turnRole(m.Role)
+		if r == "" {
+			continue
+		}
+		if r != role {
+			break
+		}
+		switch {
+		case m.Role == "tool":
+			results++
+		case m.Role == "assistant":
+			rest += 1 + len(m.ToolCalls)
+		case m.Content.Text != nil:
+			rest++
+		default:
+			rest += len(m.Content.Parts)
+		}
+	}
+	t.all = make([]anthropic.ContentBlock, results+rest)
+	t.role, t.results, t.rest = role, t.all[:0:results], t.all[results:results]
 }
 
 func (t *turns) close() {
 	if t.role == "" {
 		return
 	}
-	blocks := t.rest
-	if t.results != nil {
-		blocks = append(t.results, t.rest...)
+	blocks, n := t.rest, len(t.results)
+	switch {
+	case n == 0:
+	case len(t.rest) == 0:
+		blocks = t.results
+	case n == cap(t.results) && &t.all[n] == &t.rest[0]:
+		// Every tool message is one result, so the results fill the front
+		// exactly and the rest follows them in the same array.
+		blocks = t.all[:n+len(t.rest)]
+	default: // not reached while the sizes hold
+		blocks = append(append(make([]anthropic.ContentBlock, 0, n+len(t.rest)), t.results...), t.rest...)
 	}
 	t.msgs = append(t.msgs, anthropic.MessageParam{Role: t.role, Content: anthropic.Content{Blocks: blocks}})
-	t.role, t.results, t.rest = "", nil, nil
+	t.role, t.all, t.results, t.rest = "", nil, nil, nil
 }
 
 // end closes the last turn and returns the conversation.
@@ -243,7 +298,7 @@ func chatUserBlocks(conv *turns, c openai.Content, i int) error {
 	// Anthropic rejects empty text blocks, so empty text is left out.
 	if c.Text != nil {
 		if *c.Text != "" {
-			conv.add("user", anthropic.ContentBlock{Type: "text", Text: *c.Text})
+			conv.add("user", i, anthropic.ContentBlock{Type: "text", Text: *c.Text})
 		}
 		return nil
 	}
@@ -252,7 +307,7 @@ func chatUserBlocks(conv *turns, c openai.Content, i int) error {
 		switch p.Type {
 		case "text":
 			if p.Text != "" {
-				conv.add("user", anthropic.ContentBlock{Type: "text", Text: p.Text, CacheControl: p.CacheControl})
+				conv.add("user", i, anthropic.ContentBlock{Type: "text", Text: p.Text, CacheControl: p.CacheControl})
 			}
 		case "image_url":
 			pp := fmt.Sprintf("%s.content[%d]", msgPath(i), j)
@@ -263,7 +318,7 @@ func chatUserBlocks(conv *turns, c openai.Content, i int) error {
 			if err != nil {
 				return err
 			}
-			conv.add("user", anthropic.ContentBlock{Type: "image", Source: src, CacheControl: p.CacheControl})
+			conv.add("user", i, anthropic.ContentBlock{Type: "image", Source: src, CacheControl: p.CacheControl})
 		default:
 			pp := fmt.Sprintf("%s.content[%d]", msgPath(i), j)
 			return badRequest(pp+".type", "%s: content part type %q is not supported for models on an anthropic backend", pp, p.Type)
@@ -292,7 +347,7 @@ func anthropicImageSource(u, path string) (*anthropic.ImageSource, error) {
 // (its text, then its tool calls) to conv.
 func chatAssistantBlocks(conv *turns, m *openai.ChatMessage, i int) error {
 	if text := m.Content.String(); text != "" {
-		conv.add("assistant", anthropic.ContentBlock{Type: "text", Text: text, CacheControl: partsCacheControl(m.Content)})
+		conv.add("assistant", i, anthropic.ContentBlock{Type: "text", Text: text, CacheControl: partsCacheControl(m.Content)})
 	}
 	for k := range m.ToolCalls {
 		tc := &m.ToolCalls[k]
@@ -308,7 +363,7 @@ func chatAssistantBlocks(conv *turns, m *openai.ChatMessage, i int) error {
 			}
 			input = json.RawMessage(compactJSON([]byte(tc.Function.Arguments)))
 		}
-		conv.add("assistant", anthropic.ContentBlock{Type: "tool_use", ID: tc.ID, Name: tc.Function.Name, Input: input})
+		conv.add("assistant", i, anthropic.ContentBlock{Type: "tool_use", ID: tc.ID, Name: tc.Function.Name, Input: input})
 	}
 	return nil
 }

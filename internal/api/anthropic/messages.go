@@ -58,11 +58,7 @@ func (r *MessagesRequest) UnmarshalJSON(b []byte) error {
 	// capacity), rather than grown by doubling: a request of many short
 	// messages is not several copies of their slice.
 	if spans, err := jsonscan.Find(b, "messages"); err == nil && spans[0].Valid() {
-		msgs := spans[0]
-		n := 0
-		if jsonscan.Elements(b[msgs.Start:msgs.End], func(int, jsonscan.Span) bool { n++; return true }) == nil {
-			p.Messages = make([]MessageParam, 0, n)
-		}
+		p.Messages = openai.Presized[MessageParam](b[spans[0].Start:spans[0].End])
 	}
 	if err := json.Unmarshal(b, &p); err != nil {
 		return err

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"unicode/utf8"
+
+	"llmgate/internal/jsonscan"
 )
 
 // DecodeStringOrList decodes the union the LLM APIs use for content and
@@ -25,7 +27,7 @@ func DecodeStringOrList[T any](b []byte, text **string, list *[]T, what string) 
 		*text = &s
 		return nil
 	case len(b) > 0 && b[0] == '[':
-		*list = []T{}
+		*list = Presized[T](b)
 		return json.Unmarshal(b, list)
 	default:
 		return errors.New(what)
@@ -53,4 +55,17 @@ func decodeString(b []byte) (string, error) {
 	var s string
 	err := json.Unmarshal(b, &s)
 	return s, err
+}
+
+// Presized returns an empty slice with room for the elements of the JSON
+// array arr, for encoding/json to decode it into (it appends to the
+// capacity it finds): the slice is made once at its size, not grown by
+// doubling then by a quarter, which for an array of many small elements
+// allocated several times the final slice. Not an array: a nil slice.
+func Presized[T any](arr []byte) []T {
+	n := 0
+	if jsonscan.Elements(arr, func(int, jsonscan.Span) bool { n++; return true }) != nil {
+		return nil
+	}
+	return make([]T, 0, n)
 }
