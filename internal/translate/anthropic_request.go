@@ -135,11 +135,9 @@ func AnthropicToChatWith(req *anthropic.MessagesRequest, opts dialect.ChatOption
 			}
 			continue
 		}
-		msgs, err := convertAnthropicMessage(m, fmt.Sprintf("messages[%d]", i), defs)
-		if err != nil {
+		if out.Messages, err = appendAnthropicMessage(out.Messages, m, i, defs); err != nil {
 			return nil, err
 		}
-		out.Messages = append(out.Messages, msgs...)
 	}
 	if len(out.Messages) == 0 {
 		return nil, badRequest("messages", "messages must contain at least one user or assistant message")
@@ -311,29 +309,38 @@ func AnthropicIgnoredFields(req *anthropic.MessagesRequest, opts dialect.ChatOpt
 	return slices.Compact(out)
 }
 
-// convertAnthropicMessage turns one Anthropic message into one or more chat
-// messages (a user message with tool results becomes tool messages followed
-// by a user message for the rest of its content).
-func convertAnthropicMessage(m *anthropic.MessageParam, path string, defs *toolIndex) ([]openai.ChatMessage, error) {
+// appendAnthropicMessage appends to dst the chat messages one Anthropic
+// message (messages[i]) turns into: one, or for a user message with tool
+// results the tool messages followed by a user message for the rest of
+// its content. Its error paths are built only when needed: a request of
+// many short messages costs their chat messages, nothing per message more.
+func appendAnthropicMessage(dst []openai.ChatMessage, m *anthropic.MessageParam, i int, defs *toolIndex) ([]openai.ChatMessage, error) {
 	switch m.Role {
 	case anthropic.RoleUser, anthropic.RoleAssistant:
 	default:
+		path := fmt.Sprintf("messages[%d]", i)
 		return nil, badRequest(path+".role", `%s.role must be "user", "assistant" or "system", got %q`, path, m.Role)
 	}
 	if m.Content.Text != nil {
-		return []openai.ChatMessage{{Role: m.Role, Content: openai.TextContent(*m.Content.Text)}}, nil
+		return append(dst, openai.ChatMessage{Role: m.Role, Content: openai.TextContent(*m.Content.Text)}), nil
 	}
+	path := fmt.Sprintf("messages[%d]", i)
 	if m.Role == "assistant" {
 		msg, err := assistantBlocks(m.Content.Blocks, path)
 		if err != nil {
 			return nil, err
 		}
-		return []openai.ChatMessage{msg}, nil
+		return append(dst, msg), nil
 	}
 
-	var tools []openai.ChatMessage
-	var parts []openai.ContentPart
-	for j, b := range m.Content.Blocks {
+	n0 := len(dst) // the tool messages go to dst as they come
+	parts := make([]openai.ContentPart, 0, len(m.Content.Blocks))
+	for j := range m.Content.Blocks {
+		b := &m.Content.Blocks[j]
+		if b.Type == "text" { // most blocks: no path, no copy
+			parts = append(parts, openai.ContentPart{Type: "text", Text: b.Text})
+			continue
+		}
 		bp := fmt.Sprintf("%s.content[%d]", path, j)
 		switch b.Type {
 		case "tool_result":
@@ -347,7 +354,7 @@ func convertAnthropicMessage(m *anthropic.MessageParam, path string, defs *toolI
 			if b.IsError {
 				text = "Error: " + text
 			}
-			tools = append(tools, openai.ChatMessage{Role: "tool", ToolCallID: b.ToolUseID, Content: openai.TextContent(text)})
+			dst = append(dst, openai.ChatMessage{Role: "tool", ToolCallID: b.ToolUseID, Content: openai.TextContent(text)})
 			// Chat tool messages carry text only: images a tool returned
 			// travel in the user message that follows, labelled.
 			if len(images) > 0 {
@@ -355,7 +362,7 @@ func convertAnthropicMessage(m *anthropic.MessageParam, path string, defs *toolI
 				parts = append(parts, images...)
 			}
 		default:
-			p, err := userPart(b, bp)
+			p, err := userPart(*b, bp)
 			if err != nil {
 				return nil, err
 			}
@@ -364,28 +371,32 @@ func convertAnthropicMessage(m *anthropic.MessageParam, path string, defs *toolI
 			}
 		}
 	}
-	out := tools
 	if len(parts) > 0 {
-		out = append(out, openai.ChatMessage{Role: "user", Content: simplifyParts(parts)})
-	} else if len(tools) == 0 {
+		dst = append(dst, openai.ChatMessage{Role: "user", Content: simplifyParts(parts)})
+	} else if len(dst) == n0 {
 		// An empty user message still has to exist to keep turn order.
-		out = append(out, openai.ChatMessage{Role: "user", Content: openai.TextContent("")})
+		dst = append(dst, openai.ChatMessage{Role: "user", Content: openai.TextContent("")})
 	}
-	return out, nil
+	return dst, nil
 }
 
 // simplifyParts sends text-only content as a plain string: some local
 // engines' chat templates handle only string content.
 func simplifyParts(parts []openai.ContentPart) openai.Content {
-	var sb strings.Builder
-	for i, p := range parts {
-		if p.Type != "text" {
+	size := 0
+	for i := range parts {
+		if parts[i].Type != "text" {
 			return openai.Content{Parts: parts}
 		}
+		size += len(parts[i].Text) + 2
+	}
+	var sb strings.Builder
+	sb.Grow(size)
+	for i := range parts {
 		if i > 0 {
 			sb.WriteString("\n\n")
 		}
-		sb.WriteString(p.Text)
+		sb.WriteString(parts[i].Text)
 	}
 	return openai.TextContent(sb.String())
 }
@@ -484,10 +495,12 @@ func toolResultContent(c *anthropic.Content, path string, defs *toolIndex) (stri
 	var texts, refs []string
 	var images []openai.ContentPart
 	for k, b := range c.Blocks {
+		if b.Type == "text" {
+			texts = append(texts, b.Text)
+			continue
+		}
 		bp := fmt.Sprintf("%s.content[%d]", path, k)
 		switch b.Type {
-		case "text":
-			texts = append(texts, b.Text)
 		case "image":
 			u, err := imageURL(b.Source, bp)
 			if err != nil {

@@ -81,15 +81,32 @@ func ResponsesToChatWith(req *openai.ResponsesRequest, opts dialect.ChatOptions)
 			out.ResponseFormat = json.RawMessage(`{"type":"json_object"}`)
 		}
 	}
+	// At most one chat message per item (function calls join the assistant
+	// message before them), plus instructions and a text input.
+	out.Messages = make([]openai.ChatMessage, 0, len(req.Input.Items)+2)
 	if req.Instructions != "" {
 		out.Messages = append(out.Messages, openai.ChatMessage{Role: "system", Content: openai.TextContent(req.Instructions)})
 	}
 	if req.Input.Text != nil {
 		out.Messages = append(out.Messages, openai.ChatMessage{Role: "user", Content: openai.TextContent(*req.Input.Text)})
 	}
-	for i := range req.Input.Items {
+	items := req.Input.Items
+	for i := 0; i < len(items); i++ {
+		if items[i].Type == "reasoning" {
+			// A run of reasoning items is joined once (adding each to the
+			// message's text was quadratic in the run).
+			var texts []string
+			for ; i < len(items) && items[i].Type == "reasoning"; i++ {
+				if text := inputReasoning(&items[i]); text != "" {
+					texts = append(texts, text)
+				}
+			}
+			i--
+			out.Messages = appendReasoning(out.Messages, strings.Join(texts, "\n\n"))
+			continue
+		}
 		var err error
-		if out.Messages, err = appendInputItem(out.Messages, &req.Input.Items[i], fmt.Sprintf("input[%d]", i)); err != nil {
+		if out.Messages, err = appendInputItem(out.Messages, &items[i], fmt.Sprintf("input[%d]", i)); err != nil {
 			return nil, err
 		}
 	}
@@ -142,6 +159,19 @@ func dropReasoningOnly(msgs []openai.ChatMessage) []openai.ChatMessage {
 		out = append(out, m)
 	}
 	return out
+}
+
+// appendReasoning adds reasoning text to the reasoning-only assistant
+// message that ends msgs, or as a new one.
+func appendReasoning(msgs []openai.ChatMessage, text string) []openai.ChatMessage {
+	if text == "" {
+		return msgs
+	}
+	if n := len(msgs); n > 0 && reasoningOnly(&msgs[n-1]) {
+		msgs[n-1].ReasoningContent += "\n\n" + text
+		return msgs
+	}
+	return append(msgs, openai.ChatMessage{Role: "assistant", ReasoningContent: text})
 }
 
 func reasoningOnly(m *openai.ChatMessage) bool {
@@ -249,15 +279,7 @@ func appendInputItem(msgs []openai.ChatMessage, it *openai.InputItem, path strin
 		}
 		return append(msgs, openai.ChatMessage{Role: "tool", ToolCallID: it.CallID, Content: openai.TextContent(text)}), nil
 	case "reasoning":
-		text := inputReasoning(it)
-		if text == "" {
-			return msgs, nil
-		}
-		if n := len(msgs); n > 0 && reasoningOnly(&msgs[n-1]) {
-			msgs[n-1].ReasoningContent += "\n\n" + text
-			return msgs, nil
-		}
-		return append(msgs, openai.ChatMessage{Role: "assistant", ReasoningContent: text}), nil
+		return appendReasoning(msgs, inputReasoning(it)), nil
 	default:
 		return nil, badRequest(path+".type", "%s: input item type %q is not supported for chat-only backends; send message, function_call and function_call_output items", path, typ)
 	}
@@ -276,9 +298,9 @@ func appendInputMessage(msgs []openai.ChatMessage, it *openai.InputItem, path st
 	if it.Content.Text != nil {
 		content = openai.TextContent(*it.Content.Text)
 	} else {
-		var parts []openai.ContentPart
+		parts := make([]openai.ContentPart, 0, len(it.Content.Parts))
 		for j, p := range it.Content.Parts {
-			pp := fmt.Sprintf("%s.content[%d]", path, j)
+			pp := func() string { return fmt.Sprintf("%s.content[%d]", path, j) }
 			switch p.Type {
 			case "input_text", "output_text":
 				parts = append(parts, openai.ContentPart{Type: "text", Text: p.Text})
@@ -286,11 +308,11 @@ func appendInputMessage(msgs []openai.ChatMessage, it *openai.InputItem, path st
 				parts = append(parts, openai.ContentPart{Type: "text", Text: p.Refusal})
 			case "input_image":
 				if p.ImageURL == "" {
-					return nil, badRequest(pp+".image_url", "%s: input_image needs image_url (file_id is not supported)", pp)
+					return nil, badRequest(pp()+".image_url", "%s: input_image needs image_url (file_id is not supported)", pp())
 				}
 				parts = append(parts, openai.ContentPart{Type: "image_url", ImageURL: &openai.ImageURL{URL: p.ImageURL, Detail: p.Detail}})
 			default:
-				return nil, badRequest(pp+".type", "%s: content type %q is not supported for chat-only backends", pp, p.Type)
+				return nil, badRequest(pp()+".type", "%s: content type %q is not supported for chat-only backends", pp(), p.Type)
 			}
 		}
 		content = simplifyParts(parts)

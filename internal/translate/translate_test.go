@@ -247,6 +247,47 @@ func TestChatToAnthropicRequest_MergesToolResultsBeforeUserText(t *testing.T) {
 	}
 }
 
+// Turns merge across the messages that fill them: every tool result of a
+// user turn first, in order, then its other blocks in order; a system
+// message (hoisted) or a message with nothing to send (empty text) does
+// not end a turn.
+func TestChatToAnthropicRequest_TurnsKeepOrderAcrossAlternatingMessages(t *testing.T) {
+	var req openai.ChatCompletionRequest
+	if err := json.Unmarshal([]byte(`{"model":"c","messages":[{"role":"user","content":"go"},
+	 {"role":"assistant","content":"calling","tool_calls":[{"id":"a","type":"function","function":{"name":"f","arguments":"{}"}},{"id":"b","type":"function","function":{"name":"f","arguments":"{}"}}]},
+	 {"role":"tool","tool_call_id":"a","content":"ra"},{"role":"user","content":"u1"},{"role":"system","content":"be brief"},
+	 {"role":"tool","tool_call_id":"b","content":"rb"},{"role":"user","content":[{"type":"text","text":"u2"},{"type":"text","text":""}]},
+	 {"role":"assistant","content":"x"},{"role":"user","content":""},{"role":"assistant","content":"y"}]}`), &req); err != nil {
+		t.Fatal(err)
+	}
+	out, err := ChatToAnthropicRequest(&req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, m := range out.Messages {
+		var blocks []string
+		for _, b := range m.Content.Blocks {
+			switch b.Type {
+			case "tool_result":
+				blocks = append(blocks, "result:"+*b.Content.Text)
+			case "tool_use":
+				blocks = append(blocks, "use:"+b.ID)
+			default:
+				blocks = append(blocks, b.Text)
+			}
+		}
+		got = append(got, m.Role+"["+strings.Join(blocks, " ")+"]")
+	}
+	want := []string{"user[go]", "assistant[calling use:a use:b]", "user[result:ra result:rb u1 u2]", "assistant[x y]"}
+	if strings.Join(got, ", ") != strings.Join(want, ", ") {
+		t.Errorf("turns:\n got %v\nwant %v", got, want)
+	}
+	if out.System.Text == nil || *out.System.Text != "be brief" {
+		t.Errorf("system = %s", mustJSON(out.System))
+	}
+}
+
 func TestChatToAnthropicRequest_RejectsBadImageURLs(t *testing.T) {
 	for _, u := range []string{"data:image/png,notbase64", "ftp://x/y.png", "data:;base64,AAAA"} {
 		req := openai.ChatCompletionRequest{Model: "c", Messages: []openai.ChatMessage{{Role: "user",

@@ -54,6 +54,12 @@ var requestFields = openai.FieldNames(reflect.TypeFor[MessagesRequest]())
 func (r *MessagesRequest) UnmarshalJSON(b []byte) error {
 	type plain MessagesRequest
 	var p plain
+	// The messages' slice at its final size (the decoder appends to its
+	// capacity), rather than grown by doubling: a request of many short
+	// messages is not several copies of their slice.
+	if spans, err := jsonscan.Find(b, "messages"); err == nil && spans[0].Valid() {
+		p.Messages = openai.Presized[MessageParam](b[spans[0].Start:spans[0].End])
+	}
 	if err := json.Unmarshal(b, &p); err != nil {
 		return err
 	}
@@ -245,14 +251,22 @@ func (c *Content) UnmarshalJSON(b []byte) error {
 
 // decodeBlocks decodes the array of blocks arr one block at a time, so that
 // a block of an unmodelled type that does not fit ContentBlock's fields is
-// kept (by its type, then in Raw) rather than failing the request.
+// kept (by its type, then in Raw) rather than failing the request. The
+// blocks are counted first and decoded in place: a request of many small
+// blocks costs one slice of them, not a copy of each and the slice's
+// growth (an array of 200,000 empty text blocks took ~70 bytes of garbage
+// per byte of JSON).
 func decodeBlocks(arr []byte) ([]ContentBlock, error) {
-	var blocks []ContentBlock
+	n := 0
+	if err := jsonscan.Elements(arr, func(int, jsonscan.Span) bool { n++; return true }); err != nil {
+		return nil, err
+	}
+	blocks := make([]ContentBlock, n)
 	var err error
-	scanErr := jsonscan.Elements(arr, func(_ int, val jsonscan.Span) bool {
+	_ = jsonscan.Elements(arr, func(i int, val jsonscan.Span) bool {
 		elem := arr[val.Start:val.End]
-		var blk ContentBlock
-		if derr := json.Unmarshal(elem, &blk); derr != nil {
+		blk := &blocks[i]
+		if derr := json.Unmarshal(elem, blk); derr != nil {
 			var t struct {
 				Type string `json:"type"`
 			}
@@ -260,17 +274,10 @@ func decodeBlocks(arr []byte) ([]ContentBlock, error) {
 				err = derr
 				return false
 			}
-			blk = ContentBlock{Type: t.Type}
+			*blk = ContentBlock{Type: t.Type}
 		}
-		blocks = append(blocks, blk)
 		return true
 	})
-	if err == nil {
-		err = scanErr
-	}
-	if blocks == nil {
-		blocks = []ContentBlock{}
-	}
 	return blocks, err
 }
 

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"reflect"
+
+	"llmgate/internal/jsonscan"
 )
 
 // ChatCompletionRequest is the body of POST /v1/chat/completions. Members
@@ -49,6 +51,9 @@ func IsChatRequestField(name string) bool { return chatRequestFields.Has(name) }
 func (r *ChatCompletionRequest) UnmarshalJSON(b []byte) error {
 	type plain ChatCompletionRequest // no methods: no recursion
 	var p plain
+	if spans, err := jsonscan.Find(b, "messages"); err == nil && spans[0].Valid() {
+		p.Messages = Presized[ChatMessage](b[spans[0].Start:spans[0].End])
+	}
 	if err := json.Unmarshal(b, &p); err != nil {
 		return err
 	}
