@@ -191,6 +191,18 @@ func (f *fallback) room(key string, s BudgetSeed) int64 {
 	return max(0, (s.BudgetNanos-b.base-b.unseen)/f.n-b.settled-b.reserved)
 }
 
+// share is one replica's whole share of a budget window as this replica
+// counts it: what another replica on its local share may spend.
+func (f *fallback) share(key string, s BudgetSeed) int64 {
+	if s.BudgetNanos <= 0 {
+		return 0
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	b := f.budget(key, &Scope{ID: s.ScopeID, BudgetWindow: s.Window, BudgetNanos: s.BudgetNanos})
+	return max(0, (s.BudgetNanos-b.base-b.unseen)/f.n)
+}
+
 // seed takes a ledger figure read during the outage: the larger of it and
 // what the fallback counts as settled wins.
 func (f *fallback) seed(key string, nanos int64) {
