@@ -500,6 +500,64 @@ func TestRedis_AReplicaBackAfterTheWaitKeepsTheOthersShareReserved(t *testing.T)
 	}, "B back, and the counter at the ledger's figure with nothing reserved")
 }
 
+// TestRedis_ALedgerFigureReadDuringAnOutageNeverWidensTheLocalShare: with
+// Redis away, each of two replicas may spend half of what was left. A
+// ledger figure read meanwhile by one of them (the budgets are re-seeded
+// every minute) includes what the other spent; dividing what is left by
+// two again would hand the replica that spent more part of the other's
+// share. The figure may narrow a share, never widen it.
+func TestRedis_ALedgerFigureReadDuringAnOutageNeverWidensTheLocalShare(t *testing.T) {
+	srv := testenv.NewRedisServer(t)
+	const budget, settled, cost = 10_000, 1000, 1000
+	s := limit.Scope{ID: "key:rebase", BudgetNanos: budget, BudgetWindow: "all"}
+	opt := limit.RedisOptions{Heartbeat: 100 * time.Millisecond, Replicas: 2}
+	a, _ := replica(t, srv.URL(), "t:", opt, nil)
+	b, _ := replica(t, srv.URL(), "t:", opt, nil)
+	ctx := context.Background()
+	for _, r := range []*limit.Redis{a, b} {
+		if err := r.SeedBudget(ctx, s.ID, s.BudgetWindow, settled, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	srv.Kill()
+	spend := func(r *limit.Redis, most int) int {
+		n := 0
+		for ; n < most; n++ {
+			l, d, err := r.Acquire(ctx, budgetReq(s, cost))
+			if err != nil || !d.Allowed {
+				break
+			}
+			if err := r.Release(ctx, l, 0, cost); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return n
+	}
+	// Shares of (10000 - 1000) / 2 = 4500: A uses 4000 of its, B 1000.
+	if n := spend(a, 4); n != 4 || a.Shared() {
+		t.Fatalf("A admitted %d of 4 (shared=%v)", n, a.Shared())
+	}
+	if n := spend(b, 1); n != 1 || b.Shared() {
+		t.Fatalf("B admitted %d of 1 (shared=%v)", n, b.Shared())
+	}
+	// A reads the ledger: 1000 + 4000 + 1000.
+	if err := a.SeedBudget(ctx, s.ID, s.BudgetWindow, settled+5*cost, 0); err != nil {
+		t.Fatal(err)
+	}
+	nA, nB := spend(a, budget/cost), spend(b, budget/cost)
+	total := settled + cost*(5+nA+nB)
+	t.Logf("after the ledger figure: A admitted %d more, B %d more: %d spent of %d", nA, nB, total, budget)
+	if nB != 3 {
+		t.Fatalf("B admitted %d more on what was left of its share (3500), want 3", nB)
+	}
+	if total > budget {
+		t.Fatalf("%d spent of a budget of %d: the ledger figure widened A's share", total, budget)
+	}
+	if got, err := a.Spent(ctx, s.ID, s.BudgetWindow); err != nil || got != (limit.Spend{Settled: settled + 5*cost}) {
+		t.Fatalf("A's view of the spend: %+v %v, want the ledger's %d", got, err, settled+5*cost)
+	}
+}
+
 // A client that leaves while its limiter script runs does not strand its
 // reservation: the scripts run apart from the request's context, so the
 // acquire's reply is read and the release still reaches Redis.
