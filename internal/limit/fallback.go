@@ -58,11 +58,12 @@ type fbBudget struct {
 // 1/n share: its share of what was left when the outage began, or of what
 // the ledger said was left since if that is less.
 func (b *fbBudget) room(nanos, n int64) int64 {
-	r := (nanos-b.base-b.unseen)/n - b.settled
+	// Saturating: counters and costs may sit at the end of the int64 range.
+	r := sat.Add(sat.Add(sat.Add(nanos, -b.base), -b.unseen)/n, -b.settled)
 	if b.rebased {
-		r = min(r, (nanos-b.ledger)/n-b.since)
+		r = min(r, sat.Add(sat.Add(nanos, -b.ledger)/n, -b.since))
 	}
-	return r - b.reserved
+	return sat.Add(r, -b.reserved)
 }
 
 // spentSettled is the window's settled spend as the fallback counts it.
@@ -227,7 +228,7 @@ func (f *fallback) share(key string, s BudgetSeed) int64 {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	b := f.budget(key, &Scope{ID: s.ScopeID, BudgetWindow: s.Window, BudgetNanos: s.BudgetNanos})
-	return max(0, (s.BudgetNanos-b.base-b.unseen)/f.n)
+	return max(0, sat.Add(sat.Add(s.BudgetNanos, -b.base), -b.unseen)/f.n)
 }
 
 // seed takes a ledger figure read during the outage: the larger of it and
