@@ -121,8 +121,10 @@ func waitGauge(t *testing.T, reps []*replica, name, want string) {
 // with a backend that generates as much as any output-limit alias allows
 // (every request costs up to its reservation). (a) Redis is restarted
 // empty mid-load; (b) Redis is stopped mid-load and later started again.
-// Spend stays within the budget plus one request's maximum cost in both,
-// and RPM within the limit (plus its refill) plus the replica count.
+// Spend stays within the bound docs/operations.md promises in both (what
+// requests in flight cost beyond their reservations, on top of the
+// budget), and RPM within the limit (plus its refill) plus the replica
+// count.
 func TestReplicas_BudgetAndRPMHoldThroughARedisRestartAndARedisOutage(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary and starts two gateway processes and a Redis server")
@@ -144,7 +146,16 @@ func TestReplicas_BudgetAndRPMHoldThroughARedisRestartAndARedisOutage(t *testing
 		t.Fatal(err)
 	}
 	defer st.Close()
-	maxReq, bound := testenv.CostBound(budget, inPrice, outPrice, prompt)
+	maxReq, _ := testenv.CostBound(budget, inPrice, outPrice, prompt)
+	// Through a restart or an outage of Redis, replicas that lose it
+	// together spend at most the budget plus what the requests in flight
+	// when it ran out cost beyond their reservations (docs/operations.md,
+	// "Limits of this design"). A request reserves its output in full and
+	// its prompt at bytes/4 ("hi": nothing), so it may cost at most the
+	// upstream's prompt tokens more; the load holds at most perWave of
+	// them in flight.
+	overrun := perWave * prompt * inPrice / 1e6
+	bound := budget + overrun + 1e-9*budget
 	waitGauge(t, reps, "llmgate_limiter_replicas", "2")
 	newKey := func(name string, spec admin.KeySpec) *admin.Issued {
 		spec.Name = ptr(name)
@@ -165,10 +176,10 @@ func TestReplicas_BudgetAndRPMHoldThroughARedisRestartAndARedisOutage(t *testing
 	srv.Restart()
 	ok, refused := load.finish(t, 3, 3*time.Second, 30*time.Second)
 	spent, n := testenv.KeySpend(t, st, ka.Key.ID, ok+refused+1)
-	t.Logf("(a) Redis restarted empty at $%.4f spent: %d admitted, %d refused; spent $%.4f of $%.2f (bound $%.4f = budget + one request of at most $%.4f)",
-		atRestart, ok, refused, spent, budget, bound, maxReq)
+	t.Logf("(a) Redis restarted empty at $%.4f spent: %d admitted, %d refused; spent $%.4f of $%.2f (bound $%.4f = budget + %d prompts of %d tokens in flight)",
+		atRestart, ok, refused, spent, budget, bound, perWave, prompt)
 	if spent > bound {
-		t.Fatalf("(a) spent $%.4f after a Redis restart, more than the budget plus one request ($%.4f)\nA:\n%s\nB:\n%s", spent, bound, limiterLines(a), limiterLines(b))
+		t.Fatalf("(a) spent $%.4f after a Redis restart, more than the budget plus what requests in flight may cost beyond their reservations ($%.4f)\nA:\n%s\nB:\n%s", spent, bound, limiterLines(a), limiterLines(b))
 	}
 	if spent < budget-maxReq || n != ok+refused+1 {
 		t.Fatalf("(a) spent $%.4f in %d records for %d answers: the budget must be used and every request recorded", spent, n, ok+refused+1)
@@ -211,7 +222,7 @@ func TestReplicas_BudgetAndRPMHoldThroughARedisRestartAndARedisOutage(t *testing
 	t.Logf("(b) Redis stopped at $%.4f spent: %d admitted, %d refused during %v; spent $%.4f of $%.2f (bound $%.4f)",
 		atStop, ok, refused, outage.Round(time.Millisecond), spent, budget, bound)
 	if spent > bound {
-		t.Fatalf("(b) spent $%.4f with Redis stopped, more than the budget plus one request ($%.4f)\nA:\n%s\nB:\n%s", spent, bound, limiterLines(a), limiterLines(b))
+		t.Fatalf("(b) spent $%.4f with Redis stopped, more than the budget plus what requests in flight may cost beyond their reservations ($%.4f)\nA:\n%s\nB:\n%s", spent, bound, limiterLines(a), limiterLines(b))
 	}
 	if spent < budget/2 || n != ok+refused+1 {
 		t.Fatalf("(b) spent $%.4f in %d records for %d answers", spent, n, ok+refused+1)

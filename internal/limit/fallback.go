@@ -26,8 +26,10 @@ import (
 //     the others held reserved in flight at this replica's operations over
 //     the last 10 s (their peak), which is held back. Each replica may then
 //     spend 1/n of what is left. A ledger figure read during the outage that
-//     exceeds base plus this replica's own settled spend (the larger wins)
-//     becomes the new base.
+//     exceeds base plus this replica's own settled spend narrows that share
+//     when 1/n of what it leaves is less, and never widens it: it includes
+//     what the other replicas spent of their shares, and a replica that
+//     divided what is left again on its own would take part of theirs.
 //
 // Requests already in flight when Redis went away are not counted against
 // the local concurrency share; their reservations are in the base.
@@ -46,6 +48,31 @@ type fbBudget struct {
 	base              int64 // shared spend when the outage began (or the ledger's since)
 	unseen            int64 // held back for others' admissions this replica did not see
 	settled, reserved int64 // this replica's, since then
+	// The last ledger figure read since that exceeded base + settled, and
+	// this replica's settled spend since that read.
+	ledger, since int64
+	rebased       bool
+}
+
+// room is what this replica may still take of a budget of nanos on its
+// 1/n share: its share of what was left when the outage began, or of what
+// the ledger said was left since if that is less.
+func (b *fbBudget) room(nanos, n int64) int64 {
+	// Saturating: counters and costs may sit at the end of the int64 range.
+	r := sat.Add(sat.Add(sat.Add(nanos, -b.base), -b.unseen)/n, -b.settled)
+	if b.rebased {
+		r = min(r, sat.Add(sat.Add(nanos, -b.ledger)/n, -b.since))
+	}
+	return sat.Add(r, -b.reserved)
+}
+
+// spentSettled is the window's settled spend as the fallback counts it.
+func (b *fbBudget) spentSettled() int64 {
+	s := sat.Add(b.base, b.settled)
+	if b.rebased {
+		s = max(s, sat.Add(b.ledger, b.since))
+	}
+	return s
 }
 
 func newFallback(r *Redis, n int64) *fallback {
@@ -121,8 +148,8 @@ func (f *fallback) acquire(r *Redis, req Request) (Lease, Decision) {
 		}
 		keys[i] = r.spendKey(s.ID, s.BudgetWindow)
 		b := f.budget(keys[i], s)
-		if room := (s.BudgetNanos - b.base - b.unseen) / f.n; sat.Add(sat.Add(b.settled, b.reserved), req.CostNanos) > room {
-			spent := sat.Add(sat.Add(b.base, b.settled), b.reserved)
+		if req.CostNanos > b.room(s.BudgetNanos, f.n) {
+			spent := sat.Add(b.spentSettled(), b.reserved)
 			f.mu.Unlock()
 			return Lease{}, Decision{Scope: s.ID, Limit: LimitBudget, BudgetNanos: s.BudgetNanos, SpentNanos: spent}
 		}
@@ -173,6 +200,7 @@ func (f *fallback) release(l *Lease, actualTokens, actualCost int64) {
 			if b := f.budgets[f.r.spendKey(s.ID, s.BudgetWindow)]; b != nil {
 				b.reserved -= l.CostNanos
 				b.settled = sat.Add(b.settled, actualCost)
+				b.since = sat.Add(b.since, actualCost)
 			}
 		}
 	}
@@ -188,16 +216,28 @@ func (f *fallback) room(key string, s BudgetSeed) int64 {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	b := f.budget(key, &Scope{ID: s.ScopeID, BudgetWindow: s.Window, BudgetNanos: s.BudgetNanos})
-	return max(0, (s.BudgetNanos-b.base-b.unseen)/f.n-b.settled-b.reserved)
+	return max(0, b.room(s.BudgetNanos, f.n))
+}
+
+// share is one replica's whole share of a budget window as this replica
+// counts it: what another replica on its local share may spend.
+func (f *fallback) share(key string, s BudgetSeed) int64 {
+	if s.BudgetNanos <= 0 {
+		return 0
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	b := f.budget(key, &Scope{ID: s.ScopeID, BudgetWindow: s.Window, BudgetNanos: s.BudgetNanos})
+	return max(0, sat.Add(sat.Add(s.BudgetNanos, -b.base), -b.unseen)/f.n)
 }
 
 // seed takes a ledger figure read during the outage: the larger of it and
-// what the fallback counts as settled wins.
+// what the fallback counts as settled wins, and it may narrow this
+// replica's share (see fallback).
 func (f *fallback) seed(key string, nanos int64) {
 	f.mu.Lock()
-	if b := f.budgets[key]; b != nil && nanos > b.base+b.settled {
-		// What was in flight when Redis went away has settled by now.
-		b.base, b.settled, b.unseen = nanos, 0, 0
+	if b := f.budgets[key]; b != nil && nanos > b.spentSettled() {
+		b.ledger, b.since, b.rebased = nanos, 0, true
 	}
 	f.mu.Unlock()
 }
@@ -207,7 +247,7 @@ func (f *fallback) spent(r *Redis, key, scopeID, window string) Spend {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if b := f.budgets[key]; b != nil {
-		return Spend{Settled: sat.Add(b.base, b.settled), Reserved: b.reserved}
+		return Spend{Settled: b.spentSettled(), Reserved: b.reserved}
 	}
 	return Spend{Settled: f.knownSpend(scopeID, window)}
 }

@@ -82,6 +82,17 @@ type Redis struct {
 	sawRestart    bool
 	restartReason string
 
+	// Shares this replica holds for replicas that had not rejoined when
+	// it stopped waiting for them (see "Together" in redis_sync.go):
+	// spend key -> nanos, added to its reservation field; the replicas
+	// announced since holdSince (Redis ms) that release them, at least
+	// holdNeed others; and when they go anyway. Written by the resync
+	// holding the gate exclusively.
+	holds     map[string]int64
+	holdSince int64
+	holdNeed  int64
+	holdUntil time.Time
+
 	stop chan struct{}
 	done chan struct{}
 }

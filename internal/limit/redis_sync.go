@@ -36,11 +36,20 @@ package limit
 // what this replica settled meanwhile, the fallback is dropped, and one
 // line says so.
 //
-// Together. After Redis lost its data, a replica returns to the shared
-// counters only when every replica it knew of has joined the new epoch (a
-// set, <prefix>joined:<epoch>), or after three heartbeats: one spending
-// from re-seeded counters while another still spends its local share
-// would spend that share twice. Until then it stays on its local share.
+// Together. After Redis lost its data or was unreachable, a replica
+// returns to the shared counters only when every other replica it knew of
+// has announced itself in the replica set since this recovery began (each
+// does so only in the transaction that puts its part into the counters),
+// or after three heartbeats: one spending from re-seeded counters while
+// another still spends its local share would spend that share twice.
+// Until then it stays on its local share, which it reserves in the
+// counters meanwhile. A replica that stops waiting (the others are slow,
+// cannot read the ledger, cannot reach Redis, or died) keeps reserving, in
+// its own reservation field, one whole share of every budget for each
+// replica still missing, until as many have announced themselves or for
+// forgetAfter (a replica silent that long is forgotten): what they may
+// spend locally is then not handed out a second time from the shared
+// counters.
 //
 // Replica count. Every replica adds itself to a sorted set
 // (<prefix>replicas) scored by the time of its last heartbeat; those seen in
@@ -62,6 +71,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"llmgate/internal/sat"
 )
 
 // SetLedger gives the limiter the ledger's budget spend, read at every
@@ -249,7 +260,36 @@ func (r *Redis) beat() {
 	if ep != known || added || id != "" && knownRun != "" && id != knownRun {
 		// The resync tells a restart from a snapshot by the run_id itself.
 		_ = r.resync(ctx, "redis restarted or lost its data")
+	} else if r.holdsDone(ctx) {
+		_ = r.resync(ctx, "the replicas it waited for are back")
 	}
+}
+
+// holdsDone says whether this replica holds shares for missing replicas
+// (see "Together") that it can drop: enough others have announced
+// themselves since (their parts are in the counters), or they waited
+// forgetAfter.
+func (r *Redis) holdsDone(ctx context.Context) bool {
+	r.gate.RLock()
+	n, since, need, until := len(r.holds), r.holdSince, r.holdNeed, r.holdUntil
+	r.gate.RUnlock()
+	if n == 0 {
+		return false
+	}
+	if !time.Now().Before(until) {
+		return true
+	}
+	back, err := r.c.ZRangeByScore(ctx, r.replicasKey(), &redis.ZRangeBy{Min: strconv.FormatInt(since, 10), Max: "+inf"}).Result()
+	if err != nil {
+		return false
+	}
+	others := int64(0)
+	for _, m := range back {
+		if m != r.replica {
+			others++
+		}
+	}
+	return others >= need
 }
 
 func (r *Redis) renew() {
@@ -406,6 +446,7 @@ func (r *Redis) doResync(why string) error {
 	// Return to the shared counters only when every other replica this one
 	// knew of has announced itself since this recovery began.
 	back := !r.down.Load()
+	var missing int64 // replicas not back when this one stops waiting
 	if !back {
 		if r.recoverAt == 0 {
 			r.recoverAt, r.recoverSince = redisNow, time.Now()
@@ -418,8 +459,16 @@ func (r *Redis) doResync(why string) error {
 		if sc, err := r.c.ZScore(ctx, r.replicasKey(), r.replica).Result(); err == nil && int64(sc) >= r.recoverAt {
 			others-- // this replica's own announcement of an earlier attempt
 		}
-		back = others >= r.shareOf()-1 || time.Since(r.recoverSince) >= r.joinWait()
+		need := r.shareOf() - 1
+		switch {
+		case others >= need:
+			back = true
+		case time.Since(r.recoverSince) >= r.joinWait():
+			back, missing = true, need-others
+		}
 	}
+	// Shares held for replicas that are back by now are dropped.
+	dropHolds := r.holdsDone(ctx)
 	r.gate.Lock()
 	defer r.gate.Unlock()
 	if id != "" {
@@ -463,6 +512,29 @@ func (r *Redis) doResync(why string) error {
 			k := r.spendKey(s.ScopeID, s.Window)
 			items[k].inUse += fb.room(k, s)
 		}
+	}
+	// Shares held for replicas missing when this one stopped waiting: the
+	// windows held before are asserted again, with or without them.
+	for k := range r.holds {
+		if items[k] == nil {
+			items[k] = &resyncItem{key: k}
+		}
+	}
+	if dropHolds {
+		r.holds = nil
+	}
+	if missing > 0 && fb != nil {
+		r.holds = map[string]int64{}
+		for _, s := range seeds {
+			k := r.spendKey(s.ScopeID, s.Window)
+			if h := sat.Mul(missing, fb.share(k, s)); h > 0 {
+				r.holds[k] = h
+			}
+		}
+		r.holdSince, r.holdNeed, r.holdUntil = r.recoverAt, r.shareOf()-1, time.Now().Add(forgetAfter)
+	}
+	for k, h := range r.holds {
+		items[k].inUse = sat.Add(items[k].inUse, h)
 	}
 
 	// One transaction: another replica's seed, which drops the fields of
@@ -524,6 +596,10 @@ func (r *Redis) doResync(why string) error {
 	r.state.Unlock()
 	if held {
 		r.clearHeldLater()
+	}
+	if missing > 0 {
+		r.log.Warn(fmt.Sprintf("%d other replica(s) not back on the shared counters after %v: this replica uses them, and keeps their local share of every budget reserved until they are back (at most %v)",
+			missing, r.joinWait(), forgetAfter), "replicas", r.shareOf())
 	}
 	switch {
 	case r.sawRestart:

@@ -21,6 +21,13 @@ type ledgerStub struct {
 	seeds   map[[2]string]int64
 	budgets map[[2]string]int64
 	reads   int
+	down    bool // the database does not answer
+}
+
+func (l *ledgerStub) setDown(down bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.down = down
 }
 
 // setBudget records a window's budget too, as the gateway's ledger reader
@@ -48,6 +55,9 @@ func (l *ledgerStub) read(context.Context) ([]limit.BudgetSeed, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.reads++
+	if l.down {
+		return nil, errors.New("database unreachable")
+	}
 	var out []limit.BudgetSeed
 	for k, v := range l.seeds {
 		out = append(out, limit.BudgetSeed{ScopeID: k[0], Window: k[1], Nanos: v, BudgetNanos: l.budgets[k]})
@@ -363,11 +373,12 @@ func TestRedis_StartsOnLocalSharesWhenRedisIsDownAndJoinsWhenItAnswers(t *testin
 // after Redis restarted, a replica that knows of another one puts its part
 // into the counters - including what it may still spend on its local share
 // - and stays on that share until the other has announced itself too
-// (here it never does: the wait ends after three heartbeats).
+// (here it never does: the wait ends after three heartbeats, and the
+// other's share stays reserved for it).
 func TestRedis_ComesBackOnlyWithTheOthersAndReservesItsLocalShareMeanwhile(t *testing.T) {
 	srv := testenv.NewRedisServer(t)
 	ledger := &ledgerStub{}
-	a, _ := replica(t, srv.URL(), "t:", limit.RedisOptions{Heartbeat: 200 * time.Millisecond, Replicas: 2}, ledger)
+	a, logs := replica(t, srv.URL(), "t:", limit.RedisOptions{Heartbeat: 200 * time.Millisecond, Replicas: 2}, ledger)
 	ctx := context.Background()
 	s := limit.Scope{ID: "key:wait", BudgetNanos: 10_000, BudgetWindow: "all"}
 	if err := a.Release(ctx, mustAcquire(t, a, budgetReq(s, 1000)), 0, 1000); err != nil {
@@ -402,10 +413,149 @@ func TestRedis_ComesBackOnlyWithTheOthersAndReservesItsLocalShareMeanwhile(t *te
 	if waited < 500*time.Millisecond {
 		t.Fatalf("back after %v, want at least three heartbeats (600ms) of waiting for the other replica", waited)
 	}
-	if v, ok := reserved(); ok {
-		t.Fatalf("reservation %s left after returning with nothing in flight", v)
+	// Nothing in flight: what stays reserved is the missing replica's
+	// share, which it may be spending locally.
+	if v, ok := reserved(); !ok || v != "4500" {
+		t.Fatalf("reserved %q after returning without the other replica, want its share of 4500", v)
 	}
-	t.Logf("waited %v for a replica that never came back; its local share was reserved meanwhile", waited.Round(time.Millisecond))
+	if logs.count("1 other replica(s) not back on the shared counters") != 1 {
+		t.Fatalf("want one line saying the other replica's share stays reserved:\n%s", logs)
+	}
+	t.Logf("waited %v for a replica that never came back; this replica's local share was reserved meanwhile, and the other's after", waited.Round(time.Millisecond))
+}
+
+// TestRedis_AReplicaBackAfterTheWaitKeepsTheOthersShareReserved: after
+// Redis restarted, replica B cannot rejoin (it cannot read the ledger) and
+// spends its local share; A stops waiting for it after three heartbeats
+// and returns to the re-seeded counters. Those counters know nothing of
+// what B spends locally, so A keeps B's share reserved in them until B is
+// back: together the two spend no more than the budget.
+func TestRedis_AReplicaBackAfterTheWaitKeepsTheOthersShareReserved(t *testing.T) {
+	srv := testenv.NewRedisServer(t)
+	const budget, settled, cost = 10_000, 1000, 1000
+	s := limit.Scope{ID: "key:twice", BudgetNanos: budget, BudgetWindow: "all"}
+	ledgerA, ledgerB := &ledgerStub{}, &ledgerStub{}
+	for _, l := range []*ledgerStub{ledgerA, ledgerB} {
+		l.setBudget(s.ID, s.BudgetWindow, settled, budget)
+	}
+	opt := limit.RedisOptions{Heartbeat: 100 * time.Millisecond, Replicas: 2}
+	a, logsA := replica(t, srv.URL(), "t:", opt, ledgerA)
+	b, logsB := replica(t, srv.URL(), "t:", opt, ledgerB)
+	ctx := context.Background()
+	for _, r := range []*limit.Redis{a, b} {
+		if err := r.SeedBudget(ctx, s.ID, s.BudgetWindow, settled, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	ledgerB.setDown(true) // B's database reads fail from now on
+	srv.Restart()         // empty
+	poke := req(limit.Scope{ID: "key:poke"})
+	_, _, _ = b.Acquire(ctx, poke) // B notices the restart and cannot re-seed
+	if b.Shared() {
+		t.Fatal("B is back on the shared counters without reading the ledger")
+	}
+	_, _, _ = a.Acquire(ctx, poke) // A re-seeds and waits for B
+	waited := testenv.Eventually(t, 5*time.Second, a.Shared, "A back on the shared counters after waiting three heartbeats for B")
+	if b.Shared() {
+		t.Fatal("B rejoined although its ledger reads fail")
+	}
+
+	// A spends what the shared counters allow; B its local share,
+	// (10000 - 1000) / 2 = 4500: four requests of 1000.
+	spend := func(r *limit.Redis) int {
+		n := 0
+		for ; n < budget/cost; n++ {
+			l, d, err := r.Acquire(ctx, budgetReq(s, cost))
+			if err != nil || !d.Allowed {
+				break
+			}
+			if err := r.Release(ctx, l, 0, cost); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return n
+	}
+	nA := spend(a)
+	nB := spend(b)
+	total := settled + cost*(nA+nB)
+	t.Logf("A back after %v; then A admitted %d, B %d on its local share: %d spent of %d",
+		waited.Round(time.Millisecond), nA, nB, total, budget)
+	if nB != 4 {
+		t.Fatalf("B admitted %d on its local share of 4500, want 4", nB)
+	}
+	if total > budget {
+		t.Fatalf("%d spent of a budget of %d: A spent from the re-seeded counters the share B spent locally\nA:\n%s\nB:\n%s", total, budget, logsA, logsB)
+	}
+
+	// B's database answers, with every record written: B rejoins, and A
+	// drops what it held for B, so the spend counts once.
+	for _, l := range []*ledgerStub{ledgerA, ledgerB} {
+		l.set(s.ID, s.BudgetWindow, int64(total))
+	}
+	ledgerB.setDown(false)
+	testenv.Eventually(t, 10*time.Second, func() bool {
+		got, err := a.Spent(ctx, s.ID, s.BudgetWindow)
+		return b.Shared() && err == nil && got == limit.Spend{Settled: int64(total)}
+	}, "B back, and the counter at the ledger's figure with nothing reserved")
+}
+
+// TestRedis_ALedgerFigureReadDuringAnOutageNeverWidensTheLocalShare: with
+// Redis away, each of two replicas may spend half of what was left. A
+// ledger figure read meanwhile by one of them (the budgets are re-seeded
+// every minute) includes what the other spent; dividing what is left by
+// two again would hand the replica that spent more part of the other's
+// share. The figure may narrow a share, never widen it.
+func TestRedis_ALedgerFigureReadDuringAnOutageNeverWidensTheLocalShare(t *testing.T) {
+	srv := testenv.NewRedisServer(t)
+	const budget, settled, cost = 10_000, 1000, 1000
+	s := limit.Scope{ID: "key:rebase", BudgetNanos: budget, BudgetWindow: "all"}
+	opt := limit.RedisOptions{Heartbeat: 100 * time.Millisecond, Replicas: 2}
+	a, _ := replica(t, srv.URL(), "t:", opt, nil)
+	b, _ := replica(t, srv.URL(), "t:", opt, nil)
+	ctx := context.Background()
+	for _, r := range []*limit.Redis{a, b} {
+		if err := r.SeedBudget(ctx, s.ID, s.BudgetWindow, settled, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	srv.Kill()
+	spend := func(r *limit.Redis, most int) int {
+		n := 0
+		for ; n < most; n++ {
+			l, d, err := r.Acquire(ctx, budgetReq(s, cost))
+			if err != nil || !d.Allowed {
+				break
+			}
+			if err := r.Release(ctx, l, 0, cost); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return n
+	}
+	// Shares of (10000 - 1000) / 2 = 4500: A uses 4000 of its, B 1000.
+	if n := spend(a, 4); n != 4 || a.Shared() {
+		t.Fatalf("A admitted %d of 4 (shared=%v)", n, a.Shared())
+	}
+	if n := spend(b, 1); n != 1 || b.Shared() {
+		t.Fatalf("B admitted %d of 1 (shared=%v)", n, b.Shared())
+	}
+	// A reads the ledger: 1000 + 4000 + 1000.
+	if err := a.SeedBudget(ctx, s.ID, s.BudgetWindow, settled+5*cost, 0); err != nil {
+		t.Fatal(err)
+	}
+	nA, nB := spend(a, budget/cost), spend(b, budget/cost)
+	total := settled + cost*(5+nA+nB)
+	t.Logf("after the ledger figure: A admitted %d more, B %d more: %d spent of %d", nA, nB, total, budget)
+	if nB != 3 {
+		t.Fatalf("B admitted %d more on what was left of its share (3500), want 3", nB)
+	}
+	if total > budget {
+		t.Fatalf("%d spent of a budget of %d: the ledger figure widened A's share", total, budget)
+	}
+	if got, err := a.Spent(ctx, s.ID, s.BudgetWindow); err != nil || got != (limit.Spend{Settled: settled + 5*cost}) {
+		t.Fatalf("A's view of the spend: %+v %v, want the ledger's %d", got, err, settled+5*cost)
+	}
 }
 
 // A client that leaves while its limiter script runs does not strand its
