@@ -25,6 +25,11 @@ import (
 // timeout without a slot.
 var ErrTimeout = errors.New("fairq: queue timeout")
 
+// ErrMoved is the cause a caller cancels an Acquire's context with when it
+// takes the waiting request to another queue (one with room: RoomSignal).
+// Acquire then returns it, and does not count the request as gone.
+var ErrMoved = errors.New("fairq: moved to another queue")
+
 // Busy reports whether the deployment's engine says it already has too
 // many requests waiting (from its own metrics); the queue then holds
 // further requests even below its concurrency limit. It is asked under
@@ -44,7 +49,8 @@ type Queue struct {
 	vtime    float64
 	seq      uint64
 	lanes    map[string]*lane
-	active   atomic.Bool // limit > 0 || busy != nil
+	active   atomic.Bool   // limit > 0 || busy != nil
+	roomCh   chan struct{} // RoomSignal's channel, closed when room comes
 
 	waits    atomic.Int64 // requests that had to wait (granted, timed out or gone)
 	waitNs   atomic.Int64 // their total wait
@@ -300,14 +306,42 @@ func (q *Queue) Acquire(ctx context.Context, laneKey string, weight int, timeout
 		q.mu.Unlock()
 	} else {
 		q.remove(w)
+		q.signalRoom() // it may have been the last one waiting
 		q.mu.Unlock()
 	}
-	if errors.Is(err, ErrTimeout) {
+	switch {
+	case errors.Is(err, ErrTimeout):
 		q.timeouts.Add(1)
-	} else {
+	case errors.Is(context.Cause(ctx), ErrMoved):
+		err = ErrMoved
+	default:
 		q.gone.Add(1)
 	}
 	return nil, waited, err
+}
+
+// RoomSignal returns a channel that is closed when the queue has room and
+// nobody waiting, so a request would be let in at once (closed already if
+// that is so now). A request waiting in another queue of an equal
+// deployment watches it, to move here rather than wait its turn there.
+func (q *Queue) RoomSignal() <-chan struct{} {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.roomCh == nil {
+		q.roomCh = make(chan struct{})
+	}
+	ch := q.roomCh
+	q.signalRoom()
+	return ch
+}
+
+// signalRoom closes RoomSignal's channel if the queue has room for a
+// request now. Called with q.mu held, wherever room may have come.
+func (q *Queue) signalRoom() {
+	if q.roomCh != nil && q.waiting == 0 && q.room() {
+		close(q.roomCh)
+		q.roomCh = nil
+	}
 }
 
 // remove takes a waiter that gave up out of its lane. When it was the
@@ -372,6 +406,7 @@ func (q *Queue) dispatch() {
 		w.granted = true
 		close(w.ready)
 	}
+	q.signalRoom()
 }
 
 // Stats is a snapshot of a queue for metrics and the console.

@@ -365,3 +365,64 @@ func TestQueue_ReserveKeepsASlotForAQuietKeyButNotFromAKeyAlone(t *testing.T) {
 		t.Fatalf("left %d in flight, %d waiting", st.InFlight, st.Waiting)
 	}
 }
+
+func closed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+// RoomSignal's channel is closed when a request would be let in at once:
+// at once if that is so, else when a slot is given back with nobody
+// waiting for it — not while the slot goes to a waiting request.
+func TestQueue_RoomSignalClosesWhenASlotIsFreeWithNobodyWaiting(t *testing.T) {
+	q := New(1)
+	if !closed(q.RoomSignal()) {
+		t.Fatal("an empty queue has room: its signal should be closed already")
+	}
+	first, ok := q.TryAcquire("k", 1)
+	if !ok {
+		t.Fatal("TryAcquire on an empty queue failed")
+	}
+	sig := q.RoomSignal()
+	if closed(sig) {
+		t.Fatal("signal closed while the only slot is taken")
+	}
+	got := make(chan grant, 1)
+	enqueue(t, q, "k2", 1, got)
+	first.Release() // the slot goes to the waiting request
+	second := <-got
+	if closed(sig) {
+		t.Fatal("signal closed though the slot went to the request waiting for it")
+	}
+	second.slot.Release()
+	if !closed(sig) {
+		t.Fatal("signal still open after the slot was given back with nobody waiting")
+	}
+}
+
+// A wait its caller ends with ErrMoved (it took the request to another
+// queue) returns ErrMoved, leaves the queue, and is not counted as a
+// request gone or timed out.
+func TestQueue_AWaitEndedByAMoveIsNotCountedAsGone(t *testing.T) {
+	q := New(1)
+	held, _ := q.TryAcquire("k", 1)
+	defer held.Release()
+	ctx, cancel := context.WithCancelCause(context.Background())
+	errc := make(chan error, 1)
+	go func() {
+		_, _, err := q.Acquire(ctx, "k2", 1, 0)
+		errc <- err
+	}()
+	eventually(t, "request waiting", func() bool { return q.Stats().Waiting == 1 })
+	cancel(ErrMoved)
+	if err := <-errc; !errors.Is(err, ErrMoved) {
+		t.Fatalf("Acquire = %v, want ErrMoved", err)
+	}
+	if st := q.Stats(); st.Waiting != 0 || st.Gone != 0 || st.Timeouts != 0 || st.Waits != 1 {
+		t.Fatalf("stats after the move: %+v", st)
+	}
+}

@@ -46,7 +46,7 @@ func (t *Table) ForwardHint(ctx context.Context, route *Route, hint Hint, attemp
 		if !ok {
 			return t.unavailable(route)
 		}
-		slot, err := t.admit(ctx, route, d, nil)
+		slot, err := t.admit(ctx, route, d, nil, nil)
 		if err != nil {
 			t.unprobe(d, probe)
 			return err
@@ -107,7 +107,8 @@ func (t *Table) ForwardHint(ctx context.Context, route *Route, hint Hint, attemp
 				switches++
 				return true
 			}
-			slot, err := t.admit(ctx, r, d, elsewhere)
+			peers := func() []*fairq.Queue { return t.peerQueues(r, order, k) }
+			slot, err := t.admit(ctx, r, d, elsewhere, peers)
 			if err == errElsewhere {
 				t.unprobe(d, probe)
 				k-- // try the deployment swapped into this place

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"math"
 	"net/http"
+	"reflect"
 	"sort"
 	"strconv"
+	"time"
 
 	"llmgate/internal/apierror"
 	"llmgate/internal/fairq"
@@ -103,8 +105,12 @@ func (t *Table) roomFirst(r *Route, order []int) {
 //
 // Before waiting it asks elsewhere, when given, whether an equal
 // deployment has a free slot after all; if so admit returns errElsewhere
-// and the caller tries that one.
-func (t *Table) admit(ctx context.Context, r *Route, d Deployment, elsewhere func() bool) (*fairq.Slot, error) {
+// and the caller tries that one. While it waits it watches the queues of
+// the equal deployments peers names: when one of them gets room (a
+// request there ended and nobody waits there), the request leaves d's
+// queue and goes there (errElsewhere) instead of waiting for a slot of
+// d's, unless another request took that room first.
+func (t *Table) admit(ctx context.Context, r *Route, d Deployment, elsewhere func() bool, peers func() []*fairq.Queue) (*fairq.Slot, error) {
 	q := d.s.q
 	if !q.Active() {
 		return nil, nil
@@ -113,12 +119,60 @@ func (t *Table) admit(ctx context.Context, r *Route, d Deployment, elsewhere fun
 	if s, ok := q.TryAcquire(lane.Key, lane.Weight); ok {
 		return s, nil
 	}
-	if elsewhere != nil && elsewhere() {
-		return nil, errElsewhere
+	for {
+		// The signals first, then the look: room that comes between
+		// them still wakes the wait.
+		var bells []<-chan struct{}
+		if peers != nil {
+			for _, pq := range peers() {
+				bells = append(bells, pq.RoomSignal())
+			}
+		}
+		if elsewhere != nil && elsewhere() {
+			return nil, errElsewhere
+		}
+		slot, err := t.wait(ctx, q, lane, d.QueueTimeout, bells)
+		if err == nil && slot != nil {
+			return slot, nil
+		}
+		slot.Release()
+		switch {
+		case errors.Is(err, fairq.ErrMoved):
+			if elsewhere != nil && elsewhere() {
+				return nil, errElsewhere
+			}
+			continue // another request took the room first: wait here again
+		case errors.Is(err, fairq.ErrTimeout):
+			return nil, queueTimeout(r, d, q.Stats())
+		}
+		return nil, apierror.ClientClosed(err)
+	}
+}
+
+// wait waits for a slot of q (through the lane's Wait, which sends a
+// streaming client keep-alives). When one of bells is closed first — an
+// equal deployment has room — the wait ends with fairq.ErrMoved.
+func (t *Table) wait(ctx context.Context, q *fairq.Queue, lane Lane, timeout time.Duration, bells []<-chan struct{}) (*fairq.Slot, error) {
+	if len(bells) > 0 {
+		var cancel context.CancelCauseFunc
+		ctx, cancel = context.WithCancelCause(ctx)
+		defer cancel(nil)
+		stop := make(chan struct{})
+		defer close(stop)
+		cases := make([]reflect.SelectCase, 0, len(bells)+1)
+		cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(stop)})
+		for _, b := range bells {
+			cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(b)})
+		}
+		go func() {
+			if i, _, _ := reflect.Select(cases); i > 0 {
+				cancel(fairq.ErrMoved)
+			}
+		}()
 	}
 	var slot *fairq.Slot
 	wait := func(ctx context.Context) error {
-		s, _, err := q.Acquire(ctx, lane.Key, lane.Weight, d.QueueTimeout)
+		s, _, err := q.Acquire(ctx, lane.Key, lane.Weight, timeout)
 		slot = s
 		return err
 	}
@@ -128,14 +182,7 @@ func (t *Table) admit(ctx context.Context, r *Route, d Deployment, elsewhere fun
 	} else {
 		err = wait(ctx)
 	}
-	if err == nil && slot != nil {
-		return slot, nil
-	}
-	slot.Release()
-	if errors.Is(err, fairq.ErrTimeout) {
-		return nil, queueTimeout(r, d, q.Stats())
-	}
-	return nil, apierror.ClientClosed(err)
+	return slot, err
 }
 
 // errElsewhere says an equal deployment has room: try it instead of
@@ -154,6 +201,22 @@ func (t *Table) roomier(r *Route, order []int, k int) int {
 		}
 	}
 	return -1
+}
+
+// peerQueues returns the fair queues of the deployments after k in order
+// and in k's priority group that may be tried now: where a request waiting
+// in k's queue may go when one of them gets room.
+func (t *Table) peerQueues(r *Route, order []int, k int) []*fairq.Queue {
+	deps := r.Deployments
+	now := t.opt.Now()
+	var qs []*fairq.Queue
+	for j := k + 1; j < len(order) && deps[order[j]].Priority == deps[order[k]].Priority; j++ {
+		s := deps[order[j]].s
+		if s.q.Active() && !s.be.down.Load() && s.br.readyAt(now).IsZero() {
+			qs = append(qs, s.q)
+		}
+	}
+	return qs
 }
 
 // queueTimeout is the 429 of a request that waited the whole

@@ -164,6 +164,61 @@ models:
 	<-done
 }
 
+// A request waiting in one deployment's queue moves to an equal
+// deployment that gets room (its request ended, nobody waits there)
+// rather than wait for a slot of the one it first chose.
+func TestForward_AWaitingRequestMovesToAnEqualDeploymentThatGetsRoom(t *testing.T) {
+	tb, _ := table(t, threeBackends+`
+models:
+  m: {deployments: [{backend: a, max_concurrency: 1}, {backend: b, max_concurrency: 1}]}
+`)
+	r, _ := tb.Route("m")
+	entered := make(chan string, 8)
+	release := map[string]chan struct{}{"a": make(chan struct{}, 4), "b": make(chan struct{}, 4)}
+	attempt := func(ctx context.Context, d Deployment) (bool, error) {
+		entered <- d.Backend.Name
+		<-release[d.Backend.Name]
+		return true, nil
+	}
+	done := make(chan error, 3)
+	for range 2 {
+		go func() { done <- tb.Forward(context.Background(), r, attempt) }()
+	}
+	if got := map[string]bool{<-entered: true, <-entered: true}; !got["a"] || !got["b"] {
+		t.Fatalf("the first two requests went to %v", got)
+	}
+	go func() { done <- tb.Forward(context.Background(), r, attempt) }()
+	var bound, other string
+	eventually(t, "the third request waiting", func() bool {
+		switch {
+		case queueOf(t, tb, "a").Waiting == 1:
+			bound, other = "a", "b"
+		case queueOf(t, tb, "b").Waiting == 1:
+			bound, other = "b", "a"
+		}
+		return bound != ""
+	})
+	release[other] <- struct{}{} // the other deployment's request ends
+	select {
+	case name := <-entered:
+		if name != other {
+			t.Fatalf("the waiting request went to %s; %s had room", name, other)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the request waiting for %s never went to %s, which had room", bound, other)
+	}
+	if st := queueOf(t, tb, bound); st.Waiting != 0 || st.Gone != 0 || st.Timeouts != 0 {
+		t.Errorf("%s's queue after the move: %+v (a move is neither gone nor timed out)", bound, st)
+	}
+	release[bound] <- struct{}{}
+	release[other] <- struct{}{}
+	for range 3 {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 func TestForward_SlotReleasedOnRetryErrorAndPanic(t *testing.T) {
 	tb, _ := table(t, threeBackends+`
 models:
