@@ -157,7 +157,11 @@ func listEngines(cmd *cobra.Command, c *enginesClient, asJSON bool) error {
 		if len(last) > 80 {
 			last = last[:80] + "…"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%d\t%d\t%s\t%s\n", e.Name, e.State, pid, e.Port, up, dashIfEmpty(e.Group),
+		state := string(e.State)
+		if e.Retired {
+			state += " (removed by a reload)"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%d\t%d\t%s\t%s\n", e.Name, state, pid, e.Port, up, dashIfEmpty(e.Group),
 			e.InFlight, e.Queued, strings.Join(e.Models, ","), dashIfEmpty(last))
 	}
 	return tw.Flush()

@@ -35,15 +35,30 @@ type Status struct {
 	Crashes       int        `json:"consecutive_crashes"`
 	LastError     string     `json:"last_error,omitempty"`
 	LastErrorAt   *time.Time `json:"last_error_at,omitempty"`
+	// Retired is set on an engine a reload removed from the config that
+	// is still stopping (its requests in flight first); once stopped it
+	// is no longer listed.
+	Retired bool `json:"retired,omitempty"`
 }
 
-// List returns every engine's status, sorted by name.
+// List returns every engine's status, sorted by name: the configured
+// engines, and those a reload removed while they still run.
 func (m *Manager) List() []Status {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	out := make([]Status, 0, len(m.names))
 	for _, n := range m.names {
-		out = append(out, m.engines[n].status())
+		e := m.engines[n]
+		if m.isRetired(n) {
+			if e.run == nil && e.state == StateStopped {
+				continue
+			}
+			st := e.status()
+			st.Retired = true
+			out = append(out, st)
+			continue
+		}
+		out = append(out, e.status())
 	}
 	return out
 }
@@ -90,10 +105,21 @@ func (m *Manager) engine(name string) (*Engine, error) {
 	if e := m.engines[name]; e != nil {
 		return e, nil
 	}
-	names := append([]string(nil), m.names...)
-	sort.Strings(names)
 	return nil, apierror.Newf(http.StatusNotFound, apierror.KindNotFound, "engine_not_found",
-		"no engine named %q; configured engines: %v", name, names)
+		"no engine named %q; configured engines: %v", name, m.configured())
+}
+
+// configured returns the names of the engines the running config
+// declares, sorted.
+func (m *Manager) configured() []string {
+	var names []string
+	for _, n := range m.names {
+		if !m.isRetired(n) {
+			names = append(names, n)
+		}
+	}
+	sort.Strings(names)
+	return names
 }
 
 // Load starts an engine (stopping others in its group first, like a
@@ -102,6 +128,10 @@ func (m *Manager) Load(ctx context.Context, name string) error {
 	e, err := m.engine(name)
 	if err != nil {
 		return err
+	}
+	if m.isRetired(name) {
+		return apierror.Newf(http.StatusNotFound, apierror.KindNotFound, "engine_not_found",
+			"engine %q was removed from the config by a reload and cannot be started; configured engines: %v", name, m.configured())
 	}
 	m.mu.Lock()
 	if m.closed {

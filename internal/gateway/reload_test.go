@@ -2,9 +2,11 @@ package gateway
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"llmgate/internal/apierror"
 	"llmgate/internal/config"
 	"llmgate/internal/engine"
 	"llmgate/internal/ledger"
@@ -221,8 +224,11 @@ func TestReload_EngineReplacedByAPlainBackendTakesNoLease(t *testing.T) {
 	if a.hits.Load() != before+1 {
 		t.Fatalf("the plain backend e1 was not asked (hits %d -> %d)", before, a.hits.Load())
 	}
-	if st := gw.g.Engines.List(); len(st) != 1 || st[0].Starts != 0 {
-		t.Fatalf("engines %+v: the retired engine was started", st)
+	if st, err := gw.g.Engines.Get("e1"); err != nil || st.Starts != 0 {
+		t.Fatalf("engine e1 %+v (%v): the retired engine was started", st, err)
+	}
+	if st := gw.g.Engines.List(); len(st) != 0 {
+		t.Fatalf("engines list %+v: a retired engine that is not running is still listed", st)
 	}
 }
 
@@ -238,7 +244,7 @@ func TestReload_RemovedEngineIsStopped(t *testing.T) {
 		t.Fatal(err)
 	}
 	gw, r := startFileGW(t, path, &testenv.SyncBuffer{})
-	state := func() engine.State { return gw.g.Engines.List()[0].State }
+	state := func() engine.State { st, _ := gw.g.Engines.Get("e1"); return st.State }
 	testenv.Eventually(t, 10*time.Second, func() bool { return state() == engine.StateStarting }, "the always_on engine to start")
 	if err := os.WriteFile(path, []byte(good), 0o600); err != nil {
 		t.Fatal(err)
@@ -249,6 +255,15 @@ func TestReload_RemovedEngineIsStopped(t *testing.T) {
 	testenv.Eventually(t, 10*time.Second, func() bool { return state() == engine.StateStopped }, "the removed engine to stop")
 	if code, _, _ := gw.chat("m", false); code != 200 {
 		t.Fatalf("the reloaded config does not serve: %d", code)
+	}
+	// Gone from the list once stopped, and not to be started by hand.
+	if st := gw.g.Engines.List(); len(st) != 0 {
+		t.Fatalf("engines list %+v: the removed engine is still listed after it stopped", st)
+	}
+	err := gw.g.Engines.Load(context.Background(), "e1")
+	var ae *apierror.Error
+	if !errors.As(err, &ae) || ae.Status != http.StatusNotFound || !strings.Contains(ae.Message, "removed from the config") {
+		t.Fatalf("engines start e1 after its removal: %v; want 404 saying it was removed", err)
 	}
 }
 
