@@ -497,9 +497,9 @@ func (r *Request) WithOutputLimit(n int) *Request {
 }
 
 // WithChatOptions returns a copy of r translated to chat with the model's
-// options (r itself when they are the defaults, or nothing is translated).
+// options (r itself when it has them already, or nothing is translated).
 func (r *Request) WithChatOptions(o dialect.ChatOptions) *Request {
-	if o == (dialect.ChatOptions{}) || r.Dialect != Messages && r.Dialect != Responses && r.Dialect != CountTokens {
+	if o == r.chatOpts || r.Dialect != Messages && r.Dialect != Responses && r.Dialect != CountTokens {
 		return r
 	}
 	c := r.clone()

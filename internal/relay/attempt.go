@@ -95,7 +95,7 @@ func (rl *Relay) relayOnce(ctx context.Context, w http.ResponseWriter, c *Call, 
 		endSpan(res)
 	}()
 	t := target(dep)
-	out, err := c.Req.Outbound(t)
+	out, err := c.requestFor(dep).Outbound(t)
 	if err != nil {
 		return res.failed(err)
 	}

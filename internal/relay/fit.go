@@ -100,6 +100,18 @@ func (c *Call) routeOf(dep router.Deployment) *router.Route {
 	return c.route
 }
 
+// requestFor is the request as dep's model shapes it: a deployment reached
+// through a fallback gets the fallback model's chat options (its
+// reasoning parameters, system messages), not the requested model's — a
+// local model's chat_template_kwargs would be refused by a cloud API the
+// route falls back to.
+func (c *Call) requestFor(dep router.Deployment) *codec.Request {
+	if r := c.routeOf(dep); r != c.route {
+		return c.Req.WithChatOptions(r.Chat)
+	}
+	return c.Req
+}
+
 // recount is the count stage again for an attempt at dep when the count
 // ran at another deployment (the router's pick failed and a retry or
 // fallback went elsewhere): the output limit is fitted to dep's context,

@@ -587,3 +587,31 @@ models:
 		t.Fatalf("the fallback got max_tokens %v (%s: %q), want it fitted to its model's 500-token context", body["max_tokens"], relay.OutputLimitHeader, hdr.Get(relay.OutputLimitHeader))
 	}
 }
+
+// TestFallback_TheFallbacksDeploymentGetsItsModelsChatOptions: an
+// Anthropic client's thinking request on local (Qwen3 on vLLM: thinking
+// switched through chat_template_kwargs) that falls back to cloud (a cloud
+// API taking reasoning_effort) reaches cloud shaped by cloud's options —
+// a cloud API refuses chat_template_kwargs, so the fallback would fail.
+func TestFallback_TheFallbacksDeploymentGetsItsModelsChatOptions(t *testing.T) {
+	local, cloud := newContextEngineOf(t, "vllm", 10, 8000), newContextEngineOf(t, "vllm", 10, 8000)
+	local.fail.Store(true)
+	srv, _, _ := fitRelayModels(t, fmt.Sprintf(`backends:
+  vllm: {url: %s/v1}
+  api: {url: %s/v1}
+models:
+  local: {backend: vllm, upstream_model: m, fallbacks: [cloud], reasoning: {preset: qwen3}}
+  cloud: {backend: api, upstream_model: m, reasoning: {effort: reasoning_effort}}
+`, local.URL, cloud.URL))
+	status, _, answer := post(t, srv.URL+"/v1/messages", `{"model":"local","max_tokens":2000,"thinking":{"type":"enabled","budget_tokens":1024},"messages":[{"role":"user","content":"hi"}]}`)
+	if status != 200 {
+		t.Fatalf("%d %s", status, answer)
+	}
+	got := cloud.last()
+	if _, ok := got["chat_template_kwargs"]; ok {
+		t.Errorf("the fallback got the requested model's chat_template_kwargs: %v", got)
+	}
+	if got["reasoning_effort"] != "low" {
+		t.Errorf("the fallback's reasoning_effort = %v, want low (a 1024-token budget), from cloud's own options: %v", got["reasoning_effort"], got)
+	}
+}
