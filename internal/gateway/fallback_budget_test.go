@@ -173,3 +173,39 @@ func TestFallbackBudget_ReservationCoversTheFallback(t *testing.T) {
 		}
 	})
 }
+
+// TestFallback_AKeyFallsBackOnlyToModelsItMayUse: a key whose allow-list
+// names local but not cloud does not reach cloud by local failing (it
+// gets local's failure, and cloud is never asked), nor is it reserved at
+// cloud's prices; a key that may use both is served by cloud.
+func TestFallback_AKeyFallsBackOnlyToModelsItMayUse(t *testing.T) {
+	eachLimiter(t, func(t *testing.T, limiterCfg string) {
+		local := newUpstream(t, "local", status(http.StatusInternalServerError))
+		cloud := newUpstream(t, "cloud", answer)
+		f, _, _ := fallbackGW(t, limiterCfg, local, cloud, 10)
+		ctx := context.Background()
+		_, localOnly, err := CreateKey(ctx, f.g.Store, keys.Key{Name: "local-only", Models: []string{"local"}, BudgetUSD: 0.01})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, both, err := CreateKey(ctx, f.g.Store, keys.Key{Name: "both", Models: []string{"local", "cloud"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := f.g.Verifier.Reload(ctx); err != nil {
+			t.Fatal(err)
+		}
+		// 1000 output tokens at cloud's $15 per 1M would reserve $0.015,
+		// over the $0.01 budget: only local's price (free) counts.
+		code, body := f.postAs(localOnly, "/v1/chat/completions", `{"model":"local","max_tokens":1000,"messages":[{"role":"user","content":"hi"}]}`)
+		if code == http.StatusOK || code == http.StatusTooManyRequests || strings.Contains(body, "from cloud") {
+			t.Fatalf("local-only key: %d %s; want local's failure (not cloud's answer, nor a budget refusal at cloud's prices)", code, body)
+		}
+		wantHits(t, map[*faultUpstream]int64{local: 1, cloud: 0})
+		code, body = f.postAs(both, "/v1/chat/completions", `{"model":"local","max_tokens":50,"messages":[{"role":"user","content":"hi"}]}`)
+		if code != http.StatusOK || !strings.Contains(body, "from cloud") {
+			t.Fatalf("key allowed both: %d %s; want cloud's answer", code, body)
+		}
+		wantHits(t, map[*faultUpstream]int64{local: 2, cloud: 1})
+	})
+}

@@ -84,9 +84,15 @@ type Call struct {
 	// Table is the routing table the request is resolved and forwarded on.
 	Table *router.Table
 
-	route  *router.Route
-	ticket policy.Ticket
-	enc    codec.EncodeOptions
+	route *router.Route
+	// fallbacks are the route's fallback models this request may use
+	// (a key with an allow-list falls back only to models it may name),
+	// and fallbackNames their names; fallbacksCut says some were left out.
+	fallbacks     []*router.Route
+	fallbackNames []string
+	fallbacksCut  bool
+	ticket        policy.Ticket
+	enc           codec.EncodeOptions
 	// estimate is the prompt's size as resolve estimated it (with a
 	// stored conversation), what the admission reserves.
 	estimate int64
@@ -244,6 +250,16 @@ func (rl *Relay) resolve(ctx context.Context, c *Call) error {
 		return err
 	}
 	c.route = route
+	c.fallbacks, c.fallbackNames = route.FallbackRoutes(), route.Fallbacks
+	if p := c.Principal; len(route.Fallbacks) > 0 && !p.Master && p.Key != nil && len(p.Key.Models) > 0 {
+		c.fallbacks, c.fallbackNames = nil, nil
+		for _, f := range route.FallbackRoutes() {
+			if p.Key.Allows(f.Model) {
+				c.fallbacks, c.fallbackNames = append(c.fallbacks, f), append(c.fallbackNames, f.Model)
+			}
+		}
+		c.fallbacksCut = len(c.fallbacks) < len(route.Fallbacks)
+	}
 	c.Req = c.Req.WithChatOptions(route.Chat)
 	c.estimate = c.Req.PromptEstimate()
 	if c.Req.Dialect == codec.Responses && rl.opt.Responses != nil {
@@ -267,7 +283,7 @@ func (rl *Relay) admit(ctx context.Context, w http.ResponseWriter, c *Call) erro
 	var err error
 	if rl.opt.Admission != nil {
 		ar := policy.AdmitRequest{Principal: c.Principal, Model: c.Req.Model, Endpoint: c.Req.Dialect.Name(), PromptTokens: c.estimate,
-			Fallbacks: c.route.Fallbacks}
+			Fallbacks: c.fallbackNames}
 		if c.Req.Dialect == codec.CountTokens {
 			ar.PromptTokens = 0 // a count generates and bills nothing
 		}
@@ -293,7 +309,7 @@ func (rl *Relay) admit(ctx context.Context, w http.ResponseWriter, c *Call) erro
 // max_tokens).
 func (rl *Relay) outputBound(c *Call) int64 {
 	most := rl.routeOutput(c.Req, c.route)
-	for _, f := range c.route.FallbackRoutes() {
+	for _, f := range c.fallbacks {
 		most = max(most, rl.routeOutput(c.Req, f))
 	}
 	return most
@@ -327,6 +343,9 @@ func (rl *Relay) forward(ctx context.Context, w http.ResponseWriter, c *Call, hi
 	attempts := 0
 	if c.route.Queued() || c.route.Fallbacks != nil {
 		ctx = router.WithLane(ctx, rl.lane(w, c))
+	}
+	if c.fallbacksCut {
+		ctx = router.WithFallbackFilter(ctx, c.Principal.Key.Allows)
 	}
 	err := c.Table.ForwardHint(ctx, c.route, hint, func(ctx context.Context, dep router.Deployment) (bool, error) {
 		attempts++

@@ -39,12 +39,16 @@ func (t *Table) Forward(ctx context.Context, route *Route, attempt Attempt) erro
 // the route's balancing reads (Route.WantsPrefix, Route.WantsSession). A
 // hint that Pick filled in has the deployment Pick named tried first.
 func (t *Table) ForwardHint(ctx context.Context, route *Route, hint Hint, attempt Attempt) error {
-	if len(route.Deployments) == 1 && len(route.fallbacks) == 0 {
+	fallbacks := route.fallbacks
+	if allow, ok := ctx.Value(fallbackFilterKey{}).(func(string) bool); ok && len(fallbacks) > 0 {
+		fallbacks = allowedFallbacks(fallbacks, allow)
+	}
+	if len(route.Deployments) == 1 && len(fallbacks) == 0 {
 		// The common single-deployment route: no ordering, no retries.
 		d := route.Deployments[0]
 		ok, probe := d.s.allow(t.opt.Now())
 		if !ok {
-			return t.unavailable(route)
+			return t.unavailable(route, fallbacks)
 		}
 		slot, err := t.admit(ctx, route, d, nil, nil)
 		if err != nil {
@@ -61,10 +65,10 @@ func (t *Table) ForwardHint(ctx context.Context, route *Route, hint Hint, attemp
 		tried    [maxAttempts]string // backend names and codes, formatted only on failure
 		codes    [maxAttempts]string
 	)
-	for ri := -1; ri < len(route.fallbacks); ri++ {
+	for ri := -1; ri < len(fallbacks); ri++ {
 		r := route
 		if ri >= 0 {
-			r = route.fallbacks[ri]
+			r = fallbacks[ri]
 			if attempts > 0 {
 				t.log().Info("every deployment failed; trying the fallback model", "model", route.Model, "fallback", r.Model, "attempts", attempts)
 			}
@@ -128,12 +132,33 @@ func (t *Table) ForwardHint(ctx context.Context, route *Route, hint Hint, attemp
 		}
 	}
 	if attempts == 0 {
-		return t.unavailable(route)
+		return t.unavailable(route, fallbacks)
 	}
 	if attempts == 1 {
 		return lastErr
 	}
 	return exhausted(route, lastErr, tried[:attempts], codes[:attempts])
+}
+
+type fallbackFilterKey struct{}
+
+// WithFallbackFilter returns ctx for a Forward whose request may fall back
+// only to the fallback models allow accepts (the key's model allow-list:
+// a key must not reach, by failing its own model, one it may not name).
+func WithFallbackFilter(ctx context.Context, allow func(model string) bool) context.Context {
+	return context.WithValue(ctx, fallbackFilterKey{}, allow)
+}
+
+// allowedFallbacks returns the routes of fallbacks whose model allow
+// accepts.
+func allowedFallbacks(fallbacks []*Route, allow func(string) bool) []*Route {
+	var out []*Route
+	for _, f := range fallbacks {
+		if allow(f.Model) {
+			out = append(out, f)
+		}
+	}
+	return out
 }
 
 // unprobe gives back a half-open breaker's probe that was not used.
@@ -241,12 +266,12 @@ func (t *Table) backoff(ctx context.Context, n int) error {
 // unavailable is the answer when no deployment of the model (or its
 // fallbacks) may be tried now: 503 with Retry-After at the earliest time one
 // will be.
-func (t *Table) unavailable(route *Route) error {
+func (t *Table) unavailable(route *Route, fallbacks []*Route) error {
 	now := t.opt.Now()
 	var soonest time.Time
 	var why []string
 	onlyRateLimited := true
-	routes := append([]*Route{route}, route.fallbacks...)
+	routes := append([]*Route{route}, fallbacks...)
 	for _, r := range routes {
 		for _, d := range r.Deployments {
 			at := d.s.br.readyAt(now)
