@@ -126,7 +126,10 @@ func (g *Gateway) startAccounting(ctx context.Context, opt *Options) error {
 			}
 			fctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 			defer cancel()
-			_ = led.Flush(fctx) // refused or late: the limiter's own "u:" figures cover it
+			// Refused or late: spend settled since this replica's last
+			// re-seed is then missing from the figures until the next
+			// minute's seeding (docs/operations.md names this exception).
+			_ = led.Flush(fctx)
 		}
 		// After a Redis restart or outage the limiter re-seeds every budget
 		// from the ledger at once, not at the next tick below...
