@@ -127,7 +127,7 @@ func (x *toolIndexer) index(tc openai.ToolCall) int {
 type streamTool struct {
 	id, name string
 	pending  strings.Builder // arguments received before its block opened
-	args     strings.Builder // arguments streamed in its open block
+	args     argsBuf         // arguments streamed in its open block
 	started  bool
 	closed   bool
 }
@@ -290,7 +290,7 @@ func (t *ChatToAnthropicStream) toolDelta(evs []Event, tc openai.ToolCall) ([]Ev
 	}
 	if st.started {
 		evs = t.argsDelta(evs, st, args)
-		if len(t.waiting) > 0 && json.Valid([]byte(st.args.String())) {
+		if len(t.waiting) > 0 && st.args.Complete() {
 			evs = t.closeOpen(evs)
 			evs = t.flushWaiting(evs)
 		}
@@ -301,7 +301,7 @@ func (t *ChatToAnthropicStream) toolDelta(evs []Event, tc openai.ToolCall) ([]Ev
 		return evs, nil // wait for the name to open the block
 	}
 	if t.open >= 0 && t.openKind == "tool_use" {
-		if open := t.tools[t.openTool]; !json.Valid([]byte(open.args.String())) {
+		if open := t.tools[t.openTool]; !open.args.Complete() {
 			if !slices.Contains(t.waiting, idx) {
 				t.waiting = append(t.waiting, idx)
 			}
@@ -345,7 +345,7 @@ func (t *ChatToAnthropicStream) argsDelta(evs []Event, st *streamTool, args stri
 func (t *ChatToAnthropicStream) flushWaiting(evs []Event) []Event {
 	for len(t.waiting) > 0 {
 		if t.open >= 0 && t.openKind == "tool_use" {
-			if !json.Valid([]byte(t.tools[t.openTool].args.String())) {
+			if !t.tools[t.openTool].args.Complete() {
 				return evs
 			}
 			evs = t.closeOpen(evs)

@@ -60,8 +60,8 @@ type ChatToResponsesStream struct {
 
 	cur      *openai.OutputItem // open item, nil when none
 	curIndex int
-	curText  strings.Builder
-	curTool  int // upstream tool index of the open function_call
+	curText  argsBuf // the open item's text, or its arguments
+	curTool  int     // upstream tool index of the open function_call
 
 	tools    map[int]bool // upstream tool indices already streamed
 	waiting  []*waitingCall
@@ -194,7 +194,7 @@ func (t *ChatToResponsesStream) toolDelta(evs []Event, tc openai.ToolCall) ([]Ev
 			t.cur.Name = tc.Function.Name
 		}
 		evs = t.argsDelta(evs, a)
-		if len(t.waiting) > 0 && json.Valid([]byte(t.curText.String())) {
+		if len(t.waiting) > 0 && t.curText.Complete() {
 			evs = t.flushWaiting(evs, true)
 		}
 		return evs, nil
@@ -219,7 +219,7 @@ func (t *ChatToResponsesStream) toolDelta(evs []Event, tc openai.ToolCall) ([]Ev
 	if callID == "" {
 		callID = fmt.Sprintf("call_%s_%d", t.base, idx)
 	}
-	if len(t.waiting) > 0 || t.cur != nil && t.cur.Type == itemFunctionCall && !json.Valid([]byte(t.curText.String())) {
+	if len(t.waiting) > 0 || t.cur != nil && t.cur.Type == itemFunctionCall && !t.curText.Complete() {
 		w := &waitingCall{idx: idx, callID: callID, name: tc.Function.Name}
 		w.args.WriteString(a)
 		t.waiting = append(t.waiting, w)
@@ -244,7 +244,7 @@ func (t *ChatToResponsesStream) argsDelta(evs []Event, a string) []Event {
 // item or at the end). The last one streamed stays open.
 func (t *ChatToResponsesStream) flushWaiting(evs []Event, force bool) []Event {
 	for len(t.waiting) > 0 {
-		if t.cur != nil && t.cur.Type == itemFunctionCall && !force && !json.Valid([]byte(t.curText.String())) {
+		if t.cur != nil && t.cur.Type == itemFunctionCall && !force && !t.curText.Complete() {
 			return evs
 		}
 		w := t.waiting[0]
