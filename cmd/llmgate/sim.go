@@ -209,7 +209,7 @@ after_tool, reasoning, id (of a call). See the sim package documentation.`,
 	f.Float64Var(&cfg.ToolCallRate, "tool-call-rate", 0, "Fraction of tool_choice \"auto\" requests with tools answered by a tool call")
 	f.IntVar(&cfg.MaxParallelToolCalls, "max-parallel-tool-calls", 0, "Allow up to this many calls per answer (unless parallel_tool_calls is false); 0 or 1 = one")
 	f.StringVar(&script, "script", "", "Answer chat requests with the canned turns of this YAML or JSON file")
-	f.IntVar(&m.KVCacheTokens, "kv-cache-tokens", 0, "KV-cache capacity in tokens (running sequences and cached prefixes share it; requests wait when it is full); 0 = the preset's (--list-presets shows it), or max-model-len x max-num-seqs (at most 262144) for --engine llamacpp")
+	f.IntVar(&m.KVCacheTokens, "kv-cache-tokens", 0, "KV-cache capacity in tokens (running sequences and cached prefixes share it; requests wait when it is full, and the newest running one is preempted when decoding outgrows it); 0 = the preset's (--list-presets shows it), or max-model-len x max-num-seqs (at most 262144) for --engine llamacpp")
 	f.IntVar(&m.BlockSize, "block-size", 0, "KV-cache block size in tokens: prefixes are cached in whole blocks; 0 = 16 (vLLM), 1 for --engine llamacpp")
 	f.BoolVar(&noPrefix, "no-enable-prefix-caching", false, "Turn the prefix cache off: every prompt token is prefilled (vLLM's flag)")
 	f.BoolVar(&prefix, "enable-prefix-caching", true, "Reuse cached prompt prefixes (automatic prefix caching); =false is --no-enable-prefix-caching")

@@ -127,7 +127,9 @@ type ModelConfig struct {
 	// KVCacheTokens is the KV cache's capacity in tokens (vLLM logs it at
 	// start as "GPU KV cache size: N tokens"): the prompts and outputs of
 	// the running sequences, and the cached prefixes nobody uses, share it
-	// (see kvcache.go). It must hold at least one MaxModelLen sequence.
+	// (see kvcache.go); when decoding outgrows it, the most recently
+	// admitted request is preempted. It must hold at least one MaxModelLen
+	// sequence, so that a request running alone always fits.
 	// 0 means the preset's figure, or DefaultKVCacheTokens.
 	KVCacheTokens int
 	// BlockSize is the KV cache's block size in tokens (vLLM --block-size):
@@ -144,6 +146,10 @@ type ModelConfig struct {
 	// cover to be reused: llama-server's --slot-prompt-similarity (0.1) for
 	// the llama.cpp face, whose request lands in a fresh slot otherwise.
 	minPrefixShare float64
+	// reserveOutput makes the KV cache reserve a request's prompt and its
+	// whole output at admission, so nothing is ever preempted: the
+	// llama.cpp face, whose slots each own their context.
+	reserveOutput bool
 }
 
 // DefaultKVCacheTokens is the KV-cache capacity of a model configuration
@@ -393,6 +399,7 @@ func (c *Config) validate() error {
 				mc.KVCacheTokens = KVCacheTokensFor(*mc, EngineLlamaCpp)
 			}
 			mc.minPrefixShare = 0.1
+			mc.reserveOutput = true
 		}
 		if err := c.Models[i].validate(); err != nil {
 			return err

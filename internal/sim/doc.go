@@ -152,11 +152,18 @@
 // Each engine keeps a KV cache of ModelConfig.KVCacheTokens tokens in
 // blocks of BlockSize, as vLLM's automatic prefix caching does: full prompt
 // blocks are hashed in a chain and reused by later prompts with the same
-// leading tokens, so their prefill is skipped; requests wait when their
-// blocks do not fit; idle cached blocks are evicted least recently freed
-// first. Answers report usage.prompt_tokens_details.cached_tokens and
-// /metrics the vllm:kv_cache_usage_perc and vllm:prefix_cache_* families
-// (llama.cpp's names for the llama.cpp face). See kvcache.go.
+// leading tokens, so their prefill is skipped; idle cached blocks are
+// evicted least recently freed first. As in vLLM V1, a request is admitted
+// when the blocks of the prompt tokens it prefills fit, and takes output
+// blocks as it decodes; when a running request needs a block and none is
+// free, the most recently admitted one is preempted: freed, put back at the
+// front of the queue, and later recomputed (prompt and generated tokens
+// prefilled again) before it goes on generating. The llama.cpp face instead
+// reserves prompt and output at admission and never preempts. Answers
+// report usage.prompt_tokens_details.cached_tokens and /metrics the
+// vllm:kv_cache_usage_perc, vllm:prefix_cache_* and
+// vllm:num_preemptions_total families (llama.cpp's names for the llama.cpp
+// face). See kvcache.go and scheduler.go.
 //
 // # Default figures
 //

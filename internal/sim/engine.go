@@ -43,10 +43,10 @@ func (e *engine) submit(q *seq) bool {
 	return ok
 }
 
-// publishLoad copies the scheduler's gauges and prefix-cache counters to
-// the metrics; the caller holds e.mu.
+// publishLoad copies the scheduler's gauges, preemption count and
+// prefix-cache counters to the metrics; the caller holds e.mu.
 func (e *engine) publishLoad() {
-	e.m.setLoad(len(e.s.running), e.s.numWaiting())
+	e.m.setLoad(len(e.s.running), e.s.numWaiting(), e.s.preemptions)
 	if kv := e.s.kv; kv != nil {
 		e.m.setKV(kv.usage(), kv.queries, kv.hits)
 	}

@@ -4,12 +4,18 @@ package sim
 // (vllm/v1/core/block_pool.py, kv_cache_manager.py):
 //
 //   - the cache holds KVCacheTokens / BlockSize blocks of BlockSize tokens;
-//   - a request is admitted only when blocks for its prompt and its output
-//     are free (the simulator reserves the output blocks at admission, so it
-//     never has to preempt; vLLM allocates them as it decodes and preempts
-//     when it runs out). When they are not, the request waits, and so do
-//     the requests behind it (FIFO, as vLLM's scheduler stops at the first
-//     request it cannot allocate);
+//   - a waiting request is admitted when blocks for the part of its prompt
+//     this step prefills (all of it without a token budget; its first chunk
+//     with chunked prefill) are free, beyond the prefix-cache hits it reuses,
+//     and, when other requests are already scheduled in the step, beyond a
+//     watermark of 1 % of the blocks. When they are not free, the request
+//     waits, and so do the requests behind it (FIFO, as vLLM's scheduler
+//     stops at the first request it cannot allocate);
+//   - a running request gets its further blocks as its prefill chunks and
+//     its decoded tokens fill them (KVCacheManager.allocate_slots). When
+//     none is free, even after evicting idle cached blocks, the scheduler
+//     preempts the most recently admitted running request (see
+//     scheduler.preempt): its blocks are freed and it is recomputed later;
 //   - every full block of a prompt has a hash that depends on all tokens up
 //     to its end (hash chaining), so two prompts share a cached block only
 //     when they share everything before it too;
@@ -26,6 +32,10 @@ package sim
 // Output tokens and a prompt's last partial block take blocks but are not
 // cached (the simulator's output tokens are not the tokens of the next
 // prompt that repeats the answer, which the chat template re-renders).
+//
+// The llama.cpp face (ModelConfig.reserveOutput) keeps the older rule of
+// reserving the prompt and the whole output at admission: llama-server's
+// slots each own their context, and it never preempts.
 
 // kvBlock is one cached or held block.
 type kvBlock struct {
@@ -41,6 +51,8 @@ type kvCache struct {
 	blockSize int
 	capacity  int  // blocks
 	caching   bool // prefix caching on
+	reserve   bool // reserve prompt + output at admission, never grow (llama.cpp)
+	watermark int  // blocks an admission leaves free when others are scheduled
 	minShare  float64
 	used      int // blocks held by running sequences
 	cached    map[uint64]*kvBlock
@@ -53,7 +65,11 @@ type kvCache struct {
 
 func newKVCache(mc ModelConfig) *kvCache {
 	bs := max(mc.BlockSize, 1)
-	c := &kvCache{blockSize: bs, capacity: mc.KVCacheTokens / bs, caching: !mc.NoPrefixCaching, minShare: mc.minPrefixShare, cached: map[uint64]*kvBlock{}}
+	c := &kvCache{blockSize: bs, capacity: mc.KVCacheTokens / bs, caching: !mc.NoPrefixCaching, reserve: mc.reserveOutput,
+		minShare: mc.minPrefixShare, cached: map[uint64]*kvBlock{}}
+	if !c.reserve {
+		c.watermark = c.capacity / 100
+	}
 	c.lru.next, c.lru.prev = &c.lru, &c.lru
 	return c
 }
@@ -93,13 +109,27 @@ func (c *kvCache) lookup(hashes []uint64, promptTokens int) []*kvBlock {
 	return hit
 }
 
-// admit reserves the blocks of q (prompt plus output) and reports whether
-// they fit. On success q.kvHeld holds its full prompt blocks (the cached
-// ones first), q.kvAnon counts the rest, and q.cached is the number of
-// prompt tokens served from the cache.
-func (c *kvCache) admit(q *seq) bool {
-	hit := c.lookup(q.hashes, q.promptTokens)
-	need := c.blocksFor(q.promptTokens + q.target)
+// admit tries to allocate the blocks of waiting request q for a step that
+// may prefill up to budget tokens of it, and returns how many it prefills.
+// busy says whether other requests are already scheduled in the step (the
+// watermark then applies). On success q.kvHeld holds its full prompt blocks
+// (the cached ones first), q.kvAnon counts the rest, q.prefilled is the
+// number of tokens found in the cache and, on its first admission, q.cached
+// too. A request resumed after preemption looks up its prompt again (its
+// prefill covers prompt and generated tokens); its lookups are not counted
+// in queries and hits, as vLLM counts them apart (preempted_queries).
+func (c *kvCache) admit(q *seq, budget int, busy bool) (int, bool) {
+	hit := c.lookup(q.hashes, q.prefillLen)
+	computed := len(hit) * c.blockSize
+	n := min(q.prefillLen-computed, budget)
+	need := c.blocksFor(computed + n)
+	wm := 0
+	if busy {
+		wm = c.watermark
+	}
+	if c.reserve {
+		need = c.blocksFor(q.promptTokens + q.target)
+	}
 	need = min(need, c.capacity) // a request larger than the cache runs alone (validate keeps this from happening)
 	newBlocks := need - len(hit)
 	// Cached blocks nobody holds are evictable, but the hits among them are
@@ -110,12 +140,12 @@ func (c *kvCache) admit(q *seq) bool {
 			idleHits++
 		}
 	}
-	if c.capacity-c.used-idleHits < newBlocks {
-		return false
+	if c.capacity-c.used-idleHits-wm < newBlocks {
+		return 0, false
 	}
-	if c.caching {
+	if c.caching && q.preemptions == 0 {
 		c.queries += uint64(q.promptTokens)
-		c.hits += uint64(len(hit) * c.blockSize)
+		c.hits += uint64(computed)
 	}
 	for _, b := range hit {
 		if b.ref == 0 {
@@ -124,20 +154,50 @@ func (c *kvCache) admit(q *seq) bool {
 		}
 		b.ref++
 	}
-	full := min(len(q.hashes), q.promptTokens/c.blockSize)
 	q.kvHeld = append(q.kvHeld[:0], hit...)
-	for i := len(hit); i < full && i < need; i++ {
-		q.kvHeld = append(q.kvHeld, c.take())
+	q.kvAnon = 0
+	c.grow(q, newBlocks)
+	if q.preemptions == 0 {
+		q.cached = computed
 	}
-	q.kvAnon = newBlocks - (len(q.kvHeld) - len(hit))
-	for range q.kvAnon {
+	q.prefilled = computed
+	q.kvRegistered = len(hit)
+	return n, true
+}
+
+// allocate makes running request q hold blocks for its first tokens
+// tokens, taking the missing ones, and reports false, taking none, when
+// too few are free (the scheduler then preempts).
+func (c *kvCache) allocate(q *seq, tokens int) bool {
+	if c.reserve {
+		return true // everything was reserved at admission
+	}
+	n := min(c.blocksFor(tokens), c.capacity) - len(q.kvHeld) - q.kvAnon
+	if n <= 0 {
+		return true
+	}
+	if c.capacity-c.used < n {
+		return false
+	}
+	c.grow(q, n)
+	return true
+}
+
+// grow gives q n more blocks: its full prompt blocks as blocks it can enter
+// in the cache, then anonymous ones (a prompt's last partial block and its
+// output). Blocks are taken in token order, so q.kvHeld covers its first
+// blocks and q.kvAnon those after them.
+func (c *kvCache) grow(q *seq, n int) {
+	full := min(len(q.hashes), q.promptTokens/c.blockSize)
+	for range n {
+		if q.kvAnon == 0 && len(q.kvHeld) < full {
+			q.kvHeld = append(q.kvHeld, c.take())
+			continue
+		}
 		c.makeRoom()
 		c.used++
+		q.kvAnon++
 	}
-	q.cached = len(hit) * c.blockSize
-	q.prefilled = q.cached
-	q.kvRegistered = len(hit)
-	return true
 }
 
 // take returns a new held block, evicting the least recently freed cached
@@ -191,7 +251,8 @@ func (c *kvCache) computed(q *seq) {
 	q.kvRegistered = max(q.kvRegistered, upto)
 }
 
-// release frees the blocks of a sequence that finished or was aborted:
+// release frees the blocks of a sequence that finished, was aborted or was
+// preempted:
 // cached blocks become evictable, tail first; the others become empty.
 func (c *kvCache) release(q *seq) {
 	for i := len(q.kvHeld) - 1; i >= 0; i-- {

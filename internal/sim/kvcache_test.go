@@ -3,6 +3,7 @@ package sim
 import (
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -83,11 +84,11 @@ func TestPrefixCache_NoPrefixCachingComputesEverything(t *testing.T) {
 	}
 }
 
-// kvRun admits q into c, marks its whole prompt computed and, unless
-// hold, releases it.
+// kvRun admits q into c (its whole prompt in one step), marks its prompt
+// computed and, unless hold, releases it.
 func kvRun(t *testing.T, c *kvCache, q *seq, hold bool) {
 	t.Helper()
-	if !c.admit(q) {
+	if _, ok := c.admit(q, q.promptTokens, false); !ok {
 		t.Fatalf("admit refused a request of %d+%d tokens (used %d of %d blocks)", q.promptTokens, q.target, c.used, c.capacity)
 	}
 	q.prefilled = q.promptTokens
@@ -124,45 +125,48 @@ func TestPrefixCache_EvictsLeastRecentlyFreedTailFirst(t *testing.T) {
 	}
 }
 
-func TestPrefixCache_HeldBlocksAreNotEvictedAndRequestsWaitForRoom(t *testing.T) {
+func TestPrefixCache_HeldBlocksAreSharedAndRequestsWaitForRoom(t *testing.T) {
 	mc := fastModel()
 	mc.MaxModelLen, mc.KVCacheTokens, mc.BlockSize = 96, 128, 16 // 8 blocks
 	if err := mc.validate(); err != nil {
 		t.Fatal(err)
 	}
 	s := scheduler{mc: mc, kv: newKVCache(mc)}
-	x := seqWith(48, 48, 1, 2, 3) // 6 blocks
-	y := seqWith(48, 16, 1, 2, 3) // 4 blocks, 2 of them (whole blocks before the last token) shared with x once computed
-	z := seqWith(40, 24, 7, 8)    // 4 blocks, nothing shared
-	for _, q := range []*seq{x, y, z} {
-		s.enqueue(q)
-	}
+	x := seqWith(48, 48, 1, 2, 3) // 3 prompt blocks, 6 at its end
+	y := seqWith(48, 16, 1, 2, 3) // the same prompt: 2 whole blocks before its last token are x's
+	z := seqWith(80, 8, 7, 8, 9, 10, 11)
+	s.enqueue(x)
 	now := time.Unix(0, 0)
-	b := s.schedule(now)
-	s.complete(b, now)
-	// x runs (6 blocks); y fits beside it only through the 2 blocks it
-	// shares — but they were not computed when y was considered, so y
-	// reserved 4 blocks and does not fit: it and z behind it wait.
-	if len(s.running) != 1 || s.numWaiting() != 2 {
-		t.Fatalf("running %d, waiting %d; want x alone running and y, z waiting for KV blocks", len(s.running), s.numWaiting())
+	s.complete(s.schedule(now), now)
+	if x.generated != 1 || s.kv.used != 3 {
+		t.Fatalf("x: %d tokens, %d blocks held; want its first token on its 3 prompt blocks", x.generated, s.kv.used)
 	}
-	b = s.schedule(now)
-	s.complete(b, now)
-	if len(s.running) != 2 || y.cached != 32 {
-		t.Fatalf("running %d, y cached %d; want y admitted beside x on the 2 blocks it shares (32 tokens), needing only 2 new", len(s.running), y.cached)
+	s.enqueue(y)
+	s.enqueue(z)
+	s.complete(s.schedule(now), now)
+	// x's decode took its 4th block; y holds x's first 2 (computed and
+	// held, so not evictable) and 1 of its own; z's 5 prompt blocks do not
+	// fit in the 3 left: it waits.
+	if len(s.running) != 2 || y.cached != 32 || s.kv.used != 5 {
+		t.Fatalf("running %d, y cached %d, %d blocks used; want x and y running, y on the 2 blocks it shares with x (32 tokens), 5 blocks used", len(s.running), y.cached, s.kv.used)
 	}
-	if s.numWaiting() != 1 {
-		t.Fatalf("z should still wait: %d waiting", s.numWaiting())
+	if s.numWaiting() != 1 || z.cached != 0 || len(z.kvHeld) != 0 {
+		t.Fatalf("z should wait for room holding nothing: %d waiting, %d blocks held", s.numWaiting(), len(z.kvHeld))
 	}
-	for range 100 {
-		b = s.schedule(now)
+	for range 1000 {
+		b := s.schedule(now)
 		if b.empty() {
 			break
 		}
 		s.complete(b, now)
 	}
-	if len(s.running) != 0 || s.numWaiting() != 0 || z.generated != z.target {
-		t.Fatalf("not drained: running %d waiting %d, z generated %d/%d", len(s.running), s.numWaiting(), z.generated, z.target)
+	if len(s.running) != 0 || s.numWaiting() != 0 {
+		t.Fatalf("not drained: running %d waiting %d", len(s.running), s.numWaiting())
+	}
+	for _, q := range []*seq{x, y, z} {
+		if q.generated != q.target {
+			t.Errorf("a request generated %d of %d tokens", q.generated, q.target)
+		}
 	}
 	if s.kv.used != 0 {
 		t.Errorf("%d blocks still held after every request finished", s.kv.used)
@@ -245,7 +249,7 @@ func TestLive_RepeatedPromptReportsCachedTokensAndMetrics(t *testing.T) {
 	}
 }
 
-func TestLive_KVCacheUsageWhileRunning(t *testing.T) {
+func TestLive_KVCacheUsageGrowsAsTheRequestDecodes(t *testing.T) {
 	mc := fastModel()
 	mc.MaxModelLen, mc.KVCacheTokens = 1024, 4096
 	s, url := startServer(t, Config{Models: []ModelConfig{mc}, Seed: 1})
@@ -255,10 +259,36 @@ func TestLive_KVCacheUsageWhileRunning(t *testing.T) {
 		post(t, url+"/v1/completions", `{"model":"m","prompt":"`+strings.Repeat("abcd", 100)+`","max_tokens":500,"ignore_eos":true}`)
 	}()
 	waitLoad(t, s, 1, 0)
-	_, text := get(t, url+"/metrics")
-	// 100 prompt + 500 output tokens reserve 38 of 256 blocks.
-	if got, want := metricLine(t, string(text), "vllm:kv_cache_usage_perc"), fmtFloat(38.0/256); got != want {
-		t.Errorf("vllm:kv_cache_usage_perc %s while one request runs, want %s", got, want)
+	// The 100 prompt tokens take 7 of 256 blocks at admission; the output
+	// takes more as it is decoded, up to 38 blocks for 600 tokens.
+	usage := func() float64 {
+		_, text := get(t, url+"/metrics")
+		v, err := strconv.ParseFloat(metricLine(t, string(text), "vllm:kv_cache_usage_perc"), 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	first, grew := usage(), false
+	if first < 7.0/256 || first > 38.0/256 {
+		t.Errorf("vllm:kv_cache_usage_perc %g while one request runs, want between %g (its prompt) and %g (prompt and output)", first, 7.0/256, 38.0/256)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+poll:
+	for !grew && time.Now().Before(deadline) {
+		select {
+		case <-done:
+			break poll
+		case <-time.After(20 * time.Millisecond):
+		}
+		u := usage()
+		if u > 38.0/256 {
+			t.Fatalf("vllm:kv_cache_usage_perc %g, above the %g the whole sequence takes", u, 38.0/256)
+		}
+		grew = u > first
+	}
+	if !grew {
+		t.Errorf("vllm:kv_cache_usage_perc stayed at %g while the request decoded: output blocks are not allocated as tokens fill them", first)
 	}
 	<-done
 }

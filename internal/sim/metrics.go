@@ -62,6 +62,7 @@ type modelMetrics struct {
 	model        string
 	running      int
 	waiting      int
+	preemptions  uint64 // the scheduler's, for vllm:num_preemptions_total
 	promptTokens uint64
 	genTokens    uint64
 	kvUsage      float64
@@ -118,9 +119,9 @@ func newModelMetrics(mc ModelConfig) *modelMetrics {
 	return m
 }
 
-func (m *modelMetrics) setLoad(running, waiting int) {
+func (m *modelMetrics) setLoad(running, waiting int, preemptions uint64) {
 	m.mu.Lock()
-	m.running, m.waiting = running, waiting
+	m.running, m.waiting, m.preemptions = running, waiting, preemptions
 	m.mu.Unlock()
 }
 
@@ -238,7 +239,7 @@ func writeMetrics(w io.Writer, models []*modelMetrics) error {
 		}
 	}
 	counter("vllm:num_preemptions_total", "Cumulative number of preemption from the engine.",
-		func(m *modelMetrics) float64 { return 0 })
+		func(m *modelMetrics) float64 { return float64(m.preemptions) })
 	const succ = "vllm:request_success_total"
 	fmt.Fprintf(bw, "# HELP %s Count of successfully processed requests.\n# TYPE %s counter\n", succ, succ)
 	for _, m := range models {

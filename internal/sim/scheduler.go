@@ -12,8 +12,10 @@ import (
 type seq struct {
 	promptTokens int
 	target       int // tokens to generate; 0 for pooling (embedding) requests
-	prefilled    int
+	prefillLen   int // tokens the current prefill covers: the prompt, or after a preemption the prompt and the tokens generated
+	prefilled    int // of them, computed (or found in the prefix cache)
 	generated    int
+	preemptions  int // times the scheduler preempted it
 	arrival      time.Time
 	scheduled    time.Time // first step that included it
 	firstToken   time.Time
@@ -39,7 +41,8 @@ type seq struct {
 }
 
 func newSeq(promptTokens, target int) *seq {
-	return &seq{promptTokens: max(promptTokens, 1), target: target, notify: make(chan struct{}, 1)}
+	p := max(promptTokens, 1)
+	return &seq{promptTokens: p, prefillLen: p, target: target, notify: make(chan struct{}, 1)}
 }
 
 // cachedTokens returns the prompt tokens the engine found in its prefix
@@ -60,7 +63,7 @@ func (s *seq) snapshot() (tokens int, done bool) {
 func (s *seq) publish() {
 	s.mu.Lock()
 	s.pubTokens = s.generated
-	s.pubDone = s.generated >= s.target && s.prefilled >= s.promptTokens
+	s.pubDone = s.generated >= s.target && s.prefilled >= s.prefillLen
 	s.pubCached = s.cached
 	s.mu.Unlock()
 	select {
@@ -80,7 +83,7 @@ type batch struct {
 	decode  []*seq
 	prefill []prefillChunk
 	dur     time.Duration
-	tokens  int // prompt tokens prefilled in this step
+	tokens  int // prompt (and recomputed) tokens prefilled in this step
 }
 
 func (b *batch) empty() bool { return len(b.decode) == 0 && len(b.prefill) == 0 }
@@ -94,13 +97,27 @@ func (b *batch) empty() bool { return len(b.decode) == 0 && len(b.prefill) == 0 
 // prefilled in chunks over several steps (chunked prefill, on by default in
 // vLLM V1). A sequence's first token is sampled in the step that completes
 // its prefill, together with the decode tokens of the other sequences.
+//
+// KV-cache blocks are allocated as vLLM V1's scheduler allocates them (see
+// kvcache.go): a waiting request is admitted when the blocks of what this
+// step prefills of it fit; a running one gets a block whenever its prefill
+// or decoding fills the last. When none is free, the most recently admitted
+// running request is preempted (recompute mode, vLLM's only one in V1): its
+// blocks are freed, it goes back to the front of the waiting queue and,
+// when admitted again, prefills its prompt and the tokens it had generated
+// (prefix-cache hits credited), and the step that completes that prefill
+// samples its next token. Its client sees a stall; no token is lost or
+// sent twice. If the request that needs the block is itself the most
+// recent, it is the one preempted, and the step goes on without it. No
+// waiting request is admitted in a step that preempted.
 type scheduler struct {
-	mc      ModelConfig
-	kv      *kvCache // nil: no memory bound and no prefix cache
-	waiting []*seq
-	head    int // waiting[head:] are queued
-	running []*seq
-	aborted int // sequences dropped because their client went away, not yet counted
+	mc          ModelConfig
+	kv          *kvCache // nil: no memory bound and no prefix cache
+	waiting     []*seq
+	head        int // waiting[head:] are queued
+	running     []*seq
+	aborted     int    // sequences dropped because their client went away, not yet counted
+	preemptions uint64 // cumulative, for vllm:num_preemptions_total
 }
 
 func (s *scheduler) numWaiting() int { return len(s.waiting) - s.head }
@@ -115,8 +132,9 @@ func (s *scheduler) enqueue(q *seq) bool {
 	return true
 }
 
-// schedule removes cancelled sequences, admits waiting ones and returns the
-// next step's batch.
+// schedule removes cancelled sequences, allocates KV blocks (preempting
+// when they run out), admits waiting sequences and returns the next step's
+// batch.
 func (s *scheduler) schedule(now time.Time) batch {
 	s.dropCancelled()
 	budget := s.mc.MaxNumBatchedTokens
@@ -124,32 +142,55 @@ func (s *scheduler) schedule(now time.Time) batch {
 		budget = int(^uint(0) >> 1)
 	}
 	var b batch
-	for _, q := range s.running {
-		if budget <= 0 {
-			break
+	preempted := false
+	for i := 0; i < len(s.running) && budget > 0; i++ {
+		q := s.running[i]
+		n, kvTokens := 1, q.promptTokens+q.generated // a decode writes the last sampled token's KV
+		prefill := q.prefilled < q.prefillLen
+		if prefill {
+			n = min(q.prefillLen-q.prefilled, budget)
+			kvTokens = q.prefilled + n
 		}
-		if q.prefilled < q.promptTokens {
-			n := min(q.promptTokens-q.prefilled, budget)
+		if s.kv != nil && !s.kv.allocate(q, kvTokens) {
+			// Preempt from the most recently admitted down, until q's
+			// blocks fit or q itself is preempted (it was the last). The
+			// victims come after q in running, so none is in the batch yet.
+			self := false
+			for !self && !s.kv.allocate(q, kvTokens) {
+				victim := s.running[len(s.running)-1]
+				s.preempt()
+				preempted = true
+				self = victim == q
+			}
+			if self {
+				break
+			}
+		}
+		if prefill {
 			b.prefill = append(b.prefill, prefillChunk{q, n})
 			b.tokens += n
-			budget -= n
-			continue
+		} else {
+			b.decode = append(b.decode, q)
 		}
-		b.decode = append(b.decode, q)
-		budget--
+		budget -= n
 	}
-	for s.numWaiting() > 0 && len(s.running) < s.mc.MaxNumSeqs && budget > 0 {
+	for !preempted && s.numWaiting() > 0 && len(s.running) < s.mc.MaxNumSeqs && budget > 0 {
 		q := s.waiting[s.head]
-		if s.kv != nil && !s.kv.admit(q) {
-			// Not enough free KV-cache blocks: it waits, and so does
-			// everything behind it, until running sequences finish.
-			break
+		n := min(q.prefillLen-q.prefilled, budget)
+		if s.kv != nil {
+			var ok bool
+			if n, ok = s.kv.admit(q, budget, !b.empty()); !ok {
+				// Not enough free KV-cache blocks: it waits, and so does
+				// everything behind it, until running sequences free some.
+				break
+			}
 		}
 		s.waiting[s.head] = nil
 		s.head++
-		q.scheduled = now
+		if q.scheduled.IsZero() {
+			q.scheduled = now
+		}
 		s.running = append(s.running, q)
-		n := min(q.promptTokens-q.prefilled, budget)
 		b.prefill = append(b.prefill, prefillChunk{q, n})
 		b.tokens += n
 		budget -= n
@@ -166,6 +207,30 @@ func (s *scheduler) schedule(now time.Time) batch {
 		b.dur += s.mc.PrefillBase + time.Duration(b.tokens)*s.mc.PrefillPerToken
 	}
 	return b
+}
+
+// preempt preempts the most recently admitted running sequence, as vLLM's
+// _preempt_request does in recompute mode: it frees its blocks and puts it
+// at the front of the waiting queue, keeping the tokens it generated; its
+// next prefill covers them and its prompt.
+func (s *scheduler) preempt() {
+	last := len(s.running) - 1
+	q := s.running[last]
+	s.running[last] = nil
+	s.running = s.running[:last]
+	s.kv.release(q)
+	q.prefillLen = q.promptTokens + q.generated
+	q.prefilled = 0
+	q.preemptions++
+	s.preemptions++
+	if s.head > 0 {
+		s.head--
+		s.waiting[s.head] = q
+	} else {
+		s.waiting = append(s.waiting, nil)
+		copy(s.waiting[1:], s.waiting)
+		s.waiting[0] = q
+	}
 }
 
 // complete applies a finished step at time end: every decoding sequence
@@ -185,10 +250,16 @@ func (s *scheduler) complete(b batch, end time.Time) []*seq {
 		if s.kv != nil {
 			s.kv.computed(q)
 		}
-		if q.prefilled >= q.promptTokens {
-			if q.target > 0 {
+		if q.prefilled >= q.prefillLen {
+			switch {
+			case q.target == 0:
+			case q.generated == 0:
 				q.generated = 1
 				q.firstToken = end
+				q.lastToken = end
+			default: // recomputed after a preemption: the next token
+				q.generated++
+				q.prevToken = q.lastToken
 				q.lastToken = end
 			}
 			touched = append(touched, q)
@@ -196,7 +267,7 @@ func (s *scheduler) complete(b batch, end time.Time) []*seq {
 	}
 	kept := s.running[:0]
 	for _, q := range s.running {
-		if q.prefilled >= q.promptTokens && q.generated >= q.target {
+		if q.prefilled >= q.prefillLen && q.generated >= q.target {
 			if s.kv != nil {
 				s.kv.release(q)
 			}
