@@ -529,21 +529,31 @@ models:
 	}
 }
 
+// failingLocalFallback starts a relay where model local (on backend vllm,
+// an engine of context window whose chat answers fail) falls back to
+// model cloud (on backend api, an engine of the same window that
+// answers); localExtra and cloudExtra are more of each model's settings.
+func failingLocalFallback(t *testing.T, window int, localExtra, cloudExtra string) (*httptest.Server, *recAdmission, *recLedger, *contextEngine) {
+	t.Helper()
+	local, cloud := newContextEngineOf(t, "vllm", 10, window), newContextEngineOf(t, "vllm", 10, window)
+	local.fail.Store(true)
+	srv, adm, led := fitRelayModels(t, fmt.Sprintf(`backends:
+  vllm: {url: %s/v1}
+  api: {url: %s/v1}
+models:
+  local: {backend: vllm, upstream_model: m, fallbacks: [cloud]%s}
+  cloud: {backend: api, upstream_model: m%s}
+`, local.URL, cloud.URL, localExtra, cloudExtra))
+	return srv, adm, led, cloud
+}
+
 // TestSettle_FallbackServedNamesTheServingModelToTheTicket: when every
 // deployment of the model failed and its fallback served, the ticket is
 // told the fallback's name (it prices the record at that model's prices);
 // when the model itself served, it is told "". The record keeps the
 // requested model and names the fallback's deployment.
 func TestSettle_FallbackServedNamesTheServingModelToTheTicket(t *testing.T) {
-	local, cloud := newContextEngineOf(t, "vllm", 10, 1000), newContextEngineOf(t, "vllm", 10, 1000)
-	local.fail.Store(true)
-	srv, adm, led := fitRelayModels(t, fmt.Sprintf(`backends:
-  vllm: {url: %s/v1}
-  api: {url: %s/v1}
-models:
-  local: {backend: vllm, upstream_model: m, fallbacks: [cloud]}
-  cloud: {backend: api, upstream_model: m}
-`, local.URL, cloud.URL))
+	srv, adm, led, _ := failingLocalFallback(t, 1000, "", "")
 	for _, model := range []string{"local", "cloud"} {
 		status, _, answer := post(t, srv.URL+"/v1/chat/completions", `{"model":"`+model+`","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}`)
 		if status != 200 {
@@ -566,15 +576,7 @@ models:
 // window is the user's word), so the limit it gets is fitted to 500, not
 // to the requested model's.
 func TestFit_AFallbackDeploymentIsSizedByTheFallbackModelsContextWindow(t *testing.T) {
-	local, cloud := newContextEngineOf(t, "vllm", 10, 8000), newContextEngineOf(t, "vllm", 10, 8000)
-	local.fail.Store(true)
-	srv, _, _ := fitRelayModels(t, fmt.Sprintf(`backends:
-  vllm: {url: %s/v1}
-  api: {url: %s/v1}
-models:
-  local: {backend: vllm, upstream_model: m, fallbacks: [cloud]}
-  cloud: {backend: api, upstream_model: m, context_window: 500}
-`, local.URL, cloud.URL))
+	srv, _, _, cloud := failingLocalFallback(t, 8000, "", ", context_window: 500")
 	status, hdr, answer := post(t, srv.URL+"/v1/chat/completions", `{"model":"local","max_tokens":2000,"messages":[{"role":"user","content":"hi"}]}`)
 	if status != 200 {
 		t.Fatalf("%d %s", status, answer)
@@ -594,15 +596,7 @@ models:
 // API taking reasoning_effort) reaches cloud shaped by cloud's options —
 // a cloud API refuses chat_template_kwargs, so the fallback would fail.
 func TestFallback_TheFallbacksDeploymentGetsItsModelsChatOptions(t *testing.T) {
-	local, cloud := newContextEngineOf(t, "vllm", 10, 8000), newContextEngineOf(t, "vllm", 10, 8000)
-	local.fail.Store(true)
-	srv, _, _ := fitRelayModels(t, fmt.Sprintf(`backends:
-  vllm: {url: %s/v1}
-  api: {url: %s/v1}
-models:
-  local: {backend: vllm, upstream_model: m, fallbacks: [cloud], reasoning: {preset: qwen3}}
-  cloud: {backend: api, upstream_model: m, reasoning: {effort: reasoning_effort}}
-`, local.URL, cloud.URL))
+	srv, _, _, cloud := failingLocalFallback(t, 8000, ", reasoning: {preset: qwen3}", ", reasoning: {effort: reasoning_effort}")
 	status, _, answer := post(t, srv.URL+"/v1/messages", `{"model":"local","max_tokens":2000,"thinking":{"type":"enabled","budget_tokens":1024},"messages":[{"role":"user","content":"hi"}]}`)
 	if status != 200 {
 		t.Fatalf("%d %s", status, answer)
