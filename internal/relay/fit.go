@@ -59,7 +59,9 @@ func (rl *Relay) pick(c *Call, hint *router.Hint) (router.Deployment, bool) {
 	if rl.opt.Engines == nil || !(req.Dialect.Generates() && req.OutputLimit > 0 || req.Dialect == codec.Messages && req.Stream) {
 		return router.Deployment{}, false
 	}
-	return c.Table.Pick(c.route, hint)
+	dep, ok := c.Table.Pick(c.route, hint)
+	c.countLater = !ok && len(c.fallbacks) > 0
+	return dep, ok
 }
 
 // count is the count stage at dep, the deployment the router will try
@@ -114,12 +116,20 @@ func (c *Call) requestFor(dep router.Deployment) *codec.Request {
 
 // recount is the count stage again for an attempt at dep when the count
 // ran at another deployment (the router's pick failed and a retry or
-// fallback went elsewhere): the output limit is fitted to dep's context,
+// fallback went elsewhere), or did not run because the model had no
+// deployment to try and a fallback's serves: the output limit is fitted to
+// dep's context,
 // and a Messages stream's input_tokens counted by dep's tokenizer. The
 // count is kept per backend and model (promptTokens), so going back to a
 // deployment counted before asks its tokenizer nothing.
 func (rl *Relay) recount(ctx context.Context, w http.ResponseWriter, c *Call, dep router.Deployment) error {
-	if c.countedOn == nil || c.countedOn == dep.Backend && c.countedUp == dep.UpstreamModel {
+	if c.countedOn == nil && (!c.countLater || c.routeOf(dep) == c.route) {
+		// Not counted at all: nothing needed it, or the model's own
+		// deployment (a half-open breaker's probe) is not asked for a
+		// count; a fallback's is, when the model had none to try.
+		return nil
+	}
+	if c.countedOn == dep.Backend && c.countedUp == dep.UpstreamModel {
 		return nil
 	}
 	c.countedOn, c.countedUp = dep.Backend, dep.UpstreamModel

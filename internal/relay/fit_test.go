@@ -27,6 +27,7 @@ type contextEngine struct {
 	mu        sync.Mutex
 	bodies    []map[string]any
 	tokenizes atomic.Int32 // POST /tokenize calls
+	generates atomic.Int32 // POST /v1/... calls, failed ones included
 	// fail, when set, answers every generation 500 (its tokenizer still
 	// counts).
 	fail atomic.Bool
@@ -68,6 +69,7 @@ func newContextEngineOf(t *testing.T, source string, promptTokens, window int) *
 			e.tokenizes.Add(1)
 			fmt.Fprintf(w, `{"count":%d,"max_model_len":1000,"tokens":[]}`, promptTokens)
 		case strings.HasPrefix(r.URL.Path, "/v1/") && r.Method == http.MethodPost:
+			e.generates.Add(1)
 			if e.fail.Load() {
 				http.Error(w, `{"error":{"message":"CUDA out of memory"}}`, http.StatusInternalServerError)
 				return
@@ -607,5 +609,38 @@ func TestFallback_TheFallbacksDeploymentGetsItsModelsChatOptions(t *testing.T) {
 	}
 	if got["reasoning_effort"] != "low" {
 		t.Errorf("the fallback's reasoning_effort = %v, want low (a 1024-token budget), from cloud's own options: %v", got["reasoning_effort"], got)
+	}
+}
+
+// TestFit_AFallbackCountsWhenTheModelHadNoDeploymentToTry: local's breaker
+// is open (one failure opens it here), so the router has no deployment of
+// local to count at; the request goes straight to cloud, whose configured
+// 500-token context is what its output limit is fitted to there.
+func TestFit_AFallbackCountsWhenTheModelHadNoDeploymentToTry(t *testing.T) {
+	local, cloud := newContextEngineOf(t, "vllm", 10, 8000), newContextEngineOf(t, "vllm", 10, 8000)
+	local.fail.Store(true)
+	srv, _, _ := fitRelayModels(t, fmt.Sprintf(`routing:
+  circuit_breaker: {consecutive_failures: 1, open_for: 1h}
+backends:
+  vllm: {url: %s/v1}
+  api: {url: %s/v1}
+models:
+  local: {backend: vllm, upstream_model: m, fallbacks: [cloud]}
+  cloud: {backend: api, upstream_model: m, context_window: 500}
+`, local.URL, cloud.URL))
+	body := `{"model":"local","max_tokens":2000,"messages":[{"role":"user","content":"hi"}]}`
+	if status, _, answer := post(t, srv.URL+"/v1/chat/completions", body); status != 200 {
+		t.Fatalf("first request (opens local's breaker): %d %s", status, answer)
+	}
+	before := local.generates.Load()
+	status, _, answer := post(t, srv.URL+"/v1/chat/completions", body)
+	if status != 200 {
+		t.Fatalf("%d %s", status, answer)
+	}
+	if local.generates.Load() != before {
+		t.Fatal("local was asked again: its breaker is not open, and the test shows nothing")
+	}
+	if got, _ := cloud.last()["max_tokens"].(float64); got < 1 || got >= 500 {
+		t.Fatalf("the fallback got max_tokens %v, want it fitted to its model's 500-token context", cloud.last()["max_tokens"])
 	}
 }

@@ -106,6 +106,10 @@ type Call struct {
 	// at (the router's pick), so that an attempt elsewhere counts again.
 	countedOn *provider.Backend
 	countedUp string
+	// countLater says the request wanted the count stage but the router
+	// had no deployment of the model to try: a fallback's deployment
+	// counts it when the request gets there (recount).
+	countLater bool
 	// unsized says the output limit was not fitted: the deployment's
 	// context length was not known (a local engine not started yet).
 	unsized bool
