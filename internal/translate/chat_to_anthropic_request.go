@@ -272,11 +272,14 @@ func (t *turns) close() {
 	case n == 0:
 	case len(t.rest) == 0:
 		blocks = t.results
-	case n == cap(t.results) && &t.all[n] == &t.rest[0]:
-		// Every tool message is one result, so the results fill the front
-		// exactly and the rest follows them in the same array.
+	case n == cap(t.results) && n < len(t.all) && &t.all[n] == &t.rest[0]:
+		// The results filled the front exactly and the rest follows them
+		// in the same array.
 		blocks = t.all[:n+len(t.rest)]
-	default: // not reached while the sizes hold
+	default:
+		// The turn outgrew its size: a message that adds nothing (an
+		// empty assistant message) did not end it where open stopped
+		// counting, so more results or blocks came than it made room for.
 		blocks = append(append(make([]anthropic.ContentBlock, 0, n+len(t.rest)), t.results...), t.rest...)
 	}
 	t.msgs = append(t.msgs, anthropic.MessageParam{Role: t.role, Content: anthropic.Content{Blocks: blocks}})

@@ -288,6 +288,38 @@ func TestChatToAnthropicRequest_TurnsKeepOrderAcrossAlternatingMessages(t *testi
 	}
 }
 
+// A message that adds no block (an empty assistant message) does not end
+// the turn before it, so the turn may get more than open sized it for:
+// here a tool result after it, in a user turn sized for its one text. (It
+// indexed past the turn's array and panicked.)
+func TestChatToAnthropicRequest_ATurnOutgrowingItsSizeKeepsItsOrder(t *testing.T) {
+	for _, msgs := range []string{
+		`{"role":"user","content":"a"},{"role":"assistant","content":""},{"role":"tool","tool_call_id":"x","content":"r"}`,
+		`{"role":"tool","tool_call_id":"x","content":"r"},{"role":"assistant","content":""},{"role":"user","content":"a"},{"role":"tool","tool_call_id":"y","content":"s"}`,
+		`{"role":"user","content":"a"},{"role":"assistant","content":""},{"role":"user","content":[{"type":"text","text":"b"},{"type":"text","text":"c"}]}`,
+	} {
+		var req openai.ChatCompletionRequest
+		if err := json.Unmarshal([]byte(`{"model":"c","messages":[`+msgs+`]}`), &req); err != nil {
+			t.Fatal(err)
+		}
+		out, err := ChatToAnthropicRequest(&req)
+		if err != nil {
+			t.Fatalf("%s: %v", msgs, err)
+		}
+		if len(out.Messages) != 1 || out.Messages[0].Role != "user" {
+			t.Fatalf("%s: messages %s, want one user turn", msgs, mustJSON(out.Messages))
+		}
+		blocks := out.Messages[0].Content.Blocks
+		seenText := false
+		for _, b := range blocks {
+			if b.Type == "tool_result" && seenText {
+				t.Fatalf("%s: a tool result after the turn's text: %s", msgs, mustJSON(blocks))
+			}
+			seenText = seenText || b.Type == "text"
+		}
+	}
+}
+
 func TestChatToAnthropicRequest_RejectsBadImageURLs(t *testing.T) {
 	for _, u := range []string{"data:image/png,notbase64", "ftp://x/y.png", "data:;base64,AAAA"} {
 		req := openai.ChatCompletionRequest{Model: "c", Messages: []openai.ChatMessage{{Role: "user",
