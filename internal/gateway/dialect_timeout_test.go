@@ -661,10 +661,10 @@ func TestDialectTimeout_MessagesStreamSurvivesKeepAliveGap(t *testing.T) {
 	up := newUpstream(t, "pings", keepAliveThen(keepAliveGap, true))
 	gw := startDialectGW(t, fmt.Sprintf(`
 backends:
-  pings: {url: %s, idle_timeout: 600ms}
+  pings: {url: %s, idle_timeout: %s}
 models:
   m: {backend: pings}
-`, up.URL))
+`, up.URL, keepAliveIdle))
 	text, err := readAnthropicStream(t, gw.anthropicClient(), dialectCtx(t), "m")
 	if err != nil || text != "part0 from pings" {
 		t.Fatalf("text %q, err %v; want the whole answer", text, err)

@@ -704,23 +704,27 @@ func keepAliveThen(gap time.Duration, first bool) func(*faultUpstream, http.Resp
 // another llmgate waiting for its engine) is alive: idle_timeout does not
 // cut it.
 //
-// keepAliveGap is longer than the 600 ms idle_timeout of these tests, with
-// a comment every 40 ms: 15 times the margin, since a race build on a
-// loaded 2-core machine has stalled a stream past a 200 ms one.
-const keepAliveGap = 900 * time.Millisecond
+// keepAliveGap is longer than the keepAliveIdle idle_timeout of these
+// tests, with a comment every 40 ms: over 35 times the margin, since a race
+// build on a loaded 2-core machine has stalled a stream past a 200 ms one,
+// and once (the whole suite running) past 600 ms.
+const (
+	keepAliveGap  = 2250 * time.Millisecond
+	keepAliveIdle = "1500ms"
+)
 
 func TestFailover_CommentKeepAlivesResetTheIdleGap(t *testing.T) {
 	t.Parallel()
 	up := newUpstream(t, "pings", keepAliveThen(keepAliveGap, true))
 	gw := startFaultGW(t, fmt.Sprintf(`
 backends:
-  pings: {url: %s, idle_timeout: 600ms}
+  pings: {url: %s, idle_timeout: %s}
 models:
   m: {backend: pings}
-`, up.URL))
+`, up.URL, keepAliveIdle))
 	code, _, body := gw.chat("m", true)
 	if code != 200 || !strings.Contains(body, "part0") || !strings.Contains(body, "from pings") || strings.Contains(body, "idle") {
-		t.Fatalf("status %d body %q; want the whole answer across a 900ms gap of keep-alives", code, body)
+		t.Fatalf("status %d body %q; want the whole answer across a gap of keep-alives longer than idle_timeout", code, body)
 	}
 }
 
