@@ -411,9 +411,8 @@ func (r *Request) countPrompts(s jsonscan.Span, generates bool) {
 		switch c := list[v.Start]; {
 		case c == '[': // one prompt of token ids
 			prompts++
-			n := int64(0)
-			_ = jsonscan.Elements(list[v.Start:v.End], func(int, jsonscan.Span) bool { n++; return true })
-			ids += n
+			n, _ := jsonscan.Len(list[v.Start:v.End])
+			ids += int64(n)
 			r.idBytes += v.End - v.Start
 		case c == '-' || c >= '0' && c <= '9': // the list itself is one prompt of token ids
 			ids++

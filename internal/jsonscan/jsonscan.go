@@ -118,6 +118,14 @@ func Elements(doc []byte, fn func(i int, val Span) bool) error {
 	}
 }
 
+// Len returns the number of elements of the JSON array doc (what
+// Elements would call fn for), or Elements' error.
+func Len(doc []byte) (int, error) {
+	n := 0
+	err := Elements(doc, func(int, Span) bool { n++; return true })
+	return n, err
+}
+
 // Find returns the spans of the named top-level keys, in the order given.
 func Find(doc []byte, names ...string) ([]Span, error) {
 	out := make([]Span, len(names))

@@ -2,6 +2,7 @@ package jsonscan
 
 import (
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 )
@@ -126,5 +127,16 @@ func TestFields_StringsWithEscapedQuotesAndBackslashes(t *testing.T) {
 	}
 	if err := Fields([]byte(`{"a":"x\"}`), func([]byte, Span) bool { return true }); err == nil {
 		t.Fatal("a string whose last quote is escaped was taken as closed")
+	}
+}
+
+func TestLen_CountsTopLevelElementsOnly(t *testing.T) {
+	for doc, want := range map[string]int{`[]`: 0, ` [ 1 ] `: 1, `[1,[2,3],{"a":[4]},"x,y"]`: 4} {
+		if n, err := Len([]byte(doc)); err != nil || n != want {
+			t.Errorf("Len(%s) = %d, %v; want %d", doc, n, err, want)
+		}
+	}
+	if _, err := Len([]byte(`{"a":1}`)); !errors.Is(err, ErrNotArray) {
+		t.Errorf("Len of an object: %v, want ErrNotArray", err)
 	}
 }

@@ -257,12 +257,11 @@ func (c *Content) UnmarshalJSON(b []byte) error {
 // growth (an array of 200,000 empty text blocks took ~70 bytes of garbage
 // per byte of JSON).
 func decodeBlocks(arr []byte) ([]ContentBlock, error) {
-	n := 0
-	if err := jsonscan.Elements(arr, func(int, jsonscan.Span) bool { n++; return true }); err != nil {
+	n, err := jsonscan.Len(arr)
+	if err != nil {
 		return nil, err
 	}
 	blocks := make([]ContentBlock, n)
-	var err error
 	_ = jsonscan.Elements(arr, func(i int, val jsonscan.Span) bool {
 		elem := arr[val.Start:val.End]
 		blk := &blocks[i]

@@ -63,8 +63,8 @@ func decodeString(b []byte) (string, error) {
 // doubling then by a quarter, which for an array of many small elements
 // allocated several times the final slice. Not an array: a nil slice.
 func Presized[T any](arr []byte) []T {
-	n := 0
-	if jsonscan.Elements(arr, func(int, jsonscan.Span) bool { n++; return true }) != nil {
+	n, err := jsonscan.Len(arr)
+	if err != nil {
 		return nil
 	}
 	return make([]T, 0, n)
