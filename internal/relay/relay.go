@@ -349,7 +349,7 @@ func (rl *Relay) forward(ctx context.Context, w http.ResponseWriter, c *Call, hi
 		ctx = router.WithLane(ctx, rl.lane(w, c))
 	}
 	if c.fallbacksCut {
-		ctx = router.WithFallbackFilter(ctx, c.Principal.Key.Allows)
+		ctx = router.WithFallbacks(ctx, c.fallbacks)
 	}
 	err := c.Table.ForwardHint(ctx, c.route, hint, func(ctx context.Context, dep router.Deployment) (bool, error) {
 		attempts++

@@ -40,8 +40,10 @@ func (t *Table) Forward(ctx context.Context, route *Route, attempt Attempt) erro
 // hint that Pick filled in has the deployment Pick named tried first.
 func (t *Table) ForwardHint(ctx context.Context, route *Route, hint Hint, attempt Attempt) error {
 	fallbacks := route.fallbacks
-	if allow, ok := ctx.Value(fallbackFilterKey{}).(func(string) bool); ok && len(fallbacks) > 0 {
-		fallbacks = allowedFallbacks(fallbacks, allow)
+	if len(fallbacks) > 0 {
+		if fb, ok := ctx.Value(fallbacksKey{}).([]*Route); ok {
+			fallbacks = fb
+		}
 	}
 	if len(route.Deployments) == 1 && len(fallbacks) == 0 {
 		// The common single-deployment route: no ordering, no retries.
@@ -140,25 +142,14 @@ func (t *Table) ForwardHint(ctx context.Context, route *Route, hint Hint, attemp
 	return exhausted(route, lastErr, tried[:attempts], codes[:attempts])
 }
 
-type fallbackFilterKey struct{}
+type fallbacksKey struct{}
 
-// WithFallbackFilter returns ctx for a Forward whose request may fall back
-// only to the fallback models allow accepts (the key's model allow-list:
-// a key must not reach, by failing its own model, one it may not name).
-func WithFallbackFilter(ctx context.Context, allow func(model string) bool) context.Context {
-	return context.WithValue(ctx, fallbackFilterKey{}, allow)
-}
-
-// allowedFallbacks returns the routes of fallbacks whose model allow
-// accepts.
-func allowedFallbacks(fallbacks []*Route, allow func(string) bool) []*Route {
-	var out []*Route
-	for _, f := range fallbacks {
-		if allow(f.Model) {
-			out = append(out, f)
-		}
-	}
-	return out
+// WithFallbacks returns ctx for a Forward whose request may fall back only
+// to fallbacks, a subset of the route's (those the key's model allow-list
+// names: a key must not reach, by failing its own model, one it may not
+// name).
+func WithFallbacks(ctx context.Context, fallbacks []*Route) context.Context {
+	return context.WithValue(ctx, fallbacksKey{}, fallbacks)
 }
 
 // unprobe gives back a half-open breaker's probe that was not used.
