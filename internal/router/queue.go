@@ -119,7 +119,19 @@ func (t *Table) admit(ctx context.Context, r *Route, d Deployment, elsewhere fun
 	if s, ok := q.TryAcquire(lane.Key, lane.Weight); ok {
 		return s, nil
 	}
+	// queue_timeout bounds the whole wait here, however often the request
+	// set out for room elsewhere that another request took first.
+	var deadline time.Time
+	if d.QueueTimeout > 0 {
+		deadline = time.Now().Add(d.QueueTimeout)
+	}
 	for {
+		timeout := d.QueueTimeout
+		if !deadline.IsZero() {
+			if timeout = time.Until(deadline); timeout <= 0 {
+				return nil, queueTimeout(r, d, q.Stats())
+			}
+		}
 		// The signals first, then the look: room that comes between
 		// them still wakes the wait.
 		var bells []<-chan struct{}
@@ -131,7 +143,7 @@ func (t *Table) admit(ctx context.Context, r *Route, d Deployment, elsewhere fun
 		if elsewhere != nil && elsewhere() {
 			return nil, errElsewhere
 		}
-		slot, err := t.wait(ctx, q, lane, d.QueueTimeout, bells)
+		slot, err := t.wait(ctx, q, lane, timeout, bells)
 		if err == nil && slot != nil {
 			return slot, nil
 		}
@@ -192,31 +204,43 @@ var errElsewhere = errors.New("router: an equal deployment has room")
 // roomier returns the index in order, after k and in k's priority group,
 // of a deployment that may be tried now and has a free slot; -1 if none.
 func (t *Table) roomier(r *Route, order []int, k int) int {
-	deps := r.Deployments
-	now := t.opt.Now()
-	for j := k + 1; j < len(order) && deps[order[j]].Priority == deps[order[k]].Priority; j++ {
-		s := deps[order[j]].s
-		if s.q.HasRoom() && !s.be.down.Load() && s.br.readyAt(now).IsZero() {
-			return j
+	found := -1
+	t.eachPeer(r, order, k, func(j int, s *depState) bool {
+		if s.q.HasRoom() {
+			found = j
+			return false
 		}
-	}
-	return -1
+		return true
+	})
+	return found
 }
 
 // peerQueues returns the fair queues of the deployments after k in order
 // and in k's priority group that may be tried now: where a request waiting
 // in k's queue may go when one of them gets room.
 func (t *Table) peerQueues(r *Route, order []int, k int) []*fairq.Queue {
-	deps := r.Deployments
-	now := t.opt.Now()
 	var qs []*fairq.Queue
-	for j := k + 1; j < len(order) && deps[order[j]].Priority == deps[order[k]].Priority; j++ {
-		s := deps[order[j]].s
-		if s.q.Active() && !s.be.down.Load() && s.br.readyAt(now).IsZero() {
+	t.eachPeer(r, order, k, func(_ int, s *depState) bool {
+		if s.q.Active() {
 			qs = append(qs, s.q)
 		}
-	}
+		return true
+	})
 	return qs
+}
+
+// eachPeer calls fn with the index in order and the state of each
+// deployment after k in order and in k's priority group that may be tried
+// now (not down, breaker closed), until fn returns false.
+func (t *Table) eachPeer(r *Route, order []int, k int, fn func(j int, s *depState) bool) {
+	deps := r.Deployments
+	now := t.opt.Now()
+	for j := k + 1; j < len(order) && deps[order[j]].Priority == deps[order[k]].Priority; j++ {
+		s := deps[order[j]].s
+		if !s.be.down.Load() && s.br.readyAt(now).IsZero() && !fn(j, s) {
+			return
+		}
+	}
 }
 
 // queueTimeout is the 429 of a request that waited the whole
