@@ -49,16 +49,11 @@ func (m *Manager) List() []Status {
 	out := make([]Status, 0, len(m.names))
 	for _, n := range m.names {
 		e := m.engines[n]
-		if m.isRetired(n) {
-			if e.run == nil && e.state == StateStopped {
-				continue
-			}
-			st := e.status()
-			st.Retired = true
-			out = append(out, st)
+		st := e.status()
+		if st.Retired = m.isRetired(n); st.Retired && e.run == nil && e.state == StateStopped {
 			continue
 		}
-		out = append(out, e.status())
+		out = append(out, st)
 	}
 	return out
 }
