@@ -238,6 +238,8 @@ func hoistSystem(msgs []openai.ChatMessage, inPlace bool) []openai.ChatMessage {
 	return append([]openai.ChatMessage{{Role: "system", Content: openai.TextContent(strings.Join(sys, "\n\n"))}}, rest...)
 }
 
+// appendInputItem appends the chat messages of one input item other than
+// a reasoning one (ResponsesToChatWith joins each run of those).
 func appendInputItem(msgs []openai.ChatMessage, it *openai.InputItem, path string) ([]openai.ChatMessage, error) {
 	typ := it.Type
 	if typ == "" && it.Role != "" {
@@ -278,8 +280,6 @@ func appendInputItem(msgs []openai.ChatMessage, it *openai.InputItem, path strin
 			text = strings.Join(parts, "\n\n")
 		}
 		return append(msgs, openai.ChatMessage{Role: "tool", ToolCallID: it.CallID, Content: openai.TextContent(text)}), nil
-	case "reasoning":
-		return appendReasoning(msgs, inputReasoning(it)), nil
 	default:
 		return nil, badRequest(path+".type", "%s: input item type %q is not supported for chat-only backends; send message, function_call and function_call_output items", path, typ)
 	}
