@@ -141,6 +141,7 @@ func New(cfg *config.Config, opt Options) (*Manager, error) {
 	m.state.reapOrphans()
 	groups := map[string]*group{}
 	var holds []net.Listener // kept open until every port is chosen, so ports differ
+	lo, hi := ephemeralRange()
 	defer func() {
 		for _, l := range holds {
 			l.Close()
@@ -150,7 +151,7 @@ func New(cfg *config.Config, opt Options) (*Manager, error) {
 		ec := cfg.Engines[name]
 		port := ec.Port
 		if port == 0 {
-			l, err := net.Listen("tcp", "127.0.0.1:0")
+			l, err := pickPort(lo, hi, func(addr string) (net.Listener, error) { return net.Listen("tcp", addr) })
 			if err != nil {
 				return nil, fmt.Errorf("engine %q: pick a free port: %w", name, err)
 			}
