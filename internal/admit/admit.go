@@ -22,9 +22,10 @@
 // the reservation of a request to a model with fallbacks is priced at the
 // highest input and output prices among the model and its fallbacks
 // (AdmitRequest.Fallbacks; the relay's OutputTokens is already the most
-// over their deployments). Per-model rate limits and concurrency are the
-// requested model's: a fallback model's own are not applied to requests
-// that reach it as a fallback.
+// over their deployments). Per-model rate limits and concurrency apply to
+// the requested model at admission, and to a fallback model when the
+// request reaches it (AdmitFallback): a fallback whose own limits refuse
+// the request is skipped.
 package admit
 
 import (
@@ -361,6 +362,48 @@ func (a *Admission) Admit(ctx context.Context, req policy.AdmitRequest) (policy.
 	t := ticketPool.Get().(*ticket)
 	t.a, t.policy, t.lease, t.rates = a, policy, lease, ratesOf(&d)
 	return t, nil
+}
+
+var _ policy.FallbackAdmission = (*Admission)(nil)
+
+// AdmitFallback implements policy.FallbackAdmission: the fallback model's
+// own rpm, tpm and max_concurrency, on the request's estimate for that
+// model. The key was charged by Admit (its budget reserved at the dearest
+// prices among the model and its fallbacks) and is not charged again; the
+// master key passes, as in Admit.
+func (a *Admission) AdmitFallback(ctx context.Context, req policy.AdmitRequest) (func(tokens int64), error) {
+	m := a.models[req.Model]
+	if req.Principal.Master || m == nil || (m.policy.RPM <= 0 && m.policy.TPM <= 0 && m.policy.MaxConc <= 0) {
+		return nil, nil
+	}
+	prompt, out := a.estimate(req)
+	lr := limit.Request{N: 1, Tokens: sat.Add(prompt, out)}
+	s := &lr.Scopes[0]
+	s.ID, s.RPM, s.TPM, s.MaxConc = m.scope, m.policy.RPM, m.policy.TPM, m.policy.MaxConc
+	lease, d, err := a.lim.Acquire(ctx, lr)
+	if err != nil && ctx.Err() != nil {
+		return nil, apierror.ClientClosed(ctx.Err())
+	}
+	if err != nil {
+		if now := a.now().Unix(); !errors.Is(err, limit.ErrUnavailable) && a.failLogs.Swap(now) != now {
+			a.log.Warn("limiter unavailable; admitting without limits", "err", err)
+		}
+		return nil, nil
+	}
+	if !d.Allowed {
+		return nil, a.refusal(req, &d, lr.Tokens, 0)
+	}
+	return func(tokens int64) {
+		ctx := context.Background()
+		if !a.local {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, 2*time.Second)
+			defer cancel()
+		}
+		if err := a.lim.Release(ctx, lease, max(tokens, 0), 0); err != nil {
+			a.log.Warn("limiter release failed; concurrency slots expire with their lease", "model", req.Model, "err", err)
+		}
+	}, nil
 }
 
 // estimate returns the prompt and output tokens to reserve: the gateway's

@@ -243,17 +243,36 @@ type admission struct {
 func (a admission) Admit(ctx context.Context, req policy.AdmitRequest) (policy.Ticket, error) {
 	t, err := a.next.Admit(ctx, req)
 	if err != nil {
-		reason, status := "refused", 429
-		var ae *apierror.Error
-		if errors.As(err, &ae) {
-			reason, status = ae.Code, ae.Status
-			if reason == "" {
-				reason = string(ae.Kind)
-			}
-		}
-		a.m.Refused(reason, status)
+		a.refused(err)
 	}
 	return t, err
+}
+
+// refused counts a refusal under its error code.
+func (a admission) refused(err error) {
+	reason, status := "refused", 429
+	var ae *apierror.Error
+	if errors.As(err, &ae) {
+		reason, status = ae.Code, ae.Status
+		if reason == "" {
+			reason = string(ae.Kind)
+		}
+	}
+	a.m.Refused(reason, status)
+}
+
+// AdmitFallback passes a fallback model's admission through (none when
+// the wrapped Admission has none), counting its refusals too.
+func (a admission) AdmitFallback(ctx context.Context, req policy.AdmitRequest) (func(int64), error) {
+	fa, ok := a.next.(policy.FallbackAdmission)
+	if !ok {
+		return nil, nil
+	}
+	release, err := fa.AdmitFallback(ctx, req)
+	if err != nil {
+		a.refused(err)
+	}
+	return release, err
 }
 
 // Precheck passes a pre-body check through, counting its refusals too.

@@ -94,6 +94,21 @@ type Ticket interface {
 	Done(rec *usage.Record, servedBy string)
 }
 
+// FallbackAdmission is an Admission that also applies a fallback model's
+// own limits (its rpm, tpm and max_concurrency, across all keys) to a
+// request that reaches it as a fallback, as Admit applies the requested
+// model's.
+type FallbackAdmission interface {
+	// AdmitFallback is asked before the request's first attempt at a
+	// deployment of the fallback model req.Model (req is what Admit got,
+	// with Model the fallback's and OutputTokens its own bound). A refusal
+	// is an *apierror.Error (429), and the fallback model is skipped.
+	// Otherwise release, when not nil, gives the capacity back once the
+	// request ends: tokens is what the fallback served (0 when another
+	// model served the request).
+	AdmitFallback(ctx context.Context, req AdmitRequest) (release func(tokens int64), err error)
+}
+
 // RateLimitTicket is a Ticket of a request under rate limits (a key's, a
 // model's). RateLimitHeaders is called once, right after admission and
 // before anything is written, so every answer to the request - a success,

@@ -92,7 +92,10 @@ type Call struct {
 	fallbackNames []string
 	fallbacksCut  bool
 	ticket        policy.Ticket
-	enc           codec.EncodeOptions
+	// entered holds what the fallback models the request reached took of
+	// their own limits (policy.FallbackAdmission), given back by settle.
+	entered []fallbackHold
+	enc     codec.EncodeOptions
 	// estimate is the prompt's size as resolve estimated it (with a
 	// stored conversation), what the admission reserves.
 	estimate int64
@@ -351,6 +354,11 @@ func (rl *Relay) forward(ctx context.Context, w http.ResponseWriter, c *Call, hi
 	if c.fallbacksCut {
 		ctx = router.WithFallbacks(ctx, c.fallbacks)
 	}
+	if fa, ok := rl.opt.Admission.(policy.FallbackAdmission); ok && len(c.fallbacks) > 0 {
+		ctx = router.WithFallbackGate(ctx, func(ctx context.Context, r *router.Route) error {
+			return rl.enterFallback(ctx, fa, c, r)
+		})
+	}
 	err := c.Table.ForwardHint(ctx, c.route, hint, func(ctx context.Context, dep router.Deployment) (bool, error) {
 		attempts++
 		served = dep
@@ -376,6 +384,44 @@ func (rl *Relay) forward(ctx context.Context, w http.ResponseWriter, c *Call, hi
 		final = rl.engineFailed(c.sw, c, final, final.Err)
 	}
 	return final
+}
+
+// fallbackHold is a fallback model's capacity held by a request.
+type fallbackHold struct {
+	route   *router.Route
+	release func(tokens int64)
+}
+
+// enterFallback asks the fallback model r's own limits to take the
+// request, on the same estimate as the admission but the output bound of
+// r's deployments.
+func (rl *Relay) enterFallback(ctx context.Context, fa policy.FallbackAdmission, c *Call, r *router.Route) error {
+	ar := policy.AdmitRequest{Principal: c.Principal, Model: r.Model, Endpoint: c.Req.Dialect.Name(), PromptTokens: c.estimate,
+		OutputTokens: rl.routeOutput(c.Req, r)}
+	if c.Req.Dialect == codec.CountTokens {
+		ar.PromptTokens = 0
+	}
+	release, err := fa.AdmitFallback(ctx, ar)
+	if err != nil {
+		return err
+	}
+	if release != nil {
+		c.entered = append(c.entered, fallbackHold{route: r, release: release})
+	}
+	return nil
+}
+
+// leaveFallbacks gives back what the fallback models the request reached
+// hold: the one that served is charged rec's tokens, the others none.
+func (c *Call) leaveFallbacks(rec *usage.Record, servedBy *router.Route) {
+	for _, h := range c.entered {
+		var tokens int64
+		if h.route == servedBy {
+			tokens = int64(rec.PromptTokens) + int64(rec.CompletionTokens)
+		}
+		h.release(tokens)
+	}
+	c.entered = nil
 }
 
 // prepareResponses continues a stored conversation (the backend gets the
@@ -485,6 +531,9 @@ func (rl *Relay) settle(c *Call, res Result) {
 			servedBy = r.Model
 		}
 		c.ticket.Done(&rec, servedBy)
+	}
+	if len(c.entered) > 0 {
+		c.leaveFallbacks(&rec, res.Dep.Route())
 	}
 	c.rec = rec
 	if rl.opt.Ledger == nil {

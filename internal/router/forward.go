@@ -64,11 +64,18 @@ func (t *Table) ForwardHint(ctx context.Context, route *Route, hint Hint, attemp
 		buf      [maxAttempts]int
 		attempts int
 		lastErr  error
+		gateErr  error               // the last refusal of a fallback model's gate
 		tried    [maxAttempts]string // backend names and codes, formatted only on failure
 		codes    [maxAttempts]string
 	)
+	var gate FallbackGate
+	if len(fallbacks) > 0 {
+		gate, _ = ctx.Value(fallbackGateKey{}).(FallbackGate)
+	}
+routes:
 	for ri := -1; ri < len(fallbacks); ri++ {
 		r := route
+		gated := ri < 0 || gate == nil
 		if ri >= 0 {
 			r = fallbacks[ri]
 			if attempts > 0 {
@@ -89,6 +96,17 @@ func (t *Table) ForwardHint(ctx context.Context, route *Route, hint Hint, attemp
 			ok, probe := d.s.allow(t.opt.Now())
 			if !ok {
 				continue
+			}
+			if !gated {
+				// The fallback model's own limits, asked once, before its
+				// first deployment that may be tried.
+				if err := gate(ctx, r); err != nil {
+					t.unprobe(d, probe)
+					t.log().Info("fallback model refused the request: skipping it", "model", route.Model, "fallback", r.Model, "err", err)
+					gateErr, lastErr = err, err
+					continue routes
+				}
+				gated = true
 			}
 			if attempts > 0 {
 				if err := t.backoff(ctx, attempts); err != nil {
@@ -134,12 +152,31 @@ func (t *Table) ForwardHint(ctx context.Context, route *Route, hint Hint, attemp
 		}
 	}
 	if attempts == 0 {
+		if gateErr != nil {
+			// Nothing was tried but a fallback that its own limits
+			// refused: that refusal says when to come back.
+			return gateErr
+		}
 		return t.unavailable(route, fallbacks)
 	}
-	if attempts == 1 {
+	if attempts == 1 && gateErr == nil {
 		return lastErr
 	}
 	return exhausted(route, lastErr, tried[:attempts], codes[:attempts])
+}
+
+type fallbackGateKey struct{}
+
+// FallbackGate is asked before a request's first attempt at a deployment
+// of a fallback model r: nil lets it on; an error (the fallback model's
+// own limits refuse it) skips that fallback model, and is the error the
+// client sees when nothing serves the request after it.
+type FallbackGate func(ctx context.Context, r *Route) error
+
+// WithFallbackGate returns ctx for a Forward whose fallback models are
+// entered through gate.
+func WithFallbackGate(ctx context.Context, gate FallbackGate) context.Context {
+	return context.WithValue(ctx, fallbackGateKey{}, gate)
 }
 
 type fallbacksKey struct{}

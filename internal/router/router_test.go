@@ -557,3 +557,57 @@ models:
 		t.Fatal("the pass after that says recovered too")
 	}
 }
+
+// A fallback model is entered through the gate once, before its first
+// deployment is tried: a refusal skips it for the next fallback, and is
+// the client's error when nothing else was tried; breakers never see it.
+func TestForward_FallbackGateSkipsARefusingFallback(t *testing.T) {
+	tb, _ := table(t, threeBackends+`
+models:
+  m:
+    deployments: [{backend: a}]
+    fallbacks: [f1, f2]
+  f1:
+    deployments: [{backend: b}, {backend: c}]
+  f2: {backend: c, upstream_model: other}
+`)
+	refusal := apierror.New(http.StatusTooManyRequests, apierror.KindRateLimit, "rate_limit_requests", "f1 is at its rpm")
+	var asked []string
+	gate := func(refuse string) FallbackGate {
+		return func(ctx context.Context, r *Route) error {
+			asked = append(asked, r.Model)
+			if r.Model == refuse {
+				return refusal
+			}
+			return nil
+		}
+	}
+	r, err := tb.Route("m")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// f1 refuses: its two deployments are never tried; f2 serves.
+	s := &script{by: map[string]func() (bool, error){"a": fails(err502)}}
+	if err := tb.Forward(WithFallbackGate(context.Background(), gate("f1")), r, s.attempt); err != nil {
+		t.Fatalf("err = %v, want f2 to serve", err)
+	}
+	if got := strings.Join(s.calls, ","); got != "a,c" || strings.Join(asked, ",") != "f1,f2" {
+		t.Fatalf("attempts %s, gate asked %v; want a then f2's c, the gate asked for f1 then f2", got, asked)
+	}
+	// f1 admits: asked once for its two deployments.
+	asked, s = nil, &script{by: map[string]func() (bool, error){"a": fails(err502), "b": fails(err502)}}
+	if err := tb.Forward(WithFallbackGate(context.Background(), gate("")), r, s.attempt); err != nil {
+		t.Fatalf("err = %v, want f1's c to serve", err)
+	}
+	if strings.Join(asked, ",") != "f1" {
+		t.Fatalf("gate asked %v, want f1 once", asked)
+	}
+	// Only fallbacks that refuse, after m's one attempt: the client gets
+	// the last refusal in the list of attempts.
+	asked, s = nil, &script{by: map[string]func() (bool, error){"a": fails(err502)}}
+	all := func(ctx context.Context, r *Route) error { asked = append(asked, r.Model); return refusal }
+	e := apierror.From(tb.Forward(WithFallbackGate(context.Background(), all), r, s.attempt))
+	if e.Status != http.StatusTooManyRequests || !strings.Contains(e.Message, "f1 is at its rpm") || !strings.Contains(e.Message, "a: backend_error") {
+		t.Fatalf("every fallback refused: %d %q; want the 429 refusal after a's attempt", e.Status, e.Message)
+	}
+}
