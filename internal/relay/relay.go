@@ -354,10 +354,12 @@ func (rl *Relay) forward(ctx context.Context, w http.ResponseWriter, c *Call, hi
 	if c.fallbacksCut {
 		ctx = router.WithFallbacks(ctx, c.fallbacks)
 	}
-	if fa, ok := rl.opt.Admission.(policy.FallbackAdmission); ok && len(c.fallbacks) > 0 {
-		ctx = router.WithFallbackGate(ctx, func(ctx context.Context, r *router.Route) error {
-			return rl.enterFallback(ctx, fa, c, r)
-		})
+	if len(c.fallbacks) > 0 {
+		if fa, ok := rl.opt.Admission.(policy.FallbackAdmission); ok {
+			ctx = router.WithFallbackGate(ctx, func(ctx context.Context, r *router.Route) error {
+				return rl.enterFallback(ctx, fa, c, r)
+			})
+		}
 	}
 	err := c.Table.ForwardHint(ctx, c.route, hint, func(ctx context.Context, dep router.Deployment) (bool, error) {
 		attempts++
