@@ -167,3 +167,27 @@ func TestFallback_TheFallbackModelsTPMIsChargedWhatItServed(t *testing.T) {
 		wantHits(t, map[*faultUpstream]int64{cloud: 2, spare: 0})
 	})
 }
+
+// A fallback skipped for its own limits counts in the refusals metric
+// under fallback_<code>, apart from refusals before forwarding.
+func TestFallback_ASkippedFallbackCountsAsAFallbackRefusal(t *testing.T) {
+	cloud := newUpstream(t, "cloud", answer)
+	spare := newUpstream(t, "spare", answer)
+	f, secret := fallbackLimitsGW(t, "", "rpm: 1", cloud, spare)
+	const req = `{"model":"local","max_tokens":20,"messages":[{"role":"user","content":"hi"}]}`
+	for i, want := range []string{"from cloud", "from spare"} {
+		if code, body := f.postAs(secret, "/v1/chat/completions", req); code != http.StatusOK || !strings.Contains(body, want) {
+			t.Fatalf("request %d: %d %s; want %q", i+1, code, body, want)
+		}
+	}
+	resp, err := http.Get("http://" + f.g.Addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	want := `llmgate_limiter_refusals_total{reason="fallback_rate_limit_requests",status="429"} 1`
+	if !strings.Contains(string(b), want) {
+		t.Fatalf("metrics lack %s:\n%s", want, grepLines(string(b), "llmgate_limiter_refusals_total"))
+	}
+}

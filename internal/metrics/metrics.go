@@ -155,7 +155,7 @@ func NewWith(opt Options) *Metrics {
 	})
 	m.refusals = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "llmgate_limiter_refusals_total",
-		Help: "Requests refused before forwarding by limits or budgets, by reason code and HTTP status.",
+		Help: "Requests refused before forwarding by limits or budgets, by reason code and HTTP status; fallback_<code>: a fallback model skipped for its own limits.",
 	}, []string{"reason", "status"})
 	m.Registry.MustRegister(m.requests, m.tokens, m.cost, m.ttft, m.latency, m.inflight, m.refusals,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -243,13 +243,13 @@ type admission struct {
 func (a admission) Admit(ctx context.Context, req policy.AdmitRequest) (policy.Ticket, error) {
 	t, err := a.next.Admit(ctx, req)
 	if err != nil {
-		a.refused(err)
+		a.refused("", err)
 	}
 	return t, err
 }
 
-// refused counts a refusal under its error code.
-func (a admission) refused(err error) {
+// refused counts a refusal under its error code, after prefix.
+func (a admission) refused(prefix string, err error) {
 	reason, status := "refused", 429
 	var ae *apierror.Error
 	if errors.As(err, &ae) {
@@ -258,7 +258,7 @@ func (a admission) refused(err error) {
 			reason = string(ae.Kind)
 		}
 	}
-	a.m.Refused(reason, status)
+	a.m.Refused(prefix+reason, status)
 }
 
 // AdmitFallback passes a fallback model's admission through (none when
@@ -270,7 +270,7 @@ func (a admission) AdmitFallback(ctx context.Context, req policy.AdmitRequest) (
 	}
 	release, err := fa.AdmitFallback(ctx, req)
 	if err != nil {
-		a.refused(err)
+		a.refused("fallback_", err) // the request goes on to the next fallback, if any
 	}
 	return release, err
 }
