@@ -28,6 +28,12 @@ type Features struct {
 	// once (default DefaultMaxBodyReadsPerKey; 0 = no cap); beyond it a
 	// request is a 429 before its body is read.
 	MaxBodyReadsPerKey *int `yaml:"max_body_reads_per_key"`
+	// MaxLargeBodyMemory caps the bytes of request bodies of 1 MiB or more
+	// in flight at once (default DefaultMaxLargeBodyMemory; 0 = no cap):
+	// such a body, decoded or translated, holds 10–40 times its size until
+	// its request ends. Beyond it a large body waits up to
+	// body_read_timeout, then gets a 503.
+	MaxLargeBodyMemory *int64 `yaml:"max_large_body_memory"`
 	// MetricsKeyLabels labels per-request metrics with the key id (default
 	// on; LLMGATE_METRICS_KEY_LABELS). Off, /metrics shows no key ids and
 	// counts requests, tokens and cost across keys only.
@@ -38,7 +44,17 @@ type Features struct {
 const (
 	DefaultBodyReadTimeout    = 60 * time.Second
 	DefaultMaxBodyReadsPerKey = 16
+	DefaultMaxLargeBodyMemory = 128 << 20
 )
+
+// LargeBodyMemory returns the cap on the bytes of large request bodies
+// in flight (0: none).
+func (f Features) LargeBodyMemory() int64 {
+	if f.MaxLargeBodyMemory == nil {
+		return DefaultMaxLargeBodyMemory
+	}
+	return max(*f.MaxLargeBodyMemory, 0)
+}
 
 // BodyReadLimit returns the body read time-out and the per-key cap on
 // bodies being read at once (0: none).

@@ -107,6 +107,9 @@ func TestFallback_TheFallbackModelsConcurrencyIsHeldUntilTheRequestEnds(t *testi
 		// The first request cloud gets is held until release; the others
 		// are answered at once.
 		arrived, release := make(chan struct{}), make(chan struct{})
+		var once sync.Once
+		free := func() { once.Do(func() { close(release) }) }
+		defer free() // a failure must not leave the upstream's handler waiting
 		var chats atomic.Int64
 		cloud := newUpstream(t, "cloud", func(u *faultUpstream, w http.ResponseWriter, r *http.Request) {
 			if r.URL.Path == "/v1/chat/completions" && chats.Add(1) == 1 {
@@ -128,7 +131,7 @@ func TestFallback_TheFallbackModelsConcurrencyIsHeldUntilTheRequestEnds(t *testi
 		}()
 		<-arrived
 		code, body := f.postAs(secret, "/v1/chat/completions", req)
-		close(release)
+		free()
 		wg.Wait()
 		if c, msg := refusalOf(t, body); code != http.StatusTooManyRequests || c != "rate_limit_concurrency" || !strings.Contains(msg, `model "cloud"`) {
 			t.Fatalf("second request while cloud's one slot is taken: %d %s; want 429 rate_limit_concurrency naming cloud", code, body)

@@ -209,6 +209,7 @@ func Start(ctx context.Context, opt Options) (g *Gateway, err error) {
 		sopt.AccessLog = accessLog{log: log}.unrecorded
 	}
 	sopt.BodyReadTimeout, sopt.MaxBodyReadsPerKey = cfg.BodyReadLimit()
+	sopt.MaxLargeBodyMemory = cfg.LargeBodyMemory()
 	g.Server = server.New(sopt)
 	engines := g.Engines.Handler(g.Server.Authenticate)
 	g.Server.Handle(engine.AdminPrefix, engines)

@@ -147,6 +147,7 @@ func (r *Reloader) warnRestartOnly(cfg *config.Config) {
 		{"metrics_key", prev.MetricsKey, cfg.MetricsKey},
 		{"body_read_timeout", time.Duration(prev.BodyReadTimeout), time.Duration(cfg.BodyReadTimeout)},
 		{"max_body_reads_per_key", optInt(prev.MaxBodyReadsPerKey), optInt(cfg.MaxBodyReadsPerKey)},
+		{"max_large_body_memory", prev.LargeBodyMemory(), cfg.LargeBodyMemory()},
 		{"engines", prev.Engines, cfg.Engines},
 		{"redis", redact.Secrets(prev.Redis), redact.Secrets(cfg.Redis)},
 		{"redis_prefix", prev.RedisPrefix, cfg.RedisPrefix},

@@ -62,6 +62,10 @@ type Options struct {
 	// sending at once (0: no cap).
 	BodyReadTimeout    time.Duration
 	MaxBodyReadsPerKey int
+	// MaxLargeBodyMemory caps the bytes of request bodies of LargeBody or
+	// more in flight at once (0: no cap); a body finding no room waits up
+	// to BodyReadTimeout, then gets a 503.
+	MaxLargeBodyMemory int64
 	// AccessLog, when set, is called for every request that leaves no
 	// ledger record (those with one reach the Observer): a refusal before
 	// a model was resolved (401, 404, 400, 405), a models list, an unknown
@@ -97,6 +101,7 @@ type Server struct {
 	console   bool // the web console is mounted at /ui/
 	bodyTime  time.Duration
 	bodyReads perKey
+	large     *largeBodies // nil: no cap
 	started   time.Time
 }
 
@@ -112,7 +117,7 @@ func New(opt Options) *Server {
 		opt.BodyReadTimeout = 60 * time.Second
 	}
 	s := &Server{tables: opt.Tables, relay: opt.Relay, precheck: opt.Precheck, verifier: opt.Verifier, log: opt.Logger, maxBody: opt.MaxBodyBytes, engines: opt.Engines, accessLog: opt.AccessLog,
-		bodyTime: opt.BodyReadTimeout, bodyReads: perKey{limit: opt.MaxBodyReadsPerKey},
+		bodyTime: opt.BodyReadTimeout, bodyReads: perKey{limit: opt.MaxBodyReadsPerKey}, large: newLargeBodies(opt.MaxLargeBodyMemory, opt.BodyReadTimeout),
 		ready: opt.Ready, started: time.Now()}
 	s.routes(opt.Responses)
 	s.handler = s.identify(s.mux)
@@ -238,8 +243,21 @@ func (s *Server) serveModel(d codec.Dialect) func(http.ResponseWriter, *http.Req
 			// read (and without a ledger record; the access log has it).
 			err = s.precheck.Precheck(p)
 		}
+		var release func()
+		if err == nil && r.ContentLength >= LargeBody && r.ContentLength <= s.maxBody {
+			// Room for a large body before it is read (its declared size).
+			release, err = s.large.take(r.Context(), r.ContentLength)
+		}
 		if err == nil {
 			err = s.readBody(w, r, buf, p)
+		}
+		if err == nil && release == nil {
+			// A body of undeclared size takes its room once read, before
+			// it is decoded.
+			release, err = s.large.take(r.Context(), int64(buf.Len()))
+		}
+		if release != nil {
+			defer release()
 		}
 		if err != nil {
 			// The rest of the body is not read: the connection cannot be
