@@ -625,7 +625,7 @@ func (c *Config) validateServer() error {
 		return c.lineErr(c.Line("max_body_reads_per_key"), "max_body_reads_per_key", "must be a number of bodies, or 0 for no cap (default %d)", DefaultMaxBodyReadsPerKey)
 	}
 	if c.MaxLargeBodyMemory != nil && *c.MaxLargeBodyMemory < 0 {
-		return c.lineErr(c.Line("max_large_body_memory"), "max_large_body_memory", "must be a number of bytes, or 0 for no cap (default %d, 128 MiB)", DefaultMaxLargeBodyMemory)
+		return c.lineErr(c.Line("max_large_body_memory"), "max_large_body_memory", "must be a number of bytes, or 0 for no cap (default %d, 64 MiB)", DefaultMaxLargeBodyMemory)
 	}
 	if c.MaxConnections != nil && *c.MaxConnections < 0 {
 		return c.lineErr(c.Line("max_connections"), "max_connections", "must be a number of connections, or 0 for no cap (default %d)", DefaultMaxConnections)

@@ -44,7 +44,7 @@ type Features struct {
 const (
 	DefaultBodyReadTimeout    = 60 * time.Second
 	DefaultMaxBodyReadsPerKey = 16
-	DefaultMaxLargeBodyMemory = 128 << 20
+	DefaultMaxLargeBodyMemory = 64 << 20
 )
 
 // LargeBodyMemory returns the cap on the bytes of large request bodies
