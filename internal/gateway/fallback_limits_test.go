@@ -104,20 +104,8 @@ func TestFallback_TheFallbackModelsOwnRPMApplies(t *testing.T) {
 // fallback); once the first ends, the next one is served.
 func TestFallback_TheFallbackModelsConcurrencyIsHeldUntilTheRequestEnds(t *testing.T) {
 	eachLimiter(t, func(t *testing.T, limiterCfg string) {
-		// The first request cloud gets is held until release; the others
-		// are answered at once.
-		arrived, release := make(chan struct{}), make(chan struct{})
-		var once sync.Once
-		free := func() { once.Do(func() { close(release) }) }
+		cloud, arrived, free := holdingUpstream(t, "cloud")
 		defer free() // a failure must not leave the upstream's handler waiting
-		var chats atomic.Int64
-		cloud := newUpstream(t, "cloud", func(u *faultUpstream, w http.ResponseWriter, r *http.Request) {
-			if r.URL.Path == "/v1/chat/completions" && chats.Add(1) == 1 {
-				close(arrived)
-				<-release
-			}
-			answer(u, w, r)
-		})
 		spare := newUpstream(t, "spare", answer)
 		f, secret := fallbackLimitsGW(t, limiterCfg, "max_concurrency: 1", cloud, spare)
 		const req = `{"model":"local2","max_tokens":20,"messages":[{"role":"user","content":"hi"}]}`
@@ -193,4 +181,21 @@ func TestFallback_ASkippedFallbackCountsAsAFallbackRefusal(t *testing.T) {
 	if !strings.Contains(string(b), want) {
 		t.Fatalf("metrics lack %s:\n%s", want, grepLines(string(b), "llmgate_limiter_refusals_total"))
 	}
+}
+
+// holdingUpstream answers like answer, but holds the first chat
+// completion it gets until free is called (arrived is closed when it
+// comes); the others are answered at once.
+func holdingUpstream(t *testing.T, name string) (u *faultUpstream, arrived <-chan struct{}, free func()) {
+	in, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	var chats atomic.Int64
+	u = newUpstream(t, name, func(u *faultUpstream, w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/chat/completions" && chats.Add(1) == 1 {
+			close(in)
+			<-release
+		}
+		answer(u, w, r)
+	})
+	return u, in, func() { once.Do(func() { close(release) }) }
 }

@@ -6,8 +6,6 @@ import (
 	"io"
 	"net/http"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 )
 
@@ -18,18 +16,8 @@ import (
 // envelope; once the first ended, the next is served. Small requests pass
 // meanwhile.
 func TestLargeBodies_AreHeldToTheMemoryCapAcrossRequests(t *testing.T) {
-	arrived, release := make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	free := func() { once.Do(func() { close(release) }) }
+	up, arrived, free := holdingUpstream(t, "up")
 	defer free() // a failure must not leave the upstream's handler waiting
-	var chats atomic.Int64
-	up := newUpstream(t, "up", func(u *faultUpstream, w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/v1/chat/completions" && chats.Add(1) == 1 {
-			close(arrived)
-			<-release
-		}
-		answer(u, w, r)
-	})
 	f := startFaultGW(t, fmt.Sprintf("max_large_body_memory: 2097152\nbody_read_timeout: 300ms\nbackends:\n  up: {url: %s/v1}\nmodels:\n  m: {backend: up}\n", up.URL))
 	// 1.5 MiB, the same body in both dialects.
 	bigBody := fmt.Sprintf(`{"model":"m","max_tokens":20,"messages":[{"role":"user","content":%q}]}`, strings.Repeat("a", 1536<<10))
