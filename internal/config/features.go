@@ -29,10 +29,11 @@ type Features struct {
 	// request is a 429 before its body is read.
 	MaxBodyReadsPerKey *int `yaml:"max_body_reads_per_key"`
 	// MaxLargeBodyMemory caps the bytes of request bodies of 1 MiB or more
-	// in flight at once (default DefaultMaxLargeBodyMemory; 0 = no cap):
-	// such a body, decoded or translated, holds 10–40 times its size until
-	// its request ends. Beyond it a large body waits up to
-	// body_read_timeout, then gets a 503.
+	// in flight at once, from when they are read (default
+	// DefaultMaxLargeBodyMemory; 0 = no cap): such a body, decoded or
+	// translated, holds 10–40 times its size until its request ends.
+	// Beyond it a large body waits up to body_read_timeout, then gets a
+	// 503.
 	MaxLargeBodyMemory *int64 `yaml:"max_large_body_memory"`
 	// MetricsKeyLabels labels per-request metrics with the key id (default
 	// on; LLMGATE_METRICS_KEY_LABELS). Off, /metrics shows no key ids and

@@ -20,11 +20,11 @@ const LargeBody = 1 << 20
 // backend) allocates 10–40 times its size while that runs, kept until the
 // request ends: a few clients sending bodies of max_body_bytes at once,
 // within every per-key cap, could otherwise take more memory than the
-// machine has. Each body of LargeBody or more takes its size (its declared
-// Content-Length before it is read, else its size once read) from the
-// cap until its request ends; a body that finds no room waits for it, in
-// turn, up to wait, and then gets a 503. Smaller bodies, nearly all of an
-// agent's requests, never wait.
+// machine has. Each body of LargeBody or more takes its size from the cap
+// once it is read (not from its declared length: a client trickling bodies
+// it declared large would hold everyone's room) until its request ends; a
+// body that finds no room waits for it, in turn, up to wait, and then gets
+// a 503. Smaller bodies, nearly all of an agent's requests, never wait.
 type largeBodies struct {
 	sem  *semaphore.Weighted
 	max  int64

@@ -243,21 +243,18 @@ func (s *Server) serveModel(d codec.Dialect) func(http.ResponseWriter, *http.Req
 			// read (and without a ledger record; the access log has it).
 			err = s.precheck.Precheck(p)
 		}
-		var release func()
-		if err == nil && r.ContentLength >= LargeBody && r.ContentLength <= s.maxBody {
-			// Room for a large body before it is read (its declared size).
-			release, err = s.large.take(r.Context(), r.ContentLength)
-		}
 		if err == nil {
 			err = s.readBody(w, r, buf, p)
 		}
-		if err == nil && release == nil {
-			// A body of undeclared size takes its room once read, before
-			// it is decoded.
-			release, err = s.large.take(r.Context(), int64(buf.Len()))
-		}
-		if release != nil {
-			defer release()
+		if err == nil {
+			// A large body takes its room once read, before it is decoded:
+			// not from its declared length, or a client trickling a few
+			// bodies it declared large would hold the room of everyone's
+			// (reading is bounded per key, by max_body_reads_per_key).
+			var release func()
+			if release, err = s.large.take(r.Context(), int64(buf.Len())); release != nil {
+				defer release()
+			}
 		}
 		if err != nil {
 			// The rest of the body is not read: the connection cannot be
