@@ -90,12 +90,18 @@ const (
 // Options configure a Learner.
 type Options struct {
 	Logger *slog.Logger
+	// OnKind, when set, hears (in its own goroutine) that a backend's
+	// engine said what it is, when that changed: the router starts
+	// reading the metrics of a vLLM, SGLang or llama.cpp server no
+	// engine: preset named.
+	OnKind func(backend string, k Kind)
 }
 
 // Learner caches what each deployment's engine said.
 type Learner struct {
-	now func() time.Time
-	log *slog.Logger
+	now    func() time.Time
+	log    *slog.Logger
+	onKind func(backend string, k Kind)
 
 	mu    sync.Mutex
 	cache map[key]*entry
@@ -124,7 +130,20 @@ func New(opt Options) *Learner {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Learner{now: time.Now, log: log, cache: map[key]*entry{}}
+	return &Learner{now: time.Now, log: log, onKind: opt.OnKind, cache: map[key]*entry{}}
+}
+
+// KindOf returns the engine backend's server said it is ("" when it did
+// not say, or was not asked yet).
+func (l *Learner) KindOf(backend string) Kind {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for k, e := range l.cache {
+		if k.b.Name == backend && e.info.Kind != KindOther {
+			return e.info.Kind
+		}
+	}
+	return KindOther
 }
 
 // Lookup returns the context length of a model served by b as upstream:
@@ -197,6 +216,9 @@ func (l *Learner) storeLocked(e *entry, got Info, b *provider.Backend, upstream 
 		e.tok = tokenizerState{}
 	}
 	e.info, e.until = got, l.now().Add(keepFor)
+	if got.Kind != prev.Kind && got.Kind != KindOther && l.onKind != nil {
+		go l.onKind(b.Name, got.Kind)
+	}
 	if got.Context.Tokens == 0 {
 		e.until = l.now().Add(retryAfter)
 	}

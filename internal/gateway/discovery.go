@@ -39,7 +39,8 @@ func (g *Gateway) startDiscovery(ctx context.Context, cfg *config.Config, opt *O
 // backends leasing their engines (the config's engine ports are bound:
 // engine.New at start, Rebind on a reload).
 func (g *Gateway) newTable(cfg *config.Config, prev *router.Table) *router.Table {
-	return router.NewWithOptions(g.disc.Expand(cfg), router.Options{Logger: g.log, Previous: prev, OnHealthy: g.engineInfo.Recheck, Leaser: g.leaser})
+	return router.NewWithOptions(g.disc.Expand(cfg), router.Options{Logger: g.log, Previous: prev, OnHealthy: g.engineInfo.Recheck, Leaser: g.leaser,
+		EngineKind: func(backend string) string { return string(g.engineInfo.KindOf(backend)) }})
 }
 
 // swapTable makes cfg the running configuration: a new table replaces the

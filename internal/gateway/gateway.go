@@ -181,7 +181,11 @@ func Start(ctx context.Context, opt Options) (g *Gateway, err error) {
 		return nil, err
 	}
 	undo = append(undo, g.stopAccounting)
-	g.engineInfo = engineinfo.New(engineinfo.Options{Logger: log})
+	g.engineInfo = engineinfo.New(engineinfo.Options{Logger: log, OnKind: func(backend string, k engineinfo.Kind) {
+		if t := g.Tables.Load(); t != nil {
+			t.EngineLearned(backend, string(k))
+		}
+	}})
 	g.Tables = &router.Current{}
 	if g.Engines, err = engine.New(cfg, engine.Options{Logger: log, OnReady: g.engineInfo.Refresh, Tables: g.Tables}); err != nil {
 		return nil, err

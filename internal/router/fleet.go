@@ -57,12 +57,46 @@ func engineAware(balancing string) bool {
 // tell its queue: vLLM, SGLang (with --enable-metrics) and llama.cpp
 // (with --metrics). Cloud APIs and engines without such metrics are
 // balanced on the gateway's own requests in flight.
-func scrapesMetrics(b *provider.Backend) bool {
-	switch b.Engine {
+func scrapesMetrics(b *provider.Backend, learned string) bool {
+	kind := b.Engine
+	if kind == "" {
+		kind = learned // what the engine said of itself, for a backend without a preset
+	}
+	switch kind {
 	case "vllm", "sglang", "llamacpp":
 		return true
 	}
 	return false
+}
+
+// learnedKind is the engine the gateway learned b runs ("" unknown).
+func (t *Table) learnedKind(b *provider.Backend) string {
+	if t.opt.EngineKind == nil || b.Engine != "" {
+		return ""
+	}
+	return t.opt.EngineKind(b.Name)
+}
+
+// EngineLearned starts reading the metrics of backend, which the gateway
+// learned runs kind, when an engine-aware model of this table uses it
+// and its config named no engine: preset (those are read from the
+// start). It does nothing on a closed table, or for a backend a newer
+// table took over (that one read EngineKind when it was built).
+func (t *Table) EngineLearned(backend, kind string) {
+	interval, ok := t.loadWanted[backend]
+	if !ok {
+		return
+	}
+	st := t.bstates[backend]
+	if st == nil || !scrapesMetrics(st.b, kind) {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed || t.transferred[backend] {
+		return
+	}
+	t.startScraper(st, interval)
 }
 
 // metricsURL is /metrics on the backend's origin (engines serve it there,

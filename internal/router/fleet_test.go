@@ -415,3 +415,63 @@ func TestHintWants_CoversFallbackModels(t *testing.T) {
 		}
 	}
 }
+
+// A backend without an engine: preset behind an engine-aware model is not
+// read until the gateway learns what it runs: at once when the table is
+// built after that (Options.EngineKind), else when it learns it
+// (EngineLearned). A server that said it is none of vLLM, SGLang or
+// llama.cpp, a model that does not read engines, and a closed table are
+// never read.
+func TestEngineLearned_ReadsABackendWithoutPresetOnceItsEngineIsKnown(t *testing.T) {
+	engines := []*fakeEngine{newFakeEngine(t), newFakeEngine(t), newFakeEngine(t)}
+	engines[0].set(3, 1, false)
+	engines[1].set(5, 2, false)
+	src := fmt.Sprintf(`routing: {engine_metrics_interval: 100ms}
+backends:
+  a: {url: %q}
+  b: {url: %q}
+  c: {url: %q}
+models:
+  m:
+    balancing: least_load
+    deployments: [{backend: a}, {backend: b}]
+  plain: {backend: c}
+`, engines[0].srv.URL+"/v1", engines[1].srv.URL+"/v1", engines[2].srv.URL+"/v1")
+	cfg, err := config.Load(strings.NewReader(src), "test.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	learned := map[string]string{"b": "vllm"} // b was learned before the build
+	tb := NewWithOptions(cfg, Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		EngineKind: func(backend string) string { return learned[backend] }})
+	t.Cleanup(tb.Close)
+	r, _ := tb.Route("m")
+	load := func(i int) (float64, bool) {
+		sn, ok := r.Deployments[i].EngineLoad()
+		return sn.Waiting, ok && sn.Fresh
+	}
+	waitFor(t, "b read from the start", func() bool { w, ok := load(1); return ok && w == 5 })
+	if _, ok := r.Deployments[0].EngineLoad(); ok {
+		t.Fatal("a is read before anything was learned of it")
+	}
+	tb.EngineLearned("a", "ollama") // not an engine with queue metrics
+	tb.EngineLearned("c", "vllm")   // used by no engine-aware model
+	if _, ok := r.Deployments[0].EngineLoad(); ok {
+		t.Fatal("a is read after it said it is Ollama")
+	}
+	plain, _ := tb.Route("plain")
+	if _, ok := plain.Deployments[0].EngineLoad(); ok {
+		t.Fatal("c is read though no engine-aware model uses it")
+	}
+	tb.EngineLearned("a", "vllm")
+	waitFor(t, "a read once learned", func() bool { w, ok := load(0); return ok && w == 3 })
+
+	// A closed table starts nothing.
+	tb2 := NewWithOptions(cfg, Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	tb2.Close()
+	tb2.EngineLearned("a", "vllm")
+	r2, _ := tb2.Route("m")
+	if _, ok := r2.Deployments[0].EngineLoad(); ok {
+		t.Fatal("a closed table started reading an engine")
+	}
+}

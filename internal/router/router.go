@@ -119,6 +119,11 @@ type Options struct {
 	// Leaser, when set, holds the local engines behind some backends:
 	// requests to those take a lease from it first (lease.go).
 	Leaser Leaser
+	// EngineKind, when set, says what engine the gateway learned a backend
+	// runs ("vllm", "sglang", "llamacpp", … or ""): a backend without an
+	// engine: preset behind an engine-aware model is read like one once
+	// it is known (see also Table.EngineLearned).
+	EngineKind func(backend string) string
 }
 
 // Table is an immutable routing table built from one configuration. A config
@@ -137,6 +142,10 @@ type Table struct {
 	cacheTokens   int
 	sessionHeader string
 	leased        map[string]bool // backends whose requests take a lease from opt.Leaser
+	// loadWanted are the backends an engine-aware model uses that are not
+	// read yet (no engine: preset), with the reading interval: read once
+	// the gateway learns they run an engine with metrics (EngineLearned).
+	loadWanted map[string]time.Duration
 
 	mu          sync.Mutex
 	transferred map[string]bool // backends handed to a newer table
@@ -271,8 +280,15 @@ func NewWithOptions(cfg *config.Config, opt Options) *Table {
 				interval = config.DefaultEngineMetricsInterval
 			}
 			for _, d := range r.Deployments {
-				if st := d.s.be; scrapesMetrics(st.b) {
+				st := d.s.be
+				switch {
+				case scrapesMetrics(st.b, t.learnedKind(st.b)):
 					t.startScraper(st, interval)
+				case st.b.Engine == "":
+					if t.loadWanted == nil {
+						t.loadWanted = map[string]time.Duration{}
+					}
+					t.loadWanted[st.b.Name] = interval
 				}
 			}
 		}
