@@ -199,3 +199,29 @@ func holdingUpstream(t *testing.T, name string) (u *faultUpstream, arrived <-cha
 	})
 	return u, in, func() { once.Do(func() { close(release) }) }
 }
+
+// A fallback that failed gives its concurrency slot back as soon as the
+// request moves on to the next fallback, not when the request ends: while
+// a request that went on from a failing cloud is held at spare, another
+// request may try cloud.
+func TestFallback_AFailedFallbackGivesItsSlotBackWhenTheRequestMovesOn(t *testing.T) {
+	cloud := newUpstream(t, "cloud", status(http.StatusInternalServerError))
+	spare, arrived, free := holdingUpstream(t, "spare")
+	defer free()
+	f, secret := fallbackLimitsGW(t, "", "max_concurrency: 1", cloud, spare)
+	first := make(chan string, 1)
+	go func() {
+		code, body := f.postAs(secret, "/v1/chat/completions", `{"model":"local","max_tokens":20,"messages":[{"role":"user","content":"hi"}]}`)
+		first <- fmt.Sprint(code, " ", body)
+	}()
+	<-arrived // the first request failed at cloud and waits at spare
+	code, body := f.postAs(secret, "/v1/chat/completions", `{"model":"local2","max_tokens":20,"messages":[{"role":"user","content":"hi"}]}`)
+	if c, _ := refusalOf(t, body); code == http.StatusTooManyRequests || c == "rate_limit_concurrency" {
+		t.Fatalf("local2 while the first request waits at spare: %d %s; want cloud tried (its slot given back when the first moved on)", code, body)
+	}
+	free()
+	if got := <-first; !strings.HasPrefix(got, "200 ") || !strings.Contains(got, "from spare") {
+		t.Fatalf("first request: %s; want spare's answer", got)
+	}
+	wantHits(t, map[*faultUpstream]int64{cloud: 2, spare: 1})
+}

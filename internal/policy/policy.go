@@ -104,8 +104,8 @@ type FallbackAdmission interface {
 	// with Model the fallback's and OutputTokens its own bound). A refusal
 	// is an *apierror.Error (429), and the fallback model is skipped.
 	// Otherwise release, when not nil, gives the capacity back once the
-	// request ends: tokens is what the fallback served (0 when another
-	// model served the request).
+	// request ends, or moves on to the next fallback: tokens is what the
+	// fallback served (0 when another model served the request).
 	AdmitFallback(ctx context.Context, req AdmitRequest) (release func(tokens int64), err error)
 }
 

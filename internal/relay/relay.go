@@ -396,13 +396,20 @@ type fallbackHold struct {
 
 // enterFallback asks the fallback model r's own limits to take the
 // request, on the same estimate as the admission but the output bound of
-// r's deployments.
+// r's deployments, and gives back what the fallbacks tried before hold.
 func (rl *Relay) enterFallback(ctx context.Context, fa policy.FallbackAdmission, c *Call, r *router.Route) error {
 	ar := policy.AdmitRequest{Principal: c.Principal, Model: r.Model, Endpoint: c.Req.Dialect.Name(), PromptTokens: c.estimate,
 		OutputTokens: rl.routeOutput(c.Req, r)}
 	if c.Req.Dialect == codec.CountTokens {
 		ar.PromptTokens = 0
 	}
+	// The router moves on to a fallback only once every attempt before
+	// failed: the fallbacks entered before did not serve, and their
+	// concurrency slots go back now rather than when the request ends.
+	for _, h := range c.entered {
+		h.release(0)
+	}
+	c.entered = c.entered[:0]
 	release, err := fa.AdmitFallback(ctx, ar)
 	if err != nil {
 		return err
