@@ -278,18 +278,24 @@ func (r *rates) set(h http.Header) {
 func (t *ticket) Done(rec *usage.Record, servedBy string) {
 	a := t.a
 	rec.CostUSD = a.served(t.policy, servedBy).Cost(rec.PromptTokens, rec.CachedTokens, rec.CompletionTokens)
+	a.release(t.lease, int64(rec.PromptTokens+rec.CompletionTokens), nanos(rec.CostUSD), "request_id", rec.ID)
+	*t = ticket{}
+	ticketPool.Put(t)
+}
+
+// release gives a lease back, correcting its tokens and settling its cost;
+// whoKey and who name it in the warning logged when that fails (strings,
+// not variadic values: nothing is allocated unless it fails).
+func (a *Admission) release(lease limit.Lease, tokens, costNanos int64, whoKey, who string) {
 	ctx := context.Background()
 	if !a.local { // a network limiter must not hold the request's goroutine long
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()
 	}
-	err := a.lim.Release(ctx, t.lease, int64(rec.PromptTokens+rec.CompletionTokens), nanos(rec.CostUSD))
-	if err != nil {
-		a.log.Warn("limiter release failed; concurrency slots expire with their lease", "request_id", rec.ID, "err", err)
+	if err := a.lim.Release(ctx, lease, tokens, costNanos); err != nil {
+		a.log.Warn("limiter release failed; concurrency slots expire with their lease", whoKey, who, "err", err)
 	}
-	*t = ticket{}
-	ticketPool.Put(t)
 }
 
 // ticketPool recycles tickets: Done is called exactly once, after which
@@ -393,17 +399,7 @@ func (a *Admission) AdmitFallback(ctx context.Context, req policy.AdmitRequest) 
 	if !d.Allowed {
 		return nil, a.refusal(req, &d, lr.Tokens, 0)
 	}
-	return func(tokens int64) {
-		ctx := context.Background()
-		if !a.local {
-			var cancel context.CancelFunc
-			ctx, cancel = context.WithTimeout(ctx, 2*time.Second)
-			defer cancel()
-		}
-		if err := a.lim.Release(ctx, lease, max(tokens, 0), 0); err != nil {
-			a.log.Warn("limiter release failed; concurrency slots expire with their lease", "model", req.Model, "err", err)
-		}
-	}, nil
+	return func(tokens int64) { a.release(lease, max(tokens, 0), 0, "fallback_model", req.Model) }, nil
 }
 
 // estimate returns the prompt and output tokens to reserve: the gateway's

@@ -92,9 +92,10 @@ type Call struct {
 	fallbackNames []string
 	fallbacksCut  bool
 	ticket        policy.Ticket
-	// entered holds what the fallback models the request reached took of
-	// their own limits (policy.FallbackAdmission), given back by settle.
-	entered []fallbackHold
+	// entered is what the fallback model the request reached last took
+	// of its own limits (policy.FallbackAdmission; zero: nothing), given
+	// back when the request moves on to the next fallback or by settle.
+	entered fallbackHold
 	enc     codec.EncodeOptions
 	// estimate is the prompt's size as resolve estimated it (with a
 	// stored conversation), what the admission reserves.
@@ -351,15 +352,12 @@ func (rl *Relay) forward(ctx context.Context, w http.ResponseWriter, c *Call, hi
 	if c.route.Queued() || c.route.Fallbacks != nil {
 		ctx = router.WithLane(ctx, rl.lane(w, c))
 	}
-	if c.fallbacksCut {
-		ctx = router.WithFallbacks(ctx, c.fallbacks)
-	}
-	if len(c.fallbacks) > 0 {
-		if fa, ok := rl.opt.Admission.(policy.FallbackAdmission); ok {
-			ctx = router.WithFallbackGate(ctx, func(ctx context.Context, r *router.Route) error {
-				return rl.enterFallback(ctx, fa, c, r)
-			})
+	if c.fallbacksCut || len(c.fallbacks) > 0 {
+		plan := router.Fallbacks{Cut: c.fallbacksCut, Routes: c.fallbacks}
+		if fa, ok := rl.opt.Admission.(policy.FallbackAdmission); ok && len(c.fallbacks) > 0 {
+			plan.Gate = func(ctx context.Context, r *router.Route) error { return rl.enterFallback(ctx, fa, c, r) }
 		}
+		ctx = router.WithFallbacks(ctx, plan)
 	}
 	err := c.Table.ForwardHint(ctx, c.route, hint, func(ctx context.Context, dep router.Deployment) (bool, error) {
 		attempts++
@@ -404,33 +402,23 @@ func (rl *Relay) enterFallback(ctx context.Context, fa policy.FallbackAdmission,
 		ar.PromptTokens = 0
 	}
 	// The router moves on to a fallback only once every attempt before
-	// failed: the fallbacks entered before did not serve, and their
-	// concurrency slots go back now rather than when the request ends.
-	for _, h := range c.entered {
-		h.release(0)
-	}
-	c.entered = c.entered[:0]
+	// failed: the fallback entered before did not serve, and its
+	// concurrency slot goes back now rather than when the request ends.
+	c.leaveFallback(0)
 	release, err := fa.AdmitFallback(ctx, ar)
-	if err != nil {
-		return err
+	if err == nil && release != nil {
+		c.entered = fallbackHold{route: r, release: release}
 	}
-	if release != nil {
-		c.entered = append(c.entered, fallbackHold{route: r, release: release})
-	}
-	return nil
+	return err
 }
 
-// leaveFallbacks gives back what the fallback models the request reached
-// hold: the one that served is charged rec's tokens, the others none.
-func (c *Call) leaveFallbacks(rec *usage.Record, servedBy *router.Route) {
-	for _, h := range c.entered {
-		var tokens int64
-		if h.route == servedBy {
-			tokens = int64(rec.PromptTokens) + int64(rec.CompletionTokens)
-		}
-		h.release(tokens)
+// leaveFallback gives back what the fallback model the request reached
+// last holds, charged tokens.
+func (c *Call) leaveFallback(tokens int64) {
+	if c.entered.release != nil {
+		c.entered.release(tokens)
 	}
-	c.entered = nil
+	c.entered = fallbackHold{}
 }
 
 // prepareResponses continues a stored conversation (the backend gets the
@@ -541,8 +529,13 @@ func (rl *Relay) settle(c *Call, res Result) {
 		}
 		c.ticket.Done(&rec, servedBy)
 	}
-	if len(c.entered) > 0 {
-		c.leaveFallbacks(&rec, res.Dep.Route())
+	if c.entered.release != nil {
+		// Charged what it served, or nothing when another model served.
+		var tokens int64
+		if c.entered.route == res.Dep.Route() {
+			tokens = int64(rec.PromptTokens) + int64(rec.CompletionTokens)
+		}
+		c.leaveFallback(tokens)
 	}
 	c.rec = rec
 	if rl.opt.Ledger == nil {

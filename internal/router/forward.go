@@ -40,9 +40,13 @@ func (t *Table) Forward(ctx context.Context, route *Route, attempt Attempt) erro
 // hint that Pick filled in has the deployment Pick named tried first.
 func (t *Table) ForwardHint(ctx context.Context, route *Route, hint Hint, attempt Attempt) error {
 	fallbacks := route.fallbacks
+	var gate FallbackGate
 	if len(fallbacks) > 0 {
-		if fb, ok := ctx.Value(fallbacksKey{}).([]*Route); ok {
-			fallbacks = fb
+		if p, ok := ctx.Value(fallbacksKey{}).(Fallbacks); ok {
+			if p.Cut {
+				fallbacks = p.Routes
+			}
+			gate = p.Gate
 		}
 	}
 	if len(route.Deployments) == 1 && len(fallbacks) == 0 {
@@ -68,10 +72,6 @@ func (t *Table) ForwardHint(ctx context.Context, route *Route, hint Hint, attemp
 		tried    [maxAttempts]string // backend names and codes, formatted only on failure
 		codes    [maxAttempts]string
 	)
-	var gate FallbackGate
-	if len(fallbacks) > 0 {
-		gate, _ = ctx.Value(fallbackGateKey{}).(FallbackGate)
-	}
 routes:
 	for ri := -1; ri < len(fallbacks); ri++ {
 		r := route
@@ -165,28 +165,29 @@ routes:
 	return exhausted(route, lastErr, tried[:attempts], codes[:attempts])
 }
 
-type fallbackGateKey struct{}
-
 // FallbackGate is asked before a request's first attempt at a deployment
 // of a fallback model r: nil lets it on; an error (the fallback model's
 // own limits refuse it) skips that fallback model, and is the error the
 // client sees when nothing serves the request after it.
 type FallbackGate func(ctx context.Context, r *Route) error
 
-// WithFallbackGate returns ctx for a Forward whose fallback models are
-// entered through gate.
-func WithFallbackGate(ctx context.Context, gate FallbackGate) context.Context {
-	return context.WithValue(ctx, fallbackGateKey{}, gate)
+// Fallbacks is how one request may fall back.
+type Fallbacks struct {
+	// Cut says the request may fall back only to Routes, a subset of the
+	// route's (those the key's model allow-list names: a key must not
+	// reach, by failing its own model, one it may not name).
+	Cut    bool
+	Routes []*Route
+	// Gate, when set, admits the request to each fallback model.
+	Gate FallbackGate
 }
 
 type fallbacksKey struct{}
 
-// WithFallbacks returns ctx for a Forward whose request may fall back only
-// to fallbacks, a subset of the route's (those the key's model allow-list
-// names: a key must not reach, by failing its own model, one it may not
-// name).
-func WithFallbacks(ctx context.Context, fallbacks []*Route) context.Context {
-	return context.WithValue(ctx, fallbacksKey{}, fallbacks)
+// WithFallbacks returns ctx for a Forward whose request falls back as p
+// says.
+func WithFallbacks(ctx context.Context, p Fallbacks) context.Context {
+	return context.WithValue(ctx, fallbacksKey{}, p)
 }
 
 // unprobe gives back a half-open breaker's probe that was not used.

@@ -588,7 +588,7 @@ models:
 	}
 	// f1 refuses: its two deployments are never tried; f2 serves.
 	s := &script{by: map[string]func() (bool, error){"a": fails(err502)}}
-	if err := tb.Forward(WithFallbackGate(context.Background(), gate("f1")), r, s.attempt); err != nil {
+	if err := tb.Forward(WithFallbacks(context.Background(), Fallbacks{Gate: gate("f1")}), r, s.attempt); err != nil {
 		t.Fatalf("err = %v, want f2 to serve", err)
 	}
 	if got := strings.Join(s.calls, ","); got != "a,c" || strings.Join(asked, ",") != "f1,f2" {
@@ -596,7 +596,7 @@ models:
 	}
 	// f1 admits: asked once for its two deployments.
 	asked, s = nil, &script{by: map[string]func() (bool, error){"a": fails(err502), "b": fails(err502)}}
-	if err := tb.Forward(WithFallbackGate(context.Background(), gate("")), r, s.attempt); err != nil {
+	if err := tb.Forward(WithFallbacks(context.Background(), Fallbacks{Gate: gate("")}), r, s.attempt); err != nil {
 		t.Fatalf("err = %v, want f1's c to serve", err)
 	}
 	if strings.Join(asked, ",") != "f1" {
@@ -606,7 +606,7 @@ models:
 	// the last refusal in the list of attempts.
 	asked, s = nil, &script{by: map[string]func() (bool, error){"a": fails(err502)}}
 	all := func(ctx context.Context, r *Route) error { asked = append(asked, r.Model); return refusal }
-	e := apierror.From(tb.Forward(WithFallbackGate(context.Background(), all), r, s.attempt))
+	e := apierror.From(tb.Forward(WithFallbacks(context.Background(), Fallbacks{Gate: all}), r, s.attempt))
 	if e.Status != http.StatusTooManyRequests || !strings.Contains(e.Message, "f1 is at its rpm") || !strings.Contains(e.Message, "a: backend_error") {
 		t.Fatalf("every fallback refused: %d %q; want the 429 refusal after a's attempt", e.Status, e.Message)
 	}
