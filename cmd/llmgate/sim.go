@@ -28,9 +28,11 @@ func newSimCmd() *cobra.Command {
 		listAll  bool
 		script   string
 		replicas int
-		noPrefix bool
-		prefix   bool
-		details  bool
+		noPrefix  bool
+		prefix    bool
+		details   bool
+		fullISL   bool
+		noFullISL bool
 	)
 	cmd := &cobra.Command{
 		Use:   "sim --model NAME [--model NAME2 ...] [--listen 127.0.0.1:8000]",
@@ -112,6 +114,8 @@ after_tool, reasoning, id (of a call). See the sim package documentation.`,
 				override("kv-cache-tokens", func() { mc.KVCacheTokens = m.KVCacheTokens })
 				override("block-size", func() { mc.BlockSize = m.BlockSize })
 				mc.NoPrefixCaching = noPrefix || !prefix
+				mc.NoReserveFullISL = noFullISL || !fullISL
+				mc.Watermark = m.Watermark
 				cfg.Models = append(cfg.Models, mc)
 			}
 			if cfg.APIKey == "" {
@@ -213,6 +217,9 @@ after_tool, reasoning, id (of a call). See the sim package documentation.`,
 	f.IntVar(&m.BlockSize, "block-size", 0, "KV-cache block size in tokens: prefixes are cached in whole blocks; 0 = 16 (vLLM), 1 for --engine llamacpp")
 	f.BoolVar(&noPrefix, "no-enable-prefix-caching", false, "Turn the prefix cache off: every prompt token is prefilled (vLLM's flag)")
 	f.BoolVar(&prefix, "enable-prefix-caching", true, "Reuse cached prompt prefixes (automatic prefix caching); =false is --no-enable-prefix-caching")
+	f.Float64Var(&m.Watermark, "watermark", 0, "Fraction of the KV cache's blocks that admitting a waiting or preempted request leaves free while others run, room for running requests to grow into (vLLM's flag; 0 = none, vLLM's default)")
+	f.BoolVar(&fullISL, "scheduler-reserve-full-isl", true, "Admit a waiting request only when its whole prompt fits in the KV cache, not just its first prefill chunk (vLLM's flag and default); =false is --no-scheduler-reserve-full-isl")
+	f.BoolVar(&noFullISL, "no-scheduler-reserve-full-isl", false, "Admit a waiting request when its first prefill chunk fits (vLLM's rule before the whole-input check)")
 	f.BoolVar(&details, "enable-prompt-tokens-details", true, "Report usage.prompt_tokens_details.cached_tokens (vLLM's flag; vLLM's default is off, and it leaves the details out when nothing was cached)")
 	f.IntVar(&replicas, "replicas", 1, "Run this many independent replicas (each its own engine and KV cache) on consecutive ports from --listen's")
 	f.StringVar(&cfg.Engine, "engine", sim.EngineVLLM, "Answer as this engine where engines differ: vllm or llamacpp (llama-server: /props, /apply-template, its /tokenize, its errors, one model served whatever the name, connection closed after each stream)")

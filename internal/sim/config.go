@@ -141,6 +141,17 @@ type ModelConfig struct {
 	// --no-enable-prefix-caching): every prompt token is prefilled, and the
 	// cache only bounds how many sequences fit.
 	NoPrefixCaching bool
+	// Watermark is the fraction of the KV cache's blocks that admitting a
+	// waiting or preempted request leaves free while other requests run, so
+	// that running ones can grow into them (vLLM --watermark; 0, vLLM's
+	// default, keeps none).
+	Watermark float64
+	// NoReserveFullISL admits a waiting request when blocks for its first
+	// prefill chunk are free, as vLLM did before admission checked the
+	// whole input (vLLM --scheduler-reserve-full-isl=false). By default
+	// the whole prompt (and, for a preempted request, its generated tokens)
+	// must fit, beyond its prefix-cache hits.
+	NoReserveFullISL bool
 
 	// minPrefixShare is the least share of a prompt a cached prefix must
 	// cover to be reused: llama-server's --slot-prompt-similarity (0.1) for
@@ -288,6 +299,7 @@ func (m *ModelConfig) validate() error {
 		name, root := m.Name, m.Root
 		reasoning, meanReasoning := m.Reasoning, m.MeanReasoningTokens
 		kvTokens, blockSize, noCaching := m.KVCacheTokens, m.BlockSize, m.NoPrefixCaching
+		watermark, noFullISL := m.Watermark, m.NoReserveFullISL
 		base, _ := PresetFor(name)
 		if m.Preset != "" {
 			p, ok := Presets()[strings.ToLower(m.Preset)]
@@ -310,6 +322,10 @@ func (m *ModelConfig) validate() error {
 			m.KVCacheTokens = kvTokens
 		}
 		m.BlockSize, m.NoPrefixCaching = blockSize, noCaching
+		m.Watermark, m.NoReserveFullISL = watermark, noFullISL
+	}
+	if !(m.Watermark >= 0 && m.Watermark < 1) {
+		return fmt.Errorf("model %q: watermark is a fraction of the KV cache's blocks: at least 0 and below 1, got %v", m.Name, m.Watermark)
 	}
 	if m.MaxNumSeqs < 1 {
 		return fmt.Errorf("model %q: max-num-seqs must be at least 1, got %d", m.Name, m.MaxNumSeqs)

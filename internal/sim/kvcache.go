@@ -4,13 +4,16 @@ package sim
 // (vllm/v1/core/block_pool.py, kv_cache_manager.py):
 //
 //   - the cache holds KVCacheTokens / BlockSize blocks of BlockSize tokens;
-//   - a waiting request is admitted when blocks for the part of its prompt
-//     this step prefills (all of it without a token budget; its first chunk
-//     with chunked prefill) are free, beyond the prefix-cache hits it reuses,
-//     and, when other requests are already scheduled in the step, beyond a
-//     watermark of 1 % of the blocks. When they are not free, the request
-//     waits, and so do the requests behind it (FIFO, as vLLM's scheduler
-//     stops at the first request it cannot allocate);
+//   - a waiting request is admitted when blocks for its whole prompt (a
+//     preempted one's: its prompt and the tokens it generated) are free,
+//     beyond the prefix-cache hits it reuses (vLLM's
+//     --scheduler-reserve-full-isl, on by default; with it off, only the
+//     part this step prefills, its first chunk under chunked prefill, must
+//     fit), and, when other requests are running, beyond a watermark of
+//     --watermark of the blocks (0 by default, as in vLLM). Only the blocks
+//     of the part this step prefills are taken. When they are not free, the
+//     request waits, and so do the requests behind it (FIFO, as vLLM's
+//     scheduler stops at the first request it cannot allocate);
 //   - a running request gets its further blocks as its prefill chunks and
 //     its decoded tokens fill them (KVCacheManager.allocate_slots). When
 //     none is free, even after evicting idle cached blocks, the scheduler
@@ -52,7 +55,8 @@ type kvCache struct {
 	capacity  int  // blocks
 	caching   bool // prefix caching on
 	reserve   bool // reserve prompt + output at admission, never grow (llama.cpp)
-	watermark int  // blocks an admission leaves free when others are scheduled
+	watermark int  // blocks an admission leaves free when others are running
+	fullISL   bool // an admission needs room for the whole prompt, not its first chunk
 	minShare  float64
 	used      int // blocks held by running sequences
 	cached    map[uint64]*kvBlock
@@ -68,7 +72,8 @@ func newKVCache(mc ModelConfig) *kvCache {
 	c := &kvCache{blockSize: bs, capacity: mc.KVCacheTokens / bs, caching: !mc.NoPrefixCaching, reserve: mc.reserveOutput,
 		minShare: mc.minPrefixShare, cached: map[uint64]*kvBlock{}}
 	if !c.reserve {
-		c.watermark = c.capacity / 100
+		c.watermark = int(mc.Watermark * float64(c.capacity))
+		c.fullISL = !mc.NoReserveFullISL
 	}
 	c.lru.next, c.lru.prev = &c.lru, &c.lru
 	return c
@@ -111,8 +116,8 @@ func (c *kvCache) lookup(hashes []uint64, promptTokens int) []*kvBlock {
 
 // admit tries to allocate the blocks of waiting request q for a step that
 // may prefill up to budget tokens of it, and returns how many it prefills.
-// busy says whether other requests are already scheduled in the step (the
-// watermark then applies). On success q.kvHeld holds its full prompt blocks
+// busy says whether other requests are running (the watermark then
+// applies). On success q.kvHeld holds its full prompt blocks
 // (the cached ones first), q.kvAnon counts the rest, q.prefilled is the
 // number of tokens found in the cache and, on its first admission, q.cached
 // too. A request resumed after preemption looks up its prompt again (its
@@ -132,6 +137,12 @@ func (c *kvCache) admit(q *seq, budget int, busy bool) (int, bool) {
 	}
 	need = min(need, c.capacity) // a request larger than the cache runs alone (validate keeps this from happening)
 	newBlocks := need - len(hit)
+	// The admission gate: room for the whole prompt, though only this
+	// step's part of it is taken now.
+	gate := newBlocks
+	if c.fullISL {
+		gate = min(c.blocksFor(q.prefillLen), c.capacity) - len(hit)
+	}
 	// Cached blocks nobody holds are evictable, but the hits among them are
 	// about to be held, not evicted.
 	idleHits := 0
@@ -140,7 +151,7 @@ func (c *kvCache) admit(q *seq, budget int, busy bool) (int, bool) {
 			idleHits++
 		}
 	}
-	if c.capacity-c.used-idleHits-wm < newBlocks {
+	if c.capacity-c.used-idleHits-wm < max(newBlocks, gate) {
 		return 0, false
 	}
 	if c.caching && q.preemptions == 0 {

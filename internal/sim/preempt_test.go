@@ -217,17 +217,15 @@ func TestScheduler_DecodeGrowthPreemptsTheNewestWhichIsRecomputedAndFinishes(t *
 func TestScheduler_TheNewestRequestNeedingABlockPreemptsItself(t *testing.T) {
 	// a prefills in chunks and is the newest running request when its next
 	// chunk has no room: it is preempted itself, not the older x, and the
-	// step goes on with x.
+	// step goes on with x. a was admitted with room for its whole prompt
+	// (7 of 8 blocks free), but admission takes only the blocks of the
+	// chunk it prefills, and x grows into the others meanwhile.
 	mc := smallKVModel(t, 8)
 	mc.MaxNumBatchedTokens = 40
-	x := seqWith(16, 80, 1) // grows to 6 blocks
+	x := seqWith(16, 80, 1)                // 1 block, growing to 6
+	a := seqWith(100, 4, 2, 3, 4, 5, 6, 7) // 7 blocks, in chunks of 24, 39, 37
 	d := newStepDriver(t, mc)
-	d.enqueue(x)
-	for x.generated < 60 { // 16+60 tokens: 5 blocks
-		d.step()
-	}
-	a := seqWith(100, 4, 2, 3, 4, 5, 6, 7) // 7 blocks: 3 after its first chunk of 39
-	d.enqueue(a)
+	d.enqueue(x, a)
 	for d.s.preemptions == 0 {
 		if _, ok := d.step(); !ok {
 			t.Fatal("ran dry without preempting")
@@ -242,12 +240,100 @@ func TestScheduler_TheNewestRequestNeedingABlockPreemptsItself(t *testing.T) {
 	}
 }
 
+func TestScheduler_AdmissionNeedsRoomForTheWholePrompt(t *testing.T) {
+	// x runs and holds 5 of 8 blocks; a's 100-token prompt needs 7, its
+	// first chunk 3. vLLM (--scheduler-reserve-full-isl, its default) keeps
+	// a waiting until its whole prompt fits: no preemption, a runs after x.
+	// With the gate off (the rule before it), a is admitted on its first
+	// chunk and, with no room for its next one, preempts itself.
+	for _, fullISL := range []bool{true, false} {
+		t.Run(fmt.Sprint("full_isl=", fullISL), func(t *testing.T) {
+			mc := smallKVModel(t, 8)
+			mc.MaxNumBatchedTokens = 40
+			mc.NoReserveFullISL = !fullISL
+			x := seqWith(16, 80, 1) // grows to 6 blocks
+			d := newStepDriver(t, mc)
+			d.enqueue(x)
+			for x.generated < 60 { // 16+60 tokens: 5 blocks
+				d.step()
+			}
+			a := seqWith(100, 4, 2, 3, 4, 5, 6, 7)
+			d.enqueue(a)
+			admittedWhileX := false
+			for x.generated < x.target {
+				if _, ok := d.step(); !ok {
+					t.Fatal("ran dry before x finished")
+				}
+				if a.prefilled > 0 && x.generated < x.target {
+					admittedWhileX = true
+				}
+			}
+			d.drain(1000)
+			if fullISL && (admittedWhileX || d.s.preemptions != 0) {
+				t.Fatalf("a admitted while x ran: %v, %d preemptions; want a waiting for room for its whole prompt, none preempted", admittedWhileX, d.s.preemptions)
+			}
+			if !fullISL && (!admittedWhileX || d.s.preemptions == 0) {
+				t.Fatalf("gate off: a admitted while x ran: %v, %d preemptions; want a admitted on its first chunk and preempted", admittedWhileX, d.s.preemptions)
+			}
+			if x.generated != x.target || a.generated != a.target {
+				t.Fatalf("x %d/%d, a %d/%d tokens", x.generated, x.target, a.generated, a.target)
+			}
+		})
+	}
+}
+
+func TestScheduler_WatermarkKeepsBlocksFreeWhileOthersRun(t *testing.T) {
+	// x holds 2 of 8 blocks; b's prompt needs 5. With no watermark (vLLM's
+	// default) b is admitted beside x; a watermark of 0.25 (2 blocks) keeps
+	// it waiting until x is done. Alone, a request ignores the watermark.
+	for _, tc := range []struct {
+		watermark   float64
+		besideX     bool
+		description string
+	}{{0, true, "no watermark"}, {0.25, false, "watermark 0.25"}} {
+		t.Run(tc.description, func(t *testing.T) {
+			mc := smallKVModel(t, 8)
+			mc.Watermark = tc.watermark
+			if err := mc.validate(); err != nil {
+				t.Fatal(err)
+			}
+			x := seqWith(20, 8, 1) // 2 blocks until it ends
+			d := newStepDriver(t, mc)
+			d.enqueue(x)
+			d.step()
+			b := seqWith(80, 1, 2, 3, 4, 5, 6) // 5 blocks
+			d.enqueue(b)
+			d.step()
+			if beside := b.prefilled > 0; beside != tc.besideX {
+				t.Fatalf("b admitted beside x: %v, want %v", beside, tc.besideX)
+			}
+			d.drain(1000)
+			alone := seqWith(16*8-1, 1, 7) // the whole cache but for one token: the watermark does not apply
+			d.enqueue(alone)
+			d.drain(1000)
+			if alone.generated != 1 {
+				t.Fatalf("a request alone got %d tokens", alone.generated)
+			}
+		})
+	}
+	mc := smallKVModel(t, 8)
+	for _, bad := range []float64{-0.1, 1, 2} {
+		mc.Watermark = bad
+		if err := mc.validate(); err == nil || !strings.Contains(err.Error(), "watermark") {
+			t.Errorf("watermark %v: %v, want an error naming it", bad, err)
+		}
+	}
+}
+
 func TestScheduler_NoAdmissionInAStepThatPreemptsThenTheVictimFirst(t *testing.T) {
-	// With chunked prefill the victim's first recompute chunk fits at once,
-	// but as in vLLM nothing is admitted in the step that preempted it; it
-	// is admitted in the next, ahead of a request queued after it.
+	// With chunked prefill and the admission gate off (vLLM
+	// --scheduler-reserve-full-isl=false), the victim's first recompute
+	// chunk fits at once, but as in vLLM nothing is admitted in the step
+	// that preempted it; it is admitted in the next, ahead of a request
+	// queued after it.
 	mc := smallKVModel(t, 8)
 	mc.MaxNumBatchedTokens = 20
+	mc.NoReserveFullISL = true
 	x := seqWith(16, 100, 1)
 	a := seqWith(16, 100, 2)
 	d := newStepDriver(t, mc)

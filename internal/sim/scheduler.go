@@ -179,7 +179,7 @@ func (s *scheduler) schedule(now time.Time) batch {
 		n := min(q.prefillLen-q.prefilled, budget)
 		if s.kv != nil {
 			var ok bool
-			if n, ok = s.kv.admit(q, budget, !b.empty()); !ok {
+			if n, ok = s.kv.admit(q, budget, len(s.running) > 0); !ok {
 				// Not enough free KV-cache blocks: it waits, and so does
 				// everything behind it, until running sequences free some.
 				break
