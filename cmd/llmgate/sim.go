@@ -20,14 +20,14 @@ import (
 // continuous-batching timing model.
 func newSimCmd() *cobra.Command {
 	var (
-		models   []string
-		listen   string
-		preset   string
-		cfg      sim.Config
-		m        sim.ModelConfig
-		listAll  bool
-		script   string
-		replicas int
+		models    []string
+		listen    string
+		preset    string
+		cfg       sim.Config
+		m         sim.ModelConfig
+		listAll   bool
+		script    string
+		replicas  int
 		noPrefix  bool
 		prefix    bool
 		details   bool
