@@ -422,6 +422,24 @@ func TestRedis_ComesBackOnlyWithTheOthersAndReservesItsLocalShareMeanwhile(t *te
 		t.Fatalf("want one line saying the other replica's share stays reserved:\n%s", logs)
 	}
 	t.Logf("waited %v for a replica that never came back; this replica's local share was reserved meanwhile, and the other's after", waited.Round(time.Millisecond))
+
+	// A replica silent for forgetAfter (a minute) is forgotten: once that
+	// has passed, the next heartbeat drops the share held for it, and the
+	// whole budget left is this replica's to spend.
+	if _, d, err := a.Acquire(ctx, budgetReq(s, 9000)); err != nil || d.Allowed {
+		t.Fatalf("9000 admitted (%+v, %v) while the other replica's 4500 is held", d, err)
+	}
+	limit.ForgetHeldSharesNow(a)
+	testenv.Eventually(t, 3*time.Second, func() bool {
+		v, ok := reserved()
+		return !ok || v == "0"
+	}, "the missing replica's share released after it was forgotten")
+	if err := a.Release(ctx, mustAcquire(t, a, budgetReq(s, 9000)), 0, 9000); err != nil {
+		t.Fatalf("the 9000 left after the share was released: %v", err)
+	}
+	if !a.Shared() {
+		t.Fatal("left the shared counters when the held share was released")
+	}
 }
 
 // TestRedis_AReplicaBackAfterTheWaitKeepsTheOthersShareReserved: after
