@@ -71,7 +71,7 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 		writeAPIError(w, e)
 		return
 	}
-	g := genRequest{chat: true, e: eng, model: eng.mc.Name, prompt: prompt, promptTokens: tokens, hashes: ph.hashes(),
+	g := genRequest{chat: true, e: eng, model: eng.mc.Name, prompt: prompt, promptTokens: tokens, hashes: ph.hashes(), hasher: ph,
 		maxTokens: req.MaxCompletionTokens, seed: req.Seed, stops: req.Stop, ignoreEOS: req.IgnoreEOS, stream: req.Stream,
 		plan: plan}
 	if g.maxTokens == nil {
@@ -229,8 +229,14 @@ func chatPromptHashed(msgs []chatRequestMsg, tools []json.RawMessage, generation
 		}
 	}
 	if generationPrompt {
+		// Hashed as the header of the assistant message that the answer
+		// becomes in the next turn's prompt, as a chat template renders
+		// both ("<|im_start|>assistant\n"), so that the answer's blocks are
+		// that prompt's too.
 		tokens += chatGenerationPrompt
-		h.special("gen", chatGenerationPrompt)
+		h.special("im_start", 1)
+		h.text("assistant")
+		h.special("nl", chatTokensPerMessage-2)
 	}
 	return prompt.String(), tokens, nil
 }

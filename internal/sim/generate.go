@@ -20,6 +20,9 @@ type genRequest struct {
 	echo         string // completions with echo=true prepend the prompt
 	promptTokens int
 	hashes       []uint64 // chained hashes of the prompt's full KV blocks
+	// hasher is the prompt's hasher after its last token (chat requests),
+	// from which the answer's blocks are hashed.
+	hasher *prefixHasher
 	maxTokens    *int
 	temperature  float64
 	seed         *int64
@@ -129,6 +132,12 @@ func (s *Server) serveGeneration(w http.ResponseWriter, r *http.Request, g genRe
 	}
 	q := newSeq(g.promptTokens, gen.tokens)
 	q.hashes = g.hashes
+	if gen.ans == nil && g.hasher != nil {
+		// A plain-text answer comes back in the next turn's prompt as
+		// the assistant message, whose header the generation prompt
+		// already was: the next prompt's blocks match these.
+		q.outHashes = g.hasher.continued(gen.text)
+	}
 	q.finishReason = gen.finish
 	if gen.finish == "tool_calls" {
 		// The engine stopped at EOS; "tool_calls" is the API layer's word.

@@ -32,9 +32,15 @@ package sim
 //     prompt before its head (a request frees its blocks in reverse order),
 //     so a shared prefix outlives the histories that extend it.
 //
-// Output tokens and a prompt's last partial block take blocks but are not
-// cached (the simulator's output tokens are not the tokens of the next
-// prompt that repeats the answer, which the chat template re-renders).
+// Output tokens and a prompt's last partial block take blocks as anonymous
+// ones. When a chat request whose answer is plain text finishes, the blocks
+// its answer filled are entered in the cache under the hashes the next
+// turn's prompt gives them (seq.outHashes: the prompt's hasher continued
+// over the answer's text, the generation prompt hashed as the assistant
+// message's header), as vLLM caches every full block a request computed and
+// the next turn's prompt repeats the answer token for token. Answers with
+// reasoning or tool calls (which templates re-render), completions, and the
+// output of preempted or aborted requests are not entered.
 //
 // The llama.cpp face (ModelConfig.reserveOutput) keeps the older rule of
 // reserving the prompt and the whole output at admission: llama-server's
@@ -265,7 +271,23 @@ func (c *kvCache) computed(q *seq) {
 // release frees the blocks of a sequence that finished, was aborted or was
 // preempted:
 // cached blocks become evictable, tail first; the others become empty.
-func (c *kvCache) release(q *seq) {
+// A sequence that finished (done) first enters the blocks its answer
+// filled (q.outHashes, at most as many as it holds beyond its full prompt
+// blocks) in the cache, as the tail.
+func (c *kvCache) release(q *seq, done bool) {
+	if done && c.caching {
+		for i := min(len(q.outHashes), q.kvAnon) - 1; i >= 0; i-- {
+			h := q.outHashes[i]
+			if _, dup := c.cached[h]; dup {
+				continue
+			}
+			b := &kvBlock{hash: h, hashed: true}
+			c.cached[h] = b
+			c.pushIdle(b)
+			c.used--
+			q.kvAnon--
+		}
+	}
 	for i := len(q.kvHeld) - 1; i >= 0; i-- {
 		b := q.kvHeld[i]
 		b.ref--
@@ -339,6 +361,18 @@ func (p *prefixHasher) special(name string, n int) {
 	for i := range n {
 		p.token("\x00" + name + string(rune('0'+i)))
 	}
+}
+
+// continued returns the hashes of the full blocks that text s, appended to
+// what p has hashed, completes (p unchanged), or nil for a nil hasher.
+func (p *prefixHasher) continued(s string) []uint64 {
+	if p == nil {
+		return nil
+	}
+	c := *p
+	c.blocks = p.blocks[:len(p.blocks):len(p.blocks)] // appends go to a copy
+	c.text(s)
+	return c.blocks[len(p.blocks):]
 }
 
 // hashes returns the full blocks' hashes, or nil for a nil hasher.

@@ -94,7 +94,7 @@ func kvRun(t *testing.T, c *kvCache, q *seq, hold bool) {
 	q.prefilled = q.promptTokens
 	c.computed(q)
 	if !hold {
-		c.release(q)
+		c.release(q, true)
 	}
 }
 
@@ -353,4 +353,89 @@ func TestPrefixCache_SmallCacheEvictsOlderSessionsPrefixes(t *testing.T) {
 	if res[4].ttft() <= res[3].ttft() {
 		t.Errorf("a's TTFT %v not above b's %v, though more of a was prefilled", res[4].ttft(), res[3].ttft())
 	}
+}
+
+func TestPrefixCache_AFinishedAnswersBlocksAreCachedAsTheTail(t *testing.T) {
+	// A: 9 prompt tokens (2 full blocks of 4) and 8 generated: 5 blocks,
+	// the last 3 anonymous. Its answer completes 2 blocks (the prompt's
+	// last partial one and the next), entered in the cache when it
+	// finishes; the third is left empty.
+	for _, done := range []bool{true, false} {
+		t.Run(fmt.Sprint("finished=", done), func(t *testing.T) {
+			c := newKVCache(ModelConfig{BlockSize: 4, KVCacheTokens: 64}) // 16 blocks
+			a := seqWith(9, 8, 11, 12)
+			a.outHashes = []uint64{13, 14}
+			if _, ok := c.admit(a, a.promptTokens, false); !ok {
+				t.Fatal("admit refused")
+			}
+			a.prefilled = a.promptTokens
+			c.computed(a)
+			if !c.allocate(a, 9+8) || c.used != 5 {
+				t.Fatalf("A holds %d blocks, want 5", c.used)
+			}
+			c.release(a, done)
+			if !done {
+				// Preempted or aborted: its output is not entered.
+				if c.used != 0 || c.evictable != 2 || c.cached[13] != nil {
+					t.Fatalf("released unfinished: used %d, evictable %d; want 0 and its 2 prompt blocks only", c.used, c.evictable)
+				}
+				return
+			}
+			if c.used != 0 || c.evictable != 4 || c.cached[13] == nil || c.cached[14] == nil {
+				t.Fatalf("after A finished: used %d, evictable %d; want 0 and 4 (2 prompt, 2 answer blocks)", c.used, c.evictable)
+			}
+			// The next turn starts with A's prompt and answer: 4 blocks hit.
+			b := seqWith(22, 1, 11, 12, 13, 14, 15)
+			if hit := c.lookup(b.hashes, b.promptTokens); len(hit) != 4 {
+				t.Fatalf("next turn hit %d blocks, want 4", len(hit))
+			}
+			// Tail first: the answer's last block is evicted first, then
+			// its first, then the prompt's from its end.
+			var order []uint64
+			for b := c.lru.next; b != &c.lru; b = b.next {
+				order = append(order, b.hash)
+			}
+			if fmt.Sprint(order) != "[14 13 12 11]" {
+				t.Fatalf("eviction order %v, want [14 13 12 11]", order)
+			}
+		})
+	}
+}
+
+func TestLive_TheNextTurnFindsThePreviousAnswerCached(t *testing.T) {
+	// A chat's second turn repeats the first turn's prompt and its answer:
+	// as in vLLM, which caches the blocks a request's output filled, the
+	// cached share covers the answer too, not only the first prompt.
+	mc := fastModel()
+	_, url := startServer(t, Config{Models: []ModelConfig{mc}, Seed: 1})
+	msgs := `[{"role":"system","content":"` + words(300, "w") + `"},{"role":"user","content":"hi"}`
+	code, _, b := post(t, url+"/v1/chat/completions", `{"model":"m","max_tokens":64,"ignore_eos":true,"messages":`+msgs+`]}`)
+	if code != 200 {
+		t.Fatalf("status %d: %s", code, b)
+	}
+	var first struct {
+		Choices []struct {
+			Message struct {
+				Content string `json:"content"`
+			} `json:"message"`
+		} `json:"choices"`
+		Usage struct {
+			PromptTokens int `json:"prompt_tokens"`
+		} `json:"usage"`
+	}
+	if err := json.Unmarshal(b, &first); err != nil || len(first.Choices) != 1 {
+		t.Fatalf("%v: %s", err, b)
+	}
+	answer, _ := json.Marshal(first.Choices[0].Message.Content)
+	p1 := first.Usage.PromptTokens
+	_, p2, c2, _ := chatUsage(t, url, `{"model":"m","max_tokens":3,"messages":`+msgs+`,{"role":"assistant","content":`+string(answer)+`},{"role":"user","content":"go on"}]}`)
+	if c2 <= (p1-1)/16*16 || c2 >= p2 {
+		t.Fatalf("second turn: %d of %d prompt tokens cached; want more than the first prompt's %d (the answer's blocks too)", c2, p2, (p1-1)/16*16)
+	}
+	// A different answer in the history: only the first prompt's blocks.
+	_, _, c3, _ := chatUsage(t, url, `{"model":"m","max_tokens":3,"messages":`+msgs+`,{"role":"assistant","content":"`+words(60, "x")+`"},{"role":"user","content":"go on"}]}`)
+	if c3 > (p1-1)/16*16+16 {
+		t.Fatalf("an answer the simulator did not give: %d cached; want at most the first prompt's blocks (%d) and the header's block", c3, (p1-1)/16*16)
+	}
+	t.Logf("first prompt %d tokens; second turn %d of %d cached", p1, c2, p2)
 }

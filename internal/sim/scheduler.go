@@ -28,6 +28,12 @@ type seq struct {
 	// prompt's full blocks, the prompt tokens found cached at admission,
 	// the blocks held and how many of them are entered in the cache.
 	hashes       []uint64
+	// outHashes continues hashes over the answer as the next turn's prompt
+	// renders it (a chat answer of plain text): the hashes of the blocks
+	// that the prompt's tail and the answer fill, entered in the cache when
+	// the sequence finishes, as vLLM caches every full block a request
+	// computed, its output's too.
+	outHashes    []uint64
 	cached       int
 	kvHeld       []*kvBlock
 	kvAnon       int
@@ -218,7 +224,7 @@ func (s *scheduler) preempt() {
 	q := s.running[last]
 	s.running[last] = nil
 	s.running = s.running[:last]
-	s.kv.release(q)
+	s.kv.release(q, false)
 	q.prefillLen = q.promptTokens + q.generated
 	q.prefilled = 0
 	q.preemptions++
@@ -269,7 +275,7 @@ func (s *scheduler) complete(b batch, end time.Time) []*seq {
 	for _, q := range s.running {
 		if q.prefilled >= q.prefillLen && q.generated >= q.target {
 			if s.kv != nil {
-				s.kv.release(q)
+				s.kv.release(q, true)
 			}
 			continue
 		}
@@ -291,7 +297,7 @@ func (s *scheduler) dropCancelled() {
 			kept = append(kept, q)
 		} else {
 			if s.kv != nil {
-				s.kv.release(q)
+				s.kv.release(q, false)
 			}
 			s.aborted++
 		}
