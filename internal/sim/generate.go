@@ -22,7 +22,7 @@ type genRequest struct {
 	hashes       []uint64 // chained hashes of the prompt's full KV blocks
 	// hasher is the prompt's hasher after its last token (chat requests),
 	// from which the answer's blocks are hashed.
-	hasher *prefixHasher
+	hasher       *prefixHasher
 	maxTokens    *int
 	temperature  float64
 	seed         *int64

@@ -27,7 +27,7 @@ type seq struct {
 	// Prefix cache state (see kvcache.go): the chained hashes of the
 	// prompt's full blocks, the prompt tokens found cached at admission,
 	// the blocks held and how many of them are entered in the cache.
-	hashes       []uint64
+	hashes []uint64
 	// outHashes continues hashes over the answer as the next turn's prompt
 	// renders it (a chat answer of plain text): the hashes of the blocks
 	// that the prompt's tail and the answer fill, entered in the cache when
