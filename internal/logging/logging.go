@@ -1,7 +1,8 @@
 // Package logging builds the gateway's structured logger. Log lines are
-// buffered and written by a background goroutine, so the per-request access
-// line never puts a write system call on the request path; warnings and
-// errors are written at once.
+// buffered and written by a timer an interval after the first line into an
+// empty buffer, so the per-request access line never puts a write system
+// call on the request path and an idle gateway wakes for nothing; warnings
+// and errors are written at once.
 package logging
 
 import (
@@ -16,53 +17,37 @@ import (
 type Logger struct {
 	*slog.Logger
 	out  *buffer
-	stop chan struct{}
-	done chan struct{}
 	once sync.Once
 }
 
 // New returns a text (or JSON) logger writing to w through a buffer flushed
-// every interval (50 ms when zero) and whenever a warning or error is logged.
+// an interval (50 ms when zero) after its first line, and whenever a warning
+// or error is logged. Nothing runs while nothing is logged.
 func New(w io.Writer, json bool, interval time.Duration) *Logger {
 	if interval <= 0 {
 		interval = 50 * time.Millisecond
 	}
-	b := &buffer{w: w}
+	b := &buffer{w: w, interval: interval}
+	b.timer = time.AfterFunc(time.Hour, b.flush)
+	b.timer.Stop()
 	var h slog.Handler
 	if json {
 		h = slog.NewJSONHandler(b, nil)
 	} else {
 		h = slog.NewTextHandler(b, nil)
 	}
-	l := &Logger{Logger: slog.New(flushOnWarn{Handler: h, b: b, json: json, plain: true}), out: b, stop: make(chan struct{}), done: make(chan struct{})}
-	go l.loop(interval)
-	return l
-}
-
-func (l *Logger) loop(interval time.Duration) {
-	defer close(l.done)
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-t.C:
-			l.out.flush()
-		case <-l.stop:
-			l.out.flush()
-			return
-		}
-	}
+	return &Logger{Logger: slog.New(flushOnWarn{Handler: h, b: b, json: json, plain: true}), out: b}
 }
 
 // Close writes what is buffered and stops the flusher. Later lines are
 // written directly.
 func (l *Logger) Close() {
 	l.once.Do(func() {
-		close(l.stop)
-		<-l.done
 		l.out.mu.Lock()
 		l.out.direct = true
+		l.out.timer.Stop()
 		l.out.mu.Unlock()
+		l.out.flush()
 	})
 }
 
@@ -74,6 +59,10 @@ type buffer struct {
 	direct  bool
 	w       io.Writer
 	writeMu sync.Mutex // keeps flushes in order
+
+	interval time.Duration
+	timer    *time.Timer // flushes; armed by the first line into an empty buffer
+	armed    bool
 }
 
 func (b *buffer) Write(p []byte) (int, error) {
@@ -84,6 +73,10 @@ func (b *buffer) Write(p []byte) (int, error) {
 	}
 	b.buf = append(b.buf, p...)
 	full := len(b.buf) >= 64<<10
+	if !full && !b.armed {
+		b.armed = true
+		b.timer.Reset(b.interval)
+	}
 	b.mu.Unlock()
 	if full {
 		b.flush()
@@ -97,6 +90,7 @@ func (b *buffer) flush() {
 	b.mu.Lock()
 	out := b.buf
 	b.buf = b.spare[:0]
+	b.armed = false
 	b.mu.Unlock()
 	if len(out) > 0 {
 		_, _ = b.w.Write(out)

@@ -2,6 +2,8 @@ package logging
 
 import (
 	"bytes"
+	"fmt"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -58,6 +60,27 @@ func TestLogger_PeriodicFlush(t *testing.T) {
 			t.Fatal("buffered line never flushed")
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestLogger_AnIdleLoggerRunsNothingAndALoneLineIsStillWritten(t *testing.T) {
+	before := runtime.NumGoroutine()
+	var out syncBuf
+	l := New(&out, false, 5*time.Millisecond)
+	defer l.Close()
+	if n := runtime.NumGoroutine(); n > before {
+		t.Fatalf("%d goroutines after New, %d before: an idle logger must not run a flusher", n, before)
+	}
+	for round := range 3 { // each line after a flush arms the timer again
+		line := fmt.Sprintf("lone line %d", round)
+		l.Info(line)
+		deadline := time.Now().Add(5 * time.Second)
+		for !strings.Contains(out.String(), line) {
+			if time.Now().After(deadline) {
+				t.Fatalf("round %d: a line with nothing after it was never flushed", round)
+			}
+			time.Sleep(time.Millisecond)
+		}
 	}
 }
 
