@@ -92,6 +92,9 @@ type Redis struct {
 	holdSince int64
 	holdNeed  int64
 	holdUntil time.Time
+	// holdRates is how many replicas' local shares of every RPM and TPM
+	// bucket the rate seeds take out, alongside holds.
+	holdRates int64
 
 	stop chan struct{}
 	done chan struct{}

@@ -214,9 +214,11 @@ type rateItem struct {
 
 // rateItems turns the ledger's seeds and what this replica used that the
 // ledger may not have (in flight, and finished since from, Unix ns) into
-// levels; r.mu must not be held. A scope the ledger has nothing of is
-// rebuilt from this replica's use alone.
-func (r *Redis) rateItems(seeds []RateSeed, now time.Time, from int64) []rateItem {
+// levels, less hold local shares of each bucket (replicas spending from
+// their local buckets meanwhile: a bucket refills within a minute, as long
+// as a missing replica is waited for); r.mu must not be held. A scope the
+// ledger has nothing of is rebuilt from this replica's use alone.
+func (r *Redis) rateItems(seeds []RateSeed, now time.Time, from int64, hold int64) []rateItem {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	local := make(map[string]rateUse, len(r.inflight))
@@ -229,15 +231,17 @@ func (r *Redis) rateItems(seeds []RateSeed, now time.Time, from int64) []rateIte
 		local[id] = u
 	}
 	out := make([]rateItem, 0, len(seeds)+len(local))
+	n := r.shareOf()
+	held := func(limit int64) float64 { return float64(sat.Mul(hold, share(limit, n))) }
 	item := func(id string, rpm, tpm int64, uses []Use) {
 		u := local[id]
 		delete(local, id)
 		it := rateItem{key: r.prefix + "rate:" + id, rpm: rpm, tpm: tpm, rl: -1, tl: -1}
 		if rpm > 0 {
-			it.rl = replayLevel(rpm, now, uses, func(u Use) int64 { return u.Requests }, u.requests)
+			it.rl = max(0, replayLevel(rpm, now, uses, func(u Use) int64 { return u.Requests }, u.requests)-held(rpm))
 		}
 		if tpm > 0 {
-			it.tl = replayLevel(tpm, now, uses, func(u Use) int64 { return u.Tokens }, u.tokens)
+			it.tl = max(0, replayLevel(tpm, now, uses, func(u Use) int64 { return u.Tokens }, u.tokens)-held(tpm))
 		}
 		out = append(out, it)
 	}

@@ -136,7 +136,7 @@ func TestRateItems_CountWhatFinishedButIsNotInTheLedger(t *testing.T) {
 		if c.ledger != nil {
 			seeds = []RateSeed{{ScopeID: c.scope.ID, RPM: c.scope.RPM, TPM: c.scope.TPM, Uses: c.ledger}}
 		}
-		items := r.rateItems(seeds, now, now.Add(-holdFor).UnixNano())
+		items := r.rateItems(seeds, now, now.Add(-holdFor).UnixNano(), 0)
 		if len(items) != 1 || items[0].key != "p:rate:"+c.scope.ID {
 			t.Fatalf("%s: items %+v, want one for %s", c.name, items, c.scope.ID)
 		}
@@ -146,6 +146,25 @@ func TestRateItems_CountWhatFinishedButIsNotInTheLedger(t *testing.T) {
 		}
 		if math.Abs(got-c.want) > 1e-6 {
 			t.Errorf("%s: rebuilt at %.3f, want %.3f", c.name, got, c.want)
+		}
+	}
+}
+
+// TestRateItems_LeaveOutTheSharesHeld: with replicas spending from their
+// local buckets (missing after a Redis restart, or this one still waiting),
+// the shared buckets are rebuilt without their shares, each a limit's 1/n
+// rounded up, and never below empty.
+func TestRateItems_LeaveOutTheSharesHeld(t *testing.T) {
+	now := time.Unix(1_000_000, 0)
+	seeds := []RateSeed{{ScopeID: "key:a", RPM: 61, TPM: 600}}
+	for _, c := range []struct {
+		replicas, hold int64
+		rpm, tpm       float64
+	}{{2, 0, 61, 600}, {2, 1, 30, 300}, {3, 1, 40, 400}, {3, 2, 19, 200}, {2, 2, 0, 0}, {2, 5, 0, 0}} {
+		r := &Redis{prefix: "p:", inflight: map[string]*inflightRate{}, fixedN: c.replicas}
+		items := r.rateItems(seeds, now, now.Add(-holdFor).UnixNano(), c.hold)
+		if len(items) != 1 || math.Abs(items[0].rl-c.rpm) > 1e-6 || math.Abs(items[0].tl-c.tpm) > 1e-6 {
+			t.Errorf("%d replicas, %d shares held: %+v, want RPM bucket at %g, TPM at %g", c.replicas, c.hold, items, c.rpm, c.tpm)
 		}
 	}
 }

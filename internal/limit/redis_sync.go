@@ -521,9 +521,10 @@ func (r *Redis) doResync(why string) error {
 		}
 	}
 	if dropHolds {
-		r.holds = nil
+		r.holds, r.holdRates = nil, 0
 	}
 	if missing > 0 && fb != nil {
+		r.holdRates = missing
 		r.holds = map[string]int64{}
 		for _, s := range seeds {
 			k := r.spendKey(s.ScopeID, s.Window)
@@ -546,7 +547,17 @@ func (r *Redis) doResync(why string) error {
 		cmds = append(cmds, seedScript.Eval(ctx, pipe, []string{r.epochKey(), it.key, r.replicasKey()},
 			ep, it.ledger, r.rfield, it.inUse, r.ufield, it.unsynced, "1", int64(it.ttl/time.Second)))
 	}
-	rateItems := r.rateItems(rateSeeds, now, from)
+	// The rate buckets leave out the same shares: what the missing
+	// replicas may take from their local buckets, and this replica's own
+	// while it stays on its local share.
+	var rateHold int64
+	if now.Before(r.holdUntil) {
+		rateHold = r.holdRates
+	}
+	if !back && fb != nil {
+		rateHold++
+	}
+	rateItems := r.rateItems(rateSeeds, now, from, rateHold)
 	for _, it := range rateItems {
 		cmds = append(cmds, rateSeedScript.Eval(ctx, pipe, []string{r.epochKey(), it.key}, ep, it.rpm, it.tpm, it.rl, it.tl))
 	}

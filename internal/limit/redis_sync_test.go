@@ -366,7 +366,17 @@ func TestRedis_StartsOnLocalSharesWhenRedisIsDownAndJoinsWhenItAnswers(t *testin
 	}
 	srv.Start()
 	testenv.Eventually(t, 5*time.Second, a.Shared, "join")
-	mustAcquire(t, a, req(s))
+	// Joined without the other configured replica, which may be spending
+	// its local share of 2: the shared bucket leaves it out (4 - 2 used
+	// here - 2), while a scope nobody used is served from Redis.
+	if _, d, err := a.Acquire(context.Background(), req(s)); err != nil || d.Allowed {
+		t.Fatalf("admitted (%+v, %v) beyond what is left with the other replica's share held", d, err)
+	}
+	fresh := limit.Scope{ID: "key:start-fresh", RPM: 4}
+	mustAcquire(t, a, req(fresh))
+	if n, err := a.Client().Exists(context.Background(), "t:rate:"+fresh.ID).Result(); err != nil || n != 1 {
+		t.Fatalf("the fresh scope's bucket is not in Redis (%d, %v): not served from the shared counters", n, err)
+	}
 }
 
 // TestRedis_ComesBackOnlyWithTheOthersAndReservesItsLocalShareMeanwhile:
@@ -439,6 +449,36 @@ func TestRedis_ComesBackOnlyWithTheOthersAndReservesItsLocalShareMeanwhile(t *te
 	}
 	if !a.Shared() {
 		t.Fatal("left the shared counters when the held share was released")
+	}
+}
+
+// TestRedis_RateBucketsLeaveOutTheShareOfAReplicaThatIsNotBack: after
+// Redis restarted, a replica that stops waiting for the other (which may be
+// spending its local share of the RPM meanwhile) rebuilds the shared bucket
+// without that share: of RPM 6 over 2 replicas, 3 are left, not 6.
+func TestRedis_RateBucketsLeaveOutTheShareOfAReplicaThatIsNotBack(t *testing.T) {
+	srv := testenv.NewRedisServer(t)
+	a, logs := replica(t, srv.URL(), "t:", limit.RedisOptions{Heartbeat: 100 * time.Millisecond, Replicas: 2}, &ledgerStub{})
+	ctx := context.Background()
+	s := limit.Scope{ID: "key:rate-hold", RPM: 6}
+	if err := a.Release(ctx, mustAcquire(t, a, req(s)), 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	srv.Restart()
+	testenv.Eventually(t, 5*time.Second, func() bool {
+		return logs.count("1 other replica(s) not back on the shared counters") == 1 && a.Shared()
+	}, "back on the shared counters without the other replica")
+	n := 0
+	for range 6 {
+		if _, d, err := a.Acquire(ctx, req(s)); err == nil && d.Allowed {
+			n++
+		}
+	}
+	// 6 less the missing replica's share of 3, less the request this
+	// replica made before the restart (in its own count of the last
+	// minute, as the ledger stub has none).
+	if n != 2 {
+		t.Fatalf("admitted %d of 6 on the shared bucket, want 2 (RPM 6, the other replica's share of 3 left out, 1 used)", n)
 	}
 }
 
