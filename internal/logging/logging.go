@@ -73,15 +73,23 @@ func (b *buffer) Write(p []byte) (int, error) {
 	}
 	b.buf = append(b.buf, p...)
 	full := len(b.buf) >= 64<<10
-	if !full && !b.armed {
-		b.armed = true
-		b.timer.Reset(b.interval)
+	if !full {
+		b.armLocked()
 	}
 	b.mu.Unlock()
 	if full {
 		b.flush()
 	}
 	return len(p), nil
+}
+
+// armLocked has the timer flush the buffer an interval from now, unless it
+// is to already; b.mu is held. Every path that appends to b.buf calls it.
+func (b *buffer) armLocked() {
+	if !b.armed {
+		b.armed = true
+		b.timer.Reset(b.interval)
+	}
 }
 
 func (b *buffer) flush() {

@@ -3,6 +3,7 @@ package logging
 import (
 	"bytes"
 	"fmt"
+	"log/slog"
 	"runtime"
 	"strings"
 	"sync"
@@ -71,9 +72,14 @@ func TestLogger_AnIdleLoggerRunsNothingAndALoneLineIsStillWritten(t *testing.T) 
 	if n := runtime.NumGoroutine(); n > before {
 		t.Fatalf("%d goroutines after New, %d before: an idle logger must not run a flusher", n, before)
 	}
-	for round := range 3 { // each line after a flush arms the timer again
-		line := fmt.Sprintf("lone line %d", round)
-		l.Info(line)
+	for round := range 4 { // each line after a flush arms the timer again
+		line := fmt.Sprintf("lone-line-%d", round) // no spaces: Line formats it itself
+		if round%2 == 0 {
+			l.Info(line)
+		} else {
+			// The access log's path, formatted straight into the buffer.
+			Line(l.Logger, slog.LevelInfo, line, []slog.Attr{slog.Int("status", 200)})
+		}
 		deadline := time.Now().Add(5 * time.Second)
 		for !strings.Contains(out.String(), line) {
 			if time.Now().After(deadline) {
