@@ -191,6 +191,20 @@ func (m *Manager) Manages(backend string) bool {
 	return m.engines[backend] != nil && !m.isRetired(backend)
 }
 
+var _ router.EngineStates = (*Manager)(nil)
+
+// EngineState implements router.EngineStates: the state of backend's
+// engine, "" when it has none.
+func (m *Manager) EngineState(backend string) string {
+	e := m.engines[backend]
+	if e == nil {
+		return ""
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return string(e.state)
+}
+
 // isRetired reports whether the running config no longer declares the
 // engine (see Rebind).
 func (m *Manager) isRetired(name string) bool {

@@ -120,7 +120,13 @@ func (t *Table) startScraper(st *backendState, interval time.Duration) {
 		return
 	}
 	b := st.b
+	states, _ := t.Leaser(b.Name).(EngineStates)
 	get := func(ctx context.Context) ([]byte, error) {
+		if states != nil {
+			if s := states.EngineState(b.Name); s != "" && s != "ready" {
+				return nil, fmt.Errorf("engine %s: not read until it is ready (llmgate starts it on a request for its model)", s)
+			}
+		}
 		// BaseURL and the credentials are the backend's; the error says
 		// which URL failed, never the key.
 		u := metricsURL(b.BaseURL)

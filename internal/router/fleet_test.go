@@ -475,3 +475,60 @@ models:
 		t.Fatal("a closed table started reading an engine")
 	}
 }
+
+// stateLeaser is a Leaser whose engine "a" is in the state set.
+type stateLeaser struct {
+	mu    sync.Mutex
+	state string
+}
+
+func (l *stateLeaser) Manages(backend string) bool { return backend == "a" }
+func (l *stateLeaser) Lease(context.Context, string, string) (func(error) error, error) {
+	return func(err error) error { return err }, nil
+}
+func (l *stateLeaser) EngineState(backend string) string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.state
+}
+func (l *stateLeaser) set(s string) { l.mu.Lock(); l.state = s; l.mu.Unlock() }
+
+func TestScraper_AManagedEngineIsReadOnlyWhileReady(t *testing.T) {
+	// A local engine stopped by its idle timeout has nothing on its port:
+	// its metrics are not asked for (no connection refused every
+	// interval), and the reading says why it is missing.
+	eng := newFakeEngine(t)
+	eng.set(4, 1, false)
+	src := fmt.Sprintf(`routing: {engine_metrics_interval: 100ms}
+backends:
+  a: {url: %q}
+models:
+  m:
+    balancing: least_load
+    deployments: [{backend: a}]
+`, eng.srv.URL+"/v1")
+	cfg, err := config.Load(strings.NewReader(src), "test.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaser := &stateLeaser{state: "stopped"}
+	tb := NewWithOptions(cfg, Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Leaser: leaser,
+		EngineKind: func(string) string { return "vllm" }})
+	t.Cleanup(tb.Close)
+	r, _ := tb.Route("m")
+	waitFor(t, "the reading names the stopped engine", func() bool {
+		sn, ok := r.Deployments[0].EngineLoad()
+		return ok && strings.Contains(sn.Err, "engine stopped")
+	})
+	eng.mu.Lock()
+	n := eng.scrapes
+	eng.mu.Unlock()
+	if n != 0 {
+		t.Fatalf("a stopped engine's port was asked %d times for metrics", n)
+	}
+	leaser.set("ready")
+	waitFor(t, "read once ready", func() bool {
+		sn, ok := r.Deployments[0].EngineLoad()
+		return ok && sn.Fresh && sn.Waiting == 4
+	})
+}

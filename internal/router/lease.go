@@ -22,6 +22,17 @@ type Leaser interface {
 	Lease(ctx context.Context, backend, model string) (release func(err error) error, err error)
 }
 
+// EngineStates is implemented by a Leaser that knows whether each of its
+// engines is running: the reader of engine metrics asks it before each
+// reading and reads only a ready engine, since a stopped one (its idle
+// timeout passed, or another of its group was started) has nothing on its
+// port, and one starting has not loaded its model yet.
+type EngineStates interface {
+	// EngineState is the state of backend's engine ("ready", "stopped",
+	// "starting", ...), "" when it has none.
+	EngineState(backend string) string
+}
+
 // leasedBackends names the backends of cfg whose requests take a lease.
 func leasedBackends(cfg *config.Config, l Leaser) map[string]bool {
 	if l == nil {
