@@ -193,16 +193,16 @@ func (m *Manager) Manages(backend string) bool {
 
 var _ router.EngineStates = (*Manager)(nil)
 
-// EngineState implements router.EngineStates: the state of backend's
-// engine, "" when it has none.
-func (m *Manager) EngineState(backend string) string {
+// EngineState implements router.EngineStates: backend's engine's state,
+// and whether it is ready (true for a backend without an engine).
+func (m *Manager) EngineState(backend string) (string, bool) {
 	e := m.engines[backend]
 	if e == nil {
-		return ""
+		return "", true
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return string(e.state)
+	return string(e.state), e.state == StateReady
 }
 
 // isRetired reports whether the running config no longer declares the

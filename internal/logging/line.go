@@ -38,10 +38,7 @@ func Line(l *slog.Logger, level slog.Level, msg string, attrs []slog.Attr) {
 		var done bool
 		b.buf, done = appendLine(b.buf, h.json, t, level, msg, attrs)
 		if done {
-			full := len(b.buf) >= 64<<10
-			if !full {
-				b.armLocked()
-			}
+			full := b.grewLocked()
 			b.mu.Unlock()
 			if full || level >= slog.LevelWarn {
 				b.flush()

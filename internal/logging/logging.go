@@ -72,10 +72,7 @@ func (b *buffer) Write(p []byte) (int, error) {
 		return b.w.Write(p)
 	}
 	b.buf = append(b.buf, p...)
-	full := len(b.buf) >= 64<<10
-	if !full {
-		b.armLocked()
-	}
+	full := b.grewLocked()
 	b.mu.Unlock()
 	if full {
 		b.flush()
@@ -83,13 +80,22 @@ func (b *buffer) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// armLocked has the timer flush the buffer an interval from now, unless it
-// is to already; b.mu is held. Every path that appends to b.buf calls it.
-func (b *buffer) armLocked() {
+// maxBuffered is what the buffer holds before a line's writer flushes it.
+const maxBuffered = 64 << 10
+
+// grewLocked is called by every path that appends to b.buf, with b.mu
+// held: it reports whether the buffer is full, for the caller to flush
+// at once, and otherwise has the timer flush it an interval from now
+// unless it is to already.
+func (b *buffer) grewLocked() (full bool) {
+	if len(b.buf) >= maxBuffered {
+		return true
+	}
 	if !b.armed {
 		b.armed = true
 		b.timer.Reset(b.interval)
 	}
+	return false
 }
 
 func (b *buffer) flush() {

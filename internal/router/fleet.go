@@ -123,7 +123,7 @@ func (t *Table) startScraper(st *backendState, interval time.Duration) {
 	states, _ := t.Leaser(b.Name).(EngineStates)
 	get := func(ctx context.Context) ([]byte, error) {
 		if states != nil {
-			if s := states.EngineState(b.Name); s != "" && s != "ready" {
+			if s, ready := states.EngineState(b.Name); !ready {
 				return nil, fmt.Errorf("engine %s: not read until it is ready (llmgate starts it on a request for its model)", s)
 			}
 		}

@@ -486,10 +486,10 @@ func (l *stateLeaser) Manages(backend string) bool { return backend == "a" }
 func (l *stateLeaser) Lease(context.Context, string, string) (func(error) error, error) {
 	return func(err error) error { return err }, nil
 }
-func (l *stateLeaser) EngineState(backend string) string {
+func (l *stateLeaser) EngineState(backend string) (string, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.state
+	return l.state, l.state == "ready"
 }
 func (l *stateLeaser) set(s string) { l.mu.Lock(); l.state = s; l.mu.Unlock() }
 

@@ -28,9 +28,10 @@ type Leaser interface {
 // timeout passed, or another of its group was started) has nothing on its
 // port, and one starting has not loaded its model yet.
 type EngineStates interface {
-	// EngineState is the state of backend's engine ("ready", "stopped",
-	// "starting", ...), "" when it has none.
-	EngineState(backend string) string
+	// EngineState says whether backend's engine is ready to be read, and
+	// its state otherwise ("stopped", "starting", ...); ready for a
+	// backend without an engine.
+	EngineState(backend string) (state string, ready bool)
 }
 
 // leasedBackends names the backends of cfg whose requests take a lease.
