@@ -18,9 +18,10 @@
 // model of unknown context) can overrun.
 //
 // A model's fallbacks may serve its requests, at their own prices: the
-// record is priced by the model that served (Ticket.Done's servedBy), and
-// the reservation of a request to a model with fallbacks is priced at the
-// highest input and output prices among the model and its fallbacks
+// record is priced by the model that served (the record's ServedModel,
+// which Ticket.Done reads), and the reservation of a request to a model
+// with fallbacks is priced at the highest input and output prices among
+// the model and its fallbacks
 // (AdmitRequest.Fallbacks; the relay's OutputTokens is already the most
 // over their deployments). Per-model rate limits and concurrency apply to
 // the requested model at admission, and to a fallback model when the
@@ -159,8 +160,8 @@ type priceTicket struct {
 	policy *ModelPolicy
 }
 
-func (t *priceTicket) Done(rec *usage.Record, servedBy string) {
-	rec.CostUSD = t.a.served(t.policy, servedBy).Cost(rec.PromptTokens, rec.CachedTokens, rec.CompletionTokens)
+func (t *priceTicket) Done(rec *usage.Record) {
+	rec.CostUSD = t.a.served(t.policy, rec.ServedModel).Cost(rec.PromptTokens, rec.CachedTokens, rec.CompletionTokens)
 }
 
 // served is the policy that prices a request admitted under p (its
@@ -275,9 +276,9 @@ func (r *rates) set(h http.Header) {
 	}
 }
 
-func (t *ticket) Done(rec *usage.Record, servedBy string) {
+func (t *ticket) Done(rec *usage.Record) {
 	a := t.a
-	rec.CostUSD = a.served(t.policy, servedBy).Cost(rec.PromptTokens, rec.CachedTokens, rec.CompletionTokens)
+	rec.CostUSD = a.served(t.policy, rec.ServedModel).Cost(rec.PromptTokens, rec.CachedTokens, rec.CompletionTokens)
 	a.release(t.lease, int64(rec.PromptTokens+rec.CompletionTokens), nanos(rec.CostUSD), "request_id", rec.ID)
 	*t = ticket{}
 	ticketPool.Put(t)

@@ -104,7 +104,7 @@ func TestAdmit_TPMReservesPromptAndMaxTokens(t *testing.T) {
 		t.Fatalf("second reservation should not fit: %+v", e)
 	}
 	// The first call used 20 tokens in all: the rest returns to the bucket.
-	tk.Done(&usage.Record{PromptTokens: 10, CompletionTokens: 10}, "")
+	tk.Done(&usage.Record{PromptTokens: 10, CompletionTokens: 10})
 	if _, e := ask(a, k, "qwen", body); e != nil {
 		t.Fatalf("after settling, the request should fit: %v", e)
 	}
@@ -118,7 +118,7 @@ func TestAdmit_DonePricesTheRecord(t *testing.T) {
 			t.Fatal(err)
 		}
 		rec := usage.Record{PromptTokens: 1000, CompletionTokens: 500}
-		tk.Done(&rec, "")
+		tk.Done(&rec)
 		if math.Abs(rec.CostUSD-(1000*1+500*2)/1e6) > 1e-12 {
 			t.Fatalf("%+v: cost = %g", p, rec.CostUSD)
 		}
@@ -147,7 +147,7 @@ func TestAdmit_BudgetReservesAndSettles(t *testing.T) {
 	}
 	// The calls were cheap: settling frees the budget for more.
 	for _, tk := range tickets {
-		tk.Done(&usage.Record{PromptTokens: 5, CompletionTokens: 5}, "")
+		tk.Done(&usage.Record{PromptTokens: 5, CompletionTokens: 5})
 	}
 	if _, e := ask(a, k, "qwen", body); e != nil {
 		t.Fatalf("after cheap calls settle, budget should admit: %v", e)
@@ -189,7 +189,7 @@ func TestAdmit_ConcurrencySlotReturnsOnDone(t *testing.T) {
 	if _, e := ask(a, k, "qwen", `{}`); e == nil || e.Code != "rate_limit_concurrency" {
 		t.Fatalf("second concurrent request: %+v", e)
 	}
-	tk.Done(&usage.Record{}, "")
+	tk.Done(&usage.Record{})
 	if _, e := ask(a, k, "qwen", `{}`); e != nil {
 		t.Fatalf("slot not returned: %v", e)
 	}
@@ -208,7 +208,7 @@ func BenchmarkAdmit_KeyAndModelLimits(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		t.Done(&rec, "")
+		t.Done(&rec)
 	}
 }
 
@@ -237,7 +237,7 @@ func TestAdmit_KeySpendEqualsTheLedgersSpend(t *testing.T) {
 		}
 		rec := usage.Record{ID: fmt.Sprintf("r%d", i), Time: time.Now(), KeyID: k.ID, Model: "cheap", Status: 200,
 			PromptTokens: 7 + i%13, CachedTokens: i % 5, CompletionTokens: 3 + i%29}
-		tk.Done(&rec, "")
+		tk.Done(&rec)
 		recs = append(recs, rec)
 	}
 	if err := st.InsertUsage(ctx, recs); err != nil {
@@ -319,7 +319,7 @@ func TestAdmit_ReservationSaturatesAtTheOverflowEdge(t *testing.T) {
 			if err != nil {
 				t.Fatalf("a $0.10 request on a $1 budget: %v", err)
 			}
-			tk.Done(&usage.Record{PromptTokens: 10, CompletionTokens: 100}, "")
+			tk.Done(&usage.Record{PromptTokens: 10, CompletionTokens: 100})
 		})
 	}
 }

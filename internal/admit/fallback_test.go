@@ -66,13 +66,13 @@ func TestAdmit_FallbackServedIsPricedAtTheFallbacksPrices(t *testing.T) {
 				}
 				return tk
 			}
-			rec := usage.Record{Model: "local", PromptTokens: prompt, CompletionTokens: completion}
-			admitted().Done(&rec, "cloud")
+			rec := usage.Record{Model: "local", ServedModel: "cloud", PromptTokens: prompt, CompletionTokens: completion}
+			admitted().Done(&rec)
 			if math.Abs(rec.CostUSD-cloudCost) > 1e-12 {
 				t.Fatalf("served by the fallback: cost %g, want cloud's %g", rec.CostUSD, cloudCost)
 			}
 			own := usage.Record{Model: "local", PromptTokens: prompt, CompletionTokens: completion}
-			admitted().Done(&own, "")
+			admitted().Done(&own)
 			if own.CostUSD != 0 {
 				t.Fatalf("served by the free model itself: cost %g, want 0", own.CostUSD)
 			}
@@ -108,7 +108,7 @@ func TestAdmit_FallbackReservationTakesTheDearestPrices(t *testing.T) {
 		if s := spent(t, a, lim, k); s.Reserved != want {
 			t.Fatalf("reserved %d nano-USD, want %d (at cloud's prices)", s.Reserved, want)
 		}
-		tk.Done(&usage.Record{}, "")
+		tk.Done(&usage.Record{})
 
 		// The requested model's own price counts when it is the dearest.
 		tk, err = ask(a, k, "cloud", "local")
@@ -118,7 +118,7 @@ func TestAdmit_FallbackReservationTakesTheDearestPrices(t *testing.T) {
 		if s := spent(t, a, lim, k); s.Reserved != want {
 			t.Fatalf("reserved %d nano-USD for cloud falling back to local, want %d", s.Reserved, want)
 		}
-		tk.Done(&usage.Record{}, "")
+		tk.Done(&usage.Record{})
 	})
 
 	t.Run("refused when the fallback would not fit the budget", func(t *testing.T) {
@@ -127,7 +127,7 @@ func TestAdmit_FallbackReservationTakesTheDearestPrices(t *testing.T) {
 		if tk, err := ask(a, k, "local"); err != nil {
 			t.Fatalf("the free model without fallbacks reserves nothing: %v", err)
 		} else {
-			tk.Done(&usage.Record{}, "")
+			tk.Done(&usage.Record{})
 		}
 		_, err := ask(a, k, "local", "cloud")
 		if err == nil {

@@ -73,16 +73,16 @@ func runAdmittedHeaders(t *testing.T, lim limit.Limiter) {
 		t.Fatalf("remaining tokens %q, want 10000 minus the ~109 reserved", h.Get("x-ratelimit-remaining-tokens"))
 	}
 	wantReset(t, h, "x-ratelimit-reset-tokens", time.Second)
-	tk.Done(&usage.Record{PromptTokens: 9, CompletionTokens: 100}, "")
+	tk.Done(&usage.Record{PromptTokens: 9, CompletionTokens: 100})
 
 	h, tk = answerHeaders(t, a, keys.Principal{Key: k}, "qwen", body)
 	if h.Get("x-ratelimit-remaining-requests") != "3" {
 		t.Fatalf("second answer: remaining %q, want 3", h.Get("x-ratelimit-remaining-requests"))
 	}
-	tk.Done(&usage.Record{}, "")
+	tk.Done(&usage.Record{})
 	for i := 0; i < 3; i++ {
 		_, tk = answerHeaders(t, a, keys.Principal{Key: k}, "qwen", body)
-		tk.Done(&usage.Record{}, "")
+		tk.Done(&usage.Record{})
 	}
 	// The refusal carries the same headers, with nothing left.
 	_, err := a.Admit(context.Background(), chatRequest(policy.AdmitRequest{Principal: keys.Principal{Key: k}, Model: "qwen", Endpoint: "chat"}, body))
@@ -126,13 +126,13 @@ func TestAdmit_NoRateLimitHeadersWithoutRateLimits(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			h, tk := answerHeaders(t, a, p, "qwen", `{}`)
 			wantNoRateHeaders(t, h)
-			tk.Done(&usage.Record{}, "")
+			tk.Done(&usage.Record{})
 		})
 	}
 	// The master key is exempt even on a rate-limited model.
 	h, tk := answerHeaders(t, a, keys.Principal{Master: true}, "limited", `{}`)
 	wantNoRateHeaders(t, h)
-	tk.Done(&usage.Record{}, "")
+	tk.Done(&usage.Record{})
 }
 
 func TestAdmit_RateLimitHeadersShowTheLimitThatBindsFirst(t *testing.T) {

@@ -83,7 +83,8 @@ func (a *Admission) KeySpend(ctx context.Context, k *keys.Key) (settledUSD, rese
 // used since since (a minute ago), second by second, for the limiter to
 // rebuild its RPM and TPM buckets after Redis lost them. A key's scope
 // counts its requests on every model; a model's counts every key's but the
-// master key's, which no limit applies to.
+// master key's, which no limit applies to: both the requests asking for it
+// and those it served as a fallback, as admission charged them.
 func (a *Admission) RateSeeds(ctx context.Context, ks KeyLister, q usage.RateReader, since time.Time) ([]limit.RateSeed, error) {
 	uses, err := q.UseSince(ctx, since)
 	if err != nil {
@@ -115,8 +116,15 @@ func (a *Admission) RateSeeds(ctx context.Context, ks KeyLister, q usage.RateRea
 		if k := limited[u.KeyID]; k != nil {
 			add(a.keyScope(k.ID), int64(k.RPM), int64(k.TPM), u)
 		}
-		if m := a.models[u.Model]; m != nil && (m.policy.RPM > 0 || m.policy.TPM > 0) && u.KeyID != "master" {
-			add(m.scope, m.policy.RPM, m.policy.TPM, u)
+		if u.KeyID == "master" {
+			continue
+		}
+		// The requested model's limits took the request at admission,
+		// and a fallback's that served took it too (AdmitFallback).
+		for _, name := range [2]string{u.Model, u.ServedModel} {
+			if m := a.models[name]; name != "" && m != nil && (m.policy.RPM > 0 || m.policy.TPM > 0) {
+				add(m.scope, m.policy.RPM, m.policy.TPM, u)
+			}
 		}
 	}
 	out := make([]limit.RateSeed, 0, len(seeds))

@@ -49,3 +49,32 @@ func TestRateSeeds_OnePerLimitedScopeFromTheLedgersLastMinute(t *testing.T) {
 		t.Fatalf("seeds\n got %s\nwant %s", got, want)
 	}
 }
+
+// A request a fallback model served took the requested model's limits at
+// admission and the fallback's when it reached it: a rebuilt bucket of
+// each counts it, as the live ones did. (Before records named the model
+// that served, the fallback's bucket came back without them.)
+func TestRateSeeds_AFallbackThatServedCountsInItsOwnScope(t *testing.T) {
+	a := admit.New(admit.Options{Limiter: limit.NewMemory(), Models: map[string]admit.ModelPolicy{
+		"local": {RPM: 10}, "cloud": {RPM: 4, TPM: 100}, "open": {},
+	}})
+	rows := useRows{
+		{KeyID: "key_b", Model: "local", Second: 100, Requests: 1, Tokens: 7},
+		{KeyID: "key_b", Model: "local", ServedModel: "cloud", Second: 100, Requests: 2, Tokens: 40},
+		{KeyID: "key_b", Model: "open", ServedModel: "cloud", Second: 101, Requests: 1, Tokens: 9},
+		{KeyID: "master", Model: "local", ServedModel: "cloud", Second: 101, Requests: 9, Tokens: 99},
+	}
+	seeds, err := a.RateSeeds(context.Background(), keyList{{ID: "key_b"}}, rows, time.Unix(50, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sort.Slice(seeds, func(i, j int) bool { return seeds[i].ScopeID < seeds[j].ScopeID })
+	got := fmt.Sprint(seeds)
+	want := fmt.Sprint([]limit.RateSeed{
+		{ScopeID: "model:cloud", RPM: 4, TPM: 100, Uses: []limit.Use{{At: time.Unix(101, 0), Requests: 2, Tokens: 40}, {At: time.Unix(102, 0), Requests: 1, Tokens: 9}}},
+		{ScopeID: "model:local", RPM: 10, Uses: []limit.Use{{At: time.Unix(101, 0), Requests: 1, Tokens: 7}, {At: time.Unix(101, 0), Requests: 2, Tokens: 40}}},
+	})
+	if got != want {
+		t.Fatalf("seeds\n got %s\nwant %s", got, want)
+	}
+}

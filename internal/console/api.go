@@ -574,6 +574,7 @@ type recentView struct {
 	KeyID            string    `json:"key_id"`
 	KeyName          string    `json:"key_name,omitempty"`
 	Model            string    `json:"model"`
+	ServedModel      string    `json:"served_model,omitempty"` // the fallback model that served, when not model
 	Backend          string    `json:"backend"`
 	Endpoint         string    `json:"endpoint"`
 	Status           int       `json:"status"`
@@ -613,7 +614,7 @@ func (c *Console) handleRecent(w http.ResponseWriter, r *http.Request, s *sessio
 			continue
 		}
 		out = append(out, recentView{ID: rec.ID, RequestID: rec.ClientRequestID, Time: rec.Time, KeyID: rec.KeyID, KeyName: names[rec.KeyID], Model: rec.Model,
-			Backend: rec.Backend, Endpoint: rec.Endpoint, Status: rec.Status, ErrorType: rec.ErrorType, PromptTokens: rec.PromptTokens,
+			ServedModel: rec.ServedModel, Backend: rec.Backend, Endpoint: rec.Endpoint, Status: rec.Status, ErrorType: rec.ErrorType, PromptTokens: rec.PromptTokens,
 			CachedTokens: rec.CachedTokens, CompletionTokens: rec.CompletionTokens, TTFTMS: ms(rec.TTFT), LatencyMS: ms(rec.Latency), Stream: rec.Stream,
 			Estimated: rec.Estimated, CostUSD: rec.CostUSD})
 		if len(out) == limit {

@@ -438,7 +438,7 @@ models:
 	}
 	wantHits(t, map[*faultUpstream]int64{a: 1, b: 1, fb1: 1, fb2: 1})
 	rec := gw.ledger(1)[0]
-	if rec.Model != "m" || rec.Backend != "fb2" || rec.UpstreamModel != "cloud-model" || rec.Status != 200 || rec.ErrorType != "" {
+	if rec.Model != "m" || rec.ServedModel != "second" || rec.Backend != "fb2" || rec.UpstreamModel != "cloud-model" || rec.Status != 200 || rec.ErrorType != "" {
 		t.Fatalf("ledger %+v; want the requested model billed once, naming the fallback deployment that served", rec)
 	}
 }

@@ -27,6 +27,8 @@ func appendRecord(b []byte, r *usage.Record) []byte {
 	b = appendJSONString(b, r.KeyID)
 	b = append(b, `,"Model":`...)
 	b = appendJSONString(b, r.Model)
+	b = append(b, `,"ServedModel":`...)
+	b = appendJSONString(b, r.ServedModel)
 	b = append(b, `,"Backend":`...)
 	b = appendJSONString(b, r.Backend)
 	b = append(b, `,"UpstreamModel":`...)

@@ -19,7 +19,7 @@ func TestAppendRecord_ReadsBackAsEncodingJSONWritesIt(t *testing.T) {
 		{},
 		benchRecord(),
 		{ID: usage.NewID(), ClientRequestID: "quote\" back\\slash \n\r\t \x00\x1f ünïcødé 🚀 <&>", Time: time.Date(2026, 3, 1, 12, 0, 0, 123456789, time.FixedZone("X", 5*3600+1800)),
-			KeyID: "master", Model: "Qwen/Qwen2.5-7B", Status: 499, ErrorType: "client_closed", PromptTokens: -1, CompletionTokens: math.MaxInt32,
+			KeyID: "master", Model: "Qwen/Qwen2.5-7B", ServedModel: "fall\"back/ü", Status: 499, ErrorType: "client_closed", PromptTokens: -1, CompletionTokens: math.MaxInt32,
 			CachedTokens: 7, TTFT: -time.Nanosecond, Latency: math.MaxInt64, Estimated: true, CostUSD: 1e-12},
 		{ID: "x", CostUSD: 123456789.125, Time: time.Unix(0, 0).UTC()},
 	}

@@ -85,13 +85,12 @@ type AdmitRequest struct {
 }
 
 // Ticket is an admitted request. Done is called exactly once with the final
-// ledger record, before it is written; it may set the record's cost.
-// servedBy names the public model whose deployment made the request's last
-// attempt when that is one of AdmitRequest.Fallbacks, and is "" when it is
-// the requested model itself (rec.Model): the record is priced at the
-// prices of the model that served it.
+// ledger record, before it is written; it may set the record's cost. The
+// record is priced at the prices of the model that served it:
+// rec.ServedModel when one of AdmitRequest.Fallbacks served, else the
+// requested model (rec.Model).
 type Ticket interface {
-	Done(rec *usage.Record, servedBy string)
+	Done(rec *usage.Record)
 }
 
 // FallbackAdmission is an Admission that also applies a fallback model's

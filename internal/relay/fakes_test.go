@@ -312,9 +312,9 @@ type recTicket struct {
 	model string
 }
 
-func (t recTicket) Done(_ *usage.Record, servedBy string) {
+func (t recTicket) Done(rec *usage.Record) {
 	t.a.mu.Lock()
-	t.a.served = append(t.a.served, t.model+" "+servedBy)
+	t.a.served = append(t.a.served, t.model+" "+rec.ServedModel)
 	t.a.mu.Unlock()
 }
 

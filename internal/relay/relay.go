@@ -504,6 +504,11 @@ func (rl *Relay) settle(c *Call, res Result) {
 	if res.Dep.Backend != nil {
 		rec.Backend, rec.UpstreamModel = res.Dep.Backend.Name, res.Dep.UpstreamModel
 	}
+	// A fallback model's deployment made the last attempt: its prices
+	// apply, and the record names it.
+	if r := res.Dep.Route(); r != nil && r != c.route {
+		rec.ServedModel = r.Model
+	}
 	u := res.Usage
 	countable := c.Req.Dialect != codec.CountTokens
 	switch {
@@ -521,13 +526,7 @@ func (rl *Relay) settle(c *Call, res Result) {
 		rec.Estimated = true
 	}
 	if c.ticket != nil {
-		// Priced by the model whose deployment served (made the last
-		// attempt): a fallback's own prices when the route fell back.
-		servedBy := ""
-		if r := res.Dep.Route(); r != nil && r != c.route {
-			servedBy = r.Model
-		}
-		c.ticket.Done(&rec, servedBy)
+		c.ticket.Done(&rec) // priced by the model that served
 	}
 	if c.entered.release != nil {
 		// Charged what it served, or nothing when another model served.

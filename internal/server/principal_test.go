@@ -59,7 +59,7 @@ type limitOne struct {
 
 type noTicket struct{}
 
-func (noTicket) Done(*usage.Record, string) {}
+func (noTicket) Done(*usage.Record) {}
 
 func (a *limitOne) Admit(_ context.Context, req policy.AdmitRequest) (policy.Ticket, error) {
 	a.mu.Lock()

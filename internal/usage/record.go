@@ -20,10 +20,15 @@ type Record struct {
 	// ClientRequestID is the client's X-Request-Id, "" when it sent none.
 	// Clients choose it freely, so it is neither unique nor trusted: two
 	// records with the same ClientRequestID are two requests.
-	ClientRequestID  string
-	Time             time.Time
-	KeyID            string
-	Model            string // public model name
+	ClientRequestID string
+	Time            time.Time
+	KeyID           string
+	Model           string // public model name: the one the client asked for
+	// ServedModel is the fallback model that served the request, when
+	// Model's own deployments did not (its limits were charged too); ""
+	// when Model served or no backend did. Cost is priced by the model
+	// that served.
+	ServedModel      string
 	Backend          string
 	UpstreamModel    string
 	Endpoint         string // chat, completions, embeddings, messages, responses

@@ -530,7 +530,7 @@ async function renderRequests() {
     let d;
     try { d = await api("GET", "recent?limit=200"); } catch (e) { out.replaceChildren(errorBox(e)); return; }
     const rows = d.requests.map((r) => h("tr", { "data-testid": "request-row" },
-      h("td", {}, when(r.time)), h("td", {}, h("div", { class: "mono" }, r.model), h("div", { class: "muted small" }, r.backend)), h("td", {}, r.key_name || r.key_id),
+      h("td", {}, when(r.time)), h("td", {}, h("div", { class: "mono" }, r.model), h("div", { class: "muted small" }, (r.served_model ? "fallback " + r.served_model + " · " : "") + r.backend)), h("td", {}, r.key_name || r.key_id),
       h("td", {}, r.endpoint + (r.stream ? " · stream" : "")),
       h("td", { class: "status-" + String(r.status)[0] }, r.status, r.error_type ? h("span", { class: "muted small" }, " " + r.error_type) : null),
       h("td", { class: "num" }, num(r.prompt_tokens)), h("td", { class: "num" }, num(r.cached_tokens || 0)), h("td", { class: "num" }, num(r.completion_tokens) + (r.estimated ? "*" : "")),

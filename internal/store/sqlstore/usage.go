@@ -13,12 +13,12 @@ import (
 	"llmgate/internal/usage"
 )
 
-const usageCols = `id, client_request_id, ts, key_id, model, backend, upstream_model, endpoint, status, error_type, prompt_tokens,
-	completion_tokens, cached_tokens, ttft_us, latency_us, estimated, stream, cost_usd`
+const usageCols = `id, client_request_id, ts, key_id, model, served_model, backend, upstream_model, endpoint, status, error_type,
+	prompt_tokens, completion_tokens, cached_tokens, ttft_us, latency_us, estimated, stream, cost_usd`
 
-const usageNCols = 18
+const usageNCols = 19
 
-const usageRowParams = `(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`
+const usageRowParams = `(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`
 
 // ON CONFLICT (id): only the server-made id decides that a record is
 // already stored (a replay of the spool); client_request_id never does.
@@ -84,7 +84,7 @@ func (u *UsageStmts) Close() {
 
 // usageArgs appends r's values in the order of usageCols.
 func usageArgs(args []any, r *usage.Record) []any {
-	return append(args, r.ID, r.ClientRequestID, r.Time.UnixMilli(), r.KeyID, r.Model, r.Backend, r.UpstreamModel, r.Endpoint,
+	return append(args, r.ID, r.ClientRequestID, r.Time.UnixMilli(), r.KeyID, r.Model, r.ServedModel, r.Backend, r.UpstreamModel, r.Endpoint,
 		r.Status, r.ErrorType, r.PromptTokens, r.CompletionTokens, r.CachedTokens, r.TTFT.Microseconds(),
 		r.Latency.Microseconds(), b2i(r.Estimated), b2i(r.Stream), r.CostUSD)
 }
@@ -458,12 +458,12 @@ func Recent(ctx context.Context, db *sql.DB, d Dialect, limit int) ([]usage.Reco
 	return queryRecords(ctx, db, d.Q(`SELECT `+usageCols+` FROM usage ORDER BY ts DESC, id DESC LIMIT ?`), limit)
 }
 
-// UseSince returns, per key, model and second, the requests and tokens of
-// the records since since; the gateway's own 429 refusals (which took
-// nothing from a rate limit) are left out.
+// UseSince returns, per key, model, model that served and second, the
+// requests and tokens of the records since since; the gateway's own 429
+// refusals (which took nothing from a rate limit) are left out.
 func UseSince(ctx context.Context, db *sql.DB, d Dialect, since time.Time) ([]usage.SecondUse, error) {
-	rows, err := db.QueryContext(ctx, d.Q(`SELECT key_id, model, ts / 1000, COUNT(*), COALESCE(SUM(prompt_tokens + completion_tokens), 0)
-		FROM usage WHERE ts >= ? AND status <> 429 GROUP BY key_id, model, ts / 1000`), since.UnixMilli())
+	rows, err := db.QueryContext(ctx, d.Q(`SELECT key_id, model, served_model, ts / 1000, COUNT(*), COALESCE(SUM(prompt_tokens + completion_tokens), 0)
+		FROM usage WHERE ts >= ? AND status <> 429 GROUP BY key_id, model, served_model, ts / 1000`), since.UnixMilli())
 	if err != nil {
 		return nil, err
 	}
@@ -471,7 +471,7 @@ func UseSince(ctx context.Context, db *sql.DB, d Dialect, since time.Time) ([]us
 	var out []usage.SecondUse
 	for rows.Next() {
 		var u usage.SecondUse
-		if err := rows.Scan(&u.KeyID, &u.Model, &u.Second, &u.Requests, &u.Tokens); err != nil {
+		if err := rows.Scan(&u.KeyID, &u.Model, &u.ServedModel, &u.Second, &u.Requests, &u.Tokens); err != nil {
 			return nil, err
 		}
 		out = append(out, u)
@@ -502,7 +502,7 @@ func queryRecords(ctx context.Context, db *sql.DB, q string, args ...any) ([]usa
 		var r usage.Record
 		var ts, ttft, lat int64
 		var est, stream int
-		if err := rows.Scan(&r.ID, &r.ClientRequestID, &ts, &r.KeyID, &r.Model, &r.Backend, &r.UpstreamModel, &r.Endpoint, &r.Status, &r.ErrorType,
+		if err := rows.Scan(&r.ID, &r.ClientRequestID, &ts, &r.KeyID, &r.Model, &r.ServedModel, &r.Backend, &r.UpstreamModel, &r.Endpoint, &r.Status, &r.ErrorType,
 			&r.PromptTokens, &r.CompletionTokens, &r.CachedTokens, &ttft, &lat, &est, &stream, &r.CostUSD); err != nil {
 			return nil, err
 		}

@@ -400,7 +400,7 @@ func testRecent(t *testing.T, s Store) {
 	now := time.UnixMilli(time.Now().UnixMilli())
 	recs := []usage.Record{
 		{ID: "r1", ClientRequestID: "client-1", Time: now.Add(-time.Second), KeyID: "k", Model: "m", Status: 200, TTFT: 5 * time.Millisecond, Latency: 9 * time.Millisecond, Stream: true},
-		{ID: "r2", Time: now, KeyID: "k", Model: "m", Status: 200, Estimated: true, CostUSD: 0.25},
+		{ID: "r2", Time: now, KeyID: "k", Model: "m", ServedModel: "fb", Backend: "cloud", UpstreamModel: "up", Status: 200, Estimated: true, CostUSD: 0.25},
 	}
 	if err := s.InsertUsage(ctx, recs); err != nil {
 		t.Fatal(err)
@@ -412,11 +412,14 @@ func testRecent(t *testing.T, s Store) {
 	if got[0].ID != "r2" || got[0].ClientRequestID != "" || got[1].ClientRequestID != "client-1" || !got[0].Estimated || got[0].CostUSD != 0.25 || got[1].TTFT != 5*time.Millisecond || !got[1].Stream || !got[1].Time.Equal(recs[0].Time) {
 		t.Fatalf("recent = %+v", got)
 	}
+	if r := got[0]; r.Model != "m" || r.ServedModel != "fb" || r.Backend != "cloud" || r.UpstreamModel != "up" || got[1].ServedModel != "" {
+		t.Fatalf("recent = %+v; want the fallback that served r2 kept beside the model asked for", got)
+	}
 }
 
-// UseSince says, per key, model and second, what went through since a
-// time: the gateway's own 429 refusals took nothing from a rate limit and
-// are left out; a backend's error still counts.
+// UseSince says, per key, model, model that served and second, what went
+// through since a time: the gateway's own 429 refusals took nothing from a
+// rate limit and are left out; a backend's error still counts.
 func testUseSince(t *testing.T, s Store) {
 	ctx := context.Background()
 	now := time.Now().Truncate(time.Second)
@@ -428,6 +431,7 @@ func testUseSince(t *testing.T, s Store) {
 		{ID: "c", Time: at(-1000), KeyID: "k", Model: "m", Status: 200, PromptTokens: 1, CompletionTokens: 1},
 		{ID: "d", Time: at(-1000), KeyID: "k", Model: "m", Status: 429, ErrorType: "rate_limit_requests"},
 		{ID: "e", Time: at(-1000), KeyID: "k2", Model: "m", Status: 200, PromptTokens: 3},
+		{ID: "f", Time: at(-1000), KeyID: "k2", Model: "m", ServedModel: "fb", Status: 200, PromptTokens: 4},
 	}
 	if err := s.InsertUsage(ctx, recs); err != nil {
 		t.Fatal(err)
@@ -440,13 +444,17 @@ func testUseSince(t *testing.T, s Store) {
 		if got[i].KeyID != got[j].KeyID {
 			return got[i].KeyID < got[j].KeyID
 		}
-		return got[i].Second < got[j].Second
+		if got[i].Second != got[j].Second {
+			return got[i].Second < got[j].Second
+		}
+		return got[i].ServedModel < got[j].ServedModel
 	})
 	sec := now.Unix()
 	want := []usage.SecondUse{
 		{KeyID: "k", Model: "m", Second: sec - 2, Requests: 2, Tokens: 22},
 		{KeyID: "k", Model: "m", Second: sec - 1, Requests: 1, Tokens: 2},
 		{KeyID: "k2", Model: "m", Second: sec - 1, Requests: 1, Tokens: 3},
+		{KeyID: "k2", Model: "m", ServedModel: "fb", Second: sec - 1, Requests: 1, Tokens: 4},
 	}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("UseSince = %+v\nwant %+v", got, want)
