@@ -70,10 +70,12 @@ type Ledger struct {
 	failed   map[uint64]bool // segments some of whose groups failed to write
 	spareBuf []byte
 
-	kick     chan struct{}
-	stop     chan struct{}
-	done     chan struct{}
-	spooling atomic.Bool // the database refused the last batch; batches go to the drainer
+	kick      chan struct{}
+	first     chan struct{} // a record entered an empty queue: the writer's next round is due in interval
+	roundsRun atomic.Int64  // the writer's rounds, for tests
+	stop      chan struct{}
+	done      chan struct{}
+	spooling  atomic.Bool // the database refused the last batch; batches go to the drainer
 
 	closeOnce  sync.Once
 	closeDrain sync.Once
@@ -161,7 +163,7 @@ func NewLedger(w usage.Writer, opt Options, log *slog.Logger) *Ledger {
 	if opt.AlarmEvery <= 0 {
 		opt.AlarmEvery = 30 * time.Second
 	}
-	l := &Ledger{w: w, queueMax: opt.Queue, kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}), log: log,
+	l := &Ledger{w: w, queueMax: opt.Queue, kick: make(chan struct{}, 1), first: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}), log: log,
 		maxBatch: opt.MaxBatch, interval: opt.Interval, spool: opt.Spool, spoolAfter: opt.SpoolAfter, pause: opt.Pause}
 	l.notFull = sync.NewCond(&l.mu)
 	l.noWaiter = sync.NewCond(&l.mu)
@@ -241,24 +243,31 @@ func (l *Ledger) Add(r usage.Record) error {
 	}
 	l.queue = append(l.queue, r)
 	l.added++
+	first := len(l.queue) == 1
 	full := len(l.queue) >= l.maxBatch
 	var g *jgroup
-	first := false
+	lead := false
 	if l.spool != nil {
 		if g = l.group; g == nil {
-			g, first = &jgroup{seg: l.seg, buf: l.spareBuf[:0], lead: make(chan struct{}), done: make(chan struct{})}, true
+			g, lead = &jgroup{seg: l.seg, buf: l.spareBuf[:0], lead: make(chan struct{}), done: make(chan struct{})}, true
 			l.spareBuf, l.group = nil, g
 		}
 		g.buf = append(g.buf, *line...)
-		if first && !l.writing {
+		if lead && !l.writing {
 			l.writeGroups()
-			first = false
+			lead = false
 		}
 	}
 	l.mu.Unlock()
-	if full {
+	switch {
+	case full:
 		select {
 		case l.kick <- struct{}{}:
+		default:
+		}
+	case first:
+		select {
+		case l.first <- struct{}{}:
 		default:
 		}
 	}
@@ -268,7 +277,7 @@ func (l *Ledger) Add(r usage.Record) error {
 	// The first Add of a group writes it when the write in progress hands
 	// over (unless the writer of an earlier group takes it along); the
 	// others wait for it. One wake-up per Add, no herd on a shared lock.
-	if first {
+	if lead {
 		select {
 		case <-g.lead:
 			l.mu.Lock()
@@ -378,19 +387,39 @@ func (l *Ledger) Close(ctx context.Context) error {
 	return l.spool.Close()
 }
 
+// run is the writer: a round takes the whole queue interval after a
+// record entered it empty (at once when Flush asks or a batch is full),
+// so an idle gateway's writer sleeps until a request comes.
 func (l *Ledger) run() {
 	defer close(l.done)
 	var spare []usage.Record
-	t := time.NewTicker(l.interval)
+	t := time.NewTimer(l.interval)
+	t.Stop()
 	defer t.Stop()
+	armed := false
 	for {
+		var due <-chan time.Time
+		if armed {
+			due = t.C
+		}
 		stopping := false
 		select {
-		case <-t.C:
+		case <-l.first:
+			if !armed {
+				t.Reset(l.interval)
+				armed = true
+			}
+			continue
+		case <-due:
 		case <-l.kick:
 		case <-l.stop:
 			stopping = true
 		}
+		// The round takes the whole queue: the next record to come
+		// finds it empty and arms the timer again.
+		t.Stop()
+		armed = false
+		l.roundsRun.Add(1)
 		if l.spool != nil {
 			spare = l.storeJournaled(spare, stopping)
 		} else {
@@ -618,10 +647,11 @@ func (l *Ledger) rescue(recs []usage.Record, stopping bool) {
 	}
 }
 
-// drainLoop writes what waits in the spool every 500ms (at once when the
-// writer leaves a segment) until Close.
+// drainLoop writes what waits in the spool, at start (what an earlier
+// run left), when the writer leaves a segment, and every 500ms while the
+// database refuses it, until Close. With nothing waiting it sleeps.
 func (l *Ledger) drainLoop() {
-	t := time.NewTicker(500 * time.Millisecond)
+	t := time.NewTimer(0)
 	defer t.Stop()
 	failing := false
 	for {
@@ -639,6 +669,7 @@ func (l *Ledger) drainLoop() {
 		cancel()
 		l.health.wrote(err)
 		if err != nil {
+			t.Reset(500 * time.Millisecond)
 			// Said once; while it lasts, the health alarm repeats it
 			// every AlarmEvery rather than twice a second here.
 			level := slog.LevelDebug

@@ -285,3 +285,41 @@ func TestPaceRange_OneRestPerStatement(t *testing.T) {
 		t.Fatalf("rests %v, want %v", rests, want)
 	}
 }
+
+// An idle ledger's writer sleeps: no round runs until a record comes,
+// then one runs an interval later without Flush, and the next record
+// arms it again. (It used to look at an empty queue every interval.)
+func TestLedger_TheWriterSleepsUntilARecordComes(t *testing.T) {
+	for _, journaled := range []bool{false, true} {
+		t.Run(fmt.Sprint("journaled=", journaled), func(t *testing.T) {
+			w := &recordingWriter{entered: make(chan struct{}, 1)}
+			opt := Options{Interval: time.Millisecond}
+			if journaled {
+				sp, err := OpenSpool(t.TempDir())
+				if err != nil {
+					t.Fatal(err)
+				}
+				opt.Spool = sp
+			}
+			l := NewLedger(w, opt, ledgerLog)
+			defer l.Close(context.Background())
+			time.Sleep(30 * time.Millisecond) // thirty intervals
+			if n := l.roundsRun.Load(); n != 0 {
+				t.Fatalf("%d writer rounds with nothing queued, want 0", n)
+			}
+			for i := range 2 {
+				if err := l.Add(usage.Record{ID: fmt.Sprint("r", i)}); err != nil {
+					t.Fatal(err)
+				}
+				select {
+				case <-w.entered:
+				case <-time.After(10 * time.Second):
+					t.Fatalf("record %d not written within 10s of its Add, no Flush asked", i)
+				}
+			}
+			if ids := w.ids(); ids["r0"] != 1 || ids["r1"] != 1 {
+				t.Fatalf("written %v", ids)
+			}
+		})
+	}
+}
