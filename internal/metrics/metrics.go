@@ -98,13 +98,13 @@ func (m *Metrics) children(r *usage.Record, key string) *children {
 		c.prompt = m.tokens.WithLabelValues(r.Model, backend, key, "prompt")
 		c.completion = m.tokens.WithLabelValues(r.Model, backend, key, "completion")
 		c.cached = m.tokens.WithLabelValues(r.Model, backend, key, "cached")
-		c.cost = m.cost.WithLabelValues(r.Model, key)
+		c.cost = m.cost.WithLabelValues(r.Model, backend, key)
 	} else {
 		c.requests = m.requests.WithLabelValues(r.Model, backend, r.Endpoint, st)
 		c.prompt = m.tokens.WithLabelValues(r.Model, backend, "prompt")
 		c.completion = m.tokens.WithLabelValues(r.Model, backend, "completion")
 		c.cached = m.tokens.WithLabelValues(r.Model, backend, "cached")
-		c.cost = m.cost.WithLabelValues(r.Model)
+		c.cost = m.cost.WithLabelValues(r.Model, backend)
 	}
 	m.seriesMu.Lock()
 	if len(m.series) < maxSeries {
@@ -126,15 +126,15 @@ func New() *Metrics { return NewWith(Options{KeyLabels: true}) }
 // NewWith returns Metrics registered on a fresh registry.
 func NewWith(opt Options) *Metrics {
 	m := &Metrics{Registry: prometheus.NewRegistry(), stateNames: map[string]bool{}, series: map[seriesKey]*children{}, keyLabels: opt.KeyLabels}
-	reqLabels, tokLabels, costLabels := []string{"model", "backend", "key", "endpoint", "status"}, []string{"model", "backend", "key", "type"}, []string{"model", "key"}
+	reqLabels, tokLabels, costLabels := []string{"model", "backend", "key", "endpoint", "status"}, []string{"model", "backend", "key", "type"}, []string{"model", "backend", "key"}
 	reqHelp := "Model requests served, by public model, backend, key id, endpoint and HTTP status."
 	tokHelp := "Tokens by model, backend, key id and type (prompt, completion, cached); estimated counts included."
-	costHelp := "Cost in US dollars by model and key id, as priced by the gateway."
+	costHelp := "Cost in US dollars by model, backend (the one that served: a fallback's shows here) and key id, as priced by the gateway."
 	if !m.keyLabels {
-		reqLabels, tokLabels, costLabels = []string{"model", "backend", "endpoint", "status"}, []string{"model", "backend", "type"}, []string{"model"}
+		reqLabels, tokLabels, costLabels = []string{"model", "backend", "endpoint", "status"}, []string{"model", "backend", "type"}, []string{"model", "backend"}
 		reqHelp = "Model requests served, by public model, backend, endpoint and HTTP status (per-key labels are off)."
 		tokHelp = "Tokens by model, backend and type (prompt, completion, cached); estimated counts included (per-key labels are off)."
-		costHelp = "Cost in US dollars by model, as priced by the gateway (per-key labels are off)."
+		costHelp = "Cost in US dollars by model and backend, as priced by the gateway (per-key labels are off)."
 	}
 	m.requests = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "llmgate_requests_total", Help: reqHelp}, reqLabels)
 	m.tokens = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "llmgate_tokens_total", Help: tokHelp}, tokLabels)

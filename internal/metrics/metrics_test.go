@@ -30,7 +30,7 @@ func TestObserve_CountsEveryRecord(t *testing.T) {
 	if v := testutil.ToFloat64(m.tokens.WithLabelValues("qwen", "a", "key_1", "cached")); v != 2 {
 		t.Errorf("cached tokens = %v", v)
 	}
-	if v := testutil.ToFloat64(m.cost.WithLabelValues("qwen", "key_1")); v != 0.5 {
+	if v := testutil.ToFloat64(m.cost.WithLabelValues("qwen", "a", "key_1")); v != 0.5 {
 		t.Errorf("cost = %v", v)
 	}
 	// TTFT counts successes only; latency counts both, by status class.
@@ -137,7 +137,7 @@ func TestMetrics_KeyLabelsOffShowNoKeyIDs(t *testing.T) {
 	for _, want := range []string{
 		`llmgate_requests_total{backend="a",endpoint="chat",model="qwen",status="200"} 2`,
 		`llmgate_tokens_total{backend="a",model="qwen",type="prompt"} 6`,
-		`llmgate_cost_usd_total{model="qwen"} 0.5`,
+		`llmgate_cost_usd_total{backend="a",model="qwen"} 0.5`,
 	} {
 		if !strings.Contains(off, want) {
 			t.Errorf("scrape without key labels lacks %s:\n%s", want, off)
