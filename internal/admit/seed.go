@@ -120,9 +120,10 @@ func (a *Admission) RateSeeds(ctx context.Context, ks KeyLister, q usage.RateRea
 			continue
 		}
 		// The requested model's limits took the request at admission,
-		// and a fallback's that served took it too (AdmitFallback).
+		// and the fallback's that made the last attempt took it too
+		// (AdmitFallback). No model is named "".
 		for _, name := range [2]string{u.Model, u.ServedModel} {
-			if m := a.models[name]; name != "" && m != nil && (m.policy.RPM > 0 || m.policy.TPM > 0) {
+			if m := a.models[name]; m != nil && (m.policy.RPM > 0 || m.policy.TPM > 0) {
 				add(m.scope, m.policy.RPM, m.policy.TPM, u)
 			}
 		}

@@ -43,7 +43,7 @@ type Querier interface {
 // SecondUse is what one key did on one model in one second: the requests
 // the gateway let through to a backend (its own 429 refusals left out)
 // and the tokens the ledger has for them. ServedModel is the fallback
-// model that served them ("": Model's own deployments did, or none).
+// model whose deployment made their last attempt (Record.ServedModel).
 type SecondUse struct {
 	KeyID, Model, ServedModel string
 	// Second is the Unix second in which the requests started.

@@ -24,10 +24,11 @@ type Record struct {
 	Time            time.Time
 	KeyID           string
 	Model           string // public model name: the one the client asked for
-	// ServedModel is the fallback model that served the request, when
-	// Model's own deployments did not (its limits were charged too); ""
-	// when Model served or no backend did. Cost is priced by the model
-	// that served.
+	// ServedModel is the fallback model whose deployment made the
+	// request's last attempt (and served it, unless that failed too),
+	// when Model's own deployments did not serve: its limits took the
+	// request and its prices price it. "" when Model's own deployment
+	// made the last attempt, or none was made.
 	ServedModel      string
 	Backend          string
 	UpstreamModel    string
