@@ -128,9 +128,26 @@ func (rl *Relay) relayOnce(ctx context.Context, w http.ResponseWriter, c *Call, 
 	}
 	idle := startIdleGap(b.IdleTimeout(), firstEventBudget(b, sent), cancel)
 	defer idle.stop()
-	rd := sse.NewReader(resp.Body, 0)
+	body := &flushingReader{r: resp.Body}
+	rd := sse.NewReader(body, 0)
 	rd.OnComment = idle.alive
-	return rl.pump(w, c, res, &sseSource{ctx: ctx, b: b, rd: rd, dec: dec, idle: idle, dialect: b.Dialect}, dec.Form())
+	return rl.pump(w, c, res, &sseSource{ctx: ctx, b: b, rd: rd, dec: dec, idle: idle, dialect: b.Dialect, body: body}, dec.Form())
+}
+
+// flushingReader is a stream's backend body that first flushes what the
+// client's stream holds whenever the gateway goes to read more: the events
+// that arrived together leave in one write, and none waits while the
+// gateway waits for the backend.
+type flushingReader struct {
+	r     io.Reader
+	flush func() error // set once the client's stream is open
+}
+
+func (f *flushingReader) Read(p []byte) (int, error) {
+	if f.flush != nil {
+		_ = f.flush() // a failure stays in the writer: its next write returns it
+	}
+	return f.r.Read(p)
 }
 
 // source yields a backend answer's decoded events.
@@ -171,6 +188,12 @@ func (rl *Relay) pump(w http.ResponseWriter, c *Call, res Result, src source, fo
 	res.Status, res.Committed = http.StatusOK, true
 	so := &streamOut{sw: *sse.NewWriter(w)}
 	sw := &so.sw
+	if s, ok := src.(*sseSource); ok {
+		// Held events go out before the next read of the backend, and
+		// the closing ones when finish has written them.
+		sw.Hold()
+		s.body.flush = sw.Flush
+	}
 	for {
 		for i := range evs {
 			ev := &evs[i]
@@ -224,7 +247,8 @@ type sseSource struct {
 	idle    *idleGap
 	dialect dialect.Dialect
 	started bool
-	buf     [2]codec.Event // reused: the events of one backend event
+	buf     [2]codec.Event  // reused: the events of one backend event
+	body    *flushingReader // what rd reads
 }
 
 func (s *sseSource) next() ([]codec.Event, *apierror.Error) {

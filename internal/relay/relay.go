@@ -469,6 +469,7 @@ func (rl *Relay) finish(w http.ResponseWriter, c *Call, res Result) {
 				break // the client went away
 			}
 		}
+		_ = t.sw.Flush() // a held stream's last events
 	case t.whole:
 		h := w.Header()
 		h["Content-Type"] = jsonCT

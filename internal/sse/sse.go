@@ -1,6 +1,7 @@
 // Package sse reads and writes Server-Sent Events as LLM APIs use them:
-// "event:" and "data:" fields, one flush per event, "data: [DONE]" to end
-// OpenAI streams, and comment lines for keep-alives.
+// "event:" and "data:" fields, a flush per event (or, held, when the caller
+// is about to wait), "data: [DONE]" to end OpenAI streams, and comment
+// lines for keep-alives.
 package sse
 
 import (
@@ -138,12 +139,15 @@ func (r *Reader) readLine() ([]byte, error) {
 	return line, nil
 }
 
-// Writer writes events to an http.ResponseWriter and flushes after each.
+// Writer writes events to an http.ResponseWriter and flushes after each,
+// or, once held, when told to.
 type Writer struct {
-	w   io.Writer
-	rc  *http.ResponseController
-	buf []byte
-	err error
+	w       io.Writer
+	rc      *http.ResponseController
+	buf     []byte
+	err     error
+	hold    bool // writes wait in the response's buffer for Flush
+	pending bool // held bytes not flushed yet
 }
 
 // NewWriter returns a Writer. If w is an http.ResponseWriter, every event is
@@ -165,7 +169,21 @@ func SetHeaders(h http.Header) {
 	h.Set("X-Accel-Buffering", "no")
 }
 
-// WriteEvent writes one event with an optional name and flushes. Data that
+// Hold makes later writes wait in the response's buffer until Flush, for a
+// relay that passes on together the events that arrived together and
+// flushes before it waits for more: fewer writes to the client, none later.
+func (w *Writer) Hold() { w.hold = true }
+
+// Flush sends what held writes left in the buffer (nothing if none).
+func (w *Writer) Flush() error {
+	if w.err != nil || !w.pending {
+		return w.err
+	}
+	w.pending = false
+	return w.flush()
+}
+
+// WriteEvent writes one event with an optional name and flushes (see Hold). Data that
 // contains newlines is split into several data lines.
 func (w *Writer) WriteEvent(name string, data []byte) error {
 	if w.err != nil {
@@ -219,6 +237,14 @@ func (w *Writer) write(b []byte) error {
 		w.err = err
 		return err
 	}
+	if w.hold {
+		w.pending = true
+		return nil
+	}
+	return w.flush()
+}
+
+func (w *Writer) flush() error {
 	if w.rc != nil {
 		if err := w.rc.Flush(); err != nil && !errors.Is(err, http.ErrNotSupported) {
 			w.err = err

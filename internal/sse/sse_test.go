@@ -3,6 +3,7 @@ package sse
 import (
 	"bytes"
 	"io"
+	"net/http/httptest"
 	"strings"
 	"testing"
 )
@@ -88,5 +89,39 @@ func TestReader_OnCommentSeesEachKeepAlive(t *testing.T) {
 	}
 	if strings.Join(got, ",") != "a,b" || comments != 3 {
 		t.Fatalf("events %q, %d comments; want a,b and 3", got, comments)
+	}
+}
+
+// flushCount is a ResponseWriter that counts flushes.
+type flushCount struct {
+	*httptest.ResponseRecorder
+	n int
+}
+
+func (f *flushCount) Flush() { f.n++; f.ResponseRecorder.Flush() }
+
+func TestWriter_HeldWritesWaitForFlush(t *testing.T) {
+	rec := &flushCount{ResponseRecorder: httptest.NewRecorder()}
+	w := NewWriter(rec)
+	if err := w.WriteData([]byte("a")); err != nil || rec.n != 1 {
+		t.Fatalf("unheld write: err %v, %d flushes, want 1", err, rec.n)
+	}
+	w.Hold()
+	for _, d := range []string{"b", "c"} {
+		if err := w.WriteData([]byte(d)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if rec.n != 1 {
+		t.Fatalf("held writes flushed: %d flushes, want still 1", rec.n)
+	}
+	if err := w.Flush(); err != nil || rec.n != 2 {
+		t.Fatalf("Flush: err %v, %d flushes, want 2", err, rec.n)
+	}
+	if err := w.Flush(); err != nil || rec.n != 2 {
+		t.Fatalf("Flush with nothing held: err %v, %d flushes, want still 2", err, rec.n)
+	}
+	if got := rec.Body.String(); got != "data: a\n\ndata: b\n\ndata: c\n\n" {
+		t.Fatalf("body %q", got)
 	}
 }
