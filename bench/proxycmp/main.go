@@ -456,7 +456,8 @@ func orchestrate(dur time.Duration, conns, rate int, skipTP bool) error {
 			t, r.rps, ms(r.p50), ms(r.p99), r.errors, ms(r.lag), who, float64(a.cpu.Microseconds())/n, float64(a.switches)/n)
 	}
 	if steal1, total1 := stealTime(); total1 > total0 {
-		fmt.Printf("  host steal during the latency test: %.1f%% of CPU time (a busy host; above ~1%% the tails are the host's)\n", 100*float64(steal1-steal0)/float64(total1-total0))
+		pct := 100 * float64(steal1-steal0) / float64(total1-total0)
+		fmt.Printf("  host steal during the latency test: %.1f%% of CPU time (%s)\n", pct, stealVerdict(pct))
 	}
 	if len(blocks) > 1 {
 		fmt.Printf("  by block of %s per target (the same runs, in time order):\n", time.Duration(blockRounds)*slice)
@@ -962,4 +963,12 @@ func vmHWM(pid int) int {
 		}
 	}
 	return 0
+}
+
+// stealVerdict says what a host's steal share means for the tails.
+func stealVerdict(pct float64) string {
+	if pct > 1 {
+		return "a busy host: above ~1 % the tails are the host's"
+	}
+	return "a quiet host"
 }
