@@ -128,10 +128,10 @@ func (rl *Relay) relayOnce(ctx context.Context, w http.ResponseWriter, c *Call, 
 	}
 	idle := startIdleGap(b.IdleTimeout(), firstEventBudget(b, sent), cancel)
 	defer idle.stop()
-	body := &flushingReader{r: resp.Body}
-	rd := sse.NewReader(body, 0)
-	rd.OnComment = idle.alive
-	return rl.pump(w, c, res, &sseSource{ctx: ctx, b: b, rd: rd, dec: dec, idle: idle, dialect: b.Dialect, body: body}, dec.Form())
+	src := &sseSource{ctx: ctx, b: b, dec: dec, idle: idle, dialect: b.Dialect, body: flushingReader{r: resp.Body}}
+	src.rd = sse.NewReader(&src.body, 0)
+	src.rd.OnComment = idle.alive
+	return rl.pump(w, c, res, src, dec.Form())
 }
 
 // flushingReader is a stream's backend body that first flushes what the
@@ -139,13 +139,13 @@ func (rl *Relay) relayOnce(ctx context.Context, w http.ResponseWriter, c *Call, 
 // that arrived together leave in one write, and none waits while the
 // gateway waits for the backend.
 type flushingReader struct {
-	r     io.Reader
-	flush func() error // set once the client's stream is open
+	r  io.Reader
+	sw *sse.Writer // the client's stream, once open
 }
 
 func (f *flushingReader) Read(p []byte) (int, error) {
-	if f.flush != nil {
-		_ = f.flush() // a failure stays in the writer: its next write returns it
+	if f.sw != nil {
+		_ = f.sw.Flush() // a failure stays in the writer: its next write returns it
 	}
 	return f.r.Read(p)
 }
@@ -192,7 +192,7 @@ func (rl *Relay) pump(w http.ResponseWriter, c *Call, res Result, src source, fo
 		// Held events go out before the next read of the backend, and
 		// the closing ones when finish has written them.
 		sw.Hold()
-		s.body.flush = sw.Flush
+		s.body.sw = sw
 	}
 	for {
 		for i := range evs {
@@ -247,8 +247,8 @@ type sseSource struct {
 	idle    *idleGap
 	dialect dialect.Dialect
 	started bool
-	buf     [2]codec.Event  // reused: the events of one backend event
-	body    *flushingReader // what rd reads
+	buf     [2]codec.Event // reused: the events of one backend event
+	body    flushingReader // what rd reads
 }
 
 func (s *sseSource) next() ([]codec.Event, *apierror.Error) {
