@@ -53,9 +53,20 @@ func benchGateway(b *testing.B) (*Gateway, *http.Client) {
 }
 
 func benchProxy(b *testing.B, stream bool) {
+	benchPost(b, "/chat/completions", chatBody("m", stream, ""))
+}
+
+// BenchmarkProxy_MessagesStream measures the same 16-chunk stream asked for
+// in Anthropic's Messages API (Claude Code on an OpenAI-dialect engine):
+// the request and every event translated.
+func BenchmarkProxy_MessagesStream(b *testing.B) {
+	benchPost(b, "/messages", `{"model":"m","stream":true,"max_tokens":64,"messages":[{"role":"user","content":"Say hello to the gateway"}]}`)
+}
+
+func benchPost(b *testing.B, path, reqBody string) {
 	g, client := benchGateway(b)
-	body := []byte(chatBody("m", stream, ""))
-	url := g.URL() + "/chat/completions"
+	body := []byte(reqBody)
+	url := g.URL() + path
 	b.ReportAllocs()
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {

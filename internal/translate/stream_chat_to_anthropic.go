@@ -17,24 +17,28 @@ import (
 // matched stop string in choices[].stop_reason (vLLM) or matched_stop
 // (SGLang), and an in-band "error".
 type chatChunk struct {
-	ID      string `json:"id"`
-	Created int64  `json:"created"`
-	Model   string `json:"model"`
-	Choices []struct {
-		Index int `json:"index"`
-		Delta struct {
-			Role             string            `json:"role"`
-			Content          *string           `json:"content"`
-			ReasoningContent *string           `json:"reasoning_content"`
-			Reasoning        *string           `json:"reasoning"`
-			ToolCalls        []openai.ToolCall `json:"tool_calls"`
-		} `json:"delta"`
-		FinishReason *string         `json:"finish_reason"`
-		StopReason   json.RawMessage `json:"stop_reason"`  // vLLM: matched stop string or token id
-		MatchedStop  json.RawMessage `json:"matched_stop"` // SGLang: the same
-	} `json:"choices"`
-	Usage *openai.Usage   `json:"usage"`
-	Error json.RawMessage `json:"error"`
+	ID      string          `json:"id"`
+	Created int64           `json:"created"`
+	Model   string          `json:"model"`
+	Choices []chatChoice    `json:"choices"`
+	Usage   *openai.Usage   `json:"usage"`
+	Error   json.RawMessage `json:"error"`
+}
+
+type chatChoice struct {
+	Index        int             `json:"index"`
+	Delta        chatDelta       `json:"delta"`
+	FinishReason *string         `json:"finish_reason"`
+	StopReason   json.RawMessage `json:"stop_reason"`  // vLLM: matched stop string or token id
+	MatchedStop  json.RawMessage `json:"matched_stop"` // SGLang: the same
+}
+
+type chatDelta struct {
+	Role             string            `json:"role"`
+	Content          *string           `json:"content"`
+	ReasoningContent *string           `json:"reasoning_content"`
+	Reasoning        *string           `json:"reasoning"`
+	ToolCalls        []openai.ToolCall `json:"tool_calls"`
 }
 
 // upstreamChunkError turns an in-band {"error": ...} of a chat stream into
@@ -149,9 +153,9 @@ func (t *ChatToAnthropicStream) Feed(data []byte) ([]Event, error) {
 	if len(bytes.TrimSpace(data)) == 0 {
 		return nil, nil // an empty keep-alive event
 	}
-	var c chatChunk
-	if err := json.Unmarshal(data, &c); err != nil {
-		return nil, upstreamStreamError(apierror.KindUpstream, "the backend sent a stream chunk that is not valid JSON")
+	c, err := decodeChunk(data)
+	if err != nil {
+		return nil, err
 	}
 	if len(c.Error) > 0 && string(c.Error) != "null" {
 		return nil, upstreamChunkError(c.Error)

@@ -135,9 +135,9 @@ func (t *ChatToResponsesStream) Feed(data []byte) ([]Event, error) {
 	if len(bytes.TrimSpace(data)) == 0 {
 		return nil, nil // an empty keep-alive event
 	}
-	var c chatChunk
-	if err := json.Unmarshal(data, &c); err != nil {
-		return nil, upstreamStreamError(apierror.KindUpstream, "the backend sent a stream chunk that is not valid JSON")
+	c, err := decodeChunk(data)
+	if err != nil {
+		return nil, err
 	}
 	if len(c.Error) > 0 && string(c.Error) != "null" {
 		return nil, upstreamChunkError(c.Error)
