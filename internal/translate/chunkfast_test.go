@@ -58,3 +58,27 @@ func TestDecodeChunkFast_TakesTheCommonChunks(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkDecodeChunk compares the fast path with json.Unmarshal on a
+// text delta, the most common chunk of a stream.
+func BenchmarkDecodeChunk(b *testing.B) {
+	data := []byte(chunkSeeds[1])
+	b.Run("fast", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			var c chatChunk
+			if !decodeChunkFast(data, &c) {
+				b.Fatal("not taken")
+			}
+		}
+	})
+	b.Run("json.Unmarshal", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			var c chatChunk
+			if err := json.Unmarshal(data, &c); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
