@@ -259,8 +259,7 @@ func (t *ChatToAnthropicStream) closeOpen(evs []Event) []Event {
 }
 
 func (t *ChatToAnthropicStream) delta(evs []Event, d anthropic.BlockDelta) []Event {
-	return append(evs, Event{anthropic.EventContentBlockDelta, mustJSON(anthropic.ContentBlockDeltaEvent{
-		Type: anthropic.EventContentBlockDelta, Index: t.open, Delta: d})})
+	return append(evs, Event{anthropic.EventContentBlockDelta, deltaJSON(t.open, d)})
 }
 
 // toolDelta handles one tool call fragment. Calls are streamed one after the

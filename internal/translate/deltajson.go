@@ -1,0 +1,61 @@
+package translate
+
+import (
+	"strconv"
+	"strings"
+	"unicode/utf8"
+
+	"llmgate/internal/api/anthropic"
+)
+
+// deltaJSON is the JSON of a content_block_delta event at index, byte for
+// byte what json.Marshal writes; a one-string delta (text, thinking,
+// partial_json, the fields a stream sends for every token) whose string
+// json.Marshal would write unchanged is appended directly, most tokens
+// among them. FuzzDeltaJSON holds it to json.Marshal.
+func deltaJSON(index int, d anthropic.BlockDelta) []byte {
+	var name string
+	var val *string
+	for _, f := range [...]struct {
+		name string
+		v    *string
+	}{{"text", d.Text}, {"partial_json", d.PartialJSON}, {"thinking", d.Thinking}, {"signature", d.Signature}} {
+		if f.v == nil {
+			continue
+		}
+		if val != nil {
+			val = nil // two: json.Marshal writes them
+			break
+		}
+		name, val = f.name, f.v
+	}
+	if val == nil || !unescapedJSON(*val) || !unescapedJSON(d.Type) {
+		return mustJSON(anthropic.ContentBlockDeltaEvent{Type: anthropic.EventContentBlockDelta, Index: index, Delta: d})
+	}
+	b := make([]byte, 0, 72+len(d.Type)+len(*val))
+	b = append(b, `{"type":"`+anthropic.EventContentBlockDelta+`","index":`...)
+	b = strconv.AppendInt(b, int64(index), 10)
+	b = append(b, `,"delta":{"type":"`...)
+	b = append(b, d.Type...)
+	b = append(b, `","`...)
+	b = append(b, name...)
+	b = append(b, `":"`...)
+	b = append(b, *val...)
+	return append(b, `"}}`...)
+}
+
+// unescapedJSON reports whether json.Marshal writes s between quotes as it
+// is: valid UTF-8 without control characters, quotes, backslashes, the
+// HTML characters it escapes (<, >, &) or U+2028 and U+2029.
+func unescapedJSON(s string) bool {
+	high := false
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c < 0x20, c == '"', c == '\\', c == '<', c == '>', c == '&':
+			return false
+		case c >= utf8.RuneSelf:
+			high = true
+		}
+	}
+	return !high || utf8.ValidString(s) && !strings.ContainsRune(s, '\u2028') && !strings.ContainsRune(s, '\u2029')
+}

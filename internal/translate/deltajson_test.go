@@ -1,0 +1,57 @@
+package translate
+
+import (
+	"bytes"
+	"testing"
+
+	"llmgate/internal/api/anthropic"
+)
+
+// deltaJSON writes what json.Marshal writes, for every string and every
+// combination of fields.
+func FuzzDeltaJSON(f *testing.F) {
+	for _, s := range []string{"Hello", " there", "", "a<b", "x & y", `say "hi"`, `back\slash`, "tab\tnew\nline", "é漢字🙂",
+		"\u2028", "\xff\xfe", "ok\x7f", "</script>", "\u00a0"} {
+		f.Add(s, uint8(0), 3)
+		f.Add(s, uint8(5), 0)
+	}
+	f.Fuzz(func(t *testing.T, s string, fields uint8, index int) {
+		d := anthropic.BlockDelta{Type: anthropic.DeltaText}
+		if fields&1 != 0 || fields == 0 {
+			d.Text = &s
+		}
+		if fields&2 != 0 {
+			d.Type, d.PartialJSON = anthropic.DeltaInputJSON, &s
+		}
+		if fields&4 != 0 {
+			d.Type, d.Thinking = anthropic.DeltaThinking, &s
+		}
+		if fields&8 != 0 {
+			d.Signature = &s
+		}
+		if fields&16 != 0 {
+			d.Type = s
+		}
+		want := mustJSON(anthropic.ContentBlockDeltaEvent{Type: anthropic.EventContentBlockDelta, Index: index, Delta: d})
+		if got := deltaJSON(index, d); !bytes.Equal(got, want) {
+			t.Fatalf("deltaJSON %s\njson.Marshal %s", got, want)
+		}
+	})
+}
+
+func BenchmarkDeltaJSON(b *testing.B) {
+	s := " world"
+	d := anthropic.BlockDelta{Type: anthropic.DeltaText, Text: &s}
+	b.Run("direct", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			deltaJSON(0, d)
+		}
+	})
+	b.Run("json.Marshal", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			mustJSON(anthropic.ContentBlockDeltaEvent{Type: anthropic.EventContentBlockDelta, Index: 0, Delta: d})
+		}
+	})
+}
