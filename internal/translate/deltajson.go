@@ -6,6 +6,7 @@ import (
 	"unicode/utf8"
 
 	"llmgate/internal/api/anthropic"
+	"llmgate/internal/api/openai"
 )
 
 // deltaJSON is the JSON of a content_block_delta event at index, byte for
@@ -58,4 +59,30 @@ func unescapedJSON(s string) bool {
 		}
 	}
 	return !high || utf8.ValidString(s) && !strings.ContainsRune(s, '\u2028') && !strings.ContainsRune(s, '\u2029')
+}
+
+// textDeltaJSON is the JSON of a Responses API text delta event
+// (response.output_text.delta, response.reasoning_text.delta), byte for
+// byte what json.Marshal writes; the common one (a delta, no logprobs,
+// strings that need no escaping) is appended directly. FuzzTextDeltaJSON
+// holds it to json.Marshal.
+func textDeltaJSON(ev openai.ResponsesTextEvent) []byte {
+	if ev.Delta == nil || ev.Text != nil || ev.Logprobs == nil || len(ev.Logprobs) > 0 ||
+		!unescapedJSON(ev.Type) || !unescapedJSON(ev.ItemID) || !unescapedJSON(*ev.Delta) {
+		return mustJSON(ev)
+	}
+	b := make([]byte, 0, 128+len(ev.Type)+len(ev.ItemID)+len(*ev.Delta))
+	b = append(b, `{"type":"`...)
+	b = append(b, ev.Type...)
+	b = append(b, `","sequence_number":`...)
+	b = strconv.AppendInt(b, int64(ev.SequenceNumber), 10)
+	b = append(b, `,"item_id":"`...)
+	b = append(b, ev.ItemID...)
+	b = append(b, `","output_index":`...)
+	b = strconv.AppendInt(b, int64(ev.OutputIndex), 10)
+	b = append(b, `,"content_index":`...)
+	b = strconv.AppendInt(b, int64(ev.ContentIndex), 10)
+	b = append(b, `,"delta":"`...)
+	b = append(b, *ev.Delta...)
+	return append(b, `","logprobs":[]}`...)
 }

@@ -2,9 +2,11 @@ package translate
 
 import (
 	"bytes"
+	"encoding/json"
 	"testing"
 
 	"llmgate/internal/api/anthropic"
+	"llmgate/internal/api/openai"
 )
 
 // deltaJSON writes what json.Marshal writes, for every string and every
@@ -52,6 +54,33 @@ func BenchmarkDeltaJSON(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
 			mustJSON(anthropic.ContentBlockDeltaEvent{Type: anthropic.EventContentBlockDelta, Index: 0, Delta: d})
+		}
+	})
+}
+
+// textDeltaJSON writes what json.Marshal writes.
+func FuzzTextDeltaJSON(f *testing.F) {
+	for _, s := range []string{"Hello", "", "a<b", `q"`, "é🙂", "\u2029", "\xff", "\x01"} {
+		f.Add("response.output_text.delta", "msg_abc_0", s, 7, 0, uint8(0))
+		f.Add(s, s, "ok", 0, 2, uint8(3))
+	}
+	f.Fuzz(func(t *testing.T, typ, item, delta string, seq, idx int, flags uint8) {
+		ev := openai.ResponsesTextEvent{Type: typ, SequenceNumber: seq, ItemID: item, OutputIndex: idx, ContentIndex: idx / 2,
+			Delta: &delta, Logprobs: []json.RawMessage{}}
+		if flags&1 != 0 {
+			ev.Delta = nil
+		}
+		if flags&2 != 0 {
+			ev.Text = &delta
+		}
+		if flags&4 != 0 {
+			ev.Logprobs = nil
+		}
+		if flags&8 != 0 {
+			ev.Logprobs = []json.RawMessage{json.RawMessage(`{"token":"a"}`)}
+		}
+		if got, want := textDeltaJSON(ev), mustJSON(ev); !bytes.Equal(got, want) {
+			t.Fatalf("textDeltaJSON %s\njson.Marshal   %s", got, want)
 		}
 	})
 }

@@ -258,8 +258,10 @@ func (t *ChatToResponsesStream) flushWaiting(evs []Event, force bool) []Event {
 func (t *ChatToResponsesStream) textDelta(evs []Event, name, text string) []Event {
 	t.curText.WriteString(text)
 	t.outChars += len(text)
-	return t.emit(evs, name, openai.ResponsesTextEvent{Type: name, SequenceNumber: t.next(), ItemID: t.cur.ID,
-		OutputIndex: t.curIndex, ContentIndex: 0, Delta: ptr(text), Logprobs: []json.RawMessage{}})
+	data := textDeltaJSON(openai.ResponsesTextEvent{Type: name, SequenceNumber: t.next(), ItemID: t.cur.ID,
+		OutputIndex: t.curIndex, ContentIndex: 0, Delta: &text, Logprobs: []json.RawMessage{}})
+	t.seq++ // as emit counts
+	return append(evs, Event{Name: name, Data: data})
 }
 
 // ensureItem makes an item of typ the open item, closing the previous one.
