@@ -183,8 +183,8 @@ func (w *Writer) Flush() error {
 	return w.flush()
 }
 
-// WriteEvent writes one event with an optional name and flushes (see Hold). Data that
-// contains newlines is split into several data lines.
+// WriteEvent writes one event with an optional name and flushes (see
+// Hold). Data that contains newlines is split into several data lines.
 func (w *Writer) WriteEvent(name string, data []byte) error {
 	if w.err != nil {
 		return w.err
