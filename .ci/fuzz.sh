@@ -18,8 +18,12 @@
 # 1.27): such a run, with no failing input written, is reported as a flake
 # and does not fail the script.
 #
+# FUZZ_ONLY (an extended regular expression) keeps only the targets whose
+# names match it.
+#
 # Usage: .ci/fuzz.sh     FUZZTIME_HTTP=60s .ci/fuzz.sh     FUZZ_PACKAGES=all .ci/fuzz.sh
 #        FUZZ_PACKAGES="./internal/jsonscan ./internal/ledger" .ci/fuzz.sh
+#        FUZZ_PACKAGES=./internal/translate FUZZ_ONLY='^FuzzDeltaJSON$' .ci/fuzz.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH=/usr/local/go/bin:$PATH
@@ -56,7 +60,7 @@ else
   read -r -a pkgs <<<"$FUZZ_PACKAGES"
 fi
 for pkg in "${pkgs[@]}"; do
-  mapfile -t targets < <(grep -hoE '^func Fuzz[A-Za-z0-9_]*\(' "$pkg"/*_test.go | sed -E 's/^func (Fuzz[A-Za-z0-9_]*)\(/\1/' | sort -u)
+  mapfile -t targets < <(grep -hoE '^func Fuzz[A-Za-z0-9_]*\(' "$pkg"/*_test.go | sed -E 's/^func (Fuzz[A-Za-z0-9_]*)\(/\1/' | sort -u | grep -E "${FUZZ_ONLY:-.}")
   for target in "${targets[@]}"; do
     t="$(fuzztime "$target")"
     log="$out/${pkg//\//_}-$target.log"
