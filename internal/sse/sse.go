@@ -151,7 +151,7 @@ type Writer struct {
 }
 
 // NewWriter returns a Writer. If w is an http.ResponseWriter, every event is
-// flushed as soon as it is written.
+// flushed as soon as it is written, until Hold.
 func NewWriter(w io.Writer) *Writer {
 	sw := &Writer{w: w}
 	if rw, ok := w.(http.ResponseWriter); ok {
