@@ -70,10 +70,7 @@ func decodeChoicesFast(val []byte, c *chatChunk) bool {
 	if val[0] != '[' {
 		return false
 	}
-	c.Choices = c.Choices[:0]
-	if c.Choices == nil {
-		c.Choices = make([]chatChoice, 0, 1)
-	}
+	c.Choices = make([]chatChoice, 0, 1) // [] decodes as an empty slice, not nil
 	ok := true
 	err := jsonscan.Elements(val, func(_ int, s jsonscan.Span) bool {
 		c.Choices = append(c.Choices, chatChoice{})

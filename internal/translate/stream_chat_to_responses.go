@@ -94,8 +94,14 @@ func (t *ChatToResponsesStream) SetStored(id string) { t.id = id }
 func (t *ChatToResponsesStream) Response() *openai.Response { return t.resp }
 
 func (t *ChatToResponsesStream) emit(evs []Event, name string, v any) []Event {
+	return t.emitData(evs, name, mustJSON(v))
+}
+
+// emitData is emit of an event already encoded (its sequence_number is
+// t.next() before the call).
+func (t *ChatToResponsesStream) emitData(evs []Event, name string, data []byte) []Event {
 	t.seq++
-	return append(evs, Event{Name: name, Data: mustJSON(v)})
+	return append(evs, Event{Name: name, Data: data})
 }
 
 // next returns the sequence number of the event being built.
@@ -258,10 +264,8 @@ func (t *ChatToResponsesStream) flushWaiting(evs []Event, force bool) []Event {
 func (t *ChatToResponsesStream) textDelta(evs []Event, name, text string) []Event {
 	t.curText.WriteString(text)
 	t.outChars += len(text)
-	data := textDeltaJSON(openai.ResponsesTextEvent{Type: name, SequenceNumber: t.next(), ItemID: t.cur.ID,
-		OutputIndex: t.curIndex, ContentIndex: 0, Delta: &text, Logprobs: []json.RawMessage{}})
-	t.seq++ // as emit counts
-	return append(evs, Event{Name: name, Data: data})
+	return t.emitData(evs, name, textDeltaJSON(openai.ResponsesTextEvent{Type: name, SequenceNumber: t.next(), ItemID: t.cur.ID,
+		OutputIndex: t.curIndex, ContentIndex: 0, Delta: &text, Logprobs: []json.RawMessage{}}))
 }
 
 // ensureItem makes an item of typ the open item, closing the previous one.
