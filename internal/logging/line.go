@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"math"
 	"strconv"
+	"sync/atomic"
 	"time"
 )
 
@@ -65,7 +66,7 @@ func appendLine(b []byte, json bool, t time.Time, level slog.Level, msg string, 
 		b = append(b, `","msg":`...)
 	} else {
 		b = append(b, "time="...)
-		b = t.Truncate(time.Millisecond).AppendFormat(b, "2006-01-02T15:04:05.000Z07:00")
+		b = appendTextTime(b, t)
 		b = append(b, " level="...)
 		b = append(b, level.String()...)
 		b = append(b, " msg="...)
@@ -146,4 +147,39 @@ func appendFloat(b []byte, json bool, f float64) ([]byte, bool) {
 		return b, false
 	}
 	return strconv.AppendFloat(b, f, 'f', -1, 64), true
+}
+
+// textTimeLayout is slog's text handler's time: milliseconds and the zone.
+const textTimeLayout = "2006-01-02T15:04:05.000Z07:00"
+
+// secondText is the text of one second of one location: what comes before
+// the milliseconds and what comes after them.
+type secondText struct {
+	sec          int64
+	loc          *time.Location
+	before, zone string
+}
+
+var lastSecond atomic.Pointer[secondText]
+
+// appendTextTime appends t.Truncate(time.Millisecond).AppendFormat(b,
+// textTimeLayout), formatting the date, the clock and the zone once per
+// second: a line per request would otherwise parse the layout each time.
+func appendTextTime(b []byte, t time.Time) []byte {
+	sec, loc := t.Unix(), t.Location()
+	st := lastSecond.Load()
+	if st == nil || st.sec != sec || st.loc != loc {
+		whole := t.Truncate(time.Second)
+		full := whole.AppendFormat(nil, textTimeLayout) // "...:05.000Z07:00"
+		i := len(whole.AppendFormat(nil, "2006-01-02T15:04:05."))
+		if len(full) < i+3 {
+			return t.Truncate(time.Millisecond).AppendFormat(b, textTimeLayout)
+		}
+		st = &secondText{sec: sec, loc: loc, before: string(full[:i]), zone: string(full[i+3:])}
+		lastSecond.Store(st)
+	}
+	ms := t.Nanosecond() / int(time.Millisecond)
+	b = append(b, st.before...)
+	b = append(b, byte('0'+ms/100), byte('0'+ms/10%10), byte('0'+ms%10))
+	return append(b, st.zone...)
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"log/slog"
 	"math"
+	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
@@ -98,5 +99,42 @@ func BenchmarkLine_AccessLine(b *testing.B) {
 	b.ReportAllocs()
 	for i := 0; i < b.N; i++ {
 		Line(l.Logger, slog.LevelInfo, "request", attrs)
+	}
+}
+
+// TestAppendTextTime holds the once-a-second time text to the layout's own
+// output: times in several zones, in and across seconds, around a
+// daylight-saving change and far from now.
+func TestAppendTextTime(t *testing.T) {
+	locs := []*time.Location{time.UTC, time.Local, time.FixedZone("IST", 5*3600+1800), time.FixedZone("W", -7*3600)}
+	if ny, err := time.LoadLocation("America/New_York"); err == nil {
+		locs = append(locs, ny)
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	var times []time.Time
+	dst := time.Date(2026, 3, 8, 6, 59, 59, 0, time.UTC) // 01:59:59 EST, one second before the change
+	for i := range 3000 {
+		times = append(times, dst.Add(time.Duration(i)*time.Millisecond*7/3))
+	}
+	for range 3000 {
+		times = append(times, time.Unix(rng.Int64N(1<<33), rng.Int64N(1e9)))
+	}
+	times = append(times, time.Date(1, 1, 1, 0, 0, 0, 999_999_999, time.UTC), time.Date(12345, 6, 7, 8, 9, 10, 11_000_000, time.UTC))
+	for _, loc := range locs {
+		for _, tm := range times {
+			tm = tm.In(loc)
+			want := tm.Truncate(time.Millisecond).AppendFormat(nil, textTimeLayout)
+			if got := appendTextTime(nil, tm); string(got) != string(want) {
+				t.Fatalf("%v in %v: %q, want %q", tm, loc, got, want)
+			}
+		}
+	}
+}
+
+func BenchmarkAppendTextTime(b *testing.B) {
+	buf := make([]byte, 0, 64)
+	now := time.Now()
+	for i := range b.N {
+		buf = appendTextTime(buf[:0], now.Add(time.Duration(i)*time.Microsecond))
 	}
 }

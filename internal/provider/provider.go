@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/url"
 	"strings"
 	"syscall"
 	"time"
@@ -53,6 +54,10 @@ type Backend struct {
 	idle      time.Duration
 	firstByte time.Duration
 	health    *config.HealthCheck
+	// base is BaseURL parsed once, when it is as simple as local engines'
+	// and cloud APIs' are (see parseBase); baseOf is the BaseURL it holds.
+	base   *url.URL
+	baseOf string
 }
 
 // NewBackend builds a Backend from configuration. Each backend owns its
@@ -64,7 +69,45 @@ func NewBackend(b *config.Backend) *Backend {
 		Address: b.Address, Unavailable: b.Unavailable, InferenceExtension: b.InferenceExtension, host: b.HostName,
 		headers: b.Headers, tr: tr, client: &http.Client{Transport: tr}, timeout: time.Duration(b.Timeout),
 		idle: time.Duration(b.IdleTimeout), firstByte: time.Duration(b.FirstByte), health: b.HealthCheck,
+		base: parseBase(b.BaseURL), baseOf: b.BaseURL,
 	}
+}
+
+// parseBase parses a base URL once for every request's URL, or returns
+// nil for one that url.Parse would not simply extend with a path (a
+// query, a fragment, escapes in its path, an empty port), which are then
+// parsed with each request.
+func parseBase(s string) *url.URL {
+	u, err := url.Parse(s)
+	if err != nil || u.Opaque != "" || u.RawPath != "" || u.RawQuery != "" || u.ForceQuery || u.Fragment != "" ||
+		u.Host == "" || strings.HasSuffix(u.Host, ":") || !plainPath(u.Path) {
+		return nil
+	}
+	return u
+}
+
+// plainPath reports whether path holds only characters a URL path holds
+// as they are: letters, digits and / - _ . ~
+func plainPath(path string) bool {
+	for i := 0; i < len(path); i++ {
+		c := path[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '/' || c == '-' || c == '_' || c == '.' || c == '~') {
+			return false
+		}
+	}
+	return true
+}
+
+// requestURL is url.Parse(BaseURL+path) without the parse, for a path of
+// plain characters (every API path the gateway sends is one); ok is false
+// otherwise.
+func (b *Backend) requestURL(path string) (u *url.URL, ok bool) {
+	if b.base == nil || b.baseOf != b.BaseURL || !plainPath(path) {
+		return nil, false
+	}
+	v := *b.base
+	v.Path += path
+	return &v, true
 }
 
 // maxIdlePerHost is how many keep-alive connections a backend keeps
@@ -155,17 +198,32 @@ func (b *Backend) NewRequest(ctx context.Context, path string, body []byte, requ
 // neither change nor reuse it afterwards (a pooled buffer is dropped, not
 // put back).
 func (b *Backend) NewRequestGiving(ctx context.Context, path string, body []byte, requestID string) (*http.Request, error) {
-	var req *http.Request
-	var err error
-	if body == nil {
-		req, err = http.NewRequestWithContext(ctx, http.MethodGet, b.BaseURL+path, nil)
-	} else {
+	method := http.MethodGet
+	var rd *bytes.Reader
+	if body != nil {
 		// A *bytes.Reader: the Transport sends the headers and a small
 		// body in one write.
-		req, err = http.NewRequestWithContext(ctx, http.MethodPost, b.BaseURL+path, bytes.NewReader(body))
+		method, rd = http.MethodPost, bytes.NewReader(body)
+	}
+	// The URL is BaseURL+path, parsed once per backend rather than per
+	// request where the two are plain (TestNewRequest_URLAsParsed).
+	target := b.BaseURL + path
+	u, pre := b.requestURL(path)
+	if pre {
+		target = ""
+	}
+	var req *http.Request
+	var err error
+	if rd == nil {
+		req, err = http.NewRequestWithContext(ctx, method, target, nil)
+	} else {
+		req, err = http.NewRequestWithContext(ctx, method, target, rd)
 	}
 	if err != nil {
 		return nil, err
+	}
+	if pre {
+		req.URL, req.Host = u, u.Host
 	}
 	if b.host != "" {
 		req.Host = b.host

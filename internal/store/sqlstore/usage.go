@@ -89,9 +89,11 @@ func (u *UsageStmts) Close() {
 }
 
 // usageArgs appends r's values in the order of usageCols.
+// Integers go as int64, a driver value as it is: database/sql converts an
+// int by reflection, and boxes it a second time.
 func usageArgs(args []any, r *usage.Record) []any {
 	return append(args, r.ID, r.ClientRequestID, r.Time.UnixMilli(), r.KeyID, r.Model, r.ServedModel, r.Backend, r.UpstreamModel, r.Endpoint,
-		r.Status, r.ErrorType, r.PromptTokens, r.CompletionTokens, r.CachedTokens, r.TTFT.Microseconds(),
+		int64(r.Status), r.ErrorType, int64(r.PromptTokens), int64(r.CompletionTokens), int64(r.CachedTokens), r.TTFT.Microseconds(),
 		r.Latency.Microseconds(), b2i(r.Estimated), b2i(r.Stream), r.CostUSD)
 }
 
@@ -538,7 +540,7 @@ func CountUsage(ctx context.Context, db *sql.DB) (rows, distinct int64, err erro
 	return rows, distinct, err
 }
 
-func b2i(b bool) int {
+func b2i(b bool) int64 {
 	if b {
 		return 1
 	}
