@@ -207,10 +207,10 @@ func (b *Backend) NewRequestGiving(ctx context.Context, path string, body []byte
 	}
 	// The URL is BaseURL+path, parsed once per backend rather than per
 	// request where the two are plain (TestNewRequest_URLAsParsed).
-	target := b.BaseURL + path
 	u, pre := b.requestURL(path)
-	if pre {
-		target = ""
+	target := ""
+	if !pre {
+		target = b.BaseURL + path
 	}
 	var req *http.Request
 	var err error
