@@ -20,9 +20,15 @@ const usageNCols = 19
 
 const usageRowParams = `(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`
 
+// sqliteRowParams is usageRowParams for the SQLite statements, whose
+// arguments (usageArgs with emptyNull) are NULL for the three columns that
+// are empty in most rows: the driver copies every string argument into C
+// memory and clears it after the statement, a NULL costs neither.
+const sqliteRowParams = `(?,coalesce(?,''),?,?,?,coalesce(?,''),?,?,?,?,coalesce(?,''),?,?,?,?,?,?,?,?)`
+
 // ON CONFLICT (id): only the server-made id decides that a record is
 // already stored (a replay of the spool); client_request_id never does.
-const insertUsageRow = `INSERT INTO usage(` + usageCols + `) VALUES ` + usageRowParams + ` ON CONFLICT (id) DO NOTHING`
+const insertUsageRow = `INSERT INTO usage(` + usageCols + `) VALUES ` + sqliteRowParams + ` ON CONFLICT (id) DO NOTHING`
 
 const rollupCols = `hour, key_id, model, backend, requests, errors, prompt_tokens, completion_tokens, cached_tokens, estimated, cost_usd`
 
@@ -63,7 +69,7 @@ func PrepareUsage(ctx context.Context, db *sql.DB) (*UsageStmts, error) {
 	// file once past 64 KiB: a third of a row's CPU. A row it skips makes
 	// the count short, which rolls the batch back to the row-by-row path
 	// (and its errors), as a stored id does.
-	multi := `INSERT OR IGNORE INTO usage(` + usageCols + `) VALUES ` + usageRowParams + strings.Repeat(","+usageRowParams, multiRows-1) + ` ON CONFLICT (id) DO NOTHING`
+	multi := `INSERT OR IGNORE INTO usage(` + usageCols + `) VALUES ` + sqliteRowParams + strings.Repeat(","+sqliteRowParams, multiRows-1) + ` ON CONFLICT (id) DO NOTHING`
 	if u.insertMulti, err = db.PrepareContext(ctx, multi); err != nil {
 		u.Close()
 		return nil, fmt.Errorf("prepare usage insert: %w", err)
@@ -91,9 +97,15 @@ func (u *UsageStmts) Close() {
 // usageArgs appends r's values in the order of usageCols.
 // Integers go as int64, a driver value as it is: database/sql converts an
 // int by reflection, and boxes it a second time.
-func usageArgs(args []any, r *usage.Record) []any {
-	return append(args, r.ID, r.ClientRequestID, r.Time.UnixMilli(), r.KeyID, r.Model, r.ServedModel, r.Backend, r.UpstreamModel, r.Endpoint,
-		int64(r.Status), r.ErrorType, int64(r.PromptTokens), int64(r.CompletionTokens), int64(r.CachedTokens), r.TTFT.Microseconds(),
+// With emptyNull (the SQLite statements, see sqliteRowParams) an empty
+// client request id, served model or error type goes as NULL.
+func usageArgs(args []any, r *usage.Record, emptyNull bool) []any {
+	crid, served, errType := any(r.ClientRequestID), any(r.ServedModel), any(r.ErrorType)
+	if emptyNull {
+		crid, served, errType = orNull(r.ClientRequestID), orNull(r.ServedModel), orNull(r.ErrorType)
+	}
+	return append(args, r.ID, crid, r.Time.UnixMilli(), r.KeyID, r.Model, served, r.Backend, r.UpstreamModel, r.Endpoint,
+		int64(r.Status), errType, int64(r.PromptTokens), int64(r.CompletionTokens), int64(r.CachedTokens), r.TTFT.Microseconds(),
 		r.Latency.Microseconds(), b2i(r.Estimated), b2i(r.Stream), r.CostUSD)
 }
 
@@ -106,7 +118,7 @@ func insertPrepared(ctx context.Context, tx *sql.Tx, u *UsageStmts, recs []usage
 	args := make([]any, 0, usageNCols)
 	for i := range recs {
 		r := &recs[i]
-		args = usageArgs(args[:0], r)
+		args = usageArgs(args[:0], r, true)
 		res, err := stmt.ExecContext(ctx, args...)
 		if err != nil {
 			return fmt.Errorf("insert usage: %w", err)
@@ -139,7 +151,7 @@ func insertFast(ctx context.Context, tx *sql.Tx, u *UsageStmts, recs []usage.Rec
 	for ; i+multiRows <= len(recs); i += multiRows {
 		args = args[:0]
 		for j := i; j < i+multiRows; j++ {
-			args = usageArgs(args, &recs[j])
+			args = usageArgs(args, &recs[j], true)
 		}
 		res, err := stmt.ExecContext(ctx, args...)
 		if err != nil {
@@ -197,7 +209,7 @@ func insertMultiRow(ctx context.Context, tx *sql.Tx, d Dialect, recs []usage.Rec
 				b.WriteByte(',')
 			}
 			b.WriteString(usageRowParams)
-			args = usageArgs(args, r)
+			args = usageArgs(args, r, false)
 		}
 		b.WriteString(` ON CONFLICT (id) DO NOTHING RETURNING id`)
 		rows, err := tx.QueryContext(ctx, d.Q(b.String()), args...)
@@ -538,6 +550,13 @@ func DeleteUsageBefore(ctx context.Context, db *sql.DB, d Dialect, t time.Time) 
 func CountUsage(ctx context.Context, db *sql.DB) (rows, distinct int64, err error) {
 	err = db.QueryRowContext(ctx, `SELECT COUNT(*), COUNT(DISTINCT id) FROM usage`).Scan(&rows, &distinct)
 	return rows, distinct, err
+}
+
+func orNull(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
 }
 
 func b2i(b bool) int64 {

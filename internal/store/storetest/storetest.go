@@ -48,6 +48,7 @@ func Run(t *testing.T, open func(t *testing.T) Store) {
 		{"Usage_SummaryGroupsByDay", testSummaryByDay},
 		{"Usage_RetentionKeepsRollups", testRetention},
 		{"Usage_RecentNewestFirst", testRecent},
+		{"Usage_BatchKeepsEveryColumn", testBatchColumns},
 		{"Usage_UseSinceBySecondWithoutRefusals", testUseSince},
 		{"Sessions_CreateGetDelete", testSessionsCreateGetDelete},
 		{"Sessions_KeyPurgeTrim", testSessionsKeyPurgeTrim},
@@ -414,6 +415,42 @@ func testRecent(t *testing.T, s Store) {
 	}
 	if r := got[0]; r.Model != "m" || r.ServedModel != "fb" || r.Backend != "cloud" || r.UpstreamModel != "up" || got[1].ServedModel != "" {
 		t.Fatalf("recent = %+v; want the fallback that served r2 kept beside the model asked for", got)
+	}
+}
+
+// A batch large enough for the multi-row statements stores every column
+// as given, the strings the SQLite statements send as NULL when empty
+// (client request id, served model, error type) included.
+func testBatchColumns(t *testing.T, s Store) {
+	ctx := context.Background()
+	base := time.UnixMilli(time.Now().UnixMilli())
+	recs := make([]usage.Record, 70)
+	for i := range recs {
+		r := usage.Record{ID: fmt.Sprintf("b%03d", i), Time: base.Add(time.Duration(i) * time.Millisecond), KeyID: "k", Model: "m",
+			Backend: "b", UpstreamModel: "up", Endpoint: "chat", Status: 200, PromptTokens: i, CompletionTokens: 2 * i,
+			CachedTokens: i % 3, TTFT: time.Duration(i) * time.Microsecond, Latency: time.Duration(i) * time.Millisecond,
+			Estimated: i%2 == 0, Stream: i%3 == 0, CostUSD: float64(i) / 1000}
+		if i%4 == 1 {
+			r.ClientRequestID, r.ServedModel, r.ErrorType, r.Status = fmt.Sprintf("client-%d", i), "fb", "upstream_error", 502
+		}
+		recs[i] = r
+	}
+	if err := s.InsertUsage(ctx, recs); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Recent(ctx, 100)
+	if err != nil || len(got) != len(recs) {
+		t.Fatalf("recent = %d, %v", len(got), err)
+	}
+	for i, g := range got {
+		want := recs[len(recs)-1-i]
+		if !g.Time.Equal(want.Time) {
+			t.Fatalf("record %s: time %v, want %v", want.ID, g.Time, want.Time)
+		}
+		g.Time = want.Time
+		if g != want {
+			t.Fatalf("record %s:\n got %+v\nwant %+v", want.ID, g, want)
+		}
 	}
 }
 
