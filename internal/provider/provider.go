@@ -11,6 +11,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/url"
@@ -198,8 +199,7 @@ func (b *Backend) NewRequest(ctx context.Context, path string, body []byte, requ
 // neither change nor reuse it afterwards (a pooled buffer is dropped, not
 // put back).
 func (b *Backend) NewRequestGiving(ctx context.Context, path string, body []byte, requestID string) (*http.Request, error) {
-	method := http.MethodGet
-	var rd *bytes.Reader
+	method, rd := http.MethodGet, io.Reader(nil)
 	if body != nil {
 		// A *bytes.Reader: the Transport sends the headers and a small
 		// body in one write.
@@ -212,13 +212,7 @@ func (b *Backend) NewRequestGiving(ctx context.Context, path string, body []byte
 	if !pre {
 		target = b.BaseURL + path
 	}
-	var req *http.Request
-	var err error
-	if rd == nil {
-		req, err = http.NewRequestWithContext(ctx, method, target, nil)
-	} else {
-		req, err = http.NewRequestWithContext(ctx, method, target, rd)
-	}
+	req, err := http.NewRequestWithContext(ctx, method, target, rd)
 	if err != nil {
 		return nil, err
 	}
