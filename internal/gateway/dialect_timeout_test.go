@@ -374,6 +374,8 @@ models:
 		code, hdr, body := gw.post("/v1/messages", fmt.Sprintf(messagesStream, tc.model))
 		endedWithin(t, start, 200*time.Millisecond)
 		typ, msg := anthropicErrorBody(t, body)
+		// "within first_byte_timeout" whether the stream's first event or
+		// (on a loaded machine) the response headers were what came late.
 		if code != 504 || !strings.HasPrefix(hdr.Get("Content-Type"), "application/json") || typ != "timeout_error" ||
 			!strings.Contains(msg, "within first_byte_timeout") || !strings.Contains(msg, "raise backends."+tc.backend+".first_byte_timeout") {
 			t.Fatalf("%s: %d %s %s", tc.model, code, hdr.Get("Content-Type"), body)

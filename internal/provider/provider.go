@@ -269,6 +269,11 @@ func (b *Backend) Do(req *http.Request) (*http.Response, error) {
 	return resp, nil
 }
 
+// headerTimeoutText is how net/http's Transport words its
+// ResponseHeaderTimeout (set from first_byte_timeout); the error type is
+// unexported, so the text is what tells it from other timeouts.
+const headerTimeoutText = "timeout awaiting response headers"
+
 // Classify turns a transport error into a client-facing error.
 func (b *Backend) Classify(ctx context.Context, err error) *apierror.Error {
 	var ae *apierror.Error
@@ -279,6 +284,11 @@ func (b *Backend) Classify(ctx context.Context, err error) *apierror.Error {
 		return apierror.ClientClosed(err)
 	}
 	var ne net.Error
+	if b.firstByte > 0 && strings.Contains(err.Error(), headerTimeoutText) {
+		return apierror.Newf(http.StatusGatewayTimeout, apierror.KindTimeout, "backend_timeout",
+			"backend %q (%s) sent no response headers within first_byte_timeout (%s): it may be queueing or overloaded; raise backends.%s.first_byte_timeout if the model is slow to start",
+			b.Name, b.BaseURL, b.firstByte, b.Name).Wrap(err)
+	}
 	if errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()) {
 		return apierror.Newf(http.StatusGatewayTimeout, apierror.KindTimeout, "backend_timeout",
 			"backend %q (%s) did not answer in time; check that it is not overloaded, or raise backends.%s.timeout / first_byte_timeout",

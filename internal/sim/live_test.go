@@ -187,14 +187,14 @@ func TestLive_ClientDisconnectAbortsTheSequence(t *testing.T) {
 func TestLive_PrefillTimeGrowsWithPromptLength(t *testing.T) {
 	mc := fastModel()
 	mc.PrefillPerToken = 20 * time.Microsecond
-	// Each prompt is sent twice (the better TTFT counts): the prefix cache
+	// Each prompt is sent three times (the best TTFT counts): the prefix cache
 	// would serve the second from the first.
 	mc.NoPrefixCaching = true
 	_, url := startServer(t, Config{Models: []ModelConfig{mc}, Seed: 1})
 	ttft := func(promptBytes int) time.Duration {
 		body := fmt.Sprintf(`{"model":"m","prompt":%q,"max_tokens":1,"stream":true}`, strings.Repeat("a", promptBytes))
 		best := time.Hour
-		for range 2 {
+		for range 3 {
 			res := stream(t, url+"/v1/completions", body)
 			best = min(best, res.events[0].at.Sub(res.start))
 		}
@@ -206,12 +206,13 @@ func TestLive_PrefillTimeGrowsWithPromptLength(t *testing.T) {
 	// The engine is never early, so the long prompt's TTFT has a lower
 	// bound (less 1 ms: the client's start stamp is taken after the engine
 	// may already have the request); the difference is allowed some noise
-	// from the short one.
+	// from the short one, and a loaded CI machine's scheduling on top (a
+	// run with every package's tests at once measured 72 ms for 59.8).
 	promptTokens := 3000
 	if floor := mc.PrefillBase + time.Duration(promptTokens)*mc.PrefillPerToken + mc.DecodeBase + mc.DecodePerSeq; long < floor-time.Millisecond {
 		t.Errorf("TTFT for 3000 tokens %v is below the modelled %v", long, floor)
 	}
-	if d := long - short; d < modelled*3/4 || d > modelled+10*time.Millisecond {
+	if d := long - short; d < modelled*3/4 || d > modelled*3/2 {
 		t.Errorf("TTFT difference %v, want about %v", d, modelled)
 	}
 }
