@@ -20,6 +20,24 @@ func BenchmarkChatToAnthropicStream_Feed(b *testing.B) {
 	}
 }
 
+// BenchmarkChatToAnthropicStream_FeedToolArguments measures one fragment
+// of a tool call's arguments (a coding agent's edit streams as hundreds
+// of them) becoming an input_json_delta.
+func BenchmarkChatToAnthropicStream_FeedToolArguments(b *testing.B) {
+	tr := NewChatToAnthropicStream("m", 10)
+	if _, err := tr.Feed(chunkJSON(`{"tool_calls":[{"index":0,"id":"call_1","type":"function","function":{"name":"Edit","arguments":"{\"path\": \""}}]}`, "")); err != nil {
+		b.Fatal(err)
+	}
+	chunk := chunkJSON(`{"tool_calls":[{"index":0,"function":{"arguments":"line\\n  x"}}]}`, "")
+	b.ReportAllocs()
+	b.SetBytes(int64(len(chunk)))
+	for b.Loop() {
+		if _, err := tr.Feed(chunk); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
 // BenchmarkAnthropicToChatStream_Feed measures one text_delta event.
 func BenchmarkAnthropicToChatStream_Feed(b *testing.B) {
 	ev := []byte(`{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":" token"}}`)

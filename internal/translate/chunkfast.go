@@ -7,6 +7,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"llmgate/internal/api/openai"
 	"llmgate/internal/apierror"
 	"llmgate/internal/jsonscan"
 )
@@ -27,9 +28,11 @@ func decodeChunk(data []byte) (chatChunk, error) {
 
 // decodeChunkFast decodes the common chat stream chunk (an id, a model,
 // choices with text or reasoning deltas and finish reasons) without
-// reflection, into c as json.Unmarshal would. It reports false, leaving c
-// to be reset and decoded by json.Unmarshal, for anything else: tool
-// calls, usage, an error, invalid JSON, an escaped string or key, a key
+// reflection, into c as json.Unmarshal would; tool-call deltas too (a
+// coding agent's tool arguments stream one chunk per token, with the
+// simple escapes of JSON inside a JSON string). It reports false, leaving
+// c to be reset and decoded by json.Unmarshal, for anything else: usage,
+// an error, invalid JSON, a \u escape or an escaped key, a key
 // that matches a field only case-insensitively, a field given twice, a
 // value of another type. FuzzDecodeChunkFast holds it to json.Unmarshal's
 // result for every input it accepts.
@@ -122,7 +125,7 @@ func decodeDeltaFast(val []byte, d *chatDelta) bool {
 	if val[0] != '{' {
 		return false
 	}
-	var seen [4]bool // role, content, reasoning_content, reasoning
+	var seen [5]bool // role, content, reasoning_content, reasoning, tool_calls
 	ok := true
 	err := jsonscan.Members(val, func(key []byte, escaped bool, v jsonscan.Span) bool {
 		if escaped {
@@ -139,12 +142,151 @@ func decodeDeltaFast(val []byte, d *chatDelta) bool {
 			ok = once(&seen[2]) && plainStringPtr(s, &d.ReasoningContent)
 		case "reasoning":
 			ok = once(&seen[3]) && plainStringPtr(s, &d.Reasoning)
-		default: // tool_calls among them: json.Unmarshal decodes those
+		case "tool_calls":
+			ok = once(&seen[4]) && decodeToolCallsFast(s, &d.ToolCalls)
+		default:
 			ok = !foldsTo(key, "role", "content", "reasoning_content", "reasoning", "tool_calls")
 		}
 		return ok
 	})
 	return ok && err == nil
+}
+
+func decodeToolCallsFast(val []byte, dst *[]openai.ToolCall) bool {
+	if isNull(val) {
+		*dst = nil
+		return true
+	}
+	if val[0] != '[' {
+		return false
+	}
+	*dst = make([]openai.ToolCall, 0, 1)
+	ok := true
+	err := jsonscan.Elements(val, func(_ int, s jsonscan.Span) bool {
+		*dst = append(*dst, openai.ToolCall{})
+		ok = decodeToolCallFast(val[s.Start:s.End], &(*dst)[len(*dst)-1])
+		return ok
+	})
+	return ok && err == nil
+}
+
+func decodeToolCallFast(doc []byte, tc *openai.ToolCall) bool {
+	if doc[0] != '{' {
+		return false
+	}
+	var seen [4]bool // index, id, type, function
+	ok := true
+	err := jsonscan.Members(doc, func(key []byte, escaped bool, v jsonscan.Span) bool {
+		if escaped {
+			ok = false
+			return false
+		}
+		val := doc[v.Start:v.End]
+		switch string(key) {
+		case "index":
+			ok = once(&seen[0]) && intPtr(val, &tc.Index)
+		case "id":
+			ok = once(&seen[1]) && jsonString(val, &tc.ID)
+		case "type":
+			ok = once(&seen[2]) && jsonString(val, &tc.Type)
+		case "function":
+			ok = once(&seen[3]) && decodeFunctionFast(val, &tc.Function)
+		default:
+			ok = !foldsTo(key, "index", "id", "type", "function")
+		}
+		return ok
+	})
+	return ok && err == nil
+}
+
+func decodeFunctionFast(val []byte, f *openai.FunctionCall) bool {
+	if isNull(val) {
+		return true
+	}
+	if val[0] != '{' {
+		return false
+	}
+	var seen [2]bool // name, arguments
+	ok := true
+	err := jsonscan.Members(val, func(key []byte, escaped bool, v jsonscan.Span) bool {
+		if escaped {
+			ok = false
+			return false
+		}
+		s := val[v.Start:v.End]
+		switch string(key) {
+		case "name":
+			ok = once(&seen[0]) && jsonString(s, &f.Name)
+		case "arguments":
+			ok = once(&seen[1]) && jsonString(s, &f.Arguments)
+		default:
+			ok = !foldsTo(key, "name", "arguments")
+		}
+		return ok
+	})
+	return ok && err == nil
+}
+
+// intPtr decodes an int written as one, into a new int; null sets dst nil.
+func intPtr(val []byte, dst **int) bool {
+	if isNull(val) {
+		*dst = nil
+		return true
+	}
+	var n int64
+	if !int64Value(val, &n) || n != int64(int(n)) {
+		return false
+	}
+	i := int(n)
+	*dst = &i
+	return true
+}
+
+// jsonString is plainString that also undoes the one-character escapes
+// (\" \\ \/ \b \f \n \r \t); a \u escape is left to json.Unmarshal.
+func jsonString(val []byte, dst *string) bool {
+	if isNull(val) {
+		return true
+	}
+	if len(val) < 2 || val[0] != '"' {
+		return false
+	}
+	raw := val[1 : len(val)-1]
+	i := bytes.IndexByte(raw, '\\')
+	if i < 0 {
+		return plainString(val, dst)
+	}
+	if !utf8.Valid(raw) {
+		return false
+	}
+	out := make([]byte, 0, len(raw))
+	for i >= 0 {
+		out = append(out, raw[:i]...)
+		if i+1 >= len(raw) {
+			return false
+		}
+		switch raw[i+1] {
+		case '"', '\\', '/':
+			out = append(out, raw[i+1])
+		case 'b':
+			out = append(out, '\b')
+		case 'f':
+			out = append(out, '\f')
+		case 'n':
+			out = append(out, '\n')
+		case 'r':
+			out = append(out, '\r')
+		case 't':
+			out = append(out, '\t')
+		default:
+			return false
+		}
+		raw = raw[i+2:]
+		i = bytes.IndexByte(raw, '\\')
+	}
+	out = append(out, raw...)
+	*dst = string(out)
+	return true
 }
 
 // once marks a field seen, and reports false if it was already.

@@ -26,6 +26,14 @@ var chunkSeeds = []string{
 	`[1,2]`, `null`, `{"id":"c1"} trailing`, `{"created":99999999999999999999}`,
 	`{"choices":[{"index":4294967296}]}`,
 	`{"choices":[{"index":0,"delta":{"content":"x"},"stop_reason":null,"matched_stop":null}]}`,
+	`{"id":"c1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{\"path\": \"/tmp/a\\nb\t\/c"}}]},"finish_reason":null}]}`,
+	`{"choices":[{"delta":{"tool_calls":[{"index":0,"id":"call_1","type":"function","function":{"name":"Read","arguments":""}},{"index":1,"function":null}]}}]}`,
+	`{"choices":[{"delta":{"tool_calls":[{"index":null,"id":null,"function":{"name":null,"arguments":"\u00e9"}}]}}]}`,
+	`{"choices":[{"delta":{"tool_calls":[{"Index":0,"function":{"Arguments":"x"}}]}}]}`,
+	`{"choices":[{"delta":{"tool_calls":[{"index":0,"index":1}]}}]}`,
+	`{"choices":[{"delta":{"tool_calls":[null,{"index":2.5}]}}]}`,
+	`{"choices":[{"delta":{"tool_calls":[],"tool_calls":null}}]}`,
+	`{"choices":[{"delta":{"tool_calls":[{"function":{"arguments":"a\\\"b\\","extra":1},"x":[1]}]}}]}`,
 }
 
 // decodeChunkFast agrees with json.Unmarshal wherever it decodes: the same
@@ -51,7 +59,9 @@ func FuzzDecodeChunkFast(f *testing.F) {
 // The fast path takes the common chunks (text, reasoning, finish) and
 // leaves the rest to json.Unmarshal.
 func TestDecodeChunkFast_TakesTheCommonChunks(t *testing.T) {
-	for i, want := range []bool{true, true, true, true, true, true, false, false, false, false, false, false} {
+	wants := map[int]bool{0: true, 1: true, 2: true, 3: true, 4: true, 5: true, 6: false, 7: true, 8: false, 9: false, 10: false, 11: false,
+		22: true, 23: true, 24: false, 25: false, 26: false, 27: false, 28: false, 29: true}
+	for i, want := range wants {
 		var c chatChunk
 		if got := decodeChunkFast([]byte(chunkSeeds[i]), &c); got != want {
 			t.Errorf("%s: fast path %v, want %v", chunkSeeds[i], got, want)
@@ -62,23 +72,26 @@ func TestDecodeChunkFast_TakesTheCommonChunks(t *testing.T) {
 // BenchmarkDecodeChunk compares the fast path with json.Unmarshal on a
 // text delta, the most common chunk of a stream.
 func BenchmarkDecodeChunk(b *testing.B) {
-	data := []byte(chunkSeeds[1])
-	b.Run("fast", func(b *testing.B) {
-		b.ReportAllocs()
-		for b.Loop() {
-			var c chatChunk
-			if !decodeChunkFast(data, &c) {
-				b.Fatal("not taken")
+	bench := func(b *testing.B, data []byte) {
+		b.Run("fast", func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				var c chatChunk
+				if !decodeChunkFast(data, &c) {
+					b.Fatal("not taken")
+				}
 			}
-		}
-	})
-	b.Run("json.Unmarshal", func(b *testing.B) {
-		b.ReportAllocs()
-		for b.Loop() {
-			var c chatChunk
-			if err := json.Unmarshal(data, &c); err != nil {
-				b.Fatal(err)
+		})
+		b.Run("json.Unmarshal", func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				var c chatChunk
+				if err := json.Unmarshal(data, &c); err != nil {
+					b.Fatal(err)
+				}
 			}
-		}
-	})
+		})
+	}
+	b.Run("text", func(b *testing.B) { bench(b, []byte(chunkSeeds[1])) })
+	b.Run("tool-arguments", func(b *testing.B) { bench(b, []byte(chunkSeeds[22])) })
 }

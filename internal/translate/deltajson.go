@@ -11,9 +11,10 @@ import (
 
 // deltaJSON is the JSON of a content_block_delta event at index, byte for
 // byte what json.Marshal writes; a one-string delta (text, thinking,
-// partial_json, the fields a stream sends for every token) whose string
-// json.Marshal would write unchanged is appended directly, most tokens
-// among them. FuzzDeltaJSON holds it to json.Marshal.
+// partial_json, the fields a stream sends for every token) is appended
+// directly, its ASCII escaped as json.Marshal escapes it (a tool call's
+// partial_json is full of quotes), unless it holds invalid UTF-8 or
+// U+2028/U+2029. FuzzDeltaJSON holds it to json.Marshal.
 func deltaJSON(index int, d anthropic.BlockDelta) []byte {
 	var name string
 	var val *string
@@ -30,10 +31,10 @@ func deltaJSON(index int, d anthropic.BlockDelta) []byte {
 		}
 		name, val = f.name, f.v
 	}
-	if val == nil || !unescapedJSON(*val) || !unescapedJSON(d.Type) {
+	if val == nil || !plainNonASCII(*val) || !unescapedJSON(d.Type) {
 		return mustJSON(anthropic.ContentBlockDeltaEvent{Type: anthropic.EventContentBlockDelta, Index: index, Delta: d})
 	}
-	b := make([]byte, 0, 72+len(d.Type)+len(*val))
+	b := make([]byte, 0, 72+len(d.Type)+len(*val)+len(*val)/4)
 	b = append(b, `{"type":"`+anthropic.EventContentBlockDelta+`","index":`...)
 	b = strconv.AppendInt(b, int64(index), 10)
 	b = append(b, `,"delta":{"type":"`...)
@@ -41,8 +42,53 @@ func deltaJSON(index int, d anthropic.BlockDelta) []byte {
 	b = append(b, `","`...)
 	b = append(b, name...)
 	b = append(b, `":"`...)
-	b = append(b, *val...)
+	b = appendEscapedASCII(b, *val)
 	return append(b, `"}}`...)
+}
+
+// plainNonASCII reports whether json.Marshal writes every non-ASCII
+// character of s as it is: valid UTF-8 without U+2028 or U+2029.
+func plainNonASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= utf8.RuneSelf {
+			return utf8.ValidString(s[i:]) && !strings.ContainsRune(s[i:], '\u2028') && !strings.ContainsRune(s[i:], '\u2029')
+		}
+	}
+	return true
+}
+
+// appendEscapedASCII appends s as json.Marshal writes it between quotes,
+// for a string whose non-ASCII characters it writes unchanged
+// (plainNonASCII): quotes and backslashes escaped, \b \f \n \r \t by
+// name, the other control characters and the HTML ones (<, >, &) as \u00XX.
+func appendEscapedASCII(b []byte, s string) []byte {
+	const hex = "0123456789abcdef"
+	start := 0
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
+			continue
+		}
+		b = append(b, s[start:i]...)
+		switch c {
+		case '"', '\\':
+			b = append(b, '\\', c)
+		case '\b':
+			b = append(b, '\\', 'b')
+		case '\f':
+			b = append(b, '\\', 'f')
+		case '\n':
+			b = append(b, '\\', 'n')
+		case '\r':
+			b = append(b, '\\', 'r')
+		case '\t':
+			b = append(b, '\\', 't')
+		default:
+			b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
+		}
+		start = i + 1
+	}
+	return append(b, s[start:]...)
 }
 
 // unescapedJSON reports whether json.Marshal writes s between quotes as it
