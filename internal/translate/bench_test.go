@@ -65,6 +65,31 @@ func BenchmarkChatToResponsesStream_Feed(b *testing.B) {
 	}
 }
 
+// BenchmarkChatToResponsesStream_FeedToolArguments measures one fragment
+// of a tool call's arguments becoming a function_call_arguments.delta
+// (Codex on a chat engine), and one line of code as a text delta.
+func BenchmarkChatToResponsesStream_FeedToolArguments(b *testing.B) {
+	for name, c := range map[string][2]string{
+		"arguments": {`{"tool_calls":[{"index":0,"id":"call_1","type":"function","function":{"name":"shell","arguments":"{\"cmd\": \""}}]}`,
+			`{"tool_calls":[{"index":0,"function":{"arguments":"line\\n  x"}}]}`},
+		"code-text": {`{"content":"func main() {"}`, `{"content":"\tfmt.Println(\"hi\")\n"}`},
+	} {
+		b.Run(name, func(b *testing.B) {
+			tr := NewChatToResponsesStream(nil)
+			if _, err := tr.Feed(chunkJSON(c[0], "")); err != nil {
+				b.Fatal(err)
+			}
+			chunk := chunkJSON(c[1], "")
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := tr.Feed(chunk); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
 // BenchmarkAnthropicToChat_Request measures translating a 20-turn
 // conversation with tools, the per-request cost.
 func BenchmarkAnthropicToChat_Request(b *testing.B) {

@@ -27,7 +27,8 @@ func decodeChunk(data []byte) (chatChunk, error) {
 }
 
 // decodeChunkFast decodes the common chat stream chunk (an id, a model,
-// choices with text or reasoning deltas and finish reasons) without
+// choices with text or reasoning deltas and finish reasons, their simple
+// escapes undone: code is full of quotes and newlines) without
 // reflection, into c as json.Unmarshal would; tool-call deltas too (a
 // coding agent's tool arguments stream one chunk per token, with the
 // simple escapes of JSON inside a JSON string). It reports false, leaving
@@ -137,11 +138,11 @@ func decodeDeltaFast(val []byte, d *chatDelta) bool {
 		case "role":
 			ok = once(&seen[0]) && plainString(s, &d.Role)
 		case "content":
-			ok = once(&seen[1]) && plainStringPtr(s, &d.Content)
+			ok = once(&seen[1]) && jsonStringPtr(s, &d.Content)
 		case "reasoning_content":
-			ok = once(&seen[2]) && plainStringPtr(s, &d.ReasoningContent)
+			ok = once(&seen[2]) && jsonStringPtr(s, &d.ReasoningContent)
 		case "reasoning":
-			ok = once(&seen[3]) && plainStringPtr(s, &d.Reasoning)
+			ok = once(&seen[3]) && jsonStringPtr(s, &d.Reasoning)
 		case "tool_calls":
 			ok = once(&seen[4]) && decodeToolCallsFast(s, &d.ToolCalls)
 		default:
@@ -325,6 +326,20 @@ func plainStringPtr(val []byte, dst **string) bool {
 	}
 	var s string
 	if !plainString(val, &s) {
+		return false
+	}
+	*dst = &s
+	return true
+}
+
+// jsonStringPtr is jsonString for an optional field: null sets it nil.
+func jsonStringPtr(val []byte, dst **string) bool {
+	if isNull(val) {
+		*dst = nil
+		return true
+	}
+	var s string
+	if !jsonString(val, &s) {
 		return false
 	}
 	*dst = &s

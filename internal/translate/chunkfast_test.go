@@ -34,6 +34,8 @@ var chunkSeeds = []string{
 	`{"choices":[{"delta":{"tool_calls":[null,{"index":2.5}]}}]}`,
 	`{"choices":[{"delta":{"tool_calls":[],"tool_calls":null}}]}`,
 	`{"choices":[{"delta":{"tool_calls":[{"function":{"arguments":"a\\\"b\\","extra":1},"x":[1]}]}}]}`,
+	`{"id":"c1","created":1,"model":"m","choices":[{"index":0,"delta":{"content":"\tfmt.Println(\"hi\")\n"},"finish_reason":null}]}`,
+	`{"choices":[{"delta":{"reasoning_content":"a\/b\r\n","content":"\u0041"}}]}`,
 }
 
 // decodeChunkFast agrees with json.Unmarshal wherever it decodes: the same
@@ -60,7 +62,7 @@ func FuzzDecodeChunkFast(f *testing.F) {
 // leaves the rest to json.Unmarshal.
 func TestDecodeChunkFast_TakesTheCommonChunks(t *testing.T) {
 	wants := map[int]bool{0: true, 1: true, 2: true, 3: true, 4: true, 5: true, 6: false, 7: true, 8: false, 9: false, 10: false, 11: false,
-		22: true, 23: true, 24: false, 25: false, 26: false, 27: false, 28: false, 29: true}
+		22: true, 23: true, 24: false, 25: false, 26: false, 27: false, 28: false, 29: true, 30: true, 31: false}
 	for i, want := range wants {
 		var c chatChunk
 		if got := decodeChunkFast([]byte(chunkSeeds[i]), &c); got != want {

@@ -109,15 +109,16 @@ func unescapedJSON(s string) bool {
 
 // textDeltaJSON is the JSON of a Responses API text delta event
 // (response.output_text.delta, response.reasoning_text.delta), byte for
-// byte what json.Marshal writes; the common one (a delta, no logprobs,
-// strings that need no escaping) is appended directly. FuzzTextDeltaJSON
-// holds it to json.Marshal.
+// byte what json.Marshal writes; the common one (a delta, no logprobs, a
+// type and item id that need no escaping, a delta whose non-ASCII
+// characters need none) is appended directly. FuzzTextDeltaJSON holds it
+// to json.Marshal.
 func textDeltaJSON(ev openai.ResponsesTextEvent) []byte {
 	if ev.Delta == nil || ev.Text != nil || ev.Logprobs == nil || len(ev.Logprobs) > 0 ||
-		!unescapedJSON(ev.Type) || !unescapedJSON(ev.ItemID) || !unescapedJSON(*ev.Delta) {
+		!unescapedJSON(ev.Type) || !unescapedJSON(ev.ItemID) || !plainNonASCII(*ev.Delta) {
 		return mustJSON(ev)
 	}
-	b := make([]byte, 0, 128+len(ev.Type)+len(ev.ItemID)+len(*ev.Delta))
+	b := make([]byte, 0, 128+len(ev.Type)+len(ev.ItemID)+len(*ev.Delta)+len(*ev.Delta)/4)
 	b = append(b, `{"type":"`...)
 	b = append(b, ev.Type...)
 	b = append(b, `","sequence_number":`...)
@@ -129,6 +130,28 @@ func textDeltaJSON(ev openai.ResponsesTextEvent) []byte {
 	b = append(b, `,"content_index":`...)
 	b = strconv.AppendInt(b, int64(ev.ContentIndex), 10)
 	b = append(b, `,"delta":"`...)
-	b = append(b, *ev.Delta...)
+	b = appendEscapedASCII(b, *ev.Delta)
 	return append(b, `","logprobs":[]}`...)
+}
+
+// argsDeltaJSON is the JSON of a response.function_call_arguments.delta
+// event, byte for byte what json.Marshal writes; the common one (a delta,
+// no arguments, a type and item id that need no escaping) is appended
+// directly. FuzzArgsDeltaJSON holds it to json.Marshal.
+func argsDeltaJSON(ev openai.ResponsesArgumentsEvent) []byte {
+	if ev.Delta == nil || ev.Arguments != nil || !unescapedJSON(ev.Type) || !unescapedJSON(ev.ItemID) || !plainNonASCII(*ev.Delta) {
+		return mustJSON(ev)
+	}
+	b := make([]byte, 0, 96+len(ev.Type)+len(ev.ItemID)+len(*ev.Delta)+len(*ev.Delta)/4)
+	b = append(b, `{"type":"`...)
+	b = append(b, ev.Type...)
+	b = append(b, `","sequence_number":`...)
+	b = strconv.AppendInt(b, int64(ev.SequenceNumber), 10)
+	b = append(b, `,"item_id":"`...)
+	b = append(b, ev.ItemID...)
+	b = append(b, `","output_index":`...)
+	b = strconv.AppendInt(b, int64(ev.OutputIndex), 10)
+	b = append(b, `,"delta":"`...)
+	b = appendEscapedASCII(b, *ev.Delta)
+	return append(b, `"}`...)
 }

@@ -60,7 +60,7 @@ func BenchmarkDeltaJSON(b *testing.B) {
 
 // textDeltaJSON writes what json.Marshal writes.
 func FuzzTextDeltaJSON(f *testing.F) {
-	for _, s := range []string{"Hello", "", "a<b", `q"`, "é🙂", "\u2029", "\xff", "\x01"} {
+	for _, s := range []string{"Hello", "", "a<b", `q"`, "é🙂", "\u2029", "\xff", "\x01", "line\n\tx", `{"path": "a\\b"}`} {
 		f.Add("response.output_text.delta", "msg_abc_0", s, 7, 0, uint8(0))
 		f.Add(s, s, "ok", 0, 2, uint8(3))
 	}
@@ -81,6 +81,27 @@ func FuzzTextDeltaJSON(f *testing.F) {
 		}
 		if got, want := textDeltaJSON(ev), mustJSON(ev); !bytes.Equal(got, want) {
 			t.Fatalf("textDeltaJSON %s\njson.Marshal   %s", got, want)
+		}
+	})
+}
+
+// argsDeltaJSON writes what json.Marshal writes, for every string and
+// every combination of fields.
+func FuzzArgsDeltaJSON(f *testing.F) {
+	for _, s := range []string{`{"path": "`, "", "a<b&c>", `q"\`, "é🙂", "\u2028", "\xff", "\x01\x7f", "line\n\tx\r\b\f"} {
+		f.Add("response.function_call_arguments.delta", "fc_abc", s, 7, 0, uint8(0))
+		f.Add(s, s, "ok", 0, 2, uint8(3))
+	}
+	f.Fuzz(func(t *testing.T, typ, item, delta string, seq, idx int, flags uint8) {
+		ev := openai.ResponsesArgumentsEvent{Type: typ, SequenceNumber: seq, ItemID: item, OutputIndex: idx, Delta: &delta}
+		if flags&1 != 0 {
+			ev.Delta = nil
+		}
+		if flags&2 != 0 {
+			ev.Arguments = &delta
+		}
+		if got, want := argsDeltaJSON(ev), mustJSON(ev); !bytes.Equal(got, want) {
+			t.Fatalf("argsDeltaJSON %s\njson.Marshal  %s", got, want)
 		}
 	})
 }

@@ -241,8 +241,8 @@ func (t *ChatToResponsesStream) argsDelta(evs []Event, a string) []Event {
 	}
 	t.curText.WriteString(a)
 	t.outChars += len(a)
-	return t.emit(evs, evArgsDelta, openai.ResponsesArgumentsEvent{Type: evArgsDelta, SequenceNumber: t.next(),
-		ItemID: t.cur.ID, OutputIndex: t.curIndex, Delta: ptr(a)})
+	return t.emitData(evs, evArgsDelta, argsDeltaJSON(openai.ResponsesArgumentsEvent{Type: evArgsDelta, SequenceNumber: t.next(),
+		ItemID: t.cur.ID, OutputIndex: t.curIndex, Delta: ptr(a)}))
 }
 
 // flushWaiting streams buffered calls, each as a whole item, once the open
