@@ -42,13 +42,8 @@ func decodeChunkFast(data []byte, c *chatChunk) bool {
 		return false
 	}
 	var seen [4]bool // id, created, model, choices
-	ok := true
-	err := jsonscan.Members(data, func(key []byte, escaped bool, v jsonscan.Span) bool {
-		if escaped {
-			ok = false
-			return false
-		}
-		val := data[v.Start:v.End]
+	return plainMembers(data, func(key, val []byte) bool {
+		ok := false
 		switch string(key) {
 		case "id":
 			ok = once(&seen[0]) && plainString(val, &c.ID)
@@ -63,7 +58,6 @@ func decodeChunkFast(data []byte, c *chatChunk) bool {
 		}
 		return ok
 	})
-	return ok && err == nil
 }
 
 func decodeChoicesFast(val []byte, c *chatChunk) bool {
@@ -89,13 +83,8 @@ func decodeChoiceFast(doc []byte, ch *chatChoice) bool {
 		return false // null or another type: json.Unmarshal decides
 	}
 	var seen [5]bool // index, delta, finish_reason, stop_reason, matched_stop
-	ok := true
-	err := jsonscan.Members(doc, func(key []byte, escaped bool, v jsonscan.Span) bool {
-		if escaped {
-			ok = false
-			return false
-		}
-		val := doc[v.Start:v.End]
+	return plainMembers(doc, func(key, val []byte) bool {
+		ok := false
 		switch string(key) {
 		case "index":
 			var n int64
@@ -116,7 +105,6 @@ func decodeChoiceFast(doc []byte, ch *chatChoice) bool {
 		}
 		return ok
 	})
-	return ok && err == nil
 }
 
 func decodeDeltaFast(val []byte, d *chatDelta) bool {
@@ -127,13 +115,8 @@ func decodeDeltaFast(val []byte, d *chatDelta) bool {
 		return false
 	}
 	var seen [5]bool // role, content, reasoning_content, reasoning, tool_calls
-	ok := true
-	err := jsonscan.Members(val, func(key []byte, escaped bool, v jsonscan.Span) bool {
-		if escaped {
-			ok = false
-			return false
-		}
-		s := val[v.Start:v.End]
+	return plainMembers(val, func(key, s []byte) bool {
+		ok := false
 		switch string(key) {
 		case "role":
 			ok = once(&seen[0]) && plainString(s, &d.Role)
@@ -150,7 +133,6 @@ func decodeDeltaFast(val []byte, d *chatDelta) bool {
 		}
 		return ok
 	})
-	return ok && err == nil
 }
 
 func decodeToolCallsFast(val []byte, dst *[]openai.ToolCall) bool {
@@ -176,13 +158,8 @@ func decodeToolCallFast(doc []byte, tc *openai.ToolCall) bool {
 		return false
 	}
 	var seen [4]bool // index, id, type, function
-	ok := true
-	err := jsonscan.Members(doc, func(key []byte, escaped bool, v jsonscan.Span) bool {
-		if escaped {
-			ok = false
-			return false
-		}
-		val := doc[v.Start:v.End]
+	return plainMembers(doc, func(key, val []byte) bool {
+		ok := false
 		switch string(key) {
 		case "index":
 			ok = once(&seen[0]) && intPtr(val, &tc.Index)
@@ -197,7 +174,6 @@ func decodeToolCallFast(doc []byte, tc *openai.ToolCall) bool {
 		}
 		return ok
 	})
-	return ok && err == nil
 }
 
 func decodeFunctionFast(val []byte, f *openai.FunctionCall) bool {
@@ -208,13 +184,8 @@ func decodeFunctionFast(val []byte, f *openai.FunctionCall) bool {
 		return false
 	}
 	var seen [2]bool // name, arguments
-	ok := true
-	err := jsonscan.Members(val, func(key []byte, escaped bool, v jsonscan.Span) bool {
-		if escaped {
-			ok = false
-			return false
-		}
-		s := val[v.Start:v.End]
+	return plainMembers(val, func(key, s []byte) bool {
+		ok := false
 		switch string(key) {
 		case "name":
 			ok = once(&seen[0]) && jsonString(s, &f.Name)
@@ -225,7 +196,6 @@ func decodeFunctionFast(val []byte, f *openai.FunctionCall) bool {
 		}
 		return ok
 	})
-	return ok && err == nil
 }
 
 // intPtr decodes an int written as one, into a new int; null sets dst nil.
@@ -288,6 +258,19 @@ func jsonString(val []byte, dst *string) bool {
 	out = append(out, raw...)
 	*dst = string(out)
 	return true
+}
+
+// plainMembers calls f with each member of the object doc (its key and
+// value), stopping at the first false; it reports false for that, for an
+// escaped key (json.Unmarshal would match the key unescaped) and for a
+// document jsonscan refuses.
+func plainMembers(doc []byte, f func(key, val []byte) bool) bool {
+	ok := true
+	err := jsonscan.Members(doc, func(key []byte, escaped bool, v jsonscan.Span) bool {
+		ok = !escaped && f(key, doc[v.Start:v.End])
+		return ok
+	})
+	return ok && err == nil
 }
 
 // once marks a field seen, and reports false if it was already.

@@ -119,14 +119,7 @@ func textDeltaJSON(ev openai.ResponsesTextEvent) []byte {
 		return mustJSON(ev)
 	}
 	b := make([]byte, 0, 128+len(ev.Type)+len(ev.ItemID)+len(*ev.Delta)+len(*ev.Delta)/4)
-	b = append(b, `{"type":"`...)
-	b = append(b, ev.Type...)
-	b = append(b, `","sequence_number":`...)
-	b = strconv.AppendInt(b, int64(ev.SequenceNumber), 10)
-	b = append(b, `,"item_id":"`...)
-	b = append(b, ev.ItemID...)
-	b = append(b, `","output_index":`...)
-	b = strconv.AppendInt(b, int64(ev.OutputIndex), 10)
+	b = appendItemEventHead(b, ev.Type, ev.SequenceNumber, ev.ItemID, ev.OutputIndex)
 	b = append(b, `,"content_index":`...)
 	b = strconv.AppendInt(b, int64(ev.ContentIndex), 10)
 	b = append(b, `,"delta":"`...)
@@ -143,15 +136,21 @@ func argsDeltaJSON(ev openai.ResponsesArgumentsEvent) []byte {
 		return mustJSON(ev)
 	}
 	b := make([]byte, 0, 96+len(ev.Type)+len(ev.ItemID)+len(*ev.Delta)+len(*ev.Delta)/4)
-	b = append(b, `{"type":"`...)
-	b = append(b, ev.Type...)
-	b = append(b, `","sequence_number":`...)
-	b = strconv.AppendInt(b, int64(ev.SequenceNumber), 10)
-	b = append(b, `,"item_id":"`...)
-	b = append(b, ev.ItemID...)
-	b = append(b, `","output_index":`...)
-	b = strconv.AppendInt(b, int64(ev.OutputIndex), 10)
+	b = appendItemEventHead(b, ev.Type, ev.SequenceNumber, ev.ItemID, ev.OutputIndex)
 	b = append(b, `,"delta":"`...)
 	b = appendEscapedASCII(b, *ev.Delta)
 	return append(b, `"}`...)
+}
+
+// appendItemEventHead appends the opening members every Responses API
+// item event starts with, typ and item needing no escaping.
+func appendItemEventHead(b []byte, typ string, seq int, item string, outputIndex int) []byte {
+	b = append(b, `{"type":"`...)
+	b = append(b, typ...)
+	b = append(b, `","sequence_number":`...)
+	b = strconv.AppendInt(b, int64(seq), 10)
+	b = append(b, `,"item_id":"`...)
+	b = append(b, item...)
+	b = append(b, `","output_index":`...)
+	return strconv.AppendInt(b, int64(outputIndex), 10)
 }
