@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"time"
 
+	"llmgate/internal/jsonscan"
 	"llmgate/internal/usage"
 )
 
@@ -63,33 +64,11 @@ func appendRecord(b []byte, r *usage.Record) []byte {
 }
 
 // appendJSONString appends s as a JSON string. Bytes above 0x7f pass as
-// they are (JSON text is UTF-8); control characters, quotes and
-// backslashes are escaped.
+// they are (JSON text is UTF-8; encoding/json, which reads the journal,
+// replaces invalid bytes when it decodes them).
 func appendJSONString(b []byte, s string) []byte {
-	const hex = "0123456789abcdef"
 	b = append(b, '"')
-	start := 0
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c >= 0x20 && c != '"' && c != '\\' {
-			continue
-		}
-		b = append(b, s[start:i]...)
-		switch c {
-		case '"', '\\':
-			b = append(b, '\\', c)
-		case '\n':
-			b = append(b, '\\', 'n')
-		case '\r':
-			b = append(b, '\\', 'r')
-		case '\t':
-			b = append(b, '\\', 't')
-		default:
-			b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&15])
-		}
-		start = i + 1
-	}
-	b = append(b, s[start:]...)
+	b = jsonscan.AppendEscaped(b, s)
 	return append(b, '"')
 }
 

@@ -7,12 +7,14 @@ import (
 
 	"llmgate/internal/api/anthropic"
 	"llmgate/internal/api/openai"
+	"llmgate/internal/jsonscan"
 )
 
 // deltaJSON is the JSON of a content_block_delta event at index, byte for
 // byte what json.Marshal writes; a one-string delta (text, thinking,
 // partial_json, the fields a stream sends for every token) is appended
-// directly, its ASCII escaped as json.Marshal escapes it (a tool call's
+// directly, its ASCII escaped as json.Marshal escapes it
+// (jsonscan.AppendEscaped; a tool call's
 // partial_json is full of quotes), unless it holds invalid UTF-8 or
 // U+2028/U+2029. FuzzDeltaJSON holds it to json.Marshal.
 func deltaJSON(index int, d anthropic.BlockDelta) []byte {
@@ -42,7 +44,7 @@ func deltaJSON(index int, d anthropic.BlockDelta) []byte {
 	b = append(b, `","`...)
 	b = append(b, name...)
 	b = append(b, `":"`...)
-	b = appendEscapedASCII(b, *val)
+	b = jsonscan.AppendEscaped(b, *val)
 	return append(b, `"}}`...)
 }
 
@@ -57,54 +59,16 @@ func plainNonASCII(s string) bool {
 	return true
 }
 
-// appendEscapedASCII appends s as json.Marshal writes it between quotes,
-// for a string whose non-ASCII characters it writes unchanged
-// (plainNonASCII): quotes and backslashes escaped, \b \f \n \r \t by
-// name, the other control characters and the HTML ones (<, >, &) as \u00XX.
-func appendEscapedASCII(b []byte, s string) []byte {
-	const hex = "0123456789abcdef"
-	start := 0
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
-			continue
-		}
-		b = append(b, s[start:i]...)
-		switch c {
-		case '"', '\\':
-			b = append(b, '\\', c)
-		case '\b':
-			b = append(b, '\\', 'b')
-		case '\f':
-			b = append(b, '\\', 'f')
-		case '\n':
-			b = append(b, '\\', 'n')
-		case '\r':
-			b = append(b, '\\', 'r')
-		case '\t':
-			b = append(b, '\\', 't')
-		default:
-			b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
-		}
-		start = i + 1
-	}
-	return append(b, s[start:]...)
-}
-
 // unescapedJSON reports whether json.Marshal writes s between quotes as it
 // is: valid UTF-8 without control characters, quotes, backslashes, the
 // HTML characters it escapes (<, >, &) or U+2028 and U+2029.
 func unescapedJSON(s string) bool {
-	high := false
 	for i := 0; i < len(s); i++ {
-		switch c := s[i]; {
-		case c < 0x20, c == '"', c == '\\', c == '<', c == '>', c == '&':
+		if jsonscan.NeedsEscape(s[i]) {
 			return false
-		case c >= utf8.RuneSelf:
-			high = true
 		}
 	}
-	return !high || utf8.ValidString(s) && !strings.ContainsRune(s, '\u2028') && !strings.ContainsRune(s, '\u2029')
+	return plainNonASCII(s)
 }
 
 // textDeltaJSON is the JSON of a Responses API text delta event
@@ -123,7 +87,7 @@ func textDeltaJSON(ev openai.ResponsesTextEvent) []byte {
 	b = append(b, `,"content_index":`...)
 	b = strconv.AppendInt(b, int64(ev.ContentIndex), 10)
 	b = append(b, `,"delta":"`...)
-	b = appendEscapedASCII(b, *ev.Delta)
+	b = jsonscan.AppendEscaped(b, *ev.Delta)
 	return append(b, `","logprobs":[]}`...)
 }
 
@@ -138,7 +102,7 @@ func argsDeltaJSON(ev openai.ResponsesArgumentsEvent) []byte {
 	b := make([]byte, 0, 96+len(ev.Type)+len(ev.ItemID)+len(*ev.Delta)+len(*ev.Delta)/4)
 	b = appendItemEventHead(b, ev.Type, ev.SequenceNumber, ev.ItemID, ev.OutputIndex)
 	b = append(b, `,"delta":"`...)
-	b = appendEscapedASCII(b, *ev.Delta)
+	b = jsonscan.AppendEscaped(b, *ev.Delta)
 	return append(b, `"}`...)
 }
 
