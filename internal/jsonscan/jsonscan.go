@@ -1,7 +1,9 @@
 // Package jsonscan finds and replaces top-level fields of a JSON object
 // without decoding the whole document. The gateway uses it on the hot path
 // to read "model" and "stream" and to rewrite a few fields of bodies it
-// otherwise passes through byte for byte.
+// otherwise passes through byte for byte. AppendEscaped writes a JSON
+// string's inside as encoding/json does, for the encoders that append
+// JSON directly.
 package jsonscan
 
 import (
