@@ -31,6 +31,7 @@ func (a accessLog) Observe(r usage.Record) {
 			slog.String("model", r.Model), slog.String("backend", r.Backend), slog.Int("status", r.Status),
 			slog.Bool("stream", r.Stream), slog.Int("prompt_tokens", r.PromptTokens), slog.Int("completion_tokens", r.CompletionTokens),
 			slog.Float64("ttft_ms", float64(r.TTFT.Microseconds())/1000), slog.Float64("latency_ms", float64(r.Latency.Microseconds())/1000),
+			slog.Float64("overhead_ms", float64(r.Overhead.Microseconds())/1000),
 		}
 		if r.ServedModel != "" {
 			attrs = append(attrs, slog.String("served_model", r.ServedModel))

@@ -293,8 +293,13 @@ func loggedGW(t *testing.T) (*env, *sync.Mutex, *strings.Builder) {
 func TestAccessLog_OneJSONLinePerRequestWithRequestIDModelAndTokens(t *testing.T) {
 	e, mu, buf := loggedGW(t)
 	g := e.g
-	if r := e.do(http.MethodPost, "/v1/chat/completions", testMaster, chatBody("qwen", false, ""), "X-Request-Id", "log-test-1"); r.status != 200 {
+	r := e.do(http.MethodPost, "/v1/chat/completions", testMaster, chatBody("qwen", false, ""), "X-Request-Id", "log-test-1")
+	if r.status != 200 {
 		t.Fatalf("chat: %d %s", r.status, r.body)
+	}
+	// The client sees how the time before the answer divided.
+	if st := r.header.Get("Server-Timing"); !strings.HasPrefix(st, "gateway;dur=") || !strings.Contains(st, ", backend;dur=") {
+		t.Errorf("Server-Timing %q, want the gateway's and the backend's share", st)
 	}
 	// The answer is flushed before the access log line is written: closing
 	// the gateway waits for the handler and flushes the log.
@@ -309,10 +314,15 @@ func TestAccessLog_OneJSONLinePerRequestWithRequestIDModelAndTokens(t *testing.T
 			line = l
 		}
 	}
-	for _, want := range []string{`"request_id":"log-test-1"`, `"model":"qwen"`, `"backend":"vllm"`, `"status":200`, `"prompt_tokens":11`, `"completion_tokens":2`, `"latency_ms":`} {
+	for _, want := range []string{`"request_id":"log-test-1"`, `"model":"qwen"`, `"backend":"vllm"`, `"status":200`, `"prompt_tokens":11`, `"completion_tokens":2`, `"latency_ms":`, `"overhead_ms":`} {
 		if !strings.Contains(line, want) {
 			t.Errorf("access log line %q lacks %s", line, want)
 		}
+	}
+	// The gateway's own share is measured, never zero (it decoded, routed
+	// and encoded the request).
+	if _, v, _ := strings.Cut(line, `"overhead_ms":`); strings.HasPrefix(v, "0,") || strings.HasPrefix(v, "0}") {
+		t.Errorf("access log line %q: overhead_ms is 0", line)
 	}
 }
 

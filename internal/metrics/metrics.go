@@ -35,6 +35,9 @@ import (
 var (
 	TTFTBuckets    = []float64{0.01, 0.025, 0.05, 0.1, 0.2, 0.35, 0.5, 0.75, 1, 1.5, 2.5, 5, 10, 30}
 	LatencyBuckets = []float64{0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300}
+	// OverheadBuckets are for the gateway's own share of a request:
+	// tens of microseconds when all is well.
+	OverheadBuckets = []float64{0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.1, 1}
 )
 
 // Metrics holds the gateway's collectors and their registry.
@@ -48,6 +51,7 @@ type Metrics struct {
 	cost       *prometheus.CounterVec
 	ttft       *prometheus.HistogramVec
 	latency    *prometheus.HistogramVec
+	overhead   *prometheus.HistogramVec
 	inflight   prometheus.Gauge
 	refusals   *prometheus.CounterVec
 	inflightN  atomic.Int64
@@ -68,7 +72,7 @@ type seriesKey struct {
 
 type children struct {
 	requests, prompt, completion, cached, cost prometheus.Counter
-	ttft, latency                              prometheus.Observer
+	ttft, latency, overhead                    prometheus.Observer
 }
 
 // maxSeries bounds the cache; beyond it (an attack with endless model
@@ -90,8 +94,9 @@ func (m *Metrics) children(r *usage.Record, key string) *children {
 	}
 	st := strconv.Itoa(r.Status)
 	c = &children{
-		ttft:    m.ttft.WithLabelValues(r.Model, backend),
-		latency: m.latency.WithLabelValues(r.Model, backend, statusClass(r.Status)),
+		ttft:     m.ttft.WithLabelValues(r.Model, backend),
+		latency:  m.latency.WithLabelValues(r.Model, backend, statusClass(r.Status)),
+		overhead: m.overhead.WithLabelValues(r.Model, backend, r.Endpoint),
 	}
 	if m.keyLabels {
 		c.requests = m.requests.WithLabelValues(r.Model, backend, key, r.Endpoint, st)
@@ -149,6 +154,12 @@ func NewWith(opt Options) *Metrics {
 		Help:    "Time from request arrival to the end of the response, by model, backend and status class (2xx, 4xx, 5xx).",
 		Buckets: LatencyBuckets,
 	}, []string{"model", "backend", "code"})
+	m.overhead = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "llmgate_overhead_seconds",
+		Help: "The gateway's own time in a request, from its body read until the answer's head was handed to the HTTP server " +
+			"(the time to first byte it added), beyond waiting for backends, fair queues, engine starts and retry pauses; by model, backend and endpoint.",
+		Buckets: OverheadBuckets,
+	}, []string{"model", "backend", "endpoint"})
 	m.inflight = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "llmgate_requests_in_flight",
 		Help: "API requests (/v1/...) being served right now.",
@@ -157,7 +168,7 @@ func NewWith(opt Options) *Metrics {
 		Name: "llmgate_limiter_refusals_total",
 		Help: "Requests refused before forwarding by limits or budgets, by reason code and HTTP status; fallback_<code>: a fallback model skipped for its own limits.",
 	}, []string{"reason", "status"})
-	m.Registry.MustRegister(m.requests, m.tokens, m.cost, m.ttft, m.latency, m.inflight, m.refusals,
+	m.Registry.MustRegister(m.requests, m.tokens, m.cost, m.ttft, m.latency, m.overhead, m.inflight, m.refusals,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -194,6 +205,9 @@ func (m *Metrics) Observe(r usage.Record) {
 		c.ttft.Observe(r.TTFT.Seconds())
 	}
 	c.latency.Observe(r.Latency.Seconds())
+	if r.Overhead > 0 {
+		c.overhead.Observe(r.Overhead.Seconds())
+	}
 }
 
 func statusClass(s int) string {

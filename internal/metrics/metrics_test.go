@@ -19,7 +19,7 @@ import (
 func TestObserve_CountsEveryRecord(t *testing.T) {
 	m := New()
 	m.Observe(usage.Record{Model: "qwen", Backend: "a", KeyID: "key_1", Endpoint: "chat", Status: 200, PromptTokens: 10, CompletionTokens: 4,
-		CachedTokens: 2, CostUSD: 0.5, TTFT: 80 * time.Millisecond, Latency: time.Second})
+		CachedTokens: 2, CostUSD: 0.5, TTFT: 80 * time.Millisecond, Latency: time.Second, Overhead: 40 * time.Microsecond})
 	m.Observe(usage.Record{Model: "qwen", Backend: "a", KeyID: "key_1", Endpoint: "chat", Status: 502, Latency: 2 * time.Second})
 	if v := testutil.ToFloat64(m.requests.WithLabelValues("qwen", "a", "key_1", "chat", "502")); v != 1 {
 		t.Errorf("requests{502} = %v", v)
@@ -39,6 +39,28 @@ func TestObserve_CountsEveryRecord(t *testing.T) {
 	}
 	if n := testutil.CollectAndCount(m.latency); n != 2 {
 		t.Errorf("latency series = %d, want 2 (2xx and 5xx)", n)
+	}
+	// The gateway's own share: a record that carries it (not the second).
+	want := `
+# HELP llmgate_overhead_seconds The gateway's own time in a request, from its body read until the answer's head was handed to the HTTP server (the time to first byte it added), beyond waiting for backends, fair queues, engine starts and retry pauses; by model, backend and endpoint.
+# TYPE llmgate_overhead_seconds histogram
+llmgate_overhead_seconds_bucket{backend="a",endpoint="chat",model="qwen",le="5e-05"} 1
+llmgate_overhead_seconds_bucket{backend="a",endpoint="chat",model="qwen",le="0.0001"} 1
+llmgate_overhead_seconds_bucket{backend="a",endpoint="chat",model="qwen",le="0.00025"} 1
+llmgate_overhead_seconds_bucket{backend="a",endpoint="chat",model="qwen",le="0.0005"} 1
+llmgate_overhead_seconds_bucket{backend="a",endpoint="chat",model="qwen",le="0.001"} 1
+llmgate_overhead_seconds_bucket{backend="a",endpoint="chat",model="qwen",le="0.0025"} 1
+llmgate_overhead_seconds_bucket{backend="a",endpoint="chat",model="qwen",le="0.005"} 1
+llmgate_overhead_seconds_bucket{backend="a",endpoint="chat",model="qwen",le="0.01"} 1
+llmgate_overhead_seconds_bucket{backend="a",endpoint="chat",model="qwen",le="0.025"} 1
+llmgate_overhead_seconds_bucket{backend="a",endpoint="chat",model="qwen",le="0.1"} 1
+llmgate_overhead_seconds_bucket{backend="a",endpoint="chat",model="qwen",le="1"} 1
+llmgate_overhead_seconds_bucket{backend="a",endpoint="chat",model="qwen",le="+Inf"} 1
+llmgate_overhead_seconds_sum{backend="a",endpoint="chat",model="qwen"} 4e-05
+llmgate_overhead_seconds_count{backend="a",endpoint="chat",model="qwen"} 1
+`
+	if err := testutil.CollectAndCompare(m.overhead, strings.NewReader(want)); err != nil {
+		t.Error(err)
 	}
 }
 

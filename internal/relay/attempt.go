@@ -109,8 +109,10 @@ func (rl *Relay) relayOnce(ctx context.Context, w http.ResponseWriter, c *Call, 
 	defer release()
 	resp, sent, err := rl.send(ctx, c, dep, out)
 	if err != nil {
+		c.t.backendSince(sent)
 		return res.failed(err)
 	}
+	c.t.sent = sent // until pump has the first events
 	defer resp.Body.Close()
 	stream := c.Req.Stream && isEventStream(resp)
 	dec := codec.NewDecoder(c.Req, t, stream)
@@ -167,6 +169,7 @@ type source interface {
 // result's tail, which finish writes once the record is settled.
 func (rl *Relay) pump(w http.ResponseWriter, c *Call, res Result, src source, form codec.Form) Result {
 	evs, fail := src.next()
+	c.t.answered()
 	if fail != nil {
 		return res.failed(fail)
 	}
@@ -182,6 +185,11 @@ func (rl *Relay) pump(w http.ResponseWriter, c *Call, res Result, src source, fo
 		res.Status, res.Committed = http.StatusOK, true
 		res.tail = tail{whole: true, body: body}
 		return res
+	}
+	if _, sent := w.(headersSent); sent {
+		c.timeHead(nil)
+	} else {
+		c.timeHead(w.Header())
 	}
 	sse.SetHeaders(w.Header())
 	w.WriteHeader(http.StatusOK)

@@ -236,7 +236,9 @@ func (rl *Relay) countPrompt(ctx context.Context, c *Call, dep router.Deployment
 	}
 	if rl.opt.Engines != nil {
 		cctx, cancel := context.WithTimeout(ctx, countTimeout)
+		at := time.Now()
 		n, err := rl.opt.Engines.Count(cctx, dep.Backend, dep.UpstreamModel, countInput(chat, text), maxCountBody(c.Req))
+		c.t.backendSince(at) // the engine's tokenizer
 		cancel()
 		if err == nil {
 			return promptCount{tokens: n, exact: true}

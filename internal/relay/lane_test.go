@@ -1,8 +1,10 @@
 package relay
 
 import (
+	"context"
 	"net/http/httptest"
 	"testing"
+	"time"
 
 	"llmgate/internal/codec"
 	"llmgate/internal/keys"
@@ -30,8 +32,21 @@ func TestLane_KeyIDAndPriorityOrOneSharedLane(t *testing.T) {
 			t.Errorf("%s: lane %q weight %d (keep-alives %v), want %q weight %d with keep-alives", c.name, l.Key, l.Weight, l.Wait != nil, c.key, c.weight)
 		}
 	}
+	// A queue wait is timed (Server-Timing's wait); only a streaming
+	// client gets keep-alives while it lasts.
+	defer func(first time.Duration) { queueKeepAliveFirst = first }(queueKeepAliveFirst)
+	queueKeepAliveFirst = time.Microsecond
+	const held = 2 * time.Millisecond
 	plain, _ := codec.Decode(codec.Chat, []byte(`{"model":"m","messages":[{"role":"user","content":"hi"}]}`))
-	if l := rl.lane(w, &Call{Principal: keys.Principal{Master: true}, Req: plain}); l.Wait != nil {
-		t.Error("a request that does not stream gets keep-alives while queued")
+	for _, r := range []*codec.Request{plain, req} {
+		w := httptest.NewRecorder()
+		c := &Call{Principal: keys.Principal{Master: true}, Req: r}
+		err := rl.lane(w, c).Wait(context.Background(), func(context.Context) error { <-time.After(held); return nil })
+		if err != nil || c.t.waited < held {
+			t.Errorf("stream=%v: wait returned %v after %s counted as waiting, want nil and at least %s", r.Stream, err, c.t.waited, held)
+		}
+		if sent := w.Body.Len() > 0; sent != r.Stream {
+			t.Errorf("stream=%v: keep-alives sent while queued = %v (%q)", r.Stream, sent, w.Body.String())
+		}
 	}
 }

@@ -33,10 +33,18 @@ func (rl *Relay) lane(w http.ResponseWriter, c *Call) router.Lane {
 	if k := c.Principal.Key; k != nil {
 		l.Key, l.Weight = k.ID, k.EffectivePriority()
 	}
-	if c.Req.Stream {
-		l.Wait = func(ctx context.Context, wait func(context.Context) error) error {
-			return rl.waitWithKeepAlives(ctx, w, c, wait)
+	l.Wait = func(ctx context.Context, wait func(context.Context) error) error {
+		start := time.Now()
+		var err error
+		if c.Req.Stream {
+			err = rl.waitWithKeepAlives(ctx, w, c, wait)
+		} else {
+			err = wait(ctx)
 		}
+		if c.t.attemptEnd.IsZero() { // else the time between attempts has it
+			c.t.waited += time.Since(start)
+		}
+		return err
 	}
 	return l
 }

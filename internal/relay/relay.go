@@ -76,9 +76,14 @@ type Call struct {
 	// ID is the request's ledger id, made by the gateway (usage.NewID);
 	// ClientID is the client's own X-Request-Id, if it sent a sane one,
 	// stored beside it (a client's id never keys the ledger).
-	ID        string
-	ClientID  string
+	ID       string
+	ClientID string
+	// Start is when the request reached its handler (the record's
+	// latency counts from it); Read when its body had been read (the
+	// gateway's own time counts from it: a client's upload is not the
+	// gateway's; zero: Start).
 	Start     time.Time
+	Read      time.Time
 	Principal keys.Principal
 	Req       *codec.Request
 	// Table is the routing table the request is resolved and forwarded on.
@@ -124,6 +129,8 @@ type Call struct {
 	// answer has ended, router.ReleaseSlot(answered) lets the next
 	// request in the deployment's fair queue go.
 	answered context.Context
+
+	t timing // the split of its time, for Server-Timing and the record
 
 	settled bool         // the record was written
 	rec     usage.Record // the record, once settled
@@ -362,11 +369,17 @@ func (rl *Relay) forward(ctx context.Context, w http.ResponseWriter, c *Call, hi
 	err := c.Table.ForwardHint(ctx, c.route, hint, func(ctx context.Context, dep router.Deployment) (bool, error) {
 		attempts++
 		served = dep
+		if !c.t.attemptEnd.IsZero() {
+			c.t.waited += time.Since(c.t.attemptEnd) // the back-off, a queue
+		}
 		c.answered = ctx // its end gives back the attempt's fair-queue slot
 		if c.sw != nil { // keep-alives went out while the request was queued
 			final = rl.attempt(ctx, headersSent{w}, c, dep, attempts)
 		} else {
 			final = rl.attempt(ctx, w, c, dep, attempts)
+		}
+		if !final.Committed {
+			c.t.attemptEnd = time.Now()
 		}
 		return final.Committed, final.routerErr()
 	})
@@ -464,6 +477,7 @@ func (rl *Relay) finish(w http.ResponseWriter, c *Call, res Result) {
 	t := &res.tail
 	switch {
 	case t.sw != nil:
+		c.timeHead(nil) // the stream's head went out before
 		for _, e := range t.events {
 			if t.sw.WriteEvent(e.Name, e.Data) != nil {
 				break // the client went away
@@ -472,6 +486,7 @@ func (rl *Relay) finish(w http.ResponseWriter, c *Call, res Result) {
 		_ = t.sw.Flush() // a held stream's last events
 	case t.whole:
 		h := w.Header()
+		c.timeHead(h)
 		h["Content-Type"] = jsonCT
 		h["Content-Length"] = []string{strconv.Itoa(len(t.body))}
 		w.WriteHeader(http.StatusOK)
@@ -481,7 +496,10 @@ func (rl *Relay) finish(w http.ResponseWriter, c *Call, res Result) {
 		// the access log on the client's clock.
 		_ = http.NewResponseController(w).Flush()
 	case res.Err != nil && !res.Committed && (c.refused != "" || !errors.Is(res.Err, apierror.ErrClientClosed)):
+		c.timeHead(w.Header())
 		codec.WriteError(c.Req.Dialect, w, res.Err)
+	default:
+		c.timeHead(nil) // the client went away
 	}
 	putBuffer(t.buf)
 	rl.observe(c)
@@ -550,6 +568,7 @@ func (rl *Relay) settle(c *Call, res Result) {
 // observe hands the settled record to the observers, after the answer.
 func (rl *Relay) observe(c *Call) {
 	if rl.opt.Observer != nil && c.settled {
+		c.rec.Overhead = c.t.gateway
 		rl.opt.Observer.Observe(c.rec)
 	}
 }

@@ -34,7 +34,9 @@ func (rl *Relay) countTokens(ctx context.Context, w http.ResponseWriter, c *Call
 		why = err.Error()
 	} else if rl.opt.Engines != nil {
 		cctx, cancel := context.WithTimeout(ctx, tokenizeTimeout)
+		at := time.Now()
 		got, err := rl.opt.Engines.Count(cctx, dep.Backend, dep.UpstreamModel, countInput(chat, text), maxCountBody(c.Req))
+		c.t.backendSince(at)
 		cancel()
 		if err == nil {
 			n, from, why = got, "tokenizer", ""

@@ -245,6 +245,7 @@ func (s *Server) serveModel(d codec.Dialect) func(http.ResponseWriter, *http.Req
 		}
 		if err == nil {
 			err = s.readBody(w, r, buf, p)
+			c.Read = time.Now()
 		}
 		if err == nil {
 			// A large body takes its room once read, before it is decoded:

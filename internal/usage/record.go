@@ -40,9 +40,16 @@ type Record struct {
 	CachedTokens     int
 	TTFT             time.Duration // time to first byte (non-stream) or first token event (stream)
 	Latency          time.Duration
-	Estimated        bool // token counts estimated locally
-	Stream           bool
-	CostUSD          float64
+	// Overhead is the gateway's own time in the request, from its body
+	// read until the answer's head was handed to the HTTP server (a
+	// stream's head goes with its first event): the time to first byte it
+	// added beyond waiting for backends, fair queues, engine starts and
+	// retry pauses (Server-Timing's gateway entry). It is for the
+	// observers (metrics, the access log): the ledger does not store it.
+	Overhead  time.Duration `json:"-"`
+	Estimated bool          // token counts estimated locally
+	Stream    bool
+	CostUSD   float64
 }
 
 // Writer persists batches of records. Implementations must make a batch

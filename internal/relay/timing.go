@@ -1,0 +1,73 @@
+package relay
+
+import (
+	"net/http"
+	"strconv"
+	"time"
+)
+
+// timing divides a request's time, from its body read until its answer's
+// head is handed to the HTTP server, into waiting for backends (their
+// answers, the tokenizer round trips of the count stage), waiting in the
+// gateway (a deployment's fair queue, a local engine starting, the pause
+// between attempts) and the rest: the gateway's own work. The client gets
+// the split in a Server-Timing header, the observers the gateway's share
+// (usage.Record.Overhead).
+type timing struct {
+	backend, waited time.Duration
+	// sent is when the attempt in flight sent its request (zero: none);
+	// its answer's wait ends when the relay has its first events.
+	sent time.Time
+	// attemptEnd is when the last failed attempt ended: the time until
+	// the next one starts is a wait (zero: no attempt failed yet).
+	attemptEnd time.Time
+	gateway    time.Duration // set by head
+	headed     bool
+}
+
+// backendSince adds the time since t to the backends' share.
+func (t *timing) backendSince(at time.Time) { t.backend += time.Since(at) }
+
+// answered ends the wait for the answer of the attempt in flight.
+func (t *timing) answered() {
+	if !t.sent.IsZero() {
+		t.backendSince(t.sent)
+		t.sent = time.Time{}
+	}
+}
+
+// head fixes the gateway's share as the answer's head goes out, and
+// writes the split to h's Server-Timing (nil h: the head is already on
+// the wire, sent with a queue's keep-alives). Only the first call counts.
+func (c *Call) timeHead(h http.Header) {
+	t := &c.t
+	if t.headed {
+		return
+	}
+	t.headed = true
+	t.answered()
+	from := c.Read
+	if from.IsZero() {
+		from = c.Start
+	}
+	t.gateway = max(time.Since(from)-t.backend-t.waited, 0)
+	if h == nil {
+		return
+	}
+	var b [80]byte
+	v := appendTiming(b[:0], "gateway", t.gateway)
+	if t.backend > 0 {
+		v = appendTiming(append(v, ", "...), "backend", t.backend)
+	}
+	if t.waited > 0 {
+		v = appendTiming(append(v, ", "...), "wait", t.waited)
+	}
+	h["Server-Timing"] = []string{string(v)}
+}
+
+// appendTiming appends one Server-Timing metric, its duration in
+// milliseconds to the microsecond.
+func appendTiming(b []byte, name string, d time.Duration) []byte {
+	b = append(append(b, name...), ";dur="...)
+	return strconv.AppendFloat(b, float64(d.Microseconds())/1000, 'f', -1, 64)
+}

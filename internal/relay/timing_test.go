@@ -1,0 +1,73 @@
+package relay_test
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// serverTiming parses a Server-Timing header into durations by name.
+func serverTiming(t *testing.T, v string) map[string]time.Duration {
+	t.Helper()
+	got := map[string]time.Duration{}
+	for _, m := range strings.Split(v, ", ") {
+		name, dur, ok := strings.Cut(m, ";dur=")
+		ms, err := strconv.ParseFloat(dur, 64)
+		if !ok || err != nil || ms < 0 {
+			t.Fatalf("Server-Timing %q: bad metric %q", v, m)
+		}
+		got[name] = time.Duration(ms * float64(time.Millisecond))
+	}
+	return got
+}
+
+// The answer's head says how the request's time divided: the backends'
+// share covers what they took, the pause before a retry is a wait, and
+// the three together never exceed what the client measured.
+func TestServerTiming_SplitsTheTimeBeforeTheHead(t *testing.T) {
+	h := newHarness(t)
+	for _, tc := range []struct {
+		model                string
+		stream               bool
+		backendMin, waitMin  time.Duration // at least
+		noBackend, wantsWait bool
+	}{
+		{model: "oa-ok"},
+		{model: "oa-ok", stream: true},
+		// The first deployment answers 200 with an error, the retry (after
+		// a back-off of at least retry_backoff, 1ms) waits firstTokenDelay.
+		{model: "oa-fto", backendMin: firstTokenDelay, waitMin: time.Millisecond, wantsWait: true},
+		{model: "oa-fto", stream: true, backendMin: firstTokenDelay, waitMin: time.Millisecond, wantsWait: true},
+		{model: "an-fto", backendMin: firstTokenDelay, waitMin: time.Millisecond, wantsWait: true},
+		// Refused by the admission: no backend was asked.
+		{model: "oa-refused", noBackend: true},
+	} {
+		body := fmt.Sprintf(`{"model":%q,"stream":%v,"max_tokens":50,"messages":[{"role":"user","content":"hi"}]}`, tc.model, tc.stream)
+		start := time.Now()
+		a := h.send(t, "/v1/chat/completions", body, false)
+		elapsed := time.Since(start)
+		name := fmt.Sprintf("%s stream=%v", tc.model, tc.stream)
+		st := a.header.Get("Server-Timing")
+		if st == "" {
+			t.Fatalf("%s: no Server-Timing header (status %d)", name, a.status)
+		}
+		got := serverTiming(t, st)
+		if _, ok := got["gateway"]; !ok {
+			t.Errorf("%s: Server-Timing %q has no gateway entry", name, st)
+		}
+		if _, ok := got["backend"]; ok == tc.noBackend {
+			t.Errorf("%s: Server-Timing %q: backend entry present = %v, want %v", name, st, ok, !tc.noBackend)
+		}
+		if _, ok := got["wait"]; ok != tc.wantsWait {
+			t.Errorf("%s: Server-Timing %q: wait entry present = %v, want %v", name, st, ok, tc.wantsWait)
+		}
+		if got["backend"] < tc.backendMin || got["wait"] < tc.waitMin {
+			t.Errorf("%s: Server-Timing %q: want backend >= %s and wait >= %s", name, st, tc.backendMin, tc.waitMin)
+		}
+		if sum := got["gateway"] + got["backend"] + got["wait"]; sum > elapsed {
+			t.Errorf("%s: Server-Timing %q adds up to %s, more than the client's %s", name, st, sum, elapsed)
+		}
+	}
+}
