@@ -113,6 +113,10 @@ type CellResult struct {
 	ITLPerToken Summary `json:"-"`
 	DispatchLag Summary `json:"-"`
 	ClientQueue Summary `json:"-"`
+	// GatewayOverhead is the gateway's own time before each answer
+	// began, as an llmgate gateway reported it (Server-Timing's gateway
+	// entry); empty for a target that sends none.
+	GatewayOverhead Summary `json:"-"`
 
 	ClientCPUPercent  float64  `json:"client_cpu_percent"`
 	ClientCores       int      `json:"client_cores"`
@@ -175,14 +179,18 @@ func (r *Rate) UnmarshalJSON(b []byte) error {
 var summaryMetrics = []struct {
 	Key string
 	Get func(*CellResult) *Summary
+	// Optional figures are left out of the JSON when nothing measured
+	// them (not written as zeros).
+	Optional bool
 }{
-	{"ttft", func(c *CellResult) *Summary { return &c.TTFT }},
-	{"tpot", func(c *CellResult) *Summary { return &c.TPOT }},
-	{"itl", func(c *CellResult) *Summary { return &c.ITL }},
-	{"e2el", func(c *CellResult) *Summary { return &c.E2EL }},
-	{"itl_per_token", func(c *CellResult) *Summary { return &c.ITLPerToken }},
-	{"dispatch_lag", func(c *CellResult) *Summary { return &c.DispatchLag }},
-	{"client_queue_time", func(c *CellResult) *Summary { return &c.ClientQueue }},
+	{"ttft", func(c *CellResult) *Summary { return &c.TTFT }, false},
+	{"tpot", func(c *CellResult) *Summary { return &c.TPOT }, false},
+	{"itl", func(c *CellResult) *Summary { return &c.ITL }, false},
+	{"e2el", func(c *CellResult) *Summary { return &c.E2EL }, false},
+	{"itl_per_token", func(c *CellResult) *Summary { return &c.ITLPerToken }, false},
+	{"dispatch_lag", func(c *CellResult) *Summary { return &c.DispatchLag }, false},
+	{"client_queue_time", func(c *CellResult) *Summary { return &c.ClientQueue }, false},
+	{"gateway_overhead", func(c *CellResult) *Summary { return &c.GatewayOverhead }, true},
 }
 
 var statNames = []string{"mean", "median", "std", "p50", "p90", "p95", "p99"}
@@ -240,6 +248,9 @@ func (c *CellResult) MarshalJSON() ([]byte, error) {
 	}
 	for _, sm := range summaryMetrics {
 		s := sm.Get(c)
+		if sm.Optional && *s == (Summary{}) {
+			continue
+		}
 		for _, st := range statNames {
 			m[st+"_"+sm.Key+"_ms"] = round3(statValue(s, st))
 		}
@@ -294,7 +305,7 @@ func Compute(run *CellRun, goodput Goodput, burstiness float64) *CellResult {
 	dur := run.Duration.Seconds()
 	c.Duration = dur
 
-	var ttfts, tpots, itls, e2els, perTok, lags, queues []float64
+	var ttfts, tpots, itls, e2els, perTok, lags, queues, overheads []float64
 	good := 0
 	samples := map[string]bool{}
 	for i := range run.Results {
@@ -336,6 +347,9 @@ func Compute(run *CellRun, goodput Goodput, burstiness float64) *CellResult {
 		c.ITLPerTokenEstimated = c.ITLPerTokenEstimated || est
 		lags = append(lags, ms(r.DispatchLag))
 		queues = append(queues, ms(r.QueueWait))
+		if r.GatewayTimed {
+			overheads = append(overheads, ms(r.GatewayOverhead))
+		}
 		// As in vLLM, a request with one output token has TPOT 0 for the
 		// goodput check.
 		if goodput.Set() &&
@@ -371,6 +385,7 @@ func Compute(run *CellRun, goodput Goodput, burstiness float64) *CellResult {
 	c.ITLPerToken = Summarize(perTok)
 	c.DispatchLag = Summarize(lags)
 	c.ClientQueue = Summarize(queues)
+	c.GatewayOverhead = Summarize(overheads)
 	c.MaxConcurrentRequests = peakConcurrency(run.Results)
 	judgeClient(c, run)
 	return c

@@ -31,6 +31,17 @@ type Added struct {
 	Load        string  `json:"load"`
 	Method      string  `json:"method"`
 	Figures     []Delta `json:"figures"`
+	// Reported is the gateway's own account of its time before each
+	// answer began (an llmgate gateway's Server-Timing), beside what the
+	// comparison measured; nil when the gateway sent none.
+	Reported *Reported `json:"gateway_reported,omitempty"`
+}
+
+// Reported is the gateway's own time before each answer began, as it
+// said, in milliseconds.
+type Reported struct {
+	P50 float64 `json:"p50_overhead_ms"`
+	P95 float64 `json:"p95_overhead_ms"`
 }
 
 // Delta is one added figure in milliseconds with its 95% interval; a nil
@@ -153,6 +164,9 @@ func gatewayAdded(rep *Report, pairs []Pair) []Added {
 				continue
 			}
 			a := Added{Gateway: p.Gateway, Direct: p.Direct, Mode: g.Mode, Concurrency: g.Concurrency, RequestRate: g.RequestRate, Load: cellLabel(g)}
+			if o := g.GatewayOverhead; o != (Summary{}) {
+				a.Reported = &Reported{P50: round3(o.P50), P95: round3(o.P95)}
+			}
 			runsG, runsD := cellRuns(rep, g), cellRuns(rep, d)
 			paired := len(runsG) >= 2 && len(runsG) == len(runsD)
 			a.Method = MethodRequests
@@ -223,11 +237,24 @@ func writeAdded(w io.Writer, r *Report) error {
 	for _, k := range addedKeys {
 		fmt.Fprintf(tw, "%s added ms\t", keyLabel(k))
 	}
+	reported := false
+	for _, a := range r.Added {
+		reported = reported || a.Reported != nil
+	}
+	if reported {
+		fmt.Fprint(tw, "gateway says p50 / p95 ms\t")
+	}
 	fmt.Fprintln(tw)
 	for _, a := range r.Added {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t", a.Gateway, a.Direct, a.Load)
 		for _, d := range a.Figures {
 			fmt.Fprintf(tw, "%s [%s, %s]\t", signed(d.Ms), bound(d.Low, "−∞"), bound(d.High, "+∞"))
+		}
+		switch {
+		case a.Reported != nil:
+			fmt.Fprintf(tw, "%s / %s\t", fmtFig(a.Reported.P50), fmtFig(a.Reported.P95))
+		case reported:
+			fmt.Fprint(tw, "–\t")
 		}
 		fmt.Fprintln(tw)
 	}
@@ -239,6 +266,9 @@ func writeAdded(w io.Writer, r *Report) error {
 		method = "the median of the runs' differences (each run measured both back to back), Student's t over them"
 	}
 	fmt.Fprintf(w, "added = %s; an interval that contains 0 means no measurable difference\n", method)
+	if reported {
+		fmt.Fprintln(w, "gateway says = its own time before each answer began, from its Server-Timing header (the gateway entry: not waiting for the backend, a queue or an engine start)")
+	}
 	for _, p := range r.Pairs {
 		if p.Inferred {
 			fmt.Fprintf(w, "pair %s → %s inferred (same model; %s is an llmgate gateway); declare it with direct: in the targets file\n", p.Direct, p.Gateway, p.Gateway)

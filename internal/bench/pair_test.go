@@ -3,6 +3,8 @@ package bench
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -109,7 +111,8 @@ func deref(p *float64) any {
 }
 
 // slowGateway answers /healthz as llmgate does and forwards every other
-// request to up after a fixed delay: a gateway that adds that much.
+// request to up after a fixed delay: a gateway that adds that much, and
+// says so in Server-Timing as llmgate does.
 func slowGateway(up http.Handler, delay time.Duration) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/healthz" {
@@ -118,6 +121,7 @@ func slowGateway(up http.Handler, delay time.Duration) http.Handler {
 		}
 		if r.Method == http.MethodPost {
 			time.Sleep(delay)
+			w.Header().Set("Server-Timing", fmt.Sprintf("gateway;dur=%g, backend;dur=7.5", float64(delay)/float64(time.Millisecond)))
 		}
 		up.ServeHTTP(w, r)
 	})
@@ -152,11 +156,55 @@ func TestGatewayAdded_EndToEndFindsWhatASlowGatewayAdds(t *testing.T) {
 		if ttft.Ms < 15 || a.Figures[2].Ms < 15 {
 			t.Errorf("%s: added TTFT p50 %v ms, E2EL p50 %v ms; the gateway adds 30", a.Load, ttft.Ms, a.Figures[2].Ms)
 		}
+		// Beside it, what the gateway said of itself.
+		if a.Reported == nil || a.Reported.P50 != 30 || a.Reported.P95 != 30 {
+			t.Errorf("%s: the gateway's own account %+v, want p50 and p95 30 ms (its Server-Timing)", a.Load, a.Reported)
+		}
+	}
+	// The figure is in the gateway's cells and absent (not 0) in the
+	// direct target's.
+	for _, c := range rep.Results {
+		b, err := json.Marshal(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if has := bytes.Contains(b, []byte(`"p50_gateway_overhead_ms":30`)); has != (c.Target == "m-gateway") {
+			t.Errorf("%s (run %d): p50_gateway_overhead_ms in the JSON = %v:\n%s", c.Target, c.Run, has, b)
+		}
 	}
 	var table bytes.Buffer
 	if err := WriteTable(&table, rep); err != nil || !strings.Contains(table.String(), "what the gateway adds") ||
-		!strings.Contains(table.String(), "m-direct → m-gateway inferred") {
+		!strings.Contains(table.String(), "m-direct → m-gateway inferred") || !strings.Contains(table.String(), "30.0 / 30.0") {
 		t.Errorf("table: %v\n%s", err, table.String())
 	}
 	t.Logf("\n%s", table.String())
+}
+
+func TestServerTiming_ReadsTheNamedMetricsDuration(t *testing.T) {
+	for _, c := range []struct {
+		headers []string
+		want    time.Duration
+		ok      bool
+	}{
+		{[]string{"gateway;dur=0.044, backend;dur=21.92"}, 44 * time.Microsecond, true},
+		{[]string{`backend;dur=1, Gateway ; desc="own; time" ; dur = 2.5`}, 2500 * time.Microsecond, true},
+		{[]string{"backend;dur=1", "gateway;dur=3"}, 3 * time.Millisecond, true}, // a second header line
+		{[]string{`gateway;dur="0.5"`}, 500 * time.Microsecond, true},
+		{[]string{"gateway"}, 0, false},           // no duration
+		{[]string{"gateway;dur=NaN"}, 0, false},   // not a figure
+		{[]string{"gateway;dur=-1"}, 0, false},    // negative
+		{[]string{"gateway;dur=1e300"}, 0, false}, // absurd
+		{[]string{"gateways;dur=1"}, 0, false},    // another metric
+		{[]string{"backend;dur=1, wait;dur=2"}, 0, false},
+		{nil, 0, false},
+	} {
+		h := http.Header{}
+		for _, v := range c.headers {
+			h.Add("Server-Timing", v)
+		}
+		got, ok := serverTiming(h, "gateway")
+		if got != c.want || ok != c.ok {
+			t.Errorf("%q: %v %v, want %v %v", c.headers, got, ok, c.want, c.ok)
+		}
+	}
 }

@@ -66,6 +66,12 @@ type Result struct {
 	Err       string `json:"error,omitempty"`
 	ErrDetail string `json:"error_detail,omitempty"`
 
+	// GatewayOverhead is the gateway's own time before the answer began,
+	// as an llmgate gateway says in its Server-Timing header (the
+	// "gateway" entry); GatewayTimed says the answer had one.
+	GatewayOverhead time.Duration `json:"-"`
+	GatewayTimed    bool          `json:"-"`
+
 	// CachedTokens is usage.prompt_tokens_details.cached_tokens, the prompt
 	// tokens the server's prefix cache served; CachedReported says the
 	// server reported it.
@@ -141,6 +147,7 @@ func (q *requester) do(ctx context.Context, body []byte, p *Prompt, index int, o
 	}
 	defer resp.Body.Close()
 	res.Status = resp.StatusCode
+	res.GatewayOverhead, res.GatewayTimed = serverTiming(resp.Header, "gateway")
 	if resp.StatusCode != http.StatusOK {
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 2048))
 		res.Err, res.ErrDetail = httpErrKind(resp.StatusCode), errorMessage(b)
@@ -166,6 +173,32 @@ func (q *requester) do(ctx context.Context, body []byte, p *Prompt, index int, o
 		stream = io.MultiReader(bytes.NewReader(head), resp.Body)
 	}
 	readStream(ctx, stream, res)
+}
+
+// serverTiming returns the duration of the metric name in h's
+// Server-Timing header(s) (W3C Server Timing: "name;dur=ms;desc=…",
+// metrics separated by commas, parameters in any order).
+func serverTiming(h http.Header, name string) (time.Duration, bool) {
+	for _, v := range h.Values("Server-Timing") {
+		for _, m := range strings.Split(v, ",") {
+			params := strings.Split(m, ";")
+			if !strings.EqualFold(strings.TrimSpace(params[0]), name) {
+				continue
+			}
+			for _, p := range params[1:] {
+				k, val, ok := strings.Cut(strings.TrimSpace(p), "=")
+				if !ok || !strings.EqualFold(strings.TrimSpace(k), "dur") {
+					continue
+				}
+				ms, err := strconv.ParseFloat(strings.Trim(strings.TrimSpace(val), `"`), 64)
+				if err != nil || !(ms >= 0 && ms <= 1e9) { // NaN, negative or absurd: not a figure
+					return 0, false
+				}
+				return time.Duration(ms * float64(time.Millisecond)), true
+			}
+		}
+	}
+	return 0, false
 }
 
 // newRequest builds one attempt of a request.
