@@ -50,16 +50,19 @@ func explainFailure(ctx context.Context, e *apierror.Error) *apierror.Error {
 // becomes the error event of the client's protocol.
 func (rl *Relay) withEngine(ctx context.Context, w http.ResponseWriter, c *Call, dep router.Deployment, n int, l router.Leaser) Result {
 	name := dep.Backend.Name
-	start := time.Now() // waiting for the engine (its start, its size) is waiting in the gateway
+	// Waiting for the engine (its start, then what it says of itself) is
+	// waiting in the gateway; a tokenizer call meanwhile is the backend's.
+	start, backend := time.Now(), c.t.backend
+	waited := func() { c.t.waited += time.Since(start) - (c.t.backend - backend) }
 	release, sw, err := acquireEngine(ctx, w, name, c.Req.Stream, func(ctx context.Context) (func(error) error, error) {
 		return l.Lease(ctx, name, c.Req.Model)
 	})
 	if err != nil {
-		c.t.waited += time.Since(start)
+		waited()
 		return rl.engineFailed(sw, c, Result{Dep: dep}, err)
 	}
 	err = rl.sizeAfterStart(ctx, w, c, dep)
-	c.t.waited += time.Since(start)
+	waited()
 	if err != nil {
 		res := Result{Dep: dep}.failed(err)
 		return rl.engineFailed(sw, c, withCause(res, release(res.routerErr())), res.Err)

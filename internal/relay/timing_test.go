@@ -1,11 +1,20 @@
 package relay_test
 
 import (
+	"context"
 	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"llmgate/internal/config"
+	"llmgate/internal/relay"
+	"llmgate/internal/router"
 )
 
 // serverTiming parses a Server-Timing header into durations by name.
@@ -68,6 +77,45 @@ func TestServerTiming_SplitsTheTimeBeforeTheHead(t *testing.T) {
 		}
 		if sum := got["gateway"] + got["backend"] + got["wait"]; sum > elapsed {
 			t.Errorf("%s: Server-Timing %q adds up to %s, more than the client's %s", name, st, sum, elapsed)
+		}
+	}
+}
+
+// Waiting for a local engine to start is waiting, not the gateway's work.
+func TestServerTiming_AnEngineStartIsAWait(t *testing.T) {
+	up := newFakeBackend(t, false)
+	cfg, err := config.Load(strings.NewReader(fmt.Sprintf("backends:\n  eng: {url: %s/v1}\nmodels:\n  m: {backend: eng, upstream_model: ok-a}\n", up.URL)), "engine.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const start = 100 * time.Millisecond
+	engines := &fakeLeaser{backends: []string{"eng"}, onLease: func(ctx context.Context, _, _ string) error {
+		select { // the engine takes a while to start
+		case <-time.After(start):
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}}
+	table := router.NewWithOptions(cfg, router.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Leaser: engines})
+	t.Cleanup(table.Close)
+	rl := relay.New(relay.Options{Ledger: &recLedger{}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	srv := httptest.NewServer(serveRelay(rl, table, "engine-wait"))
+	t.Cleanup(srv.Close)
+	for _, stream := range []bool{false, true} {
+		sent := time.Now()
+		code, h, body := post(t, srv.URL+"/v1/chat/completions", fmt.Sprintf(`{"model":"m","stream":%v,"messages":[{"role":"user","content":"hi"}]}`, stream))
+		elapsed := time.Since(sent)
+		if code != http.StatusOK {
+			t.Fatalf("stream=%v: %d %s", stream, code, body)
+		}
+		st := h.Get("Server-Timing")
+		got := serverTiming(t, st)
+		if got["wait"] < start || got["backend"] == 0 || got["gateway"]+got["backend"]+got["wait"] > elapsed {
+			t.Errorf("stream=%v: Server-Timing %q after %s; want a wait of at least %s, a backend share, and no more than the client measured", stream, st, elapsed, start)
+		}
+		if got["gateway"] >= start {
+			t.Errorf("stream=%v: Server-Timing %q counts the engine's start as the gateway's own time", stream, st)
 		}
 	}
 }
