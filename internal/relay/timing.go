@@ -21,11 +21,11 @@ type timing struct {
 	// attemptEnd is when the last failed attempt ended: the time until
 	// the next one starts is a wait (zero: no attempt failed yet).
 	attemptEnd time.Time
-	gateway    time.Duration // set by head
+	gateway    time.Duration // set by timeHead
 	headed     bool
 }
 
-// backendSince adds the time since t to the backends' share.
+// backendSince adds the time since at to the backends' share.
 func (t *timing) backendSince(at time.Time) { t.backend += time.Since(at) }
 
 // answered ends the wait for the answer of the attempt in flight.
@@ -36,9 +36,10 @@ func (t *timing) answered() {
 	}
 }
 
-// head fixes the gateway's share as the answer's head goes out, and
-// writes the split to h's Server-Timing (nil h: the head is already on
-// the wire, sent with a queue's keep-alives). Only the first call counts.
+// timeHead fixes the gateway's share as the answer's head goes out, and
+// writes the split to h's Server-Timing (nil h: the head went out before,
+// with the keep-alives of a queue or an engine start, or the client left).
+// Only the first call counts.
 func (c *Call) timeHead(h http.Header) {
 	t := &c.t
 	if t.headed {
