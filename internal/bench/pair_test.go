@@ -8,6 +8,9 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -142,7 +145,7 @@ func TestGatewayAdded_EndToEndFindsWhatASlowGatewayAdds(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	rep, err := Run(ctx, Options{Targets: targets, Concurrencies: []int{1, 2}, NumRequests: 8, Warmup: 0, Burstiness: 1, Runs: 2,
-		Workload: Workload{InputLen: 8, OutputLen: 4}, Request: RequestOptions{Timeout: 10 * time.Second}})
+		Workload: Workload{InputLen: 8, OutputLen: 4}, Request: RequestOptions{Timeout: 10 * time.Second}, KeepRequests: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -172,12 +175,44 @@ func TestGatewayAdded_EndToEndFindsWhatASlowGatewayAdds(t *testing.T) {
 			t.Errorf("%s (run %d): p50_gateway_overhead_ms in the JSON = %v:\n%s", c.Target, c.Run, has, b)
 		}
 	}
+	// And in each request's line.
+	for _, row := range rep.Requests {
+		if (row.GatewayMs != nil && *row.GatewayMs == 30) != (row.Target == "m-gateway") {
+			t.Errorf("request line of %s: gateway_overhead_ms %v", row.Target, deref(row.GatewayMs))
+		}
+	}
 	var table bytes.Buffer
 	if err := WriteTable(&table, rep); err != nil || !strings.Contains(table.String(), "what the gateway adds") ||
 		!strings.Contains(table.String(), "m-direct → m-gateway inferred") || !strings.Contains(table.String(), "30.0 / 30.0") {
 		t.Errorf("table: %v\n%s", err, table.String())
 	}
 	t.Logf("\n%s", table.String())
+
+	// The HTML report's table has the same column.
+	bin := chromiumPath()
+	if bin == "" {
+		if os.Getenv("CI") != "" {
+			t.Fatal("chromium is not installed; CI must install Debian's chromium package (apt-get install -y chromium)")
+		}
+		t.Log("chromium not installed (apt-get install -y chromium); CI unset, the HTML report not rendered")
+		return
+	}
+	path := filepath.Join(t.TempDir(), "report.html")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteHTML(f, rep); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	dom, chromeLog := renderInChromium(t, bin, path)
+	if !strings.Contains(dom, `colspan="2">gateway says (ms)</th>`) || !strings.Contains(dom, "Gateway says: its own time") {
+		t.Errorf("the HTML report's added table has no gateway says column; stderr:\n%s", tail(chromeLog, 2000))
+	}
+	if e := regexp.MustCompile(`<pre id="js-errors">([^<]*)</pre>`).FindStringSubmatch(dom); e == nil || strings.TrimSpace(e[1]) != "" {
+		t.Errorf("script errors in page: %v", e)
+	}
 }
 
 func TestServerTiming_ReadsTheNamedMetricsDuration(t *testing.T) {

@@ -152,6 +152,9 @@ type RequestRow struct {
 	DispatchMs  float64   `json:"dispatch_lag_ms"`
 	QueueMs     float64   `json:"client_queue_time_ms"`
 	StartUnixMs float64   `json:"start_unix_ms"`
+	// GatewayMs is the gateway's own time before the answer began, as an
+	// llmgate gateway said in Server-Timing (absent: it said nothing).
+	GatewayMs *float64 `json:"gateway_overhead_ms,omitempty"`
 }
 
 // Version is written into reports; cmd/llmgate sets it.
@@ -363,6 +366,10 @@ func requestRow(run *CellRun, res *Result) RequestRow {
 	}
 	if !res.Sent.IsZero() {
 		row.StartUnixMs = float64(res.Sent.UnixMicro()) / 1000
+	}
+	if res.GatewayTimed {
+		v := round3(ms(res.GatewayOverhead))
+		row.GatewayMs = &v
 	}
 	for k := 1; k < len(res.Chunks); k++ {
 		row.ITLMs = append(row.ITLMs, round3(ms(res.Chunks[k]-res.Chunks[k-1])))
