@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/valyala/fastjson"
+
+	"llmgate/internal/servertiming"
 )
 
 // Result is the measurement of one request. Durations are measured on the
@@ -147,7 +149,7 @@ func (q *requester) do(ctx context.Context, body []byte, p *Prompt, index int, o
 	}
 	defer resp.Body.Close()
 	res.Status = resp.StatusCode
-	res.GatewayOverhead, res.GatewayTimed = serverTiming(resp.Header, "gateway")
+	res.GatewayOverhead, res.GatewayTimed = servertiming.Get(resp.Header, "gateway")
 	if resp.StatusCode != http.StatusOK {
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 2048))
 		res.Err, res.ErrDetail = httpErrKind(resp.StatusCode), errorMessage(b)
@@ -173,32 +175,6 @@ func (q *requester) do(ctx context.Context, body []byte, p *Prompt, index int, o
 		stream = io.MultiReader(bytes.NewReader(head), resp.Body)
 	}
 	readStream(ctx, stream, res)
-}
-
-// serverTiming returns the duration of the metric name in h's
-// Server-Timing header(s) (W3C Server Timing: "name;dur=ms;desc=…",
-// metrics separated by commas, parameters in any order).
-func serverTiming(h http.Header, name string) (time.Duration, bool) {
-	for _, v := range h.Values("Server-Timing") {
-		for _, m := range strings.Split(v, ",") {
-			params := strings.Split(m, ";")
-			if !strings.EqualFold(strings.TrimSpace(params[0]), name) {
-				continue
-			}
-			for _, p := range params[1:] {
-				k, val, ok := strings.Cut(strings.TrimSpace(p), "=")
-				if !ok || !strings.EqualFold(strings.TrimSpace(k), "dur") {
-					continue
-				}
-				ms, err := strconv.ParseFloat(strings.Trim(strings.TrimSpace(val), `"`), 64)
-				if err != nil || !(ms >= 0 && ms <= 1e9) { // NaN, negative or absurd: not a figure
-					return 0, false
-				}
-				return time.Duration(ms * float64(time.Millisecond)), true
-			}
-		}
-	}
-	return 0, false
 }
 
 // newRequest builds one attempt of a request.

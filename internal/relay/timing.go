@@ -2,8 +2,9 @@ package relay
 
 import (
 	"net/http"
-	"strconv"
 	"time"
+
+	"llmgate/internal/servertiming"
 )
 
 // timing divides a request's time, from its body read until its answer's
@@ -56,19 +57,12 @@ func (c *Call) timeHead(h http.Header) {
 		return
 	}
 	var b [80]byte
-	v := appendTiming(b[:0], "gateway", t.gateway)
+	v := servertiming.Append(b[:0], "gateway", t.gateway)
 	if t.backend > 0 {
-		v = appendTiming(append(v, ", "...), "backend", t.backend)
+		v = servertiming.Append(v, "backend", t.backend)
 	}
 	if t.waited > 0 {
-		v = appendTiming(append(v, ", "...), "wait", t.waited)
+		v = servertiming.Append(v, "wait", t.waited)
 	}
-	h["Server-Timing"] = []string{string(v)}
-}
-
-// appendTiming appends one Server-Timing metric, its duration in
-// milliseconds to the microsecond.
-func appendTiming(b []byte, name string, d time.Duration) []byte {
-	b = append(append(b, name...), ";dur="...)
-	return strconv.AppendFloat(b, float64(d.Microseconds())/1000, 'f', -1, 64)
+	h[servertiming.Header] = []string{string(v)}
 }
