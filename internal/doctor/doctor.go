@@ -68,6 +68,19 @@ type Metrics struct {
 	// TokensEstimated is true when the server reported no usage and tokens
 	// were counted as content chunks.
 	TokensEstimated bool `json:"tokens_estimated,omitempty"`
+	// Timing is how an llmgate gateway said the time to the first event
+	// divided (its Server-Timing header); nil when the endpoint said
+	// nothing.
+	Timing *Timing `json:"server_timing,omitempty"`
+}
+
+// Timing is an llmgate gateway's account of a request's time before its
+// answer began, in milliseconds: its own work, waiting for the backend,
+// and waiting in the gateway (a fair queue, an engine start, a retry).
+type Timing struct {
+	GatewayMS float64 `json:"gateway_ms"`
+	BackendMS float64 `json:"backend_ms"`
+	WaitMS    float64 `json:"wait_ms,omitempty"`
 }
 
 // Report is the result of Run.

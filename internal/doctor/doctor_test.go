@@ -371,6 +371,37 @@ func TestRun_StreamWithoutUsageWarnsButPasses(t *testing.T) {
 	}
 }
 
+// An llmgate gateway says in Server-Timing how the time divided; doctor
+// passes it on, and warns when the gateway's own share is far from its
+// usual tens of microseconds. An endpoint that says nothing gets no such
+// line.
+func TestRun_GatewaysOwnTimeIsReportedAndASlowOneWarns(t *testing.T) {
+	for _, c := range []struct {
+		header, detail string
+		status         Status
+	}{
+		{"gateway;dur=0.042, backend;dur=12.5", "the gateway says: 0.042 ms of its own, 12 ms waiting for the backend;", StatusPass},
+		{"gateway;dur=250.4, backend;dur=3, wait;dur=1500", "the gateway says: 250 ms of its own, 3.0 ms waiting for the backend, 1500 ms waiting in a queue", StatusWarn},
+		{"", "", StatusPass},
+	} {
+		f := newFake()
+		f.serverTiming = c.header
+		srv := httptest.NewServer(f)
+		r := run(t, baseOpts(t, srv.URL, f))
+		srv.Close()
+		p := must(t, r, "perf")
+		if p.Status != c.status || !strings.Contains(p.Detail, c.detail) {
+			t.Errorf("Server-Timing %q: perf %s %q, want %s with %q", c.header, p.Status, p.Detail, c.status, c.detail)
+		}
+		if c.header == "" && (strings.Contains(p.Detail, "gateway says") || r.Metrics.Timing != nil) {
+			t.Errorf("no Server-Timing, yet perf says %q (timing %+v)", p.Detail, r.Metrics.Timing)
+		}
+		if c.status == StatusWarn && !strings.Contains(p.Fix, "spool_dir") {
+			t.Errorf("a slow gateway's fix %q does not point at the host and the journal's disk", p.Fix)
+		}
+	}
+}
+
 func TestRun_StreamWithoutDoneFails(t *testing.T) {
 	f := newFake()
 	f.noDone = true

@@ -23,6 +23,9 @@ type fakeServer struct {
 	noStartUsage bool // Anthropic message_start without usage
 	xAPIKeyOnly  bool // OpenAI endpoints accept only x-api-key
 	forbidden    bool // every authenticated request gets 403
+	// serverTiming, when set, is the Server-Timing header of chat answers
+	// (as an llmgate gateway sends one).
+	serverTiming string
 }
 
 func newFake() *fakeServer {
@@ -81,6 +84,9 @@ func (f *fakeServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		writeJSON(w, 200, map[string]any{"object": "list", "data": data})
 	case r.Method == http.MethodPost && r.URL.Path == "/v1/chat/completions":
+		if f.serverTiming != "" {
+			w.Header().Set("Server-Timing", f.serverTiming)
+		}
 		if f.authOpenAI(w, r) {
 			f.chat(w, r)
 		}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"strings"
 	"testing"
 
 	"llmgate/internal/config"
@@ -56,5 +57,11 @@ func TestRun_HealthyLLMGatePassesEveryCheck(t *testing.T) {
 		if c := r.Check(id); c == nil || c.Status != StatusPass {
 			t.Errorf("check %q did not pass:\n%s", id, out.String())
 		}
+	}
+	// The gateway said how the streamed request's time divided.
+	if m := r.Metrics; m == nil || m.Timing == nil || m.Timing.GatewayMS <= 0 || m.Timing.BackendMS <= 0 {
+		t.Errorf("no Server-Timing figures from the gateway: %+v", m)
+	} else if !strings.Contains(r.Check("perf").Detail, "the gateway says: ") {
+		t.Errorf("the perf line does not say what the gateway said: %s", r.Check("perf").Detail)
 	}
 }

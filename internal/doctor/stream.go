@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"time"
 
+	"llmgate/internal/servertiming"
 	"llmgate/internal/sse"
 )
 
@@ -85,6 +86,7 @@ func (d *diagnosis) checkStream(ctx context.Context) {
 		return
 	}
 	defer resp.Body.Close()
+	timing := gatewayTiming(resp.Header)
 	var (
 		rd          = sse.NewReader(resp.Body, 0)
 		chunks      int
@@ -190,7 +192,7 @@ func (d *diagnosis) checkStream(ctx context.Context) {
 		usage.Fix = "Clients that track tokens or cost will see none; use a server version that honours stream_options.include_usage."
 	}
 	if chunks > 0 {
-		m := &Metrics{TTFTMS: ms(ttft), TotalMS: ms(last), OutputTokens: usageTokens}
+		m := &Metrics{TTFTMS: ms(ttft), TotalMS: ms(last), OutputTokens: usageTokens, Timing: timing}
 		if usageTokens < 0 {
 			m.OutputTokens, m.TokensEstimated = chunks, true
 		}
@@ -219,6 +221,41 @@ func (d *diagnosis) checkPerf() {
 	if m.TokensPerSecond > 0 {
 		c.Detail += fmt.Sprintf(" at %.1f tokens/s after the first", m.TokensPerSecond)
 	}
+	if t := m.Timing; t != nil {
+		c.Detail += fmt.Sprintf("; the gateway says: %s of its own, %s waiting for the backend", fineMS(t.GatewayMS), fineMS(t.BackendMS))
+		if t.WaitMS > 0 {
+			c.Detail += fmt.Sprintf(", %s waiting in a queue, an engine start or a retry", fineMS(t.WaitMS))
+		}
+		if t.GatewayMS >= slowGatewayMS {
+			c.Status = StatusWarn
+			c.Fix = "The gateway itself took long before the answer began: look at its host (CPU starved, swapping) and at the disk under its spool_dir " +
+				"(each answer waits for its usage record's journal write); llmgate_overhead_seconds shows whether every request is slow."
+		}
+	}
 	c.Detail += "; one request, not a benchmark (use llmgate bench)"
 	d.add(c)
+}
+
+// fineMS formats milliseconds down to the microsecond below 1 ms.
+func fineMS(v float64) string {
+	if v < 1 {
+		return fmt.Sprintf("%.3f ms", v)
+	}
+	return fmtMS(v)
+}
+
+// slowGatewayMS is the gateway's own time before an answer above which
+// doctor warns: a healthy llmgate takes tens of microseconds.
+const slowGatewayMS = 100
+
+// gatewayTiming reads an llmgate gateway's Server-Timing (nil when the
+// answer has no gateway entry: not an llmgate, or an older one).
+func gatewayTiming(h http.Header) *Timing {
+	g, ok := servertiming.Get(h, "gateway")
+	if !ok {
+		return nil
+	}
+	b, _ := servertiming.Get(h, "backend")
+	w, _ := servertiming.Get(h, "wait")
+	return &Timing{GatewayMS: ms(g), BackendMS: ms(b), WaitMS: ms(w)}
 }
