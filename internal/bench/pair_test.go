@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -197,16 +196,7 @@ func TestGatewayAdded_EndToEndFindsWhatASlowGatewayAdds(t *testing.T) {
 		t.Log("chromium not installed (apt-get install -y chromium); CI unset, the HTML report not rendered")
 		return
 	}
-	path := filepath.Join(t.TempDir(), "report.html")
-	f, err := os.Create(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := WriteHTML(f, rep); err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
-	dom, chromeLog := renderInChromium(t, bin, path)
+	dom, chromeLog := renderInChromium(t, bin, writeHTMLFile(t, rep))
 	if !strings.Contains(dom, `colspan="2">gateway says (ms)</th>`) || !strings.Contains(dom, "Gateway says: its own time") {
 		t.Errorf("the HTML report's added table has no gateway says column; stderr:\n%s", tail(chromeLog, 2000))
 	}

@@ -171,16 +171,7 @@ func TestHTMLReport_RendersChartsInHeadlessChromiumWithoutConsoleErrors(t *testi
 	// One chunk of one cell took 500 ms where the rest took a few: the
 	// ITL CDF's axis must fit the data (to the largest p99), not the max.
 	rep.Results[1].Dist.ITL[100] = 500
-	dir := t.TempDir()
-	path := filepath.Join(dir, "report.html")
-	f, err := os.Create(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := WriteHTML(f, rep); err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
+	path := writeHTMLFile(t, rep)
 	if keep := os.Getenv("LLMGATE_BENCH_KEEP_HTML"); keep != "" {
 		// For looking at the page by hand.
 		b, _ := os.ReadFile(path)
@@ -240,6 +231,22 @@ func TestHTMLReport_RendersChartsInHeadlessChromiumWithoutConsoleErrors(t *testi
 
 // renderInChromium loads a report in headless Chromium and returns the DOM
 // after its script ran, and Chromium's log.
+// writeHTMLFile writes rep's HTML report into a file of the test's own
+// and returns its path.
+func writeHTMLFile(t *testing.T, rep *Report) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "report.html")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := WriteHTML(f, rep); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
 func renderInChromium(t *testing.T, bin, path string) (dom, log string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
