@@ -204,3 +204,30 @@ func TestGatewayAdded_EndToEndFindsWhatASlowGatewayAdds(t *testing.T) {
 		t.Errorf("script errors in page: %v", e)
 	}
 }
+
+// Without a direct twin there is no added table; what the gateway said of
+// itself is printed on its own.
+func TestWriteTable_TheGatewaySaysWithoutADirectTarget(t *testing.T) {
+	up := &TimedUpstream{T1: time.Millisecond, T2: time.Millisecond, Chunks: 2, PromptTokens: 10}
+	gw := httptest.NewServer(slowGateway(up, 5*time.Millisecond))
+	defer gw.Close()
+	targets := []Target{{Name: "via-gateway", BaseURL: gw.URL + "/v1", Model: "m"}}
+	if err := targets[0].Normalize(func(string) string { return "" }); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	rep, err := Run(ctx, Options{Targets: targets, Concurrencies: []int{1}, NumRequests: 4, Burstiness: 1,
+		Workload: Workload{InputLen: 8, OutputLen: 2}, Request: RequestOptions{Timeout: 10 * time.Second}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var table bytes.Buffer
+	if err := WriteTable(&table, rep); err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Added) != 0 || !strings.Contains(table.String(), "the gateway says: its own time") ||
+		!regexp.MustCompile(`via-gateway\s+c=1\s+5\.00 / 5\.00 / 5\.00`).MatchString(table.String()) {
+		t.Errorf("added %d; table:\n%s", len(rep.Added), table.String())
+	}
+}

@@ -192,6 +192,29 @@ func check(c *CellResult) string {
 	return strings.Join(flags, ", ")
 }
 
+// writeGatewaySaid prints, for the cells of targets whose answers carried
+// an llmgate gateway's Server-Timing, the gateway's own time before each
+// answer began (without a direct twin to compare with, the added table,
+// which has the same figures, is not printed).
+func writeGatewaySaid(w io.Writer, r *Report) error {
+	var cells []*CellResult
+	for _, c := range r.Results {
+		if c.GatewayOverhead != (Summary{}) {
+			cells = append(cells, c)
+		}
+	}
+	if len(cells) == 0 {
+		return nil
+	}
+	fmt.Fprintln(w, "\nthe gateway says: its own time before each answer began (its Server-Timing; not the backend's, a queue's or an engine start's)")
+	tw := newTable(w)
+	fmt.Fprintln(tw, "target\tload\tgateway ms p50 / p95 / p99\t")
+	for _, c := range cells {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t\n", c.Target, cellLabel(c), triple(&c.GatewayOverhead))
+	}
+	return tw.Flush()
+}
+
 // triple prints p50 / p95 / p99 of a summary.
 func triple(s *Summary) string {
 	return fmtFig(s.P50) + " / " + fmtFig(s.P95) + " / " + fmtFig(s.P99)
@@ -232,6 +255,11 @@ func WriteTable(w io.Writer, r *Report) error {
 	}
 	if err := writeAdded(w, r); err != nil {
 		return err
+	}
+	if len(r.Added) == 0 {
+		if err := writeGatewaySaid(w, r); err != nil {
+			return err
+		}
 	}
 	for _, n := range r.PairNotes {
 		fmt.Fprintf(w, "note: %s\n", n)
