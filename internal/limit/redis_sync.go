@@ -385,24 +385,78 @@ type resyncItem struct {
 // the ledger's last minute into the rebuilt rate buckets.
 const holdFor = time.Second
 
+// doResync is one resync, in its stages: adopt Redis's epoch; read the
+// ledger (budget spend, then the last minute's requests); see whether the
+// other replicas are back; then, holding the gate, gather what this
+// replica knows, write it in one transaction, and go back to the shared
+// counters (or keep waiting on the local share).
 func (r *Redis) doResync(why string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	// Adopt Redis's epoch, creating it if Redis lost it. A Redis restarted
-	// from a snapshot has its old marker back, with old counters: a new
-	// run_id replaces the marker, so that every replica resyncs.
+	ep, redisNow, runID, why, err := r.adoptEpoch(ctx, why)
+	if err != nil {
+		return err
+	}
+	seeds, err := r.readBudgetSeeds(ctx, why)
+	if err != nil {
+		return err
+	}
+	// Requests that finish from a moment before the next read on may be
+	// missing from it: this replica counts them itself.
+	from := r.keepFinished(time.Now())
+	defer r.keepFinished(time.Time{})
+	rateSeeds, err := r.readRateSeeds(ctx, why)
+	if err != nil {
+		return err
+	}
+	back, missing, err := r.othersBack(ctx, redisNow)
+	if err != nil {
+		return err
+	}
+	// Shares held for replicas that are back by now are dropped.
+	dropHolds := r.holdsDone(ctx)
+	r.gate.Lock()
+	defer r.gate.Unlock()
+	if runID != "" {
+		r.runID = runID
+	}
+	// What this replica knows is frozen while the gate is held.
+	fb := r.fb.Load()
+	local := !back && fb != nil // still on the local share after this resync
+	items, snap := r.gather(seeds)
+	r.reserveShares(items, seeds, fb, local, missing, dropHolds)
+	rateItems := r.rateItems(rateSeeds, snap.now, from, r.rateHold(snap.now, local))
+	if err := r.writeResync(ctx, ep, items, snap, rateItems); err != nil {
+		return err
+	}
+	held := r.keepUnsynced(items, snap.now)
+	r.epoch = ep
+	r.gen++
+	if !back {
+		return errJoinWait
+	}
+	r.backOnShared(why, held, missing, len(items), len(rateItems))
+	return nil
+}
+
+// adoptEpoch adopts Redis's epoch, creating it if Redis lost it. A Redis
+// restarted from a snapshot has its old marker back, with old counters: a
+// new run_id replaces the marker, so that every replica resyncs. It
+// returns the epoch, Redis's clock, its run_id ("" if unknown) and why
+// this resync runs, corrected when it finds Redis restarted.
+func (r *Redis) adoptEpoch(ctx context.Context, why string) (ep string, redisNow int64, runID, reason string, err error) {
 	r.gate.RLock()
 	prev, knownRun := r.epoch, r.runID
 	r.gate.RUnlock()
 	mode := "join"
-	id, _ := r.serverRunID(ctx)
-	if id != "" && knownRun != "" && id != knownRun {
+	runID, _ = r.serverRunID(ctx)
+	if runID != "" && knownRun != "" && runID != knownRun {
 		mode, why = "replace", "redis restarted (new run_id)"
 	}
-	ep, redisNow, err := r.epochOf(ctx, prev, mode)
+	ep, redisNow, err = r.epochOf(ctx, prev, mode)
 	if err != nil {
 		r.markDown("redis unreachable", err)
-		return err
+		return "", 0, "", why, err
 	}
 	restarted := prev != "" && ep != prev
 	if restarted && mode == "join" {
@@ -414,76 +468,97 @@ func (r *Redis) doResync(why string) error {
 		r.markDown(why, errors.New("re-seeding the shared counters"))
 		r.sawRestart, r.restartReason = true, why
 	}
-	var seeds []BudgetSeed
-	if fn := r.ledger.Load(); fn != nil {
-		s, err := (*fn)(ctx)
-		if err != nil {
-			// Counters that Redis lost, re-seeded without the ledger, would
-			// start from what this replica knows: stay on the local shares
-			// until it reads. Counters Redis kept stay in use.
-			if r.down.Load() {
-				r.markDown(why+", and budget spend cannot be read from the ledger", err)
-			}
-			return fmt.Errorf("read budget spend from the ledger: %w", err)
-		}
-		seeds = s
+	return ep, redisNow, runID, why, nil
+}
+
+// readBudgetSeeds reads every budget's spend from the ledger (none without
+// one).
+func (r *Redis) readBudgetSeeds(ctx context.Context, why string) ([]BudgetSeed, error) {
+	fn := r.ledger.Load()
+	if fn == nil {
+		return nil, nil
 	}
-	var rateSeeds []RateSeed
-	// Requests that finish from a moment before this read on may be
-	// missing from it: this replica counts them itself.
-	from := r.keepFinished(time.Now())
-	defer r.keepFinished(time.Time{})
-	if fn := r.rates.Load(); fn != nil {
-		s, err := (*fn)(ctx, time.Now().Add(-time.Minute))
-		if err != nil {
-			if r.down.Load() {
-				r.markDown(why+", and the last minute's requests cannot be read from the ledger", err)
-			}
-			return fmt.Errorf("read the last minute's requests from the ledger: %w", err)
+	seeds, err := (*fn)(ctx)
+	if err != nil {
+		// Counters that Redis lost, re-seeded without the ledger, would
+		// start from what this replica knows: stay on the local shares
+		// until it reads. Counters Redis kept stay in use.
+		if r.down.Load() {
+			r.markDown(why+", and budget spend cannot be read from the ledger", err)
 		}
-		rateSeeds = s
+		return nil, fmt.Errorf("read budget spend from the ledger: %w", err)
 	}
-	// Return to the shared counters only when every other replica this one
-	// knew of has announced itself since this recovery began.
-	back := !r.down.Load()
-	var missing int64 // replicas not back when this one stops waiting
-	if !back {
-		if r.recoverAt == 0 {
-			r.recoverAt, r.recoverSince = redisNow, time.Now()
-		}
-		others, err := r.c.ZCount(ctx, r.replicasKey(), strconv.FormatInt(r.recoverAt, 10), "+inf").Result()
-		if err != nil {
-			r.markDown("redis unreachable", err)
-			return err
-		}
-		if sc, err := r.c.ZScore(ctx, r.replicasKey(), r.replica).Result(); err == nil && int64(sc) >= r.recoverAt {
-			others-- // this replica's own announcement of an earlier attempt
-		}
-		need := r.shareOf() - 1
-		switch {
-		case others >= need:
-			back = true
-		case time.Since(r.recoverSince) >= r.joinWait():
-			back, missing = true, need-others
-		}
+	return seeds, nil
+}
+
+// readRateSeeds reads the ledger's last minute of every rate-limited scope
+// (none without a reader).
+func (r *Redis) readRateSeeds(ctx context.Context, why string) ([]RateSeed, error) {
+	fn := r.rates.Load()
+	if fn == nil {
+		return nil, nil
 	}
-	// Shares held for replicas that are back by now are dropped.
-	dropHolds := r.holdsDone(ctx)
-	r.gate.Lock()
-	defer r.gate.Unlock()
-	if id != "" {
-		r.runID = id
+	seeds, err := (*fn)(ctx, time.Now().Add(-time.Minute))
+	if err != nil {
+		if r.down.Load() {
+			r.markDown(why+", and the last minute's requests cannot be read from the ledger", err)
+		}
+		return nil, fmt.Errorf("read the last minute's requests from the ledger: %w", err)
 	}
-	// What this replica knows is frozen while the gate is held.
+	return seeds, nil
+}
+
+// othersBack says whether this replica returns to the shared counters now:
+// at once when it was not down; after a Redis loss only when every other
+// replica it knew of has announced itself since this recovery began, or
+// when it waited joinWait, with missing replicas still not back.
+func (r *Redis) othersBack(ctx context.Context, redisNow int64) (back bool, missing int64, err error) {
+	if !r.down.Load() {
+		return true, 0, nil
+	}
+	if r.recoverAt == 0 {
+		r.recoverAt, r.recoverSince = redisNow, time.Now()
+	}
+	others, err := r.c.ZCount(ctx, r.replicasKey(), strconv.FormatInt(r.recoverAt, 10), "+inf").Result()
+	if err != nil {
+		r.markDown("redis unreachable", err)
+		return false, 0, err
+	}
+	if sc, err := r.c.ZScore(ctx, r.replicasKey(), r.replica).Result(); err == nil && int64(sc) >= r.recoverAt {
+		others-- // this replica's own announcement of an earlier attempt
+	}
+	need := r.shareOf() - 1
+	switch {
+	case others >= need:
+		return true, 0, nil
+	case time.Since(r.recoverSince) >= r.joinWait():
+		return true, need - others, nil
+	}
+	return false, 0, nil
+}
+
+// known is what this replica holds that a resync puts back, taken at one
+// moment: its concurrency leases (keys and members, one for one) and when.
+type known struct {
+	leaseKeys []string
+	members   []any
+	now       time.Time
+}
+
+// gather makes one item per budget window: the ledger's spend of each, and
+// this replica's reservations in flight and costs Redis did not count (with
+// those of the last holdFor that the ledger may not have yet). The caller
+// holds the gate exclusively.
+func (r *Redis) gather(seeds []BudgetSeed) (map[string]*resyncItem, known) {
 	items := map[string]*resyncItem{}
-	fb := r.fb.Load()
 	for _, s := range seeds {
 		k := r.spendKey(s.ScopeID, s.Window)
 		items[k] = &resyncItem{key: k, ledger: s.Nanos, ttl: s.TTL}
 		r.noteSeed(s.ScopeID, s.Window, s.Nanos)
 	}
 	r.mu.Lock()
-	now := time.Now()
+	defer r.mu.Unlock()
+	snap := known{now: time.Now()}
 	for k, b := range r.budgets {
 		it := items[k]
 		if it == nil {
@@ -491,20 +566,26 @@ func (r *Redis) doResync(why string) error {
 			items[k] = it
 		}
 		it.inUse, it.unsynced = b.inflight, b.unsynced
-		if b.held > 0 && now.Sub(b.heldAt) < holdFor {
+		if b.held > 0 && snap.now.Sub(b.heldAt) < holdFor {
 			it.unsynced += b.held
 		}
 	}
-	var concKeys []string
-	var members []any
 	for m, cks := range r.active {
 		for _, ck := range cks {
-			concKeys = append(concKeys, ck)
-			members = append(members, m)
+			snap.leaseKeys = append(snap.leaseKeys, ck)
+			snap.members = append(snap.members, m)
 		}
 	}
-	r.mu.Unlock()
-	if !back && fb != nil {
+	return items, snap
+}
+
+// reserveShares adds to the items' reservations the local shares that must
+// not be handed out from the shared counters too: this replica's own while
+// it stays on its local share (local), and one share per replica missing
+// when this one stopped waiting (see "Together"), held until they are back
+// (dropHolds) or forgotten. The caller holds the gate exclusively.
+func (r *Redis) reserveShares(items map[string]*resyncItem, seeds []BudgetSeed, fb *fallback, local bool, missing int64, dropHolds bool) {
+	if local {
 		// Still on the local share: reserve in Redis what this replica may
 		// yet spend locally, so that replicas already back on the shared
 		// counters cannot spend it too.
@@ -537,33 +618,39 @@ func (r *Redis) doResync(why string) error {
 	for k, h := range r.holds {
 		items[k].inUse = sat.Add(items[k].inUse, h)
 	}
+}
 
-	// One transaction: another replica's seed, which drops the fields of
-	// replicas not in the live set, must not run between these fields and
-	// the announcement that puts this replica in it.
+// rateHold is how many replicas' local shares the rebuilt rate buckets
+// leave out, as the budgets do: the missing replicas', and this replica's
+// own while it stays on its local share.
+func (r *Redis) rateHold(now time.Time, local bool) int64 {
+	var n int64
+	if now.Before(r.holdUntil) {
+		n = r.holdRates
+	}
+	if local {
+		n++
+	}
+	return n
+}
+
+// writeResync writes this replica's part in one transaction: another
+// replica's seed, which drops the fields of replicas not in the live set,
+// must not run between these fields and the announcement that puts this
+// replica in it.
+func (r *Redis) writeResync(ctx context.Context, ep string, items map[string]*resyncItem, snap known, rateItems []rateItem) error {
 	pipe := r.c.TxPipeline()
 	var cmds []*redis.Cmd
 	for _, it := range items {
 		cmds = append(cmds, seedScript.Eval(ctx, pipe, []string{r.epochKey(), it.key, r.replicasKey()},
 			ep, it.ledger, r.rfield, it.inUse, r.ufield, it.unsynced, "1", int64(it.ttl/time.Second)))
 	}
-	// The rate buckets leave out the same shares: what the missing
-	// replicas may take from their local buckets, and this replica's own
-	// while it stays on its local share.
-	var rateHold int64
-	if now.Before(r.holdUntil) {
-		rateHold = r.holdRates
-	}
-	if !back && fb != nil {
-		rateHold++
-	}
-	rateItems := r.rateItems(rateSeeds, now, from, rateHold)
 	for _, it := range rateItems {
 		cmds = append(cmds, rateSeedScript.Eval(ctx, pipe, []string{r.epochKey(), it.key}, ep, it.rpm, it.tpm, it.rl, it.tl))
 	}
-	for start := 0; start < len(concKeys); start += 500 {
-		end := min(start+500, len(concKeys))
-		renewScript.Eval(ctx, pipe, concKeys[start:end], append([]any{r.lease.Milliseconds(), "add"}, members[start:end]...)...)
+	for start := 0; start < len(snap.leaseKeys); start += 500 {
+		end := min(start+500, len(snap.leaseKeys))
+		renewScript.Eval(ctx, pipe, snap.leaseKeys[start:end], append([]any{r.lease.Milliseconds(), "add"}, snap.members[start:end]...)...)
 	}
 	// Announced after this replica's part is in, never before.
 	heartbeatScript.Eval(ctx, pipe, []string{r.replicasKey(), r.epochKey()}, r.replica,
@@ -577,8 +664,15 @@ func (r *Redis) doResync(why string) error {
 			return errors.New("redis epoch changed during the resync")
 		}
 	}
-	held := false
+	return nil
+}
+
+// keepUnsynced moves the costs Redis did not count, now in its "u:" fields,
+// to each budget's held figure for holdFor (a later resync clears them
+// once the ledger has them), and says whether any are held.
+func (r *Redis) keepUnsynced(items map[string]*resyncItem, now time.Time) (held bool) {
 	r.mu.Lock()
+	defer r.mu.Unlock()
 	for k, b := range r.budgets {
 		if b.unsynced > 0 {
 			b.held, b.heldAt = items[k].unsynced, now
@@ -589,12 +683,12 @@ func (r *Redis) doResync(why string) error {
 		held = held || b.held > 0
 		r.tidy(k, b)
 	}
-	r.mu.Unlock()
-	r.epoch = ep
-	r.gen++
-	if !back {
-		return errJoinWait
-	}
+	return held
+}
+
+// backOnShared drops the local share and says so: after a restart, after
+// an outage, and when other replicas were not back in time.
+func (r *Redis) backOnShared(why string, held bool, missing int64, budgets, rateScopes int) {
 	r.state.Lock()
 	wasDown := r.down.Load()
 	var downFor time.Duration
@@ -614,15 +708,14 @@ func (r *Redis) doResync(why string) error {
 	}
 	switch {
 	case r.sawRestart:
-		attrs := []any{"budgets", len(items), "rate_scopes", len(rateItems), "replicas", r.shareOf(), "local_shares_for", downFor.Round(time.Millisecond).String()}
+		attrs := []any{"budgets", budgets, "rate_scopes", rateScopes, "replicas", r.shareOf(), "local_shares_for", downFor.Round(time.Millisecond).String()}
 		r.log.Warn("shared limits restored after "+r.restartWhy(why)+": budget counters re-seeded from the ledger (the larger value wins), RPM/TPM buckets rebuilt from its last minute; this replica's reservations, requests in flight and concurrency leases put back",
 			attrs...)
 	case wasDown:
 		r.log.Info("redis reachable again: shared limits restored, local shares dropped; budget counters corrected from the ledger (the larger value wins), RPM/TPM buckets lowered to its last minute",
-			"down_for", downFor.Round(time.Millisecond).String(), "budgets", len(items), "rate_scopes", len(rateItems), "replicas", r.shareOf())
+			"down_for", downFor.Round(time.Millisecond).String(), "budgets", budgets, "rate_scopes", rateScopes, "replicas", r.shareOf())
 	}
 	r.sawRestart, r.restartReason = false, ""
-	return nil
 }
 
 // restartWhy names the restart this recovery followed, which an earlier
