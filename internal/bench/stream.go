@@ -220,100 +220,25 @@ func staleConnection(ctx context.Context, err error) bool {
 // parsed, so parsing cost never shows up as latency.
 func readStream(ctx context.Context, body io.Reader, res *Result) {
 	lr := newLineReader(body)
-	var (
-		data      []byte
-		dataStamp time.Time
-		evName    string
-		done      bool
-		finished  bool
-		usageSeen bool
-		waiting   bool
-		parser    fastjson.Parser
-	)
-	handle := func() bool {
-		defer func() { data = data[:0]; evName = "" }()
-		if len(data) == 0 {
-			return true
-		}
-		if bytes.Equal(data, []byte("[DONE]")) {
-			done = true
-			return false
-		}
-		if evName == "error" {
-			res.Err, res.ErrDetail = ErrErrorEvent, errorMessage(data)
-			return false
-		}
-		v, err := parser.ParseBytes(data)
-		if err != nil || v.Type() != fastjson.TypeObject {
-			res.Err, res.ErrDetail = ErrBadChunk, "chunk is not a JSON object: "+truncate(string(data), 120)
-			return false
-		}
-		if e := v.Get("error"); e != nil && e.Type() != fastjson.TypeNull {
-			res.Err, res.ErrDetail = ErrErrorEvent, errorMessage(data)
-			return false
-		}
-		usage := v.Get("usage")
-		if usage != nil && usage.Type() != fastjson.TypeObject {
-			usage = nil
-		}
-		if choices := v.GetArray("choices"); len(choices) > 0 {
-			off := dataStamp.Sub(res.Origin)
-			res.Chunks = append(res.Chunks, off)
-			c := choices[0]
-			n := len(c.GetStringBytes("text"))
-			if d := c.Get("delta"); d != nil {
-				if res.keepText {
-					res.text = append(res.text, d.GetStringBytes("content")...)
-				}
-				n += len(d.GetStringBytes("content")) + len(d.GetStringBytes("reasoning_content")) + len(d.GetStringBytes("reasoning"))
-				if tc := d.Get("tool_calls"); tc != nil && tc.Type() == fastjson.TypeArray {
-					n += len(tc.MarshalTo(nil))
-				}
-			}
-			res.outChars += n
-			res.ChunkBytes = append(res.ChunkBytes, int32(n))
-			if usage != nil {
-				res.ChunkTokens = append(res.ChunkTokens, int32(usage.GetInt("completion_tokens")))
-			}
-			if fr := c.Get("finish_reason"); fr != nil && fr.Type() == fastjson.TypeString && len(fr.GetStringBytes()) > 0 {
-				finished = true
-			}
-		}
-		if usage != nil {
-			usageSeen = true
-			res.OutputTokens = usage.GetInt("completion_tokens")
-			if pt := usage.GetInt("prompt_tokens"); pt > 0 {
-				res.InputTokens = pt
-				res.InputEstimated = false
-			}
-			if d := usage.Get("prompt_tokens_details"); d != nil && d.Type() == fastjson.TypeObject && d.Exists("cached_tokens") {
-				res.CachedTokens = d.GetInt("cached_tokens")
-				res.CachedReported = true
-			}
-		}
-		return true
-	}
+	s := &streamState{res: res}
 	for {
 		line, stamp, err := lr.next()
 		if err != nil {
-			if len(data) > 0 {
+			if len(s.data) > 0 {
 				// A last event without its blank line still counts.
-				handle()
+				s.event()
 			}
-			if res.Err != "" || done {
-				break
-			}
-			if errors.Is(err, io.EOF) {
-				if !finished {
+			if res.Err == "" && !s.done {
+				if !errors.Is(err, io.EOF) {
+					res.Err, res.ErrDetail = classifyTransportError(ctx, err, true), shortErr(err)
+				} else if !s.finished {
 					res.Err, res.ErrDetail = ErrStreamCut, "stream ended without [DONE] or finish_reason"
 				}
-			} else {
-				res.Err, res.ErrDetail = classifyTransportError(ctx, err, true), shortErr(err)
 			}
 			break
 		}
 		if len(line) == 0 {
-			if !handle() {
+			if !s.event() {
 				// Read the rest (normally just the chunked terminator) so
 				// the connection goes back to the pool instead of closing.
 				_, _ = io.Copy(io.Discard, io.LimitReader(body, 256<<10))
@@ -321,30 +246,132 @@ func readStream(ctx context.Context, body io.Reader, res *Result) {
 			}
 			continue
 		}
-		switch {
-		case line[0] == ':':
-			// llmgate says ": waiting for engine NAME (Ns)" while a local
-			// engine starts for this request.
-			if len(res.Chunks) == 0 && bytes.Contains(line, engineWaitComment) {
-				waiting = true
-			}
-		case bytes.HasPrefix(line, []byte("data:")):
-			if waiting && res.EngineWait == 0 {
-				res.EngineWait = stamp.Sub(res.Origin)
-			}
-			v := line[5:]
-			if len(v) > 0 && v[0] == ' ' {
-				v = v[1:]
-			}
-			if len(data) > 0 {
-				data = append(data, '\n')
-			}
-			data = append(data, v...)
-			dataStamp = stamp
-		case bytes.HasPrefix(line, []byte("event:")):
-			evName = strings.TrimSpace(string(line[6:]))
+		s.line(line, stamp)
+	}
+	s.end()
+}
+
+// streamState is what readStream has read of one stream so far.
+type streamState struct {
+	res       *Result
+	parser    fastjson.Parser
+	data      []byte    // the event's data lines so far
+	dataStamp time.Time // when its last data line arrived
+	evName    string
+	done      bool // [DONE] came
+	finished  bool // a finish_reason came
+	usageSeen bool
+	waiting   bool // llmgate said it waits for an engine to start
+}
+
+// line takes one line of an event.
+func (s *streamState) line(line []byte, stamp time.Time) {
+	switch {
+	case line[0] == ':':
+		// llmgate says ": waiting for engine NAME (Ns)" while a local
+		// engine starts for this request.
+		if len(s.res.Chunks) == 0 && bytes.Contains(line, engineWaitComment) {
+			s.waiting = true
+		}
+	case bytes.HasPrefix(line, []byte("data:")):
+		if s.waiting && s.res.EngineWait == 0 {
+			s.res.EngineWait = stamp.Sub(s.res.Origin)
+		}
+		v := line[5:]
+		if len(v) > 0 && v[0] == ' ' {
+			v = v[1:]
+		}
+		if len(s.data) > 0 {
+			s.data = append(s.data, '\n')
+		}
+		s.data = append(s.data, v...)
+		s.dataStamp = stamp
+	case bytes.HasPrefix(line, []byte("event:")):
+		s.evName = strings.TrimSpace(string(line[6:]))
+	}
+}
+
+// event handles the event whose lines were read, and says whether to read
+// on.
+func (s *streamState) event() bool {
+	res, data := s.res, s.data
+	defer func() { s.data = s.data[:0]; s.evName = "" }()
+	if len(data) == 0 {
+		return true
+	}
+	if bytes.Equal(data, []byte("[DONE]")) {
+		s.done = true
+		return false
+	}
+	if s.evName == "error" {
+		res.Err, res.ErrDetail = ErrErrorEvent, errorMessage(data)
+		return false
+	}
+	v, err := s.parser.ParseBytes(data)
+	if err != nil || v.Type() != fastjson.TypeObject {
+		res.Err, res.ErrDetail = ErrBadChunk, "chunk is not a JSON object: "+truncate(string(data), 120)
+		return false
+	}
+	if e := v.Get("error"); e != nil && e.Type() != fastjson.TypeNull {
+		res.Err, res.ErrDetail = ErrErrorEvent, errorMessage(data)
+		return false
+	}
+	usage := v.Get("usage")
+	if usage != nil && usage.Type() != fastjson.TypeObject {
+		usage = nil
+	}
+	if choices := v.GetArray("choices"); len(choices) > 0 {
+		s.choice(choices[0], usage)
+	}
+	if usage != nil {
+		s.usage(usage)
+	}
+	return true
+}
+
+// choice counts a chunk with choices: when it came, the characters it
+// carries (the output's estimate when usage is missing) and its tokens.
+func (s *streamState) choice(c, usage *fastjson.Value) {
+	res := s.res
+	res.Chunks = append(res.Chunks, s.dataStamp.Sub(res.Origin))
+	n := len(c.GetStringBytes("text"))
+	if d := c.Get("delta"); d != nil {
+		if res.keepText {
+			res.text = append(res.text, d.GetStringBytes("content")...)
+		}
+		n += len(d.GetStringBytes("content")) + len(d.GetStringBytes("reasoning_content")) + len(d.GetStringBytes("reasoning"))
+		if tc := d.Get("tool_calls"); tc != nil && tc.Type() == fastjson.TypeArray {
+			n += len(tc.MarshalTo(nil))
 		}
 	}
+	res.outChars += n
+	res.ChunkBytes = append(res.ChunkBytes, int32(n))
+	if usage != nil {
+		res.ChunkTokens = append(res.ChunkTokens, int32(usage.GetInt("completion_tokens")))
+	}
+	if fr := c.Get("finish_reason"); fr != nil && fr.Type() == fastjson.TypeString && len(fr.GetStringBytes()) > 0 {
+		s.finished = true
+	}
+}
+
+// usage takes a chunk's usage object.
+func (s *streamState) usage(u *fastjson.Value) {
+	res := s.res
+	s.usageSeen = true
+	res.OutputTokens = u.GetInt("completion_tokens")
+	if pt := u.GetInt("prompt_tokens"); pt > 0 {
+		res.InputTokens = pt
+		res.InputEstimated = false
+	}
+	if d := u.Get("prompt_tokens_details"); d != nil && d.Type() == fastjson.TypeObject && d.Exists("cached_tokens") {
+		res.CachedTokens = d.GetInt("cached_tokens")
+		res.CachedReported = true
+	}
+}
+
+// end fills the result's timings and output count once the stream ended.
+func (s *streamState) end() {
+	res := s.res
 	if res.Err == "" && len(res.Chunks) == 0 {
 		res.Err, res.ErrDetail = ErrNoContent, "stream carried no chunk with choices"
 	}
@@ -353,7 +380,7 @@ func readStream(ctx context.Context, body io.Reader, res *Result) {
 	}
 	res.TTFT = res.Chunks[0]
 	res.E2EL = res.Chunks[len(res.Chunks)-1]
-	if !usageSeen || res.OutputTokens <= 0 {
+	if !s.usageSeen || res.OutputTokens <= 0 {
 		// Most engines send one token per chunk; the count is labelled an
 		// estimate in every report.
 		res.OutputTokens = max(len(res.Chunks), (res.outChars+3)/4)
