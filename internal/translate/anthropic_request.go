@@ -83,9 +83,36 @@ func AnthropicToChatWith(req *anthropic.MessagesRequest, opts dialect.ChatOption
 		return nil, err
 	}
 	out.ResponseFormat = rf
+	defs := newToolIndex(req.Tools)
+	if out.Messages, err = anthropicMessages(req, opts, defs); err != nil {
+		return nil, err
+	}
+	referenced := referencedTools(req.Messages)
+	if out.Tools, err = anthropicTools(req.Tools, referenced); err != nil {
+		return nil, err
+	}
+	if tc := req.ToolChoice; tc != nil {
+		if out.ToolChoice, err = toolChoiceFromAnthropic(tc, defs, referenced); err != nil {
+			return nil, err
+		}
+		if len(out.Tools) == 0 {
+			out.ToolChoice = nil // engines reject a tool_choice without tools
+		}
+		if tc.DisableParallelToolUse != nil && *tc.DisableParallelToolUse && len(out.Tools) > 0 {
+			out.ParallelToolCalls = ptr(false)
+		}
+	}
+	if err := ApplyReasoning(out, AnthropicReasoning(req), opts.Reasoning); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
 
-	// The leading system message comes first; its parts are gathered
-	// before the conversation so the messages are built in one pass.
+// anthropicMessages builds the chat messages: one leading system message
+// of the system prompt and the system messages before the conversation (or
+// all of them, unless opts.SystemInPlace keeps later ones where they are),
+// then the conversation.
+func anthropicMessages(req *anthropic.MessagesRequest, opts dialect.ChatOptions, defs *toolIndex) ([]openai.ChatMessage, error) {
 	system0 := req.System
 	if !opts.KeepBillingHeader {
 		system0 = withoutBillingLine(system0)
@@ -99,7 +126,6 @@ func AnthropicToChatWith(req *anthropic.MessagesRequest, opts dialect.ChatOption
 		system = append(system, sys)
 	}
 	lastUser := lastUserIndex(req.Messages)
-	defs := newToolIndex(req.Tools)
 	inPlace := make([]string, len(req.Messages)) // text of system messages kept where they are
 	leading := true                              // no user or assistant message yet
 	for i := range req.Messages {
@@ -123,28 +149,33 @@ func AnthropicToChatWith(req *anthropic.MessagesRequest, opts dialect.ChatOption
 			system = append(system, text)
 		}
 	}
-	out.Messages = make([]openai.ChatMessage, 0, len(req.Messages)+1)
+	msgs := make([]openai.ChatMessage, 0, len(req.Messages)+1)
 	if len(system) > 0 {
-		out.Messages = append(out.Messages, openai.ChatMessage{Role: "system", Content: openai.TextContent(strings.Join(system, "\n\n"))})
+		msgs = append(msgs, openai.ChatMessage{Role: "system", Content: openai.TextContent(strings.Join(system, "\n\n"))})
 	}
 	for i := range req.Messages {
 		m := &req.Messages[i]
 		if m.Role == anthropic.RoleSystem {
 			if inPlace[i] != "" {
-				out.Messages = append(out.Messages, openai.ChatMessage{Role: "system", Content: openai.TextContent(inPlace[i])})
+				msgs = append(msgs, openai.ChatMessage{Role: "system", Content: openai.TextContent(inPlace[i])})
 			}
 			continue
 		}
-		if out.Messages, err = appendAnthropicMessage(out.Messages, m, i, defs); err != nil {
+		if msgs, err = appendAnthropicMessage(msgs, m, i, defs); err != nil {
 			return nil, err
 		}
 	}
-	if len(out.Messages) == 0 {
+	if len(msgs) == 0 {
 		return nil, badRequest("messages", "messages must contain at least one user or assistant message")
 	}
+	return msgs, nil
+}
 
-	referenced := referencedTools(req.Messages)
-	for i, t := range req.Tools {
+// anthropicTools maps custom tools to function tools; a defer_loading tool
+// no tool_reference has loaded is left out, and a server tool is refused.
+func anthropicTools(tools []anthropic.Tool, referenced map[string]bool) ([]openai.Tool, error) {
+	var out []openai.Tool
+	for i, t := range tools {
 		if deferred(t) && !referenced[t.Name] {
 			continue // hidden from the model until a tool_reference loads it, as with Anthropic
 		}
@@ -159,39 +190,32 @@ func AnthropicToChatWith(req *anthropic.MessagesRequest, opts dialect.ChatOption
 		if len(params) == 0 || string(params) == "null" {
 			params = json.RawMessage(`{"type":"object","properties":{}}`)
 		}
-		out.Tools = append(out.Tools, openai.Tool{Type: "function",
+		out = append(out, openai.Tool{Type: "function",
 			Function: openai.FunctionDecl{Name: t.Name, Description: t.Description, Parameters: params, Strict: t.Strict}})
 	}
-	if tc := req.ToolChoice; tc != nil {
-		switch tc.Type {
-		case "auto":
-			out.ToolChoice = json.RawMessage(`"auto"`)
-		case "any":
-			out.ToolChoice = json.RawMessage(`"required"`)
-		case "none":
-			out.ToolChoice = json.RawMessage(`"none"`)
-		case "tool":
-			if tc.Name == "" {
-				return nil, badRequest("tool_choice.name", `tool_choice of type "tool" needs the name of the tool to call`)
-			}
-			if d := defs.defs[tc.Name]; d != nil && deferred(*d) && !referenced[tc.Name] {
-				return nil, badRequest("tool_choice.name", "tool_choice names %q, a defer_loading tool no tool_reference has loaded yet; load it with a tool search first, or drop defer_loading", tc.Name)
-			}
-			out.ToolChoice = mustJSON(map[string]any{"type": "function", "function": map[string]string{"name": tc.Name}})
-		default:
-			return nil, badRequest("tool_choice.type", "tool_choice.type %q is not one of auto, any, tool, none", tc.Type)
-		}
-		if len(out.Tools) == 0 {
-			out.ToolChoice = nil // engines reject a tool_choice without tools
-		}
-		if tc.DisableParallelToolUse != nil && *tc.DisableParallelToolUse && len(out.Tools) > 0 {
-			out.ParallelToolCalls = ptr(false)
-		}
-	}
-	if err := ApplyReasoning(out, AnthropicReasoning(req), opts.Reasoning); err != nil {
-		return nil, err
-	}
 	return out, nil
+}
+
+// toolChoiceFromAnthropic maps tool_choice: any -> "required", tool -> the
+// named function.
+func toolChoiceFromAnthropic(tc *anthropic.ToolChoice, defs *toolIndex, referenced map[string]bool) (json.RawMessage, error) {
+	switch tc.Type {
+	case "auto":
+		return json.RawMessage(`"auto"`), nil
+	case "any":
+		return json.RawMessage(`"required"`), nil
+	case "none":
+		return json.RawMessage(`"none"`), nil
+	case "tool":
+		if tc.Name == "" {
+			return nil, badRequest("tool_choice.name", `tool_choice of type "tool" needs the name of the tool to call`)
+		}
+		if d := defs.defs[tc.Name]; d != nil && deferred(*d) && !referenced[tc.Name] {
+			return nil, badRequest("tool_choice.name", "tool_choice names %q, a defer_loading tool no tool_reference has loaded yet; load it with a tool search first, or drop defer_loading", tc.Name)
+		}
+		return mustJSON(map[string]any{"type": "function", "function": map[string]string{"name": tc.Name}}), nil
+	}
+	return nil, badRequest("tool_choice.type", "tool_choice.type %q is not one of auto, any, tool, none", tc.Type)
 }
 
 // lastUserIndex returns the index of the last user message, -1 when none.
