@@ -17,6 +17,7 @@ import (
 	"llmgate/internal/config"
 	"llmgate/internal/gateway"
 	"llmgate/internal/ledger"
+	"llmgate/internal/testenv"
 	"llmgate/internal/testenv/testdb"
 	"llmgate/internal/usage"
 )
@@ -231,14 +232,12 @@ func ptr[T any](v T) *T { return &v }
 // eventually polls f until it reports done (the ledger is asynchronous).
 func eventually[T any](t *testing.T, f func() (T, bool)) T {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		v, ok := f()
-		if ok || time.Now().After(deadline) {
-			return v
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	var v T
+	testenv.Poll(10*time.Second, func() (ok bool) {
+		v, ok = f()
+		return ok
+	})
+	return v
 }
 
 // A key's objective is set on create and update, shown, cleared with "",

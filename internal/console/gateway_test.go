@@ -15,7 +15,9 @@ import (
 	"llmgate/internal/config"
 	"llmgate/internal/gateway"
 	"llmgate/internal/ledger"
+	"llmgate/internal/testenv"
 	"llmgate/internal/testenv/testdb"
+	"llmgate/internal/usage"
 )
 
 // TestPlayground_ThroughTheGatewayRunsAsTheSessionKeyWithoutItsSecret signs
@@ -105,13 +107,12 @@ func TestPlayground_ThroughTheGatewayRunsAsTheSessionKeyWithoutItsSecret(t *test
 	if st, body := chat("alpha"); st != http.StatusTooManyRequests {
 		t.Fatalf("playground over the key's 1 rpm: %d %s, want 429", st, body)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		recs, err := g.Store.Recent(context.Background(), 10)
-		if err != nil {
+	var recs []usage.Record
+	if _, ok := testenv.Poll(5*time.Second, func() (ok bool) {
+		var err error
+		if recs, err = g.Store.Recent(context.Background(), 10); err != nil {
 			t.Fatal(err)
 		}
-		var ok bool
 		for _, r := range recs {
 			if r.KeyID == created.Key.ID && r.Model == "alpha" && r.Status == 200 && r.PromptTokens == 3 {
 				ok = true
@@ -120,12 +121,8 @@ func TestPlayground_ThroughTheGatewayRunsAsTheSessionKeyWithoutItsSecret(t *test
 				t.Fatalf("a playground request was recorded as the master key: %+v", r)
 			}
 		}
-		if ok {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no ledger record of key %s for the playground request; have %+v", created.Key.ID, recs)
-		}
-		time.Sleep(10 * time.Millisecond)
+		return ok
+	}); !ok {
+		t.Fatalf("no ledger record of key %s for the playground request; have %+v", created.Key.ID, recs)
 	}
 }

@@ -186,17 +186,14 @@ func (e *env) status(name string) engine.Status {
 // waitState polls until the engine reaches state or the deadline passes.
 func (e *env) waitState(name string, want engine.State, within time.Duration) engine.Status {
 	e.t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		st := e.status(name)
-		if st.State == want {
-			return st
-		}
-		if time.Now().After(deadline) {
-			e.t.Fatalf("engine %s is %s after %s, want %s (last error %q)", name, st.State, within, want, st.LastError)
-		}
-		time.Sleep(10 * time.Millisecond)
+	var st engine.Status
+	if _, ok := testenv.Poll(within, func() bool {
+		st = e.status(name)
+		return st.State == want
+	}); !ok {
+		e.t.Fatalf("engine %s is %s after %s, want %s (last error %q)", name, st.State, within, want, st.LastError)
 	}
+	return st
 }
 
 // gone reports whether a process no longer runs (absent, or a zombie

@@ -22,6 +22,7 @@ import (
 	"llmgate/internal/dnsdisc"
 	"llmgate/internal/ledger"
 	"llmgate/internal/sim"
+	"llmgate/internal/testenv"
 )
 
 // fakeDNS is a resolver whose answer a test changes: SRV records (target
@@ -110,13 +111,7 @@ func addresses(g *Gateway, model string) []string {
 // against a hang.
 func waitUntil(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testenv.Eventually(t, 10*time.Second, cond, what)
 }
 
 // A replica added to the answer gets traffic and one removed gets no new

@@ -18,6 +18,7 @@ import (
 
 	"llmgate/internal/config"
 	"llmgate/internal/ledger"
+	"llmgate/internal/testenv"
 	"llmgate/internal/testenv/testdb"
 	"llmgate/internal/usage"
 )
@@ -547,13 +548,7 @@ models:
 
 func waitFor(t *testing.T, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not reached in 5s")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testenv.Eventually(t, 5*time.Second, cond, "condition")
 }
 
 // lowest_latency balancing learns from /v1/messages (translated to a chat

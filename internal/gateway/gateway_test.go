@@ -18,6 +18,7 @@ import (
 	"llmgate/internal/config"
 	"llmgate/internal/keys"
 	"llmgate/internal/ledger"
+	"llmgate/internal/testenv"
 	"llmgate/internal/testenv/testdb"
 	"llmgate/internal/usage"
 )
@@ -115,20 +116,17 @@ func chatBody(model string, stream bool, extra string) string {
 // records waits for n ledger records and returns them newest first.
 func (e *env) records(n int) []usage.Record {
 	e.t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		recs, err := e.g.Store.Recent(context.Background(), 1000)
-		if err != nil {
+	var recs []usage.Record
+	if _, ok := testenv.Poll(5*time.Second, func() bool {
+		var err error
+		if recs, err = e.g.Store.Recent(context.Background(), 1000); err != nil {
 			e.t.Fatal(err)
 		}
-		if len(recs) >= n {
-			return recs
-		}
-		if time.Now().After(deadline) {
-			e.t.Fatalf("ledger has %d records, want %d", len(recs), n)
-		}
-		time.Sleep(10 * time.Millisecond)
+		return len(recs) >= n
+	}); !ok {
+		e.t.Fatalf("ledger has %d records, want %d", len(recs), n)
 	}
+	return recs
 }
 
 func TestGateway_RoutesByModelAndRewritesUpstreamName(t *testing.T) {

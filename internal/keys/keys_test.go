@@ -17,6 +17,7 @@ import (
 
 	"llmgate/internal/keys"
 	"llmgate/internal/store/sqlite"
+	"llmgate/internal/testenv"
 )
 
 // memStore is a keys.Store and keys.Updater in memory.
@@ -338,13 +339,7 @@ func TestVerifier_WatchPicksUpRotationAndRevocation(t *testing.T) {
 
 func waitUntil(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("within 5s: %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testenv.Eventually(t, 5*time.Second, cond, what)
 }
 
 // Verify runs on every request while reloads swap the key set.

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"llmgate/internal/testenv"
 	"llmgate/internal/usage"
 )
 
@@ -64,13 +65,8 @@ func TestLedger_OutageSpoolsToDiskAndDrainsEachRecordOnce(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for l.Depth() > 0 || !sp.Pending() {
-		if time.Now().After(deadline) {
-			t.Fatal("records did not reach the spool while the database was down")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testenv.Eventually(t, 5*time.Second, func() bool { return l.Depth() == 0 && sp.Pending() },
+		"records reaching the spool while the database was down")
 	if d, _ := w.count(); d != 0 {
 		t.Fatalf("%d records written while down", d)
 	}

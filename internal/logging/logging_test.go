@@ -3,6 +3,7 @@ package logging
 import (
 	"bytes"
 	"fmt"
+	"llmgate/internal/testenv"
 	"log/slog"
 	"runtime"
 	"strings"
@@ -55,13 +56,7 @@ func TestLogger_PeriodicFlush(t *testing.T) {
 	l := New(&out, false, 5*time.Millisecond)
 	defer l.Close()
 	l.Info("tick")
-	deadline := time.Now().Add(5 * time.Second)
-	for !strings.Contains(out.String(), "tick") {
-		if time.Now().After(deadline) {
-			t.Fatal("buffered line never flushed")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testenv.Eventually(t, 5*time.Second, func() bool { return strings.Contains(out.String(), "tick") }, "the buffered line flushed")
 }
 
 func TestLogger_AnIdleLoggerRunsNothingAndALoneLineIsStillWritten(t *testing.T) {

@@ -18,6 +18,7 @@ import (
 	"llmgate/internal/engineinfo"
 	"llmgate/internal/relay"
 	"llmgate/internal/router"
+	"llmgate/internal/testenv"
 )
 
 // contextEngine is an OpenAI-dialect engine with a 1000-token context,
@@ -467,12 +468,8 @@ func TestFit_AnEnginesRefusalNamingAnotherContextIsLearned(t *testing.T) {
 	if code != 400 || !strings.Contains(body, "context_length_exceeded") {
 		t.Fatalf("%d %s", code, body)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for learner.Known(0, b, "m").Tokens != 2048 {
-		if time.Now().After(deadline) {
-			t.Fatalf("after the engine said 2048: Known = %+v", learner.Known(0, b, "m"))
-		}
-		time.Sleep(5 * time.Millisecond)
+	if _, ok := testenv.Poll(5*time.Second, func() bool { return learner.Known(0, b, "m").Tokens == 2048 }); !ok {
+		t.Fatalf("after the engine said 2048: Known = %+v", learner.Known(0, b, "m"))
 	}
 }
 

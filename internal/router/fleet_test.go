@@ -14,6 +14,7 @@ import (
 
 	"llmgate/internal/config"
 	"llmgate/internal/fleet"
+	"llmgate/internal/testenv"
 )
 
 // fakeEngine is an httptest engine whose /metrics say what the test sets.
@@ -86,13 +87,7 @@ func fleetTable(t *testing.T, n int, balancing string) (*Table, *fakeClock, []*f
 // ten seconds.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testenv.Eventually(t, 10*time.Second, cond, what)
 }
 
 // waitLoads waits until every deployment's reading shows the engines'

@@ -19,6 +19,7 @@ import (
 	"llmgate/internal/relay"
 	"llmgate/internal/router"
 	"llmgate/internal/server"
+	"llmgate/internal/testenv"
 	"llmgate/internal/usage"
 )
 
@@ -36,19 +37,16 @@ func (l *recLedger) Add(r usage.Record) error {
 
 func (l *recLedger) wait(t *testing.T, n int) []usage.Record {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	var recs []usage.Record
+	if _, ok := testenv.Poll(5*time.Second, func() bool {
 		l.mu.Lock()
-		recs := append([]usage.Record(nil), l.recs...)
+		recs = append([]usage.Record(nil), l.recs...)
 		l.mu.Unlock()
-		if len(recs) >= n {
-			return recs
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("ledger has %d records, want %d", len(recs), n)
-		}
-		time.Sleep(5 * time.Millisecond)
+		return len(recs) >= n
+	}); !ok {
+		t.Fatalf("ledger has %d records, want %d", len(recs), n)
 	}
+	return recs
 }
 
 // limitOne admits one request per key, then refuses with a 429.
