@@ -215,6 +215,7 @@ func (l *Learner) storeLocked(e *entry, got Info, b *provider.Backend, upstream 
 		got.Tokenizer, got.NoTokenizer = "", "" // another engine: its tokenizer is asked anew
 		e.tok = tokenizerState{}
 	}
+	got.Learned = l.now()
 	e.info, e.until = got, l.now().Add(keepFor)
 	if got.Kind != prev.Kind && got.Kind != KindOther && l.onKind != nil {
 		go l.onKind(b.Name, got.Kind)
@@ -377,7 +378,6 @@ func fetch(ctx context.Context, b *provider.Backend, upstream string) Info {
 	ctx, cancel := context.WithTimeout(ctx, fetchTimeout)
 	defer cancel()
 	info := Info{Kind: presetKind(b.Engine)}
-	defer func() { info.Learned = time.Now() }()
 	var list struct {
 		Data []map[string]json.RawMessage `json:"data"`
 	}

@@ -123,6 +123,25 @@ func TestLookup_ConfigWinsAndUnknownIsRetriedAfterAMinute(t *testing.T) {
 	}
 }
 
+// A server that says nothing of itself was still asked: Info says when
+// (the console and /v1/models/health then show its engine as "other"
+// rather than not yet asked).
+func TestInfo_SaysWhenTheServerWasAskedEvenIfItSaidNothing(t *testing.T) {
+	var hits atomic.Int64
+	s := server(t, map[string]string{"GET /v1/models": `{"data":[{"id":"m"}]}`}, &hits)
+	l := New(Options{})
+	now := time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC)
+	l.now = func() time.Time { return now }
+	b := backend(s.URL+"/v1", dialect.OpenAI)
+	if got := l.Info(b, "m"); !got.Learned.IsZero() {
+		t.Fatalf("before any lookup: %+v", got)
+	}
+	l.Lookup(context.Background(), 0, b, "m")
+	if got := l.Info(b, "m"); got.Kind != KindOther || !got.Learned.Equal(now) || hits.Load() == 0 {
+		t.Fatalf("after a lookup the server answered without a context length: %+v (%d requests), want kind other learned at %v", got, hits.Load(), now)
+	}
+}
+
 func TestLookup_ConcurrentLookupsShareOneFetch(t *testing.T) {
 	var hits atomic.Int64
 	release := make(chan struct{})
