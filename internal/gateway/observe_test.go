@@ -237,7 +237,7 @@ func TestTracing_RequestAndAttemptSpansShareATraceThatReachesTheBackend(t *testi
 	}
 	attrs := map[string]string{}
 	for _, a := range append(server.Attributes, client.Attributes...) {
-		attrs[string(a.Key)] = a.Value.Emit()
+		attrs[string(a.Key)] = a.Value.String()
 	}
 	for k, want := range map[string]string{"llmgate.request_id": "trace-test-1", "llmgate.model": "m", "llmgate.backend": "traced",
 		"http.response.status_code": "200", "gen_ai.usage.output_tokens": "1"} {

@@ -66,7 +66,7 @@ func keys(t *testing.T, b []byte) string {
 
 func FuzzAppendRecord(f *testing.F) {
 	f.Add("id", "client", "key", "model", 200, 1.5)
-	f.Add("\x00\"\\", "\xff\xfe", "", "ü", -1, -0.0)
+	f.Add("\x00\"\\", "\xff\xfe", "", "ü", -1, math.Copysign(0, -1))
 	f.Fuzz(func(t *testing.T, id, client, key, model string, status int, cost float64) {
 		r := usage.Record{ID: id, ClientRequestID: client, KeyID: key, Model: model, Status: status, CostUSD: cost, Time: time.Unix(1700000000, 5)}
 		var got usage.Record

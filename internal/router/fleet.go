@@ -207,7 +207,7 @@ func (t *Table) candidates(deps []Deployment, group []int, hint *Hint, cands []f
 func (t *Table) orderFleet(r *Route, group []int, hint *Hint) {
 	deps := r.Deployments
 	var stack [maxAttempts]fleet.Candidate
-	cands := stack[:0]
+	var cands []fleet.Candidate
 	if len(deps) <= len(stack) {
 		cands = stack[:len(deps)]
 	} else {

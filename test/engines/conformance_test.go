@@ -122,12 +122,11 @@ func TestEngineConformance(t *testing.T) {
 
 // conf is one gateway in front of one engine started on demand.
 type conf struct {
-	tg    target
-	g     *gateway.Gateway
-	base  string // the gateway's base URL, without /v1
-	logs  *testenv.SyncBuffer
-	dir   string
-	start time.Time
+	tg   target
+	g    *gateway.Gateway
+	base string // the gateway's base URL, without /v1
+	logs *testenv.SyncBuffer
+	dir  string
 }
 
 func startConformance(t *testing.T, tg target) *conf {
