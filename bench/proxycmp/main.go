@@ -461,7 +461,7 @@ func orchestrate(dur time.Duration, conns, rate int, skipTP bool) error {
 	}
 	if len(blocks) > 1 {
 		fmt.Printf("  by block of %s per target (the same runs, in time order):\n", time.Duration(blockRounds)*slice)
-		var p50s, p99s []float64
+		var p50s, p99s, rp50s, rp99s []float64
 		for i, b := range blocks {
 			d, g := summarize(b.lats["direct"], 0, 0, 0), summarize(b.lats["llmgate"], 0, 0, 0)
 			steal := 0.0
@@ -474,9 +474,20 @@ func orchestrate(dur time.Duration, conns, rate int, skipTP bool) error {
 				gb := summarize(bl, 0, 0, 0)
 				line += fmt.Sprintf("   llmgate-b adds p50 %.3f ms, p99 %.3f ms", ms(gb.p50-d.p50), ms(gb.p99-d.p99))
 			}
+			// The bare proxy in the same block: how much of what llmgate
+			// adds any HTTP hop adds on this host at that moment.
+			if rl := b.lats["reverseproxy"]; len(rl) > 0 {
+				rp := summarize(rl, 0, 0, 0)
+				rp50s, rp99s = append(rp50s, ms(rp.p50-d.p50)), append(rp99s, ms(rp.p99-d.p99))
+				line += fmt.Sprintf("   reverseproxy adds p50 %.3f ms, p99 %.3f ms", ms(rp.p50-d.p50), ms(rp.p99-d.p99))
+			}
 			fmt.Println(line)
 		}
-		fmt.Printf("    median over blocks: adds p50 %.3f ms, p99 %.3f ms\n", median(p50s), median(p99s))
+		line := fmt.Sprintf("    median over blocks: adds p50 %.3f ms, p99 %.3f ms", median(p50s), median(p99s))
+		if len(rp50s) > 0 {
+			line += fmt.Sprintf("   (reverseproxy p50 %.3f ms, p99 %.3f ms)", median(rp50s), median(rp99s))
+		}
+		fmt.Println(line)
 	}
 	fmt.Printf("machine load after: %s\n", loadAvg())
 	cpuLat := func(t string) float64 {
