@@ -3,7 +3,7 @@
 # HTTP/1.1 forwarder and a tuned bare httputil.ReverseProxy on loopback, the
 # targets taking turns (A/B/A/B) in both the throughput and the latency
 # test, and prints the ratios with the machine's load.
-# Usage: bench/gateway.sh [-duration 10s] [-c 16] [-rate 1000] [-skip-throughput] [-gw-env GOMAXPROCS=1] [-b other-llmgate-binary | -b-rev git-revision] [-a llmgate-binary] [-a-yaml "key: value"] [-b-yaml "key: value"] [-gw-only]
+# Usage: bench/gateway.sh [-duration 10s] [-c 16] [-rate 1000] [-skip-throughput] [-gw-env GOMAXPROCS=1] [-b other-llmgate-binary | -b-rev git-revision] [-a llmgate-binary] [-a-yaml "key: value"] [-b-yaml "key: value"] [-b-env NAME=VALUE] [-gw-only]
 # Issue 25's comparison: bench/gateway.sh -duration 24s -b-rev ef4e37c
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -55,7 +55,7 @@ type envList []string
 func (e *envList) String() string     { return strings.Join(*e, " ") }
 func (e *envList) Set(v string) error { *e = append(*e, v); return nil }
 
-var gwEnv envList
+var gwEnv, gwEnvB envList
 
 var compareBin, compareRev, mainBin string
 
@@ -73,6 +73,7 @@ func main() {
 	rate := flag.Int("rate", 1000, "requests per second for the latency test")
 	skipTP := flag.Bool("skip-throughput", false, "only run the latency test")
 	flag.Var(&gwEnv, "gw-env", "extra NAME=VALUE for the gateway process only (repeatable), e.g. GOMAXPROCS=1")
+	flag.Var(&gwEnvB, "b-env", "extra NAME=VALUE for the -b gateway only (repeatable; with -b the same binary, an A/B of two environments)")
 	dump := flag.String("dump", "", "with -role load: write each request's scheduled time and latency (ms), one per line, to this file")
 	flag.StringVar(&compareBin, "b", "", "a second llmgate binary to measure beside this checkout's, interleaved (A/B of a change)")
 	flag.StringVar(&compareRev, "b-rev", "", "a git revision of this repository to build and measure as the second llmgate (instead of -b)")
@@ -663,6 +664,12 @@ func startGateway(bin, dir, name, upstream string) (string, int, func(), error) 
 	}
 	gw := exec.Command(bin, "serve", "-c", cfgPath)
 	gw.Env = append(append(os.Environ(), "LLMGATE_MASTER_KEY="+masterKey), gwEnv...)
+	if name == "b" {
+		gw.Env = append(gw.Env, gwEnvB...)
+		if len(gwEnvB) > 0 {
+			fmt.Printf("llmgate-b environment adds: %s\n", strings.Join(gwEnvB, " "))
+		}
+	}
 	gwLog, _ := os.Create(filepath.Join(dir, "gateway-"+name+".log"))
 	gw.Stdout, gw.Stderr = gwLog, gwLog
 	if err := gw.Start(); err != nil {
