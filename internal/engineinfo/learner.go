@@ -373,39 +373,65 @@ func (l *Learner) Info(b *provider.Backend, upstream string) Info {
 	return Info{}
 }
 
-// fetch asks the server, source by source.
+// fetch asks the server, source by source, until one names the model's
+// context length: /v1/models (vLLM, SGLang, most OpenAI-compatible
+// servers), then, for a server that did not say it is another engine,
+// llama.cpp's /props, SGLang's native endpoints and Ollama's /api/show.
 func fetch(ctx context.Context, b *provider.Backend, upstream string) Info {
 	ctx, cancel := context.WithTimeout(ctx, fetchTimeout)
 	defer cancel()
 	info := Info{Kind: presetKind(b.Engine)}
+	if fromModels(ctx, b, upstream, &info) || ctx.Err() != nil {
+		return info
+	}
+	if (info.Kind == KindOther || info.Kind == KindLlamaCpp) && fromProps(ctx, b, &info) {
+		return info
+	}
+	if (info.Kind == KindOther || info.Kind == KindSGLang) && fromSGLang(ctx, b, &info) {
+		return info
+	}
+	if info.Kind == KindOther || info.Kind == KindOllama {
+		fromOllama(ctx, b, upstream, &info)
+	}
+	return info
+}
+
+// fromModels reads /v1/models: the engine its owned_by names, and the
+// model's context length where the entry has one. It reports whether it
+// found the length.
+func fromModels(ctx context.Context, b *provider.Backend, upstream string, info *Info) bool {
 	var list struct {
 		Data []map[string]json.RawMessage `json:"data"`
 	}
-	if get(ctx, b, "/models", false, nil, &list) {
-		for _, m := range list.Data {
-			var id, owner string
-			_ = json.Unmarshal(m["id"], &id)
-			if id != upstream && len(list.Data) > 1 {
-				continue
-			}
-			_ = json.Unmarshal(m["owned_by"], &owner)
-			if k := ownerKind(owner); k != KindOther && info.Kind == KindOther {
-				info.Kind = k
-			}
-			if id != upstream {
-				continue // llama.cpp serves its one model whatever the name: its context is in /props
-			}
-			for _, k := range []string{"max_model_len", "context_window", "context_length"} { // the order connect trusts them in
-				if n := number(m[k]); n > 0 {
-					info.Context = Length{Tokens: n, Source: "/v1/models " + k}
-					return info
-				}
+	if !get(ctx, b, "/models", false, nil, &list) {
+		return false
+	}
+	for _, m := range list.Data {
+		var id, owner string
+		_ = json.Unmarshal(m["id"], &id)
+		if id != upstream && len(list.Data) > 1 {
+			continue
+		}
+		_ = json.Unmarshal(m["owned_by"], &owner)
+		if k := ownerKind(owner); k != KindOther && info.Kind == KindOther {
+			info.Kind = k
+		}
+		if id != upstream {
+			continue // llama.cpp serves its one model whatever the name: its context is in /props
+		}
+		for _, k := range []string{"max_model_len", "context_window", "context_length"} { // the order connect trusts them in
+			if n := number(m[k]); n > 0 {
+				info.Context = Length{Tokens: n, Source: "/v1/models " + k}
+				return true
 			}
 		}
 	}
-	if ctx.Err() != nil {
-		return info
-	}
+	return false
+}
+
+// fromProps reads llama.cpp's /props (whose shape also says the server is
+// llama.cpp).
+func fromProps(ctx context.Context, b *provider.Backend, info *Info) bool {
 	var props struct {
 		NCtx    json.RawMessage `json:"n_ctx"`
 		Default *struct {
@@ -413,64 +439,74 @@ func fetch(ctx context.Context, b *provider.Backend, upstream string) Info {
 		} `json:"default_generation_settings"`
 		TotalSlots json.RawMessage `json:"total_slots"`
 	}
-	if (info.Kind == KindOther || info.Kind == KindLlamaCpp) && get(ctx, b, "/props", true, nil, &props) {
-		if props.Default != nil || len(props.TotalSlots) > 0 {
-			info.Kind = KindLlamaCpp
+	if !get(ctx, b, "/props", true, nil, &props) {
+		return false
+	}
+	if props.Default != nil || len(props.TotalSlots) > 0 {
+		info.Kind = KindLlamaCpp
+	}
+	n := 0
+	if props.Default != nil {
+		n = number(props.Default.NCtx)
+	}
+	if n <= 0 {
+		n = number(props.NCtx)
+	}
+	if n <= 0 {
+		return false
+	}
+	info.Context = Length{Tokens: n, Source: "llama.cpp /props n_ctx"}
+	return true
+}
+
+// fromSGLang reads SGLang's /get_model_info, then /get_server_info.
+func fromSGLang(ctx context.Context, b *provider.Backend, info *Info) bool {
+	for _, path := range []string{"/get_model_info", "/get_server_info"} {
+		var m map[string]json.RawMessage
+		if !get(ctx, b, path, true, nil, &m) {
+			continue
 		}
-		if props.Default != nil {
-			if n := number(props.Default.NCtx); n > 0 {
-				info.Context = Length{Tokens: n, Source: "llama.cpp /props n_ctx"}
-				return info
+		for _, k := range []string{"context_length", "max_model_len"} {
+			if n := number(m[k]); n > 0 {
+				info.Kind = KindSGLang
+				info.Context = Length{Tokens: n, Source: "SGLang " + path + " " + k}
+				return true
 			}
 		}
-		if n := number(props.NCtx); n > 0 {
-			info.Context = Length{Tokens: n, Source: "llama.cpp /props n_ctx"}
-			return info
-		}
 	}
-	if info.Kind == KindOther || info.Kind == KindSGLang {
-		for _, path := range []string{"/get_model_info", "/get_server_info"} {
-			var m map[string]json.RawMessage
-			if get(ctx, b, path, true, nil, &m) {
-				for _, k := range []string{"context_length", "max_model_len"} {
-					if n := number(m[k]); n > 0 {
-						info.Kind = KindSGLang
-						info.Context = Length{Tokens: n, Source: "SGLang " + path + " " + k}
-						return info
-					}
-				}
-			}
-		}
-	}
-	if info.Kind != KindOther && info.Kind != KindOllama {
-		return info
-	}
+	return false
+}
+
+// fromOllama reads Ollama's /api/show: the num_ctx the model runs with,
+// else the context length of its architecture.
+func fromOllama(ctx context.Context, b *provider.Backend, upstream string, info *Info) bool {
 	var show struct {
 		Parameters string                     `json:"parameters"`
 		ModelInfo  map[string]json.RawMessage `json:"model_info"`
 	}
 	body, _ := json.Marshal(map[string]string{"model": upstream})
-	if get(ctx, b, "/api/show", true, body, &show) {
-		for _, line := range strings.Split(show.Parameters, "\n") {
-			if f := strings.Fields(line); len(f) == 2 && f[0] == "num_ctx" {
-				if n, err := strconv.Atoi(f[1]); err == nil && n > 0 {
-					info.Kind = KindOllama
-					info.Context = Length{Tokens: n, Source: "Ollama /api/show num_ctx"}
-					return info
-				}
-			}
-		}
-		for k, v := range show.ModelInfo {
-			if strings.HasSuffix(k, ".context_length") {
-				if n := number(v); n > 0 {
-					info.Kind = KindOllama
-					info.Context = Length{Tokens: n, Source: "Ollama /api/show " + k}
-					return info
-				}
+	if !get(ctx, b, "/api/show", true, body, &show) {
+		return false
+	}
+	for _, line := range strings.Split(show.Parameters, "\n") {
+		if f := strings.Fields(line); len(f) == 2 && f[0] == "num_ctx" {
+			if n, err := strconv.Atoi(f[1]); err == nil && n > 0 {
+				info.Kind = KindOllama
+				info.Context = Length{Tokens: n, Source: "Ollama /api/show num_ctx"}
+				return true
 			}
 		}
 	}
-	return info
+	for k, v := range show.ModelInfo {
+		if strings.HasSuffix(k, ".context_length") {
+			if n := number(v); n > 0 {
+				info.Kind = KindOllama
+				info.Context = Length{Tokens: n, Source: "Ollama /api/show " + k}
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // presetKind is the engine a backend's engine: preset names.
