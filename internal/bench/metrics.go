@@ -180,7 +180,9 @@ var summaryMetrics = []struct {
 	Key string
 	Get func(*CellResult) *Summary
 	// Optional figures are left out of the JSON when nothing measured
-	// them (not written as zeros).
+	// them (not written as zeros). "Nothing measured" is a zero Summary,
+	// not Count == 0: Count is not in the JSON, so a cell read back from
+	// results.json has figures and no count.
 	Optional bool
 }{
 	{"ttft", func(c *CellResult) *Summary { return &c.TTFT }, false},
