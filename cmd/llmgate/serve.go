@@ -211,7 +211,14 @@ func printDiscovery(w io.Writer, url string, found []discover.Found, self string
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "\n  BACKEND\tURL\tFOUND BY\tMODELS")
 	for _, f := range found {
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", f.Backend, f.URL, f.Source, strings.Join(f.Models, ", "))
+		names := make([]string, len(f.Models))
+		for i, m := range f.Models {
+			names[i] = m
+			if short := f.Short[m]; short != "" {
+				names[i] = short + " (" + m + ")"
+			}
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", f.Backend, f.URL, f.Source, strings.Join(names, ", "))
 	}
 	tw.Flush()
 	fmt.Fprintf(w, "\n  Base URL: %s\n  API key:  the master key (LLMGATE_MASTER_KEY, or the one printed at first start),\n            or a key from '%s keys create'\n\n", url, self)

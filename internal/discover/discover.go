@@ -50,6 +50,29 @@ type Found struct {
 	URL     string
 	Source  string // "probe 127.0.0.1:8000" or "env DEEPSEEK_API_KEY"
 	Models  []string
+	// Short maps a model id that is a file path (llama-server -m
+	// /models/Qwen3-8B-Q4_K_M.gguf, vllm serve /models/Qwen3-8B) to the
+	// short name Build registered for it beside the id.
+	Short map[string]string
+}
+
+// ShortName is the name a client can type for a model id that is a file
+// path: its last element without a .gguf extension ("Qwen3-8B-Q4_K_M" for
+// "/models/Qwen3-8B-Q4_K_M.gguf"), or "" when the id is not a path (a
+// Hugging Face id such as "Qwen/Qwen3-8B" keeps its slash: it is not one).
+func ShortName(id string) string {
+	isGGUF := len(id) > 5 && strings.EqualFold(id[len(id)-5:], ".gguf")
+	if !isGGUF && !strings.HasPrefix(id, "/") && !strings.Contains(id, `\`) {
+		return ""
+	}
+	base := id[strings.LastIndexAny(id, `/\`)+1:]
+	if len(base) > 5 && strings.EqualFold(base[len(base)-5:], ".gguf") {
+		base = base[:len(base)-5]
+	}
+	if base == id || strings.TrimSpace(base) != base || strings.HasPrefix(base, ".") {
+		return ""
+	}
+	return base
 }
 
 // Probe asks each local port for /v1/models concurrently, with a short
@@ -111,7 +134,10 @@ func listModels(ctx context.Context, c *http.Client, base string) ([]string, err
 
 // Build returns a configuration with the found local backends and the cloud
 // backends whose keys are set. A model served by several places keeps the
-// first (local before cloud).
+// first (local before cloud). A local model whose id is a file path is
+// also registered under its ShortName, unless another model has that name
+// (an id always wins over a short name, the first short name over a later
+// one).
 func Build(local []Found, lookup func(string) (string, bool), clouds []Cloud) (*config.Config, []Found) {
 	cfg := &config.Config{Backends: map[string]*config.Backend{}, Models: map[string]*config.Model{}, Source: "zero-config"}
 	found := append([]Found(nil), local...)
@@ -137,5 +163,31 @@ func Build(local []Found, lookup func(string) (string, bool), clouds []Cloud) (*
 		}
 		found = append(found, Found{Backend: c.Name, URL: c.URL, Source: "env " + c.EnvKey, Models: c.Models})
 	}
+	addShortNames(cfg, found[:len(local)])
 	return cfg, found
+}
+
+// addShortNames registers the short name of each found local model whose
+// id is a path, once every id is registered, and notes it in found.
+func addShortNames(cfg *config.Config, found []Found) {
+	for i := range found {
+		f := &found[i]
+		for _, id := range f.Models {
+			short := ShortName(id)
+			if short == "" {
+				continue
+			}
+			if _, taken := cfg.Models[short]; taken {
+				continue
+			}
+			if m := cfg.Models[id]; m == nil || m.Backend != f.Backend {
+				continue // another backend serves this id
+			}
+			cfg.Models[short] = &config.Model{Backend: f.Backend, UpstreamModel: id}
+			if f.Short == nil {
+				f.Short = map[string]string{}
+			}
+			f.Short[id] = short
+		}
+	}
 }

@@ -61,3 +61,49 @@ func TestBuild_RegistersLocalModelsAndCloudKeys(t *testing.T) {
 		t.Errorf("found = %+v", found)
 	}
 }
+
+func TestShortName_OnlyForFilePaths(t *testing.T) {
+	for id, want := range map[string]string{
+		"/root/.cache/models/qwen3-tiny-random.gguf": "qwen3-tiny-random",
+		"models/Qwen3-8B-Q4_K_M.GGUF":                "Qwen3-8B-Q4_K_M",
+		"Qwen3-8B-Q4_K_M.gguf":                       "Qwen3-8B-Q4_K_M",
+		`C:\models\phi-4.gguf`:                       "phi-4",
+		"/models/Qwen2.5-7B-Instruct":                "Qwen2.5-7B-Instruct",
+		"Qwen/Qwen2.5-7B-Instruct":                   "", // a Hugging Face id, not a path
+		"qwen3:8b":                                   "",
+		"/models/":                                   "",
+		"/models/.gguf":                              "",
+		".gguf":                                      "",
+		"/":                                          "",
+	} {
+		if got := ShortName(id); got != want {
+			t.Errorf("ShortName(%q) = %q, want %q", id, got, want)
+		}
+	}
+}
+
+func TestBuild_PathModelIDsGetAShortNameThatNeverShadowsAnID(t *testing.T) {
+	local := []Found{
+		{Backend: "llamacpp-8080", URL: "http://127.0.0.1:8080/v1", Models: []string{"/m/qwen3-8b.gguf", "/m/phi-4.gguf"}},
+		{Backend: "vllm-8000", URL: "http://127.0.0.1:8000/v1", Models: []string{"/other/qwen3-8b.gguf"}},
+		{Backend: "ollama-11434", URL: "http://127.0.0.1:11434/v1", Models: []string{"phi-4"}},
+	}
+	cfg, found := Build(local, func(string) (string, bool) { return "", false }, nil)
+	cfg.ApplyDefaults()
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	m := cfg.Models["qwen3-8b"]
+	if m == nil || m.Backend != "llamacpp-8080" || m.UpstreamModel != "/m/qwen3-8b.gguf" {
+		t.Fatalf("short name: %+v (the first backend's file must win)", m)
+	}
+	if id := cfg.Models["/m/qwen3-8b.gguf"]; id == nil || id.UpstreamModel != "/m/qwen3-8b.gguf" {
+		t.Errorf("the full id must stay a model: %+v", id)
+	}
+	if p := cfg.Models["phi-4"]; p == nil || p.Backend != "ollama-11434" {
+		t.Errorf("a real id must win over a short name: %+v", p)
+	}
+	if found[0].Short["/m/qwen3-8b.gguf"] != "qwen3-8b" || found[0].Short["/m/phi-4.gguf"] != "" || found[1].Short != nil {
+		t.Errorf("found's short names: %+v, %+v", found[0].Short, found[1].Short)
+	}
+}
