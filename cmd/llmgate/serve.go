@@ -105,8 +105,10 @@ func runServe(ctx context.Context, f serveFlags, out io.Writer) error {
 		gateway.LogWarnings(log, cfg)
 	}
 	var found []discover.Found
+	var refused []discover.Refused
 	if zero {
-		local := discover.Probe(ctx, "127.0.0.1", discover.DefaultPorts, 700*time.Millisecond)
+		var local []discover.Found
+		local, refused = discover.Probe(ctx, "127.0.0.1", discover.DefaultPorts, 700*time.Millisecond)
 		cfg, found = discover.Build(local, os.LookupEnv, discover.DefaultClouds)
 		if err := cfg.ApplyEnv(os.LookupEnv); err != nil {
 			return err
@@ -129,7 +131,7 @@ func runServe(ctx context.Context, f serveFlags, out io.Writer) error {
 		return err
 	}
 	if zero {
-		printDiscovery(out, g.URL(), found, selfInvocation())
+		printDiscovery(out, g.URL(), found, refused, selfInvocation())
 	}
 	log.Info("llmgate listening", "url", g.URL(), "models", len(cfg.Models), "database", redact.Secrets(cfg.Database))
 	if !zero {
@@ -190,10 +192,20 @@ func warnProxy(log *slog.Logger) {
 	}
 }
 
-func printDiscovery(w io.Writer, url string, found []discover.Found, self string) {
+func printDiscovery(w io.Writer, url string, found []discover.Found, refused []discover.Refused, self string) {
+	for _, r := range refused {
+		fmt.Fprintf(w, "\n  %s (%s's port) not added: %s.", r.Addr, r.Engine, r.Reason)
+	}
+	if len(refused) > 0 {
+		fmt.Fprintln(w)
+	}
 	if len(found) == 0 {
+		nothing := "nothing answered GET /v1/models"
+		if len(refused) > 0 {
+			nothing = "nothing else answered GET /v1/models with a model list"
+		}
 		fmt.Fprintf(w, `
-  No backends found: nothing answered GET /v1/models on 127.0.0.1 ports 8000, 30000,
+  No backends found: %[2]s on 127.0.0.1 ports 8000, 30000,
   8080 or 11434, and none of OPENAI_API_KEY, DEEPSEEK_API_KEY, DASHSCOPE_API_KEY is set.
   The gateway runs anyway. To add a backend, start an engine on one of those ports
   and restart, set a cloud key, or write a config file:
@@ -205,7 +217,7 @@ func printDiscovery(w io.Writer, url string, found []discover.Found, self string
 
   and run '%[1]s serve -c llmgate.yaml'. To try llmgate without a GPU: '%[1]s serve --demo'.
 
-`, self)
+`, self, nothing)
 		return
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)

@@ -7,8 +7,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -75,53 +78,84 @@ func ShortName(id string) string {
 	return base
 }
 
+// Refused is a local port where an HTTP server answered GET /v1/models
+// with something other than a model list: most often an engine started
+// with an API key, which zero-config cannot use.
+type Refused struct {
+	Addr   string // 127.0.0.1:8080
+	Engine string // the engine that port is the default of
+	Reason string // what it answered, and what to do
+}
+
 // Probe asks each local port for /v1/models concurrently, with a short
-// time-out, and returns the ones that answered.
-func Probe(ctx context.Context, host string, ports []LocalPort, timeout time.Duration) []Found {
+// time-out, and returns the ones that answered with a model list, and the
+// ones where an HTTP server answered otherwise (a closed port is neither).
+func Probe(ctx context.Context, host string, ports []LocalPort, timeout time.Duration) ([]Found, []Refused) {
 	client := &http.Client{Timeout: timeout, Transport: &http.Transport{Proxy: nil}}
 	var mu sync.Mutex
 	var out []Found
+	var refused []Refused
 	var wg sync.WaitGroup
 	for _, p := range ports {
 		wg.Add(1)
 		go func(p LocalPort) {
 			defer wg.Done()
-			base := fmt.Sprintf("http://%s:%d/v1", host, p.Port)
-			models, err := listModels(ctx, client, base)
-			if err != nil {
-				return
-			}
+			addr := net.JoinHostPort(host, strconv.Itoa(p.Port))
+			base := "http://" + addr + "/v1"
+			models, status, err := listModels(ctx, client, base)
 			mu.Lock()
-			out = append(out, Found{Backend: fmt.Sprintf("%s-%d", p.Engine, p.Port), URL: base,
-				Source: fmt.Sprintf("probe %s:%d", host, p.Port), Models: models})
-			mu.Unlock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				out = append(out, Found{Backend: fmt.Sprintf("%s-%d", p.Engine, p.Port), URL: base,
+					Source: "probe " + addr, Models: models})
+			case status != 0:
+				refused = append(refused, Refused{Addr: addr, Engine: p.Engine, Reason: refusal(status, err, p, base)})
+			}
 		}(p)
 	}
 	wg.Wait()
 	sort.Slice(out, func(i, j int) bool { return out[i].URL < out[j].URL })
-	return out
+	sort.Slice(refused, func(i, j int) bool { return refused[i].Addr < refused[j].Addr })
+	return out, refused
 }
 
-func listModels(ctx context.Context, c *http.Client, base string) ([]string, error) {
+// refusal says what an HTTP answer other than a model list means.
+func refusal(status int, err error, p LocalPort, base string) string {
+	switch status {
+	case http.StatusUnauthorized, http.StatusForbidden:
+		return fmt.Sprintf("GET /v1/models answered %d %s: the engine wants an API key (it was started with --api-key); "+
+			"give it in a config file (backends: {%s-%d: {url: %q, api_key: ${ENGINE_API_KEY}}} and a model on that backend) "+
+			"and run serve -c with it", status, http.StatusText(status), p.Engine, p.Port, base)
+	case http.StatusOK:
+		return "GET /v1/models answered 200 but not with an OpenAI model list (" + err.Error() + "): is this an inference engine?"
+	default:
+		return fmt.Sprintf("GET /v1/models answered %d %s: not an OpenAI-compatible engine, or one still loading", status, http.StatusText(status))
+	}
+}
+
+// listModels returns the model ids base's GET /models lists; on an error,
+// the HTTP status when a server answered (0 when none did).
+func listModels(ctx context.Context, c *http.Client, base string) ([]string, int, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/models", nil)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	resp, err := c.Do(req)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("status %d", resp.StatusCode)
+		return nil, resp.StatusCode, fmt.Errorf("status %d", resp.StatusCode)
 	}
 	var list struct {
 		Data []struct {
 			ID string `json:"id"`
 		} `json:"data"`
 	}
-	if err := json.NewDecoder(resp.Body).Decode(&list); err != nil {
-		return nil, err
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 16<<20)).Decode(&list); err != nil {
+		return nil, resp.StatusCode, fmt.Errorf("unreadable model list: %v", err)
 	}
 	var ids []string
 	for _, m := range list.Data {
@@ -129,7 +163,7 @@ func listModels(ctx context.Context, c *http.Client, base string) ([]string, err
 			ids = append(ids, m.ID)
 		}
 	}
-	return ids, nil
+	return ids, resp.StatusCode, nil
 }
 
 // Build returns a configuration with the found local backends and the cloud

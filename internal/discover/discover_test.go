@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -28,15 +29,39 @@ func TestProbe_FindsEnginesAndSkipsClosedPorts(t *testing.T) {
 	defer vllm.Close()
 	notAPI := httptest.NewServer(http.NotFoundHandler())
 	defer notAPI.Close()
+	keyed := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusUnauthorized)
+		fmt.Fprint(w, `{"error":{"message":"Invalid API Key","type":"authentication_error","code":401}}`)
+	}))
+	defer keyed.Close()
+	web := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, `<html>a web app</html>`)
+	}))
+	defer web.Close()
 	closed, _ := net.Listen("tcp", "127.0.0.1:0")
 	closedPort := closed.Addr().(*net.TCPAddr).Port
 	closed.Close()
 
-	found := Probe(context.Background(), "127.0.0.1", []LocalPort{
+	found, refused := Probe(context.Background(), "127.0.0.1", []LocalPort{
 		{port(t, vllm.URL), "vllm"}, {port(t, notAPI.URL), "sglang"}, {closedPort, "ollama"},
+		{port(t, keyed.URL), "llamacpp"}, {port(t, web.URL), "vllm"},
 	}, 500*time.Millisecond)
 	if len(found) != 1 || found[0].URL != vllm.URL+"/v1" || len(found[0].Models) != 2 {
 		t.Fatalf("found %+v", found)
+	}
+	// A closed port says nothing; every HTTP server that answered
+	// otherwise is reported with what it answered.
+	reasons := map[string]string{}
+	for _, r := range refused {
+		reasons[r.Addr] = r.Reason
+	}
+	if len(refused) != 3 {
+		t.Fatalf("refused %+v", refused)
+	}
+	for u, want := range map[string]string{notAPI.URL: "answered 404", keyed.URL: "wants an API key", web.URL: "not with an OpenAI model list"} {
+		if got := reasons[u[len("http://"):]]; !strings.Contains(got, want) {
+			t.Errorf("%s: reason %q, want it to say %q", u, got, want)
+		}
 	}
 }
 
