@@ -168,6 +168,7 @@ func TestRun_WrongKeyIs401WithKeyFix(t *testing.T) {
 	srv := httptest.NewServer(f)
 	defer srv.Close()
 	o := baseOpts(t, srv.URL, f)
+	f.realm = "llmgate" // as an llmgate gateway says
 	o.APIKey = "sk-lg-wrong-key-00000000wxyz"
 	r := run(t, o)
 	c := expect(t, r, "auth", StatusFail, "HTTP 401: key sk-lg-…wxyz", "llmgate keys list")
@@ -180,6 +181,28 @@ func TestRun_WrongKeyIs401WithKeyFix(t *testing.T) {
 		t.Error("full key in the report")
 	}
 	expect(t, r, "models", StatusSkip, "authentication failed", "")
+}
+
+// A server that is not an llmgate gateway gets no advice about llmgate's
+// keys: the fix names where that server's key comes from.
+func TestRun_WrongKeyFixNamesTheServersOwnKey(t *testing.T) {
+	for _, tc := range []struct{ server, fix string }{
+		{"llama.cpp", "llama-server: use the key it was started with"},
+		{"uvicorn", "VLLM_API_KEY"},
+		{"", "issued by this endpoint's provider"},
+	} {
+		f := newFake()
+		f.server = tc.server
+		srv := httptest.NewServer(f)
+		o := baseOpts(t, srv.URL, f)
+		o.APIKey = "wrong-key-0000wxyz"
+		r := run(t, o)
+		c := expect(t, r, "auth", StatusFail, "HTTP 401", tc.fix)
+		if strings.Contains(c.Fix, "llmgate") {
+			t.Errorf("Server %q: the fix speaks of llmgate: %s", tc.server, c.Fix)
+		}
+		srv.Close()
+	}
 }
 
 func TestRun_ForbiddenIs403NotBadKey(t *testing.T) {

@@ -26,6 +26,10 @@ type fakeServer struct {
 	// serverTiming, when set, is the Server-Timing header of chat answers
 	// (as an llmgate gateway sends one).
 	serverTiming string
+	// realm is the WWW-Authenticate realm of a refused key ("fake" when
+	// empty; an llmgate gateway says "llmgate"); server, when set, the
+	// Server header of every answer (llama-server says "llama.cpp").
+	realm, server string
 }
 
 func newFake() *fakeServer {
@@ -51,7 +55,11 @@ func (f *fakeServer) authOpenAI(w http.ResponseWriter, r *http.Request) bool {
 		ok = r.Header.Get("x-api-key") == f.key
 	}
 	if !ok {
-		w.Header().Set("WWW-Authenticate", `Bearer realm="fake"`)
+		realm := f.realm
+		if realm == "" {
+			realm = "fake"
+		}
+		w.Header().Set("WWW-Authenticate", `Bearer realm="`+realm+`"`)
 		// Like some real servers, echo the rejected credential.
 		openaiErr(w, http.StatusUnauthorized, "authentication_error", "invalid_api_key", "Incorrect API key provided: "+r.Header.Get("Authorization"))
 		return false
@@ -73,6 +81,9 @@ func (f *fakeServer) hasModel(m string) bool {
 }
 
 func (f *fakeServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if f.server != "" {
+		w.Header().Set("Server", f.server)
+	}
 	switch {
 	case r.Method == http.MethodGet && r.URL.Path == "/v1/models":
 		if !f.authOpenAI(w, r) {

@@ -228,7 +228,22 @@ func (d *diagnosis) analyzeAuth(ctx context.Context, r httpResult, c *Check) {
 		return
 	}
 	c.Detail = fmt.Sprintf("HTTP 401: key %s%s is not accepted: %s", Fingerprint(d.key), where, msg)
-	c.Fix = "Use a current key issued by this server (llmgate keys list shows them); a key from another provider or a revoked key gets 401."
+	c.Fix = keyFix(r.header)
+}
+
+// keyFix says where the key for a server that refused one comes from,
+// by what the server says it is.
+func keyFix(h http.Header) string {
+	server := strings.ToLower(h.Get("Server"))
+	switch {
+	case strings.Contains(strings.ToLower(h.Get("WWW-Authenticate")), `realm="llmgate"`):
+		return "Use a current key issued by this gateway (llmgate keys list shows them) or its master key; a key from another provider or a revoked key gets 401."
+	case strings.HasPrefix(server, "llama.cpp"):
+		return "This is llama.cpp's llama-server: use the key it was started with (its --api-key or LLAMA_API_KEY)."
+	case strings.HasPrefix(server, "uvicorn"):
+		return "This looks like a Python engine server (vLLM, SGLang): use the key it was started with (--api-key; vLLM also reads VLLM_API_KEY)."
+	}
+	return "Use a current key issued by this endpoint's provider; a key from another provider or a revoked key gets 401."
 }
 
 func orFlag(v string) string {
