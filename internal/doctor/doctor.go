@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync/atomic"
 	"time"
 )
 
@@ -200,6 +201,8 @@ type diagnosis struct {
 
 	client *http.Client
 	dialer *net.Dialer
+	// resent counts requests sent again on a fresh connection (see send).
+	resent atomic.Int32
 }
 
 func newDiagnosis(opts Options) *diagnosis {
@@ -258,6 +261,7 @@ func (d *diagnosis) run(ctx context.Context) {
 	d.checkAnthropic(ctx)
 	d.checkResponses(ctx)
 	d.checkPerf()
+	d.checkKeepAlive()
 	if !d.opts.SkipClients {
 		d.checkClients()
 	}

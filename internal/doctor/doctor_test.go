@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -582,5 +583,52 @@ func TestRun_CancelledContextReturnsPromptly(t *testing.T) {
 	}
 	if r.OK {
 		t.Error("a cancelled run must not pass")
+	}
+}
+
+// connKey holds, in a connection's context, whether a streamed answer
+// went out on it.
+type connKey struct{}
+
+// TestRun_ServerClosingAKeptAliveConnectionAfterAStreamIsResentAndReported
+// mimics llama.cpp's llama-server, which closes a connection after each
+// streamed answer while saying keep-alive: the next request sent on it
+// gets no answer. Doctor resends such requests on a fresh connection (no
+// check fails for it) and says what clients that do not retry will see.
+func TestRun_ServerClosingAKeptAliveConnectionAfterAStreamIsResentAndReported(t *testing.T) {
+	f := newFake()
+	var closed atomic.Int32
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		streamed := r.Context().Value(connKey{}).(*atomic.Bool)
+		if streamed.Load() {
+			closed.Add(1)
+			c, _, err := w.(http.Hijacker).Hijack()
+			if err == nil {
+				c.Close() // no answer on a connection that carried a stream
+			}
+			return
+		}
+		f.ServeHTTP(w, r)
+		if strings.HasPrefix(w.Header().Get("Content-Type"), "text/event-stream") {
+			streamed.Store(true)
+		}
+	}))
+	srv.Config.ConnContext = func(ctx context.Context, _ net.Conn) context.Context {
+		return context.WithValue(ctx, connKey{}, new(atomic.Bool))
+	}
+	srv.Start()
+	defer srv.Close()
+	r := run(t, baseOpts(t, srv.URL, f))
+	if closed.Load() == 0 {
+		t.Fatal("the test server closed no connection: the test proves nothing")
+	}
+	for _, c := range r.Checks {
+		if c.Status == StatusFail {
+			t.Errorf("%s failed: %s", c.ID, c.Detail)
+		}
+	}
+	c := expect(t, r, "net.keepalive", StatusWarn, "resent those requests on fresh connections", "retry")
+	if want := fmt.Sprintf("closed %d kept-alive", closed.Load()); !strings.Contains(c.Detail, want) {
+		t.Errorf("detail %q, want %q", c.Detail, want)
 	}
 }

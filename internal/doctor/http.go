@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptrace"
 	"strings"
+	"sync/atomic"
 	"time"
 )
 
@@ -52,13 +54,44 @@ func (d *diagnosis) do(ctx context.Context, method, url string, headers map[stri
 		req.Header.Set(k, v)
 	}
 	start := time.Now()
-	resp, err := d.client.Do(req)
+	resp, err := d.send(req)
 	if err != nil {
 		return httpResult{err: err, dur: time.Since(start)}
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, maxBody))
 	return httpResult{status: resp.StatusCode, header: resp.Header, body: b, dur: time.Since(start), err: err}
+}
+
+// send sends req with the doctor's client. A request sent on a kept-alive
+// connection that the server had closed, with no byte of an answer back,
+// is sent again on a fresh connection (the Transport does so for a request
+// marked idempotent; a nil Idempotency-Key marks it without sending one),
+// as llmgate does for its backends and bench for its targets: llama.cpp's
+// llama-server closes a connection after each streamed answer while
+// saying keep-alive. Such resends are counted for the keep-alive check.
+func (d *diagnosis) send(req *http.Request) (*http.Response, error) {
+	req.Header["Idempotency-Key"] = nil
+	var conns atomic.Int32
+	trace := &httptrace.ClientTrace{GotConn: func(httptrace.GotConnInfo) { conns.Add(1) }}
+	resp, err := d.client.Do(req.WithContext(httptrace.WithClientTrace(req.Context(), trace)))
+	if conns.Load() > 1 {
+		d.resent.Add(1)
+	}
+	return resp, err
+}
+
+// checkKeepAlive reports requests that had to be resent because the
+// server closed a kept-alive connection without answering: clients that
+// reuse connections and do not retry fail now and then on such a server.
+func (d *diagnosis) checkKeepAlive() {
+	n := d.resent.Load()
+	if n == 0 {
+		return
+	}
+	d.add(Check{ID: "net.keepalive", Title: "keep-alive", Status: StatusWarn,
+		Detail: fmt.Sprintf("the server closed %d kept-alive connection(s) without answering the next request on it (llama.cpp's llama-server does so after a streamed answer, while saying keep-alive); doctor resent those requests on fresh connections", n),
+		Fix:    "Clients that reuse connections and do not retry fail now and then with EOF or \"connection reset\" here; the OpenAI and Anthropic SDKs retry by default (keep max_retries above 0), and llmgate in front resends such requests itself."})
 }
 
 // errorMessage pulls a human message out of an OpenAI, Anthropic or ad-hoc

@@ -33,7 +33,7 @@ func (d *diagnosis) openStream(ctx context.Context, url string, headers map[stri
 	for k, v := range headers {
 		req.Header.Set(k, v)
 	}
-	resp, err := d.client.Do(req)
+	resp, err := d.send(req)
 	if err != nil {
 		return nil, httpResult{err: err}
 	}
