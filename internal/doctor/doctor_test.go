@@ -632,3 +632,17 @@ func TestRun_ServerClosingAKeptAliveConnectionAfterAStreamIsResentAndReported(t 
 		t.Errorf("detail %q, want %q", c.Detail, want)
 	}
 }
+
+// A thinking model cut at max_tokens while reasoning answers with no
+// content: doctor says so rather than quoting an empty answer.
+func TestRun_ChatAnsweredOnlyInReasoningSaysSo(t *testing.T) {
+	f := newFake()
+	f.thinkOnly = true
+	srv := httptest.NewServer(f)
+	defer srv.Close()
+	r := run(t, baseOpts(t, srv.URL, f))
+	c := expect(t, r, "chat", StatusPass, "answered only in its reasoning (“Okay, the user says hi. I should”, 32 characters; finish_reason length)", "")
+	if !strings.Contains(c.Detail, "9 prompt + 16 completion tokens") {
+		t.Errorf("usage missing: %s", c.Detail)
+	}
+}

@@ -23,6 +23,7 @@ type fakeServer struct {
 	noStartUsage bool // Anthropic message_start without usage
 	xAPIKeyOnly  bool // OpenAI endpoints accept only x-api-key
 	forbidden    bool // every authenticated request gets 403
+	thinkOnly    bool // a whole chat answer is all reasoning_content, cut at max_tokens
 	// serverTiming, when set, is the Server-Timing header of chat answers
 	// (as an llmgate gateway sends one).
 	serverTiming string
@@ -136,6 +137,15 @@ func (f *fakeServer) chat(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	n := min(max(req.MaxTokens, 1), 8)
+	if !req.Stream && f.thinkOnly {
+		writeJSON(w, 200, map[string]any{
+			"id": "chatcmpl-1", "object": "chat.completion", "created": 1700000000, "model": req.Model,
+			"choices": []map[string]any{{"index": 0, "message": map[string]any{"role": "assistant", "content": nil,
+				"reasoning_content": "Okay, the user says hi. I should"}, "finish_reason": "length"}},
+			"usage": map[string]int{"prompt_tokens": 9, "completion_tokens": 16, "total_tokens": 25},
+		})
+		return
+	}
 	if !req.Stream {
 		writeJSON(w, 200, map[string]any{
 			"id": "chatcmpl-1", "object": "chat.completion", "created": 1700000000, "model": req.Model,
@@ -186,6 +196,15 @@ func (f *fakeServer) messages(w http.ResponseWriter, r *http.Request) {
 	}
 	if !f.hasModel(req.Model) {
 		anthropicErr(w, 404, "not_found_error", "model: "+req.Model)
+		return
+	}
+	if !req.Stream && f.thinkOnly {
+		writeJSON(w, 200, map[string]any{
+			"id": "chatcmpl-1", "object": "chat.completion", "created": 1700000000, "model": req.Model,
+			"choices": []map[string]any{{"index": 0, "message": map[string]any{"role": "assistant", "content": nil,
+				"reasoning_content": "Okay, the user says hi. I should"}, "finish_reason": "length"}},
+			"usage": map[string]int{"prompt_tokens": 9, "completion_tokens": 16, "total_tokens": 25},
+		})
 		return
 	}
 	if !req.Stream {

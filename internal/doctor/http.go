@@ -446,6 +446,7 @@ func (d *diagnosis) checkChat(ctx context.Context) {
 			Message *struct {
 				Content          *string         `json:"content"`
 				ReasoningContent string          `json:"reasoning_content"`
+				Reasoning        string          `json:"reasoning"` // vLLM's newer name
 				ToolCalls        json.RawMessage `json:"tool_calls"`
 			} `json:"message"`
 			FinishReason string `json:"finish_reason"`
@@ -469,10 +470,16 @@ func (d *diagnosis) checkChat(ctx context.Context) {
 	if ch.Message.Content != nil {
 		text = *ch.Message.Content
 	}
+	reasoning := ch.Message.ReasoningContent + ch.Message.Reasoning
 	c.Status = StatusPass
 	c.Detail = fmt.Sprintf("%s answered %s (finish_reason %s)", d.model, quote(text, 40), ch.FinishReason)
+	if text == "" && reasoning != "" {
+		// A thinking model cut at max_tokens while still reasoning.
+		c.Detail = fmt.Sprintf("%s answered only in its reasoning (%s, %d characters; finish_reason %s)", d.model,
+			quote(reasoning, 40), len(reasoning), ch.FinishReason)
+	}
 	switch {
-	case text == "" && ch.Message.ReasoningContent == "" && len(ch.Message.ToolCalls) == 0:
+	case text == "" && reasoning == "" && len(ch.Message.ToolCalls) == 0:
 		c.Status = StatusWarn
 		c.Fix = "The model returned no text; check its chat template and that max_tokens is not consumed by hidden reasoning."
 	case body.Usage == nil:
