@@ -55,7 +55,7 @@ type Found struct {
 	Models  []string
 	// Short maps a model id that is a file path (llama-server -m
 	// /models/Qwen3-8B-Q4_K_M.gguf, vllm serve /models/Qwen3-8B) to the
-	// short name Build registered for it beside the id.
+	// short name Build registered for it instead of the id.
 	Short map[string]string
 }
 
@@ -169,9 +169,9 @@ func listModels(ctx context.Context, c *http.Client, base string) ([]string, int
 // Build returns a configuration with the found local backends and the cloud
 // backends whose keys are set. A model served by several places keeps the
 // first (local before cloud). A local model whose id is a file path is
-// also registered under its ShortName, unless another model has that name
-// (an id always wins over a short name, the first short name over a later
-// one).
+// registered under its ShortName instead (its requests still name the id
+// upstream), unless another model has that name (an id always wins over a
+// short name, the first short name over a later one).
 func Build(local []Found, lookup func(string) (string, bool), clouds []Cloud) (*config.Config, []Found) {
 	cfg := &config.Config{Backends: map[string]*config.Backend{}, Models: map[string]*config.Model{}, Source: "zero-config"}
 	found := append([]Found(nil), local...)
@@ -201,8 +201,8 @@ func Build(local []Found, lookup func(string) (string, bool), clouds []Cloud) (*
 	return cfg, found
 }
 
-// addShortNames registers the short name of each found local model whose
-// id is a path, once every id is registered, and notes it in found.
+// addShortNames renames each found local model whose id is a path to its
+// short name, once every id is registered, and notes it in found.
 func addShortNames(cfg *config.Config, found []Found) {
 	for i := range found {
 		f := &found[i]
@@ -217,6 +217,10 @@ func addShortNames(cfg *config.Config, found []Found) {
 			if m := cfg.Models[id]; m == nil || m.Backend != f.Backend {
 				continue // another backend serves this id
 			}
+			// The short name replaces the path: clients see one name per
+			// model, and a request naming the path gets the 404 that
+			// lists the short one.
+			delete(cfg.Models, id)
 			cfg.Models[short] = &config.Model{Backend: f.Backend, UpstreamModel: id}
 			if f.Short == nil {
 				f.Short = map[string]string{}

@@ -122,8 +122,14 @@ func TestBuild_PathModelIDsGetAShortNameThatNeverShadowsAnID(t *testing.T) {
 	if m == nil || m.Backend != "llamacpp-8080" || m.UpstreamModel != "/m/qwen3-8b.gguf" {
 		t.Fatalf("short name: %+v (the first backend's file must win)", m)
 	}
-	if id := cfg.Models["/m/qwen3-8b.gguf"]; id == nil || id.UpstreamModel != "/m/qwen3-8b.gguf" {
-		t.Errorf("the full id must stay a model: %+v", id)
+	if id, ok := cfg.Models["/m/qwen3-8b.gguf"]; ok {
+		t.Errorf("the path must give way to its short name: %+v", id)
+	}
+	if id := cfg.Models["/other/qwen3-8b.gguf"]; id == nil || id.Backend != "vllm-8000" {
+		t.Errorf("a path whose short name is taken keeps its id: %+v", id)
+	}
+	if id := cfg.Models["/m/phi-4.gguf"]; id == nil || id.Backend != "llamacpp-8080" {
+		t.Errorf("a path whose short name is a real id keeps its id: %+v", id)
 	}
 	if p := cfg.Models["phi-4"]; p == nil || p.Backend != "ollama-11434" {
 		t.Errorf("a real id must win over a short name: %+v", p)
