@@ -51,7 +51,8 @@ twice changes nothing. Files that are not valid JSON or TOML are never touched.
 A key the gateway refuses (401 or 403 on GET /v1/models) is an error and
 nothing is written.
 Defaults: --base-url from LLMGATE_BASE_URL or http://127.0.0.1:4000, --api-key
-from LLMGATE_API_KEY, --model from LLMGATE_MODEL.
+from LLMGATE_API_KEY, --model from LLMGATE_MODEL, else the gateway's only model
+when its /v1/models lists one (with several, connect names them).
 
 Context length: connect reads the gateway's GET /v1/models (with the key) and
 takes each model's context length from max_model_len (vLLM), else

@@ -265,7 +265,16 @@ func Plan(t Target, o Options) (*Change, error) {
 		return nil, err
 	}
 	c := &Change{Target: t, Path: path, Before: before}
+	only := ""
+	if ep.model == "" && t != ClineMCP && o.Models != nil && len(o.Models.Models) == 1 {
+		// One model behind the gateway: the tool can only mean that one.
+		only = o.Models.Models[0].ID
+		ep.model = only
+	}
 	sizes := o.sizes(ep)
+	if only != "" {
+		sizes.note("model %s: the only model %s lists (--model picks another)", only, sizes.source)
+	}
 	switch t {
 	case ClaudeCode:
 		c.After, c.Notes, err = claudeCode(before, ep, sizes)

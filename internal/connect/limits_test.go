@@ -239,3 +239,47 @@ func TestPlan_ClineMCPCommandIsAnAbsolutePathWhenOneIsKnown(t *testing.T) {
 		})
 	}
 }
+
+// Without --model, a gateway that serves one model leaves no choice; with
+// several, Claude Code (which asks for claude-… names) is told that its
+// requests would get 404, with the names to pick from.
+func TestPlan_ModelWhenNoneIsGiven(t *testing.T) {
+	one := &Catalog{URL: "http://127.0.0.1:4000/v1/models", Models: []ModelInfo{{ID: "qwen3-8b", ContextLength: 32768, ContextSource: "max_model_len"}}}
+	two := &Catalog{URL: one.URL, Models: []ModelInfo{{ID: "qwen3-8b"}, {ID: "llama-3.1-8b"}}}
+	withClaude := &Catalog{URL: one.URL, Models: []ModelInfo{{ID: "qwen3-8b"}, {ID: "claude-sonnet-4-5"}}}
+	for _, tc := range []struct {
+		name      string
+		cat       *Catalog
+		wantModel string // ANTHROPIC_MODEL written, "" for none
+		wantNote  string // a note that must be there, "" for no 404 note
+	}{
+		{"one model", one, "qwen3-8b", ""},
+		{"two models", two, "", "404 model_not_found unless it serves them; rerun with --model (the gateway lists: qwen3-8b, llama-3.1-8b)"},
+		{"claude served", withClaude, "", ""},
+		{"list not read", nil, "", "404 model_not_found"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := testOpts(t)
+			o.Model, o.Models = "", tc.cat
+			c, err := Plan(ClaudeCode, o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, _ := dig(decodeJSON(t, c.After), "env", "ANTHROPIC_MODEL").(string)
+			if got != tc.wantModel {
+				t.Errorf("ANTHROPIC_MODEL = %q, want %q", got, tc.wantModel)
+			}
+			notes := strings.Join(c.Notes, "\n")
+			if tc.wantNote == "" && strings.Contains(notes, "404") || tc.wantNote != "" && !strings.Contains(notes, tc.wantNote) {
+				t.Errorf("notes:\n%s\nwant one with %q", notes, tc.wantNote)
+			}
+			if tc.wantModel != "" {
+				assumed := strings.Join(c.Assumed, "\n")
+				if !strings.Contains(assumed, "model qwen3-8b: the only model http://127.0.0.1:4000/v1/models lists") ||
+					!strings.Contains(assumed, "context length of qwen3-8b: 32768 tokens") {
+					t.Errorf("assumed:\n%s", assumed)
+				}
+			}
+		})
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -246,6 +247,34 @@ func (z *sizes) contextOf(m ModelInfo) string {
 		}
 	}
 	return fmt.Sprintf("context length of %s unknown: %s does not list it%s", m.ID, z.source, hint)
+}
+
+// lists reports whether the gateway's model list has a model whose id
+// starts with prefix (false when the list was not read).
+func (z *sizes) lists(prefix string) bool {
+	for _, m := range z.models {
+		if strings.HasPrefix(m.ID, prefix) {
+			return true
+		}
+	}
+	return false
+}
+
+// listed is " (the gateway lists: a, b, …)" for a note, or "" when the
+// list was not read or is empty.
+func (z *sizes) listed() string {
+	if len(z.models) == 0 {
+		return ""
+	}
+	ids := make([]string, 0, 8)
+	for i, m := range z.models {
+		if i == 8 {
+			ids = append(ids, fmt.Sprintf("… %d in all", len(z.models)))
+			break
+		}
+		ids = append(ids, m.ID)
+	}
+	return " (the gateway lists: " + strings.Join(ids, ", ") + ")"
 }
 
 // forModels is the model list opencode gets: the gateway's models, and the

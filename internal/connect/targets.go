@@ -38,6 +38,9 @@ func claudeCode(before []byte, ep endpoint, z *sizes) ([]byte, []string, error) 
 		if _, ok := env.get("ANTHROPIC_API_KEY"); ok {
 			notes = append(notes, "env.ANTHROPIC_API_KEY is also set and is sent as x-api-key; remove it unless the gateway should see that key")
 		}
+		if ep.model == "" && !z.lists("claude-") {
+			notes = append(notes, "no --model given: Claude Code asks for Anthropic model names (claude-…), which the gateway answers with 404 model_not_found unless it serves them; rerun with --model"+z.listed())
+		}
 		if ep.model != "" {
 			if err := env.set("ANTHROPIC_MODEL", ep.model); err != nil {
 				return err
@@ -86,7 +89,7 @@ func codex(before []byte, ep endpoint, z *sizes) ([]byte, []string, error) {
 	}
 	notes := []string{"Codex reads the key from $" + KeyEnv + ": export " + KeyEnv + "=<key> in the shell that starts codex"}
 	if ep.model == "" {
-		notes = append(notes, "no --model given: set model in config.toml or start codex with --model")
+		notes = append(notes, "no --model given: set model in config.toml or start codex with --model"+z.listed())
 	}
 	return out, notes, nil
 }
@@ -133,7 +136,7 @@ func clineCLI(before []byte, ep endpoint, z *sizes, now time.Time) ([]byte, []st
 					notes = append(notes, noKeyNote)
 				}
 				if ep.model == "" {
-					notes = append(notes, "no --model given: rerun with --model, or start cline with -m MODEL")
+					notes = append(notes, "no --model given: rerun with --model, or start cline with -m MODEL"+z.listed())
 					return nil
 				}
 				if err := st.set("model", ep.model); err != nil {
