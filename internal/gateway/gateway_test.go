@@ -57,6 +57,7 @@ models:
   err-500: {backend: vllm}
   err-401: {backend: vllm}
   err-429: {backend: vllm}
+  nojinja: {backend: vllm}
   no-choices: {backend: vllm}
   error-in-200: {backend: vllm}
   offline: {backend: dead}
@@ -701,5 +702,49 @@ func TestGateway_RecordsInTheOldDefaultSpoolAreWrittenAfterTheUpgrade(t *testing
 	}
 	if _, err := os.Stat(old); !os.IsNotExist(err) {
 		t.Fatalf("the old spool is still there: %v", err)
+	}
+}
+
+// TestEngineWithoutJinja_ToolRequestsAreRefusedWithTheFixAndTheModelStaysUp:
+// llama-server started without --jinja answers every request with tools
+// "500 tools param requires --jinja flag". Claude Code sends tools with
+// every request: it must get a 400 that names the fix (not a 502 it
+// retries), and those refusals must not open the deployment's breaker,
+// which would refuse the model's requests without tools too.
+func TestEngineWithoutJinja_ToolRequestsAreRefusedWithTheFixAndTheModelStaysUp(t *testing.T) {
+	e := startEnv(t)
+	const tools = `"tools":[{"name":"Read","description":"read a file","input_schema":{"type":"object","properties":{"path":{"type":"string"}}}}]`
+	for i := range 12 {
+		stream := i%2 == 1
+		r := e.do("POST", "/v1/messages", testMaster,
+			fmt.Sprintf(`{"model":"nojinja","max_tokens":16,"stream":%v,"messages":[{"role":"user","content":"hi"}],%s}`, stream, tools))
+		if r.status != http.StatusBadRequest {
+			t.Fatalf("request %d (stream %v): status %d, want 400: %s", i, stream, r.status, r.body)
+		}
+		var env struct {
+			Type  string `json:"type"`
+			Error struct {
+				Type    string `json:"type"`
+				Message string `json:"message"`
+			} `json:"error"`
+		}
+		if err := json.Unmarshal([]byte(r.body), &env); err != nil || env.Type != "error" || env.Error.Type != "invalid_request_error" {
+			t.Fatalf("not an Anthropic invalid_request_error: %s", r.body)
+		}
+		for _, w := range []string{`backend "vllm" cannot take requests with tools`, "tools param requires --jinja flag", "add --jinja"} {
+			if !strings.Contains(env.Error.Message, w) {
+				t.Errorf("message %q lacks %q", env.Error.Message, w)
+			}
+		}
+	}
+	// The same model without tools is served: no breaker opened.
+	if r := e.do("POST", "/v1/messages", testMaster, `{"model":"nojinja","max_tokens":16,"messages":[{"role":"user","content":"hi"}]}`); r.status != http.StatusOK {
+		t.Fatalf("a request without tools after the refusals: %d %s", r.status, r.body)
+	}
+	// The OpenAI dialect gets its own envelope with the same advice.
+	r := e.do("POST", "/v1/chat/completions", testMaster,
+		`{"model":"nojinja","messages":[{"role":"user","content":"hi"}],"tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object"}}}]}`)
+	if r.status != http.StatusBadRequest || !strings.Contains(r.body, `"code":"backend_tools_disabled"`) || !strings.Contains(r.body, "add --jinja") {
+		t.Fatalf("chat completions: %d %s", r.status, r.body)
 	}
 }

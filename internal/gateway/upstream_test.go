@@ -60,6 +60,12 @@ func (f *fakeVLLM) handle(w http.ResponseWriter, r *http.Request) {
 	if so, ok := body["stream_options"].(map[string]any); ok {
 		includeUsage, _ = so["include_usage"].(bool)
 	}
+	if tools, _ := body["tools"].([]any); model == "nojinja" && len(tools) > 0 {
+		// llama.cpp's llama-server started without --jinja.
+		w.WriteHeader(500)
+		fmt.Fprint(w, `{"error":{"code":500,"message":"tools param requires --jinja flag","type":"server_error"}}`)
+		return
+	}
 	switch model {
 	case "err-400":
 		w.WriteHeader(400)
