@@ -240,6 +240,16 @@ func (d *diagnosis) add(c Check) *Check {
 	return &d.checks[len(d.checks)-1]
 }
 
+// find returns the check recorded with id, or nil.
+func (d *diagnosis) find(id string) *Check {
+	for i := range d.checks {
+		if d.checks[i].ID == id {
+			return &d.checks[i]
+		}
+	}
+	return nil
+}
+
 // skip records a check that could not run because an earlier one failed.
 func (d *diagnosis) skip(id, title string) {
 	d.add(Check{ID: id, Title: title, Status: StatusSkip, Detail: "skipped: " + d.blocked + " failed"})
@@ -257,6 +267,7 @@ func (d *diagnosis) run(ctx context.Context) {
 	d.checkNetwork(ctx)
 	d.checkAuthAndModels(ctx)
 	d.checkChat(ctx)
+	d.checkTools(ctx)
 	d.checkStream(ctx)
 	d.checkAnthropic(ctx)
 	d.checkResponses(ctx)

@@ -94,7 +94,7 @@ func TestRun_HealthyEndpointPassesEveryCheck(t *testing.T) {
 		}
 	}
 	for _, id := range []string{"env.keys", "url.shape", "env.proxy", "net.dns", "net.tcp", "auth", "models", "chat",
-		"stream", "stream.done", "stream.usage", "anthropic", "anthropic.stream", "responses", "perf"} {
+		"tools", "stream", "stream.done", "stream.usage", "anthropic", "anthropic.stream", "responses", "perf"} {
 		if c := must(t, r, id); c.Status != StatusPass {
 			t.Errorf("%s is %s, want pass: %s", id, c.Status, c.Detail)
 		}
@@ -644,5 +644,25 @@ func TestRun_ChatAnsweredOnlyInReasoningSaysSo(t *testing.T) {
 	c := expect(t, r, "chat", StatusPass, "answered only in its reasoning (“Okay, the user says hi. I should”, 32 characters; finish_reason length)", "")
 	if !strings.Contains(c.Detail, "9 prompt + 16 completion tokens") {
 		t.Errorf("usage missing: %s", c.Detail)
+	}
+}
+
+// An endpoint that answers plain chat but refuses tools breaks every
+// coding agent: the tools check fails and says what switches tools on.
+func TestRun_ToolsRefusedAreAFailureWithTheServersFix(t *testing.T) {
+	for _, tc := range []struct {
+		status      int
+		msg, fixHas string
+	}{
+		{500, "tools param requires --jinja flag", "add --jinja"},
+		{400, "registry.ollama.ai/library/gemma3:270m does not support tools", "--tool-call-parser"},
+	} {
+		f := newFake()
+		f.toolsRefused, f.toolsMessage = tc.status, tc.msg
+		srv := httptest.NewServer(f)
+		r := run(t, baseOpts(t, srv.URL, f))
+		expect(t, r, "chat", StatusPass, "answered", "")
+		expect(t, r, "tools", StatusFail, fmt.Sprintf("HTTP %d, where the same request without one passed: %s", tc.status, tc.msg), tc.fixHas)
+		srv.Close()
 	}
 }

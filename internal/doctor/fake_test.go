@@ -24,6 +24,10 @@ type fakeServer struct {
 	xAPIKeyOnly  bool // OpenAI endpoints accept only x-api-key
 	forbidden    bool // every authenticated request gets 403
 	thinkOnly    bool // a whole chat answer is all reasoning_content, cut at max_tokens
+	// toolsRefused, when set, is the status of a chat request with tools,
+	// answered with toolsMessage (llama-server without --jinja: 500).
+	toolsRefused int
+	toolsMessage string
 	// serverTiming, when set, is the Server-Timing header of chat answers
 	// (as an llmgate gateway sends one).
 	serverTiming string
@@ -120,6 +124,7 @@ type fakeChatReq struct {
 	StreamOptions *struct {
 		IncludeUsage bool `json:"include_usage"`
 	} `json:"stream_options"`
+	Tools []json.RawMessage `json:"tools"`
 }
 
 func (f *fakeServer) chat(w http.ResponseWriter, r *http.Request) {
@@ -130,6 +135,10 @@ func (f *fakeServer) chat(w http.ResponseWriter, r *http.Request) {
 	}
 	if !f.hasModel(req.Model) {
 		openaiErr(w, 404, "invalid_request_error", "model_not_found", fmt.Sprintf("The model `%s` does not exist.", req.Model))
+		return
+	}
+	if f.toolsRefused != 0 && len(req.Tools) > 0 {
+		openaiErr(w, f.toolsRefused, "server_error", "", f.toolsMessage)
 		return
 	}
 	if f.errorBody200 {
