@@ -31,7 +31,7 @@ func (c *enginesClient) do(ctx context.Context, method, path string, out any) er
 	if key == "" {
 		return fmt.Errorf("no master key: set LLMGATE_MASTER_KEY or pass --master-key")
 	}
-	url, _ := c.resolveURL(nil)
+	url, explicit := c.resolveURL(nil)
 	base := strings.TrimSuffix(strings.TrimSuffix(url, "/"), "/v1")
 	req, err := http.NewRequestWithContext(ctx, method, base+path, nil)
 	if err != nil {
@@ -40,7 +40,7 @@ func (c *enginesClient) do(ctx context.Context, method, path string, out any) er
 	req.Header.Set("Authorization", "Bearer "+key)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return fmt.Errorf("cannot reach the gateway at %s: %w (is 'llmgate serve' running? set --url)", base, err)
+		return unreachable(base, explicit, err, "set --url")
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))

@@ -90,7 +90,7 @@ func modelsFromGateway(ctx context.Context, w io.Writer, f modelsFlags) error {
 	if key == "" {
 		key = strings.TrimSpace(os.Getenv("LLMGATE_API_KEY"))
 	}
-	url, _ := f.resolveURL(nil)
+	url, explicit := f.resolveURL(nil)
 	base := strings.TrimSuffix(strings.TrimRight(url, "/"), "/v1")
 	ctx, cancel := context.WithTimeout(ctx, f.timeout)
 	defer cancel()
@@ -103,7 +103,7 @@ func modelsFromGateway(ctx context.Context, w io.Writer, f modelsFlags) error {
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return fmt.Errorf("cannot reach the gateway at %s: %w (is llmgate serve running? set --url, or use -c to read a config file)", base, err)
+		return unreachable(base, explicit, err, "set --url, or use -c to read a config file")
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 16<<20))

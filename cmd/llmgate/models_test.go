@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -214,6 +215,27 @@ func TestModelsCmd_ShowsEngineLoadOfCacheAwareReplicas(t *testing.T) {
 		`llmgate_engine_kv_cache_usage{backend="e0"} 0.5`, `llmgate_engine_metrics_fresh{backend="e1"} 1`} {
 		if !bytes.Contains(body, []byte(want)) {
 			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+}
+
+// An admin command that found no gateway at its default address says so
+// when LLMGATE_BASE_URL (which bench, doctor, connect and mcp read) names
+// another: that is the address the user meant.
+func TestUnreachable_PointsFromLLMGATE_BASE_URLToLLMGATE_URL(t *testing.T) {
+	t.Setenv("LLMGATE_BASE_URL", "http://10.0.0.5:4000/v1/")
+	cause := errors.New("connection refused")
+	err := unreachable("http://127.0.0.1:4000", false, cause, "set --url")
+	if !errors.Is(err, cause) || !strings.Contains(err.Error(), "export LLMGATE_URL=http://10.0.0.5:4000") {
+		t.Fatalf("got %v", err)
+	}
+	// Given explicitly (--url or LLMGATE_URL), or the same address: no hint.
+	for _, e := range []error{
+		unreachable("http://127.0.0.1:4000", true, cause, "set --url"),
+		unreachable("http://10.0.0.5:4000", false, cause, "set --url"),
+	} {
+		if strings.Contains(e.Error(), "LLMGATE_BASE_URL") {
+			t.Errorf("unexpected hint: %v", e)
 		}
 	}
 }

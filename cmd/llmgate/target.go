@@ -85,6 +85,22 @@ func listenURL(cfg *config.Config) string {
 	return scheme + "://" + net.JoinHostPort(host, port)
 }
 
+// unreachable is the error for a gateway that did not answer at base;
+// how says what to set. When the address was not given (explicit false:
+// no --url, no LLMGATE_URL) but LLMGATE_BASE_URL names another one, it
+// says so: bench, doctor, connect and mcp read that variable (connect env
+// prints it), the admin commands read LLMGATE_URL.
+func unreachable(base string, explicit bool, err error, how string) error {
+	hint := ""
+	if b := strings.TrimSpace(os.Getenv("LLMGATE_BASE_URL")); !explicit && b != "" {
+		root := strings.TrimSuffix(strings.TrimRight(b, "/"), "/v1")
+		if root != strings.TrimRight(base, "/") {
+			hint = fmt.Sprintf("; LLMGATE_BASE_URL is %s, but this command reads --url or LLMGATE_URL: export LLMGATE_URL=%s", b, root)
+		}
+	}
+	return fmt.Errorf("cannot reach the gateway at %s: %w (is 'llmgate serve' running? %s)%s", base, err, how, hint)
+}
+
 // gatewayAnswers reports whether an llmgate gateway answers at base: its
 // /healthz says {"status":"ok"}.
 func gatewayAnswers(ctx context.Context, base string) bool {
