@@ -9,7 +9,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"fmt"
 	"net"
 	"net/http"
 	"os"
@@ -136,6 +135,6 @@ func waitHealthy(t *testing.T, base string, exited <-chan error) {
 		resp.Body.Close()
 		return resp.StatusCode == http.StatusOK
 	}); !ok {
-		t.Fatal(fmt.Sprintf("gateway at %s not healthy after 30s", base))
+		t.Fatalf("gateway at %s not healthy after 30s", base)
 	}
 }
