@@ -315,7 +315,7 @@ func TestGateway_ModelsListsEveryModelWithBackend(t *testing.T) {
 			found = m.OwnedBy == "vllm"
 		}
 	}
-	if r.status != 200 || !found || len(list.Data) != 14 {
+	if r.status != 200 || !found || len(list.Data) != 15 {
 		t.Fatalf("status %d models %+v", r.status, list.Data)
 	}
 }
