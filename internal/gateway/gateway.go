@@ -96,8 +96,10 @@ type Gateway struct {
 	// engineInfo learns from each deployment's engine (context lengths,
 	// tokenizer).
 	engineInfo *engineinfo.Learner
-	cancel     context.CancelFunc
-	served     chan error
+	// responses stores Responses API answers (nil when storage is off).
+	responses *respstore.Store
+	cancel    context.CancelFunc
+	served    chan error
 	// disc resolves the backends with discovery; tableMu serializes the
 	// table swaps of reloads and discovery, rawCfg is the configuration
 	// as loaded (before discovery expands it).
@@ -205,6 +207,7 @@ func Start(ctx context.Context, opt Options) (g *Gateway, err error) {
 	if on, ttl := cfg.ResponsesStorage(); on {
 		responses = respstore.New(g.Store, ttl, log)
 	}
+	g.responses = responses
 	rl := relay.New(relay.Options{Ledger: g.Ledger, Observer: g.observer(), Admission: adm, Responses: responses, Engines: g.engineInfo, Logger: log})
 	sopt := server.Options{Tables: g.Tables, Relay: rl, Verifier: g.Verifier, Ready: g.Ledger.Healthy, Logger: log, Engines: g.engineInfo, MaxBodyBytes: cfg.MaxBodyBytes,
 		Responses: responses, Middleware: opt.Middleware}
@@ -317,6 +320,9 @@ func (g *Gateway) Close(ctx context.Context) error {
 	g.tableMu.Unlock()
 	if oerr := g.stopObservability(ctx); oerr != nil {
 		err = errors.Join(err, oerr)
+	}
+	if g.responses != nil {
+		g.responses.Close() // its purge in flight uses the store
 	}
 	if serr := g.Store.Close(); serr != nil {
 		err = errors.Join(err, serr)

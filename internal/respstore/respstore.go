@@ -16,6 +16,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -42,6 +43,13 @@ type Store struct {
 	ttl       time.Duration
 	log       *slog.Logger
 	lastPurge atomic.Int64 // Unix ms
+
+	// A purge of expired responses runs on its own goroutine; Close waits
+	// for it, so that the database is closed only after it, and no purge
+	// starts after Close.
+	mu      sync.Mutex
+	closed  bool
+	purging sync.WaitGroup
 }
 
 // New returns a Store over st keeping responses for ttl (DefaultTTL when
@@ -142,16 +150,38 @@ func (s *Store) Save(ctx context.Context, requestID, keyID string, resp *openai.
 		return
 	}
 	if last := s.lastPurge.Load(); now.UnixMilli()-last > purgeEvery.Milliseconds() && s.lastPurge.CompareAndSwap(last, now.UnixMilli()) {
-		go func() {
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			defer cancel()
-			if n, err := s.st.PurgeResponses(ctx, time.Now()); err != nil {
-				s.log.Warn("purge expired responses", "err", err)
-			} else if n > 0 {
-				s.log.Info("purged expired responses", "count", n)
-			}
-		}()
+		s.purge()
 	}
+}
+
+// purge deletes expired responses on a goroutine of its own, unless the
+// Store is closed.
+func (s *Store) purge() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return
+	}
+	s.purging.Add(1)
+	go func() {
+		defer s.purging.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if n, err := s.st.PurgeResponses(ctx, time.Now()); err != nil {
+			s.log.Warn("purge expired responses", "err", err)
+		} else if n > 0 {
+			s.log.Info("purged expired responses", "count", n)
+		}
+	}()
+}
+
+// Close waits for a purge in flight and starts none after it: call it
+// before closing the database.
+func (s *Store) Close() {
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
+	s.purging.Wait()
 }
 
 // Handler answers GET and DELETE /v1/responses/{id} for the principal

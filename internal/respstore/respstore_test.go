@@ -28,8 +28,12 @@ func newStore(t *testing.T) *respstore.Store {
 	if err != nil {
 		t.Fatal(err)
 	}
+	rs := respstore.New(st, time.Hour, quiet)
+	// Cleanups run last first: the purge a Save started ends before the
+	// database closes and its directory is removed.
 	t.Cleanup(func() { st.Close() })
-	return respstore.New(st, time.Hour, quiet)
+	t.Cleanup(rs.Close)
+	return rs
 }
 
 func text(s string) *string { return &s }
