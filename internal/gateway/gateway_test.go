@@ -705,13 +705,14 @@ func TestGateway_RecordsInTheOldDefaultSpoolAreWrittenAfterTheUpgrade(t *testing
 	}
 }
 
-// TestEngineWithoutJinja_ToolRequestsAreRefusedWithTheFixAndTheModelStaysUp:
+// TestEngineRefusalsAs500_AreRefusedWithTheFixAndTheModelStaysUp:
 // llama-server started without --jinja answers every request with tools
-// "500 tools param requires --jinja flag". Claude Code sends tools with
+// "500 tools param requires --jinja flag" (and a text-only one every
+// image with "500 image input is not supported"). Claude Code sends tools with
 // every request: it must get a 400 that names the fix (not a 502 it
 // retries), and those refusals must not open the deployment's breaker,
 // which would refuse the model's requests without tools too.
-func TestEngineWithoutJinja_ToolRequestsAreRefusedWithTheFixAndTheModelStaysUp(t *testing.T) {
+func TestEngineRefusalsAs500_AreRefusedWithTheFixAndTheModelStaysUp(t *testing.T) {
 	e := startEnv(t)
 	const tools = `"tools":[{"name":"Read","description":"read a file","input_schema":{"type":"object","properties":{"path":{"type":"string"}}}}]`
 	for i := range 12 {
@@ -740,6 +741,18 @@ func TestEngineWithoutJinja_ToolRequestsAreRefusedWithTheFixAndTheModelStaysUp(t
 	// The same model without tools is served: no breaker opened.
 	if r := e.do("POST", "/v1/messages", testMaster, `{"model":"nojinja","max_tokens":16,"messages":[{"role":"user","content":"hi"}]}`); r.status != http.StatusOK {
 		t.Fatalf("a request without tools after the refusals: %d %s", r.status, r.body)
+	}
+	// An image to a text-only llama-server (500 "image input is not
+	// supported"): refused the same way, the model still up.
+	const img = `{"type":"image","source":{"type":"base64","media_type":"image/png","data":"iVBORw0KGgo="}}`
+	for range 8 {
+		r := e.do("POST", "/v1/messages", testMaster, `{"model":"nojinja","max_tokens":16,"messages":[{"role":"user","content":[{"type":"text","text":"what is this?"},`+img+`]}]}`)
+		if r.status != http.StatusBadRequest || !strings.Contains(r.body, "cannot take this request's image or audio input") || !strings.Contains(r.body, "--mmproj") {
+			t.Fatalf("image to a text-only engine: %d %s", r.status, r.body)
+		}
+	}
+	if r := e.do("POST", "/v1/messages", testMaster, `{"model":"nojinja","max_tokens":16,"messages":[{"role":"user","content":"hi"}]}`); r.status != http.StatusOK {
+		t.Fatalf("a text request after the image refusals: %d %s", r.status, r.body)
 	}
 	// The OpenAI dialect gets its own envelope with the same advice.
 	r := e.do("POST", "/v1/chat/completions", testMaster,

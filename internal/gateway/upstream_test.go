@@ -66,6 +66,12 @@ func (f *fakeVLLM) handle(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprint(w, `{"error":{"code":500,"message":"tools param requires --jinja flag","type":"server_error"}}`)
 		return
 	}
+	if model == "nojinja" && strings.Contains(string(raw), `"image_url"`) {
+		// ... and with a text-only model (no --mmproj).
+		w.WriteHeader(500)
+		fmt.Fprint(w, `{"error":{"code":500,"message":"image input is not supported - hint: if this is unexpected, you may need to provide the mmproj","type":"server_error"}}`)
+		return
+	}
 	switch model {
 	case "err-400":
 		w.WriteHeader(400)

@@ -458,15 +458,20 @@ func upstreamError(c *Call, dep router.Deployment, path string, resp *http.Respo
 		return e
 	case st == http.StatusGatewayTimeout:
 		return apierror.Newf(http.StatusGatewayTimeout, apierror.KindTimeout, "backend_timeout", "backend %q timed out (%s)", name, msg)
+	// llama.cpp's llama-server answers 500 for a request its start-up
+	// flags or model cannot take. The server is healthy and every such
+	// request fails the same way: no backend failure (no breaker, no
+	// retry on another deployment) but a 400 the client does not retry,
+	// saying what fixes it.
 	case st >= 500 && strings.Contains(msg, "--jinja"):
-		// llama.cpp's llama-server without --jinja answers a request with
-		// tools "500 tools param requires --jinja flag": the server is
-		// healthy and every such request would fail the same way, so it
-		// is no backend failure (no breaker, no retry) but a refusal the
-		// client should not retry, with what fixes it.
 		return apierror.Newf(http.StatusBadRequest, apierror.KindInvalidRequest, "backend_tools_disabled",
 			"backend %q cannot take requests with tools (%d: %s): it is llama.cpp's llama-server started without --jinja; "+
 				"add --jinja to its command line and restart it (Claude Code, Codex, opencode and Cline send tools with every request)",
+			name, st, msg)
+	case st >= 500 && (strings.Contains(msg, "image input is not supported") || strings.Contains(msg, "audio input is not supported")):
+		return apierror.Newf(http.StatusBadRequest, apierror.KindInvalidRequest, "backend_input_unsupported",
+			"backend %q cannot take this request's image or audio input (%d: %s): the model takes text only "+
+				"(llama-server reads images and audio only with the model's --mmproj file); send text only, or route such input to a multimodal model",
 			name, st, msg)
 	case st >= 500:
 		return apierror.Newf(http.StatusBadGateway, apierror.KindUpstream, "backend_error", "backend %q failed (%d: %s)", name, st, msg)
