@@ -108,7 +108,7 @@ func runServe(ctx context.Context, f serveFlags, out io.Writer) error {
 	var refused []discover.Refused
 	if zero {
 		var local []discover.Found
-		local, refused = discover.Probe(ctx, "127.0.0.1", discover.DefaultPorts, 700*time.Millisecond)
+		local, refused = discover.Probe(ctx, "127.0.0.1", discover.DefaultPorts, 700*time.Millisecond, os.LookupEnv)
 		cfg, found = discover.Build(local, os.LookupEnv, discover.DefaultClouds)
 		if err := cfg.ApplyEnv(os.LookupEnv); err != nil {
 			return err

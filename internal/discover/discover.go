@@ -24,11 +24,16 @@ import (
 type LocalPort struct {
 	Port   int
 	Engine string
+	// KeyEnv is the variable the engine reads its --api-key from when the
+	// flag is not given (vLLM VLLM_API_KEY, llama.cpp LLAMA_API_KEY): set
+	// in the gateway's environment too, it is sent to an engine that
+	// refuses the probe without a key.
+	KeyEnv string
 }
 
 // DefaultPorts are probed by zero-config start.
 var DefaultPorts = []LocalPort{
-	{8000, "vllm"}, {30000, "sglang"}, {8080, "llamacpp"}, {11434, "ollama"},
+	{8000, "vllm", "VLLM_API_KEY"}, {30000, "sglang", ""}, {8080, "llamacpp", "LLAMA_API_KEY"}, {11434, "ollama", ""},
 }
 
 // Cloud is a cloud API recognised by its key variable.
@@ -53,6 +58,8 @@ type Found struct {
 	URL     string
 	Source  string // "probe 127.0.0.1:8000" or "env DEEPSEEK_API_KEY"
 	Models  []string
+	// APIKey is the key the engine wanted, from its KeyEnv ("" for none).
+	APIKey string
 	// Short maps a model id that is a file path (llama-server -m
 	// /models/Qwen3-8B-Q4_K_M.gguf, vllm serve /models/Qwen3-8B) to the
 	// short name Build registered for it instead of the id.
@@ -90,7 +97,9 @@ type Refused struct {
 // Probe asks each local port for /v1/models concurrently, with a short
 // time-out, and returns the ones that answered with a model list, and the
 // ones where an HTTP server answered otherwise (a closed port is neither).
-func Probe(ctx context.Context, host string, ports []LocalPort, timeout time.Duration) ([]Found, []Refused) {
+// A port that refuses the probe without a key is asked again with its
+// engine's key variable when lookup finds it set.
+func Probe(ctx context.Context, host string, ports []LocalPort, timeout time.Duration, lookup func(string) (string, bool)) ([]Found, []Refused) {
 	client := &http.Client{Timeout: timeout, Transport: &http.Transport{Proxy: nil}}
 	var mu sync.Mutex
 	var out []Found
@@ -102,15 +111,24 @@ func Probe(ctx context.Context, host string, ports []LocalPort, timeout time.Dur
 			defer wg.Done()
 			addr := net.JoinHostPort(host, strconv.Itoa(p.Port))
 			base := "http://" + addr + "/v1"
-			models, status, err := listModels(ctx, client, base)
+			source := "probe " + addr
+			models, status, err := listModels(ctx, client, base, "")
+			key, tried := "", ""
+			if status == http.StatusUnauthorized || status == http.StatusForbidden {
+				if v, ok := lookupKey(lookup, p.KeyEnv); ok {
+					key, tried = strings.TrimSpace(v), p.KeyEnv
+					models, status, err = listModels(ctx, client, base, key)
+					source += ", key from $" + p.KeyEnv
+				}
+			}
 			mu.Lock()
 			defer mu.Unlock()
 			switch {
 			case err == nil:
 				out = append(out, Found{Backend: fmt.Sprintf("%s-%d", p.Engine, p.Port), URL: base,
-					Source: "probe " + addr, Models: models})
+					Source: source, Models: models, APIKey: key})
 			case status != 0:
-				refused = append(refused, Refused{Addr: addr, Engine: p.Engine, Reason: refusal(status, err, p, base)})
+				refused = append(refused, Refused{Addr: addr, Engine: p.Engine, Reason: refusal(status, err, p, base, tried)})
 			}
 		}(p)
 	}
@@ -120,13 +138,31 @@ func Probe(ctx context.Context, host string, ports []LocalPort, timeout time.Dur
 	return out, refused
 }
 
+// lookupKey returns the non-blank value of the variable name, if any.
+func lookupKey(lookup func(string) (string, bool), name string) (string, bool) {
+	if name == "" || lookup == nil {
+		return "", false
+	}
+	v, ok := lookup(name)
+	return v, ok && strings.TrimSpace(v) != ""
+}
+
 // refusal says what an HTTP answer other than a model list means.
-func refusal(status int, err error, p LocalPort, base string) string {
+// tried names the key variable whose key was refused too ("" for none).
+func refusal(status int, err error, p LocalPort, base, tried string) string {
 	switch status {
 	case http.StatusUnauthorized, http.StatusForbidden:
+		if tried != "" {
+			return fmt.Sprintf("GET /v1/models answered %d %s, also with the key in $%s: that is not the key the engine was started with",
+				status, http.StatusText(status), tried)
+		}
+		also := ""
+		if p.KeyEnv != "" {
+			also = " (or export " + p.KeyEnv + " with the engine's key where the gateway starts)"
+		}
 		return fmt.Sprintf("GET /v1/models answered %d %s: the engine wants an API key (it was started with --api-key); "+
 			"give it in a config file (backends: {%s-%d: {url: %q, api_key: ${ENGINE_API_KEY}}} and a model on that backend) "+
-			"and run serve -c with it", status, http.StatusText(status), p.Engine, p.Port, base)
+			"and run serve -c with it%s", status, http.StatusText(status), p.Engine, p.Port, base, also)
 	case http.StatusOK:
 		return "GET /v1/models answered 200 but not with an OpenAI model list (" + err.Error() + "): is this an inference engine?"
 	default:
@@ -134,12 +170,16 @@ func refusal(status int, err error, p LocalPort, base string) string {
 	}
 }
 
-// listModels returns the model ids base's GET /models lists; on an error,
-// the HTTP status when a server answered (0 when none did).
-func listModels(ctx context.Context, c *http.Client, base string) ([]string, int, error) {
+// listModels returns the model ids base's GET /models lists, sending key
+// when not empty; on an error, the HTTP status when a server answered (0
+// when none did).
+func listModels(ctx context.Context, c *http.Client, base, key string) ([]string, int, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/models", nil)
 	if err != nil {
 		return nil, 0, err
+	}
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
 	}
 	resp, err := c.Do(req)
 	if err != nil {
@@ -176,7 +216,7 @@ func Build(local []Found, lookup func(string) (string, bool), clouds []Cloud) (*
 	cfg := &config.Config{Backends: map[string]*config.Backend{}, Models: map[string]*config.Model{}, Source: "zero-config"}
 	found := append([]Found(nil), local...)
 	for _, f := range local {
-		cfg.Backends[f.Backend] = &config.Backend{URL: f.URL}
+		cfg.Backends[f.Backend] = &config.Backend{URL: f.URL, APIKey: f.APIKey}
 		for _, m := range f.Models {
 			if _, dup := cfg.Models[m]; !dup {
 				cfg.Models[m] = &config.Model{Backend: f.Backend}

@@ -43,9 +43,9 @@ func TestProbe_FindsEnginesAndSkipsClosedPorts(t *testing.T) {
 	closed.Close()
 
 	found, refused := Probe(context.Background(), "127.0.0.1", []LocalPort{
-		{port(t, vllm.URL), "vllm"}, {port(t, notAPI.URL), "sglang"}, {closedPort, "ollama"},
-		{port(t, keyed.URL), "llamacpp"}, {port(t, web.URL), "vllm"},
-	}, 500*time.Millisecond)
+		{port(t, vllm.URL), "vllm", ""}, {port(t, notAPI.URL), "sglang", ""}, {closedPort, "ollama", ""},
+		{port(t, keyed.URL), "llamacpp", ""}, {port(t, web.URL), "vllm", ""},
+	}, 500*time.Millisecond, func(string) (string, bool) { return "", false })
 	if len(found) != 1 || found[0].URL != vllm.URL+"/v1" || len(found[0].Models) != 2 {
 		t.Fatalf("found %+v", found)
 	}
@@ -136,5 +136,43 @@ func TestBuild_PathModelIDsGetAShortNameThatNeverShadowsAnID(t *testing.T) {
 	}
 	if found[0].Short["/m/qwen3-8b.gguf"] != "qwen3-8b" || found[0].Short["/m/phi-4.gguf"] != "" || found[1].Short != nil {
 		t.Errorf("found's short names: %+v, %+v", found[0].Short, found[1].Short)
+	}
+}
+
+// An engine started with --api-key refuses the probe; the key variable it
+// reads its key from (vLLM VLLM_API_KEY, llama.cpp LLAMA_API_KEY), set
+// where the gateway starts too, is tried, and the backend keeps it.
+func TestProbe_AnEngineWithAKeyIsFoundWithItsKeyVariable(t *testing.T) {
+	engine := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "Bearer k-123" {
+			w.WriteHeader(http.StatusUnauthorized)
+			fmt.Fprint(w, `{"error":"Unauthorized"}`)
+			return
+		}
+		fmt.Fprint(w, `{"object":"list","data":[{"id":"qwen3-8b"}]}`)
+	}))
+	defer engine.Close()
+	env := map[string]string{"VLLM_API_KEY": " k-123 ", "LLAMA_API_KEY": "wrong"}
+	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
+	p := port(t, engine.URL)
+
+	found, refused := Probe(context.Background(), "127.0.0.1", []LocalPort{{p, "vllm", "VLLM_API_KEY"}}, 500*time.Millisecond, lookup)
+	if len(found) != 1 || len(refused) != 0 || found[0].APIKey != "k-123" || !strings.Contains(found[0].Source, "key from $VLLM_API_KEY") {
+		t.Fatalf("found %+v, refused %+v", found, refused)
+	}
+	cfg, _ := Build(found, func(string) (string, bool) { return "", false }, nil)
+	if b := cfg.Backends[found[0].Backend]; b == nil || b.APIKey != "k-123" {
+		t.Fatalf("backend %+v: the key must go with it", b)
+	}
+
+	// The wrong key, or no variable: refused, saying which.
+	_, refused = Probe(context.Background(), "127.0.0.1", []LocalPort{{p, "llamacpp", "LLAMA_API_KEY"}}, 500*time.Millisecond, lookup)
+	if len(refused) != 1 || !strings.Contains(refused[0].Reason, "also with the key in $LLAMA_API_KEY") {
+		t.Fatalf("refused %+v", refused)
+	}
+	_, refused = Probe(context.Background(), "127.0.0.1", []LocalPort{{p, "vllm", "VLLM_API_KEY"}}, 500*time.Millisecond,
+		func(string) (string, bool) { return "", false })
+	if len(refused) != 1 || !strings.Contains(refused[0].Reason, "or export VLLM_API_KEY") {
+		t.Fatalf("refused %+v", refused)
 	}
 }
