@@ -224,6 +224,10 @@ func TestRun_MissingKeyIs401WithExportFix(t *testing.T) {
 	r := run(t, o)
 	expect(t, r, "env.keys", StatusWarn, "no key found", "OPENAI_API_KEY")
 	expect(t, r, "auth", StatusFail, "HTTP 401 without a key", "export OPENAI_API_KEY")
+	// A llama-server started with --api-key: the key is the one it was given.
+	f.server = "llama.cpp"
+	r = run(t, o)
+	expect(t, r, "auth", StatusFail, "HTTP 401 without a key", "use the key it was started with (its --api-key or LLAMA_API_KEY)")
 }
 
 func TestRun_ServerWantingXAPIKeyIsNamed(t *testing.T) {

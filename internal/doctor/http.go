@@ -238,7 +238,7 @@ func (d *diagnosis) analyzeAuth(ctx context.Context, r httpResult, c *Check) {
 	}
 	if d.key == "" {
 		c.Detail = fmt.Sprintf("HTTP %d without a key: %s", r.status, msg)
-		c.Fix = "The server needs a key: export OPENAI_API_KEY=<key> (llmgate keys create issues one) or pass --api-key."
+		c.Fix = "The server needs a key: export OPENAI_API_KEY=<key> or pass --api-key. " + keyFix(r.header)
 		return
 	}
 	clean := cleanKey(d.key)
