@@ -670,3 +670,17 @@ func TestRun_ToolsRefusedAreAFailureWithTheServersFix(t *testing.T) {
 		srv.Close()
 	}
 }
+
+// OpenAI's newer models refuse max_tokens: the chat, tool and stream
+// checks send max_completion_tokens instead, as those models' clients do,
+// and pass.
+func TestRun_ChatChecksRetryWithMaxCompletionTokens(t *testing.T) {
+	f := newFake()
+	f.newOpenAI = true
+	srv := httptest.NewServer(f)
+	defer srv.Close()
+	r := run(t, baseOpts(t, srv.URL, f))
+	expect(t, r, "chat", StatusPass, "answered", "")
+	expect(t, r, "tools", StatusPass, "was answered", "")
+	expect(t, r, "stream", StatusPass, "content chunks", "")
+}

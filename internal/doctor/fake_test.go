@@ -24,6 +24,7 @@ type fakeServer struct {
 	xAPIKeyOnly  bool // OpenAI endpoints accept only x-api-key
 	forbidden    bool // every authenticated request gets 403
 	thinkOnly    bool // a whole chat answer is all reasoning_content, cut at max_tokens
+	newOpenAI    bool // chat refuses max_tokens and takes max_completion_tokens, as OpenAI's newer models
 	// toolsRefused, when set, is the status of a chat request with tools,
 	// answered with toolsMessage (llama-server without --jinja: 500).
 	toolsRefused int
@@ -124,7 +125,8 @@ type fakeChatReq struct {
 	StreamOptions *struct {
 		IncludeUsage bool `json:"include_usage"`
 	} `json:"stream_options"`
-	Tools []json.RawMessage `json:"tools"`
+	Tools               []json.RawMessage `json:"tools"`
+	MaxCompletionTokens int               `json:"max_completion_tokens"`
 }
 
 func (f *fakeServer) chat(w http.ResponseWriter, r *http.Request) {
@@ -136,6 +138,14 @@ func (f *fakeServer) chat(w http.ResponseWriter, r *http.Request) {
 	if !f.hasModel(req.Model) {
 		openaiErr(w, 404, "invalid_request_error", "model_not_found", fmt.Sprintf("The model `%s` does not exist.", req.Model))
 		return
+	}
+	if f.newOpenAI && req.MaxTokens > 0 {
+		openaiErr(w, 400, "invalid_request_error", "unsupported_parameter",
+			"Unsupported parameter: 'max_tokens' is not supported with this model. Use 'max_completion_tokens' instead.")
+		return
+	}
+	if f.newOpenAI {
+		req.MaxTokens = req.MaxCompletionTokens
 	}
 	if f.toolsRefused != 0 && len(req.Tools) > 0 {
 		openaiErr(w, f.toolsRefused, "server_error", "", f.toolsMessage)
@@ -205,15 +215,6 @@ func (f *fakeServer) messages(w http.ResponseWriter, r *http.Request) {
 	}
 	if !f.hasModel(req.Model) {
 		anthropicErr(w, 404, "not_found_error", "model: "+req.Model)
-		return
-	}
-	if !req.Stream && f.thinkOnly {
-		writeJSON(w, 200, map[string]any{
-			"id": "chatcmpl-1", "object": "chat.completion", "created": 1700000000, "model": req.Model,
-			"choices": []map[string]any{{"index": 0, "message": map[string]any{"role": "assistant", "content": nil,
-				"reasoning_content": "Okay, the user says hi. I should"}, "finish_reason": "length"}},
-			"usage": map[string]int{"prompt_tokens": 9, "completion_tokens": 16, "total_tokens": 25},
-		})
 		return
 	}
 	if !req.Stream {

@@ -63,6 +63,19 @@ func (d *diagnosis) do(ctx context.Context, method, url string, headers map[stri
 	return httpResult{status: resp.StatusCode, header: resp.Header, body: b, dur: time.Since(start), err: err}
 }
 
+// postChat posts a chat completion request whose output limit is
+// max_tokens. Newer OpenAI models refuse max_tokens: it is then sent again
+// as max_completion_tokens, the way their clients do.
+func (d *diagnosis) postChat(ctx context.Context, req map[string]any) httpResult {
+	r := d.do(ctx, http.MethodPost, d.api+"/chat/completions", d.bearer(d.keyForRequests), req)
+	if r.err == nil && r.status == http.StatusBadRequest && strings.Contains(string(r.body), "max_completion_tokens") {
+		req["max_completion_tokens"] = req["max_tokens"]
+		delete(req, "max_tokens")
+		r = d.do(ctx, http.MethodPost, d.api+"/chat/completions", d.bearer(d.keyForRequests), req)
+	}
+	return r
+}
+
 // send sends req with the doctor's client. A request sent on a kept-alive
 // connection that the server had closed, with no byte of an answer back,
 // is sent again on a fresh connection (the Transport does so for a request
@@ -424,13 +437,7 @@ func (d *diagnosis) checkChat(ctx context.Context) {
 	defer cancel()
 	req := map[string]any{"model": d.model, "max_tokens": 16, "temperature": 0,
 		"messages": []map[string]string{{"role": "user", "content": probePrompt}}}
-	r := d.do(rctx, http.MethodPost, d.api+"/chat/completions", d.bearer(d.keyForRequests), req)
-	if r.err == nil && r.status == http.StatusBadRequest && strings.Contains(string(r.body), "max_completion_tokens") {
-		// Newer OpenAI models refuse max_tokens; retry the way their clients do.
-		delete(req, "max_tokens")
-		req["max_completion_tokens"] = 16
-		r = d.do(rctx, http.MethodPost, d.api+"/chat/completions", d.bearer(d.keyForRequests), req)
-	}
+	r := d.postChat(rctx, req)
 	c.DurationMS = ms(r.dur)
 	if r.err != nil {
 		c.Status, c.Detail, c.Fix = StatusFail, "POST /chat/completions failed: "+shortErr(r.err), requestErrFix(r.err, d.opts.Timeout)

@@ -9,6 +9,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"strings"
 	"time"
 
 	"llmgate/internal/servertiming"
@@ -71,6 +72,13 @@ func (d *diagnosis) checkStream(ctx context.Context) {
 		"messages":       []map[string]string{{"role": "user", "content": "Count from 1 to 20, separated by spaces."}}}
 	start := time.Now()
 	resp, r := d.openStream(rctx, d.api+"/chat/completions", d.bearer(d.keyForRequests), req)
+	if resp == nil && r.err == nil && r.status == http.StatusBadRequest && strings.Contains(string(r.body), "max_completion_tokens") {
+		// As postChat: OpenAI's newer models take only max_completion_tokens.
+		req["max_completion_tokens"] = req["max_tokens"]
+		delete(req, "max_tokens")
+		start = time.Now()
+		resp, r = d.openStream(rctx, d.api+"/chat/completions", d.bearer(d.keyForRequests), req)
+	}
 	if resp == nil {
 		st.Status = StatusFail
 		notRun()

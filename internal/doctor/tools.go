@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net/http"
 	"strings"
 )
 
@@ -33,12 +32,7 @@ func (d *diagnosis) checkTools(ctx context.Context) {
 	}}
 	req := map[string]any{"model": d.model, "max_tokens": 16, "temperature": 0, "tools": []any{tool},
 		"messages": []map[string]string{{"role": "user", "content": "What time is it? Use the tool."}}}
-	r := d.do(rctx, http.MethodPost, d.api+"/chat/completions", d.bearer(d.keyForRequests), req)
-	if r.err == nil && r.status == http.StatusBadRequest && strings.Contains(string(r.body), "max_completion_tokens") {
-		delete(req, "max_tokens")
-		req["max_completion_tokens"] = 16
-		r = d.do(rctx, http.MethodPost, d.api+"/chat/completions", d.bearer(d.keyForRequests), req)
-	}
+	r := d.postChat(rctx, req)
 	c.DurationMS = ms(r.dur)
 	switch {
 	case r.err != nil:
