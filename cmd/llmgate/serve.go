@@ -104,25 +104,18 @@ func runServe(ctx context.Context, f serveFlags, out io.Writer) error {
 	if !zero {
 		gateway.LogWarnings(log, cfg)
 	}
-	var found []discover.Found
+	var local, found []discover.Found
 	var refused []discover.Refused
 	if zero {
-		var local []discover.Found
-		local, refused = discover.Probe(ctx, "127.0.0.1", discover.DefaultPorts, 700*time.Millisecond, os.LookupEnv)
-		cfg, found = discover.Build(local, os.LookupEnv, discover.DefaultClouds)
-		if err := cfg.ApplyEnv(os.LookupEnv); err != nil {
+		local, refused = discover.Probe(ctx, "127.0.0.1", discover.DefaultPorts, probeTimeout, os.LookupEnv)
+		if cfg, found, err = zeroConfig(local, f); err != nil {
 			return err
 		}
-		cfg.ApplyDefaults()
-	}
-	if f.listen != "" {
-		cfg.Listen = f.listen
-	}
-	if f.database != "" {
-		cfg.Database = f.database
-	}
-	if err := cfg.Validate(); err != nil {
-		return err
+	} else {
+		f.override(cfg)
+		if err := cfg.Validate(); err != nil {
+			return err
+		}
 	}
 	logBackends(log, cfg)
 	warnProxy(log)
@@ -134,10 +127,82 @@ func runServe(ctx context.Context, f serveFlags, out io.Writer) error {
 		printDiscovery(out, g.URL(), found, refused, selfInvocation())
 	}
 	log.Info("llmgate listening", "url", g.URL(), "models", len(cfg.Models), "database", redact.Secrets(cfg.Database))
-	if !zero {
+	if zero {
+		probe := func(ctx context.Context) []discover.Found {
+			now, _ := discover.Probe(ctx, "127.0.0.1", discover.DefaultPorts, probeTimeout, os.LookupEnv)
+			return now
+		}
+		go watchLocalEngines(ctx, g, f, local, log, rediscoverEvery, probe)
+	} else {
 		watchConfig(ctx, g, f, cfg, log)
 	}
 	return waitAndClose(ctx, g, log)
+}
+
+// probeTimeout bounds one zero-config probe of a local port.
+const probeTimeout = 700 * time.Millisecond
+
+// rediscoverEvery is how often a gateway started without a config probes
+// the local ports again, so that an engine started (or done loading its
+// model) after the gateway joins without a restart.
+const rediscoverEvery = 10 * time.Second
+
+// override applies the command line's --listen and --database.
+func (f serveFlags) override(cfg *config.Config) {
+	if f.listen != "" {
+		cfg.Listen = f.listen
+	}
+	if f.database != "" {
+		cfg.Database = f.database
+	}
+}
+
+// zeroConfig is the configuration of a start without a config file: the
+// local engines found, the cloud keys set, the environment and the
+// command line's overrides, validated.
+func zeroConfig(local []discover.Found, f serveFlags) (*config.Config, []discover.Found, error) {
+	cfg, found := discover.Build(local, os.LookupEnv, discover.DefaultClouds)
+	if err := cfg.ApplyEnv(os.LookupEnv); err != nil {
+		return nil, nil, err
+	}
+	cfg.ApplyDefaults()
+	f.override(cfg)
+	return cfg, found, cfg.Validate()
+}
+
+// watchLocalEngines probes the local ports every interval and applies what
+// changed to the running gateway (discover.Merge): engines and models new
+// since are added, a model an answering engine no longer lists is
+// dropped. An engine that does not answer keeps its models (it may be
+// restarting): its requests fail as a stopped backend's do.
+func watchLocalEngines(ctx context.Context, g *gateway.Gateway, f serveFlags, known []discover.Found, log *slog.Logger,
+	interval time.Duration, probe func(context.Context) []discover.Found) {
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		merged, added, removed := discover.Merge(known, probe(ctx))
+		if len(added) == 0 && len(removed) == 0 {
+			continue
+		}
+		cfg, _, err := zeroConfig(merged, f)
+		if err != nil {
+			log.Error("a local engine was found but the configuration with it is not valid; not added", "err", err)
+			continue
+		}
+		g.UseConfig(cfg)
+		known = merged
+		for _, a := range added {
+			log.Info("local engine found: its models are served now", "backend", a.Backend, "url", a.URL, "models", strings.Join(a.Models, ", "))
+		}
+		for _, r := range removed {
+			log.Warn("a local engine no longer lists these models: not served any more", "backend", r.Backend, "url", r.URL, "models", strings.Join(r.Models, ", "))
+		}
+	}
 }
 
 // waitAndClose waits for ctx to end, then closes the gateway and runs
@@ -207,8 +272,9 @@ func printDiscovery(w io.Writer, url string, found []discover.Found, refused []d
 		fmt.Fprintf(w, `
   No backends found: %[2]s on 127.0.0.1 ports 8000, 30000,
   8080 or 11434, and none of OPENAI_API_KEY, DEEPSEEK_API_KEY, DASHSCOPE_API_KEY is set.
-  The gateway runs anyway. To add a backend, start an engine on one of those ports
-  and restart, set a cloud key, or write a config file:
+  The gateway runs anyway, and serves an engine started on one of those ports
+  within 10 s (the ports are probed again). Or set a cloud key and restart, or
+  write a config file:
 
       backends:
         local-vllm: {url: http://127.0.0.1:8000/v1}

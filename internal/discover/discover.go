@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -136,6 +137,39 @@ func Probe(ctx context.Context, host string, ports []LocalPort, timeout time.Dur
 	sort.Slice(out, func(i, j int) bool { return out[i].URL < out[j].URL })
 	sort.Slice(refused, func(i, j int) bool { return refused[i].Addr < refused[j].Addr })
 	return out, refused
+}
+
+// Merge updates known with a later probe's answers: a backend new in now
+// is added; a known backend that answered now takes now's model list (a
+// model it no longer lists is gone: llama-server serves whatever it has
+// loaded under any name, so an old name must not stay); a known backend
+// that did not answer keeps its models (it may be restarting). added and
+// removed hold what changed, each backend with those models only.
+func Merge(known, now []Found) (merged, added, removed []Found) {
+	merged = append([]Found(nil), known...)
+	for _, n := range now {
+		i := slices.IndexFunc(merged, func(k Found) bool { return k.Backend == n.Backend })
+		if i < 0 {
+			merged = append(merged, n)
+			added = append(added, n)
+			continue
+		}
+		k := merged[i]
+		fresh := slices.DeleteFunc(slices.Clone(n.Models), func(m string) bool { return slices.Contains(k.Models, m) })
+		gone := slices.DeleteFunc(slices.Clone(k.Models), func(m string) bool { return slices.Contains(n.Models, m) })
+		if len(fresh) == 0 && len(gone) == 0 && n.APIKey == k.APIKey {
+			continue
+		}
+		merged[i] = n
+		if len(fresh) > 0 || n.APIKey != k.APIKey {
+			added = append(added, Found{Backend: n.Backend, URL: n.URL, Source: n.Source, Models: fresh, APIKey: n.APIKey})
+		}
+		if len(gone) > 0 {
+			removed = append(removed, Found{Backend: k.Backend, URL: k.URL, Source: k.Source, Models: gone})
+		}
+	}
+	sort.Slice(merged, func(i, j int) bool { return merged[i].URL < merged[j].URL })
+	return merged, added, removed
 }
 
 // lookupKey returns the non-blank value of the variable name, if any.

@@ -176,3 +176,39 @@ func TestProbe_AnEngineWithAKeyIsFoundWithItsKeyVariable(t *testing.T) {
 		t.Fatalf("refused %+v", refused)
 	}
 }
+
+func TestMerge_AddsWhatIsNewDropsWhatAnAnsweringEngineNoLongerListsKeepsASilentOne(t *testing.T) {
+	a := Found{Backend: "vllm-8000", URL: "http://127.0.0.1:8000/v1", Models: []string{"m1"}}
+	b := Found{Backend: "llamacpp-8080", URL: "http://127.0.0.1:8080/v1", Models: []string{"/x.gguf"}}
+	merged, added, removed := Merge([]Found{a}, []Found{a})
+	if len(added)+len(removed) != 0 || len(merged) != 1 {
+		t.Fatalf("nothing new: merged %+v added %+v removed %+v", merged, added, removed)
+	}
+	a2 := a
+	a2.Models = []string{"m1", "m2"}
+	merged, added, removed = Merge([]Found{a}, []Found{a2, b})
+	if len(merged) != 2 || len(added) != 2 || len(removed) != 0 {
+		t.Fatalf("merged %+v added %+v removed %+v", merged, added, removed)
+	}
+	for _, f := range added {
+		if f.Backend == "vllm-8000" && strings.Join(f.Models, ",") != "m2" {
+			t.Errorf("added for a known backend: only its new models, got %v", f.Models)
+		}
+	}
+	if len(a.Models) != 1 || a.Models[0] != "m1" {
+		t.Errorf("Merge changed its input: %+v", a)
+	}
+	// b silent in a later probe (restarting): it keeps its model. The
+	// llama-server on 8000 now serves another model: the old name goes.
+	a3 := a
+	a3.Models = []string{"m3"}
+	merged, added, removed = Merge(merged, []Found{a3})
+	if len(merged) != 2 || len(added) != 1 || len(removed) != 1 || strings.Join(removed[0].Models, ",") != "m1,m2" {
+		t.Fatalf("merged %+v added %+v removed %+v", merged, added, removed)
+	}
+	for _, f := range merged {
+		if f.Backend == "llamacpp-8080" && len(f.Models) != 1 || f.Backend == "vllm-8000" && strings.Join(f.Models, ",") != "m3" {
+			t.Errorf("merged %+v", f)
+		}
+	}
+}

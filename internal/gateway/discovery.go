@@ -58,6 +58,12 @@ func (g *Gateway) swapTable(cfg *config.Config) {
 	g.swapLocked()
 }
 
+// UseConfig swaps in the routing of cfg, a valid configuration made by
+// the program rather than read from a file (a start without a config
+// file that found another local engine): new backends join, those whose
+// settings did not change keep their state. Engines cannot change.
+func (g *Gateway) UseConfig(cfg *config.Config) { g.swapTable(cfg) }
+
 func (g *Gateway) swapLocked() {
 	if g.tablesClosed {
 		return // the gateway stopped: a late answer must not start health checks again
