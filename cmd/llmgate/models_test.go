@@ -43,16 +43,7 @@ func TestModelsCmd_ShowsHealthFromARunningGateway(t *testing.T) {
 	}
 	cfg.Database = filepath.Join(t.TempDir(), "db")
 	cfg.Listen = "127.0.0.1:0"
-	g, err := gateway.Start(context.Background(), gateway.Options{Config: cfg, MasterKey: "sk-lg-models-test",
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = g.Close(ctx)
-	}()
+	g := startTestGateway(t, cfg, "sk-lg-models-test")
 	for i := 0; i < 5; i++ { // open the breaker of bad/m
 		req, _ := http.NewRequest("POST", g.URL()+"/chat/completions", strings.NewReader(`{"model":"m","messages":[]}`))
 		req.Header.Set("Authorization", "Bearer sk-lg-models-test")
@@ -182,16 +173,7 @@ func TestModelsCmd_ShowsEngineLoadOfCacheAwareReplicas(t *testing.T) {
 	}
 	cfg.Database = filepath.Join(t.TempDir(), "db")
 	cfg.Listen = "127.0.0.1:0"
-	g, err := gateway.Start(context.Background(), gateway.Options{Config: cfg, MasterKey: "sk-lg-models-test",
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = g.Close(ctx)
-	}()
+	g := startTestGateway(t, cfg, "sk-lg-models-test")
 	var out string
 	// The first scrapes run on their own goroutines: wait until both
 	// replicas show their load.
@@ -238,4 +220,21 @@ func TestUnreachable_PointsFromLLMGATE_BASE_URLToLLMGATE_URL(t *testing.T) {
 			t.Errorf("unexpected hint: %v", e)
 		}
 	}
+}
+
+// startTestGateway starts a gateway on cfg with the master key, closed
+// when the test ends.
+func startTestGateway(t *testing.T, cfg *config.Config, master string) *gateway.Gateway {
+	t.Helper()
+	g, err := gateway.Start(context.Background(), gateway.Options{Config: cfg, MasterKey: master,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = g.Close(ctx)
+	})
+	return g
 }

@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"llmgate/internal/discover"
-	"llmgate/internal/gateway"
 	"llmgate/internal/testenv"
 )
 
@@ -42,16 +41,7 @@ func TestServe_ZeroConfigAddsAnEngineThatCameUpLater(t *testing.T) {
 		t.Fatal(err)
 	}
 	const master = "sk-lg-zero-test-0123456789"
-	g, err := gateway.Start(context.Background(), gateway.Options{Config: cfg, MasterKey: master,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = g.Close(ctx)
-	}()
+	g := startTestGateway(t, cfg, master)
 	chatTo := func(model string) (int, string) {
 		req, _ := http.NewRequest("POST", g.URL()+"/chat/completions", strings.NewReader(`{"model":"`+model+`","messages":[{"role":"user","content":"hi"}]}`))
 		req.Header.Set("Authorization", "Bearer "+master)
