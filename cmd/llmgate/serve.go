@@ -197,12 +197,29 @@ func watchLocalEngines(ctx context.Context, g *gateway.Gateway, f serveFlags, kn
 		g.UseConfig(cfg)
 		known = merged
 		for _, a := range added {
-			log.Info("local engine found: its models are served now", "backend", a.Backend, "url", a.URL, "models", strings.Join(a.Models, ", "))
+			log.Info("local engine found: its models are served now", "backend", a.Backend, "url", a.URL, "models", strings.Join(servedAs(cfg, a), ", "))
 		}
 		for _, r := range removed {
 			log.Warn("a local engine no longer lists these models: not served any more", "backend", r.Backend, "url", r.URL, "models", strings.Join(r.Models, ", "))
 		}
 	}
+}
+
+// servedAs returns the names cfg serves f's models under (a path-named
+// model is served under its short name).
+func servedAs(cfg *config.Config, f discover.Found) []string {
+	names := make([]string, 0, len(f.Models))
+	for _, id := range f.Models {
+		name := id
+		for n, m := range cfg.Models {
+			if m.Backend == f.Backend && m.UpstreamModel == id {
+				name = n
+				break
+			}
+		}
+		names = append(names, name)
+	}
+	return names
 }
 
 // waitAndClose waits for ctx to end, then closes the gateway and runs
