@@ -102,6 +102,9 @@ type Refused struct {
 // engine's key variable when lookup finds it set.
 func Probe(ctx context.Context, host string, ports []LocalPort, timeout time.Duration, lookup func(string) (string, bool)) ([]Found, []Refused) {
 	client := &http.Client{Timeout: timeout, Transport: &http.Transport{Proxy: nil}}
+	// A gateway without a config probes every few seconds: each probe's
+	// connections close with it rather than idle until the engine drops them.
+	defer client.CloseIdleConnections()
 	var mu sync.Mutex
 	var out []Found
 	var refused []Refused
