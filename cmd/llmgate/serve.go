@@ -124,7 +124,7 @@ func runServe(ctx context.Context, f serveFlags, out io.Writer) error {
 		return err
 	}
 	if zero {
-		printDiscovery(out, g.URL(), found, refused, selfInvocation())
+		printDiscovery(out, g.URL(), cfg, found, refused, selfInvocation())
 	}
 	log.Info("llmgate listening", "url", g.URL(), "models", len(cfg.Models), "database", redact.Secrets(cfg.Database))
 	if zero {
@@ -197,29 +197,12 @@ func watchLocalEngines(ctx context.Context, g *gateway.Gateway, f serveFlags, kn
 		g.UseConfig(cfg)
 		known = merged
 		for _, a := range added {
-			log.Info("local engine found: its models are served now", "backend", a.Backend, "url", a.URL, "models", strings.Join(servedAs(cfg, a), ", "))
+			log.Info("local engine found: its models are served now", "backend", a.Backend, "url", a.URL, "models", strings.Join(discover.ServedAs(cfg, a), ", "))
 		}
 		for _, r := range removed {
 			log.Warn("a local engine no longer lists these models: not served any more", "backend", r.Backend, "url", r.URL, "models", strings.Join(r.Models, ", "))
 		}
 	}
-}
-
-// servedAs returns the names cfg serves f's models under (a path-named
-// model is served under its short name).
-func servedAs(cfg *config.Config, f discover.Found) []string {
-	names := make([]string, 0, len(f.Models))
-	for _, id := range f.Models {
-		name := id
-		for n, m := range cfg.Models {
-			if m.Backend == f.Backend && m.UpstreamModel == id {
-				name = n
-				break
-			}
-		}
-		names = append(names, name)
-	}
-	return names
 }
 
 // waitAndClose waits for ctx to end, then closes the gateway and runs
@@ -274,7 +257,7 @@ func warnProxy(log *slog.Logger) {
 	}
 }
 
-func printDiscovery(w io.Writer, url string, found []discover.Found, refused []discover.Refused, self string) {
+func printDiscovery(w io.Writer, url string, cfg *config.Config, found []discover.Found, refused []discover.Refused, self string) {
 	for _, r := range refused {
 		fmt.Fprintf(w, "\n  %s (%s's port) not added: %s.", r.Addr, r.Engine, r.Reason)
 	}
@@ -306,11 +289,10 @@ func printDiscovery(w io.Writer, url string, found []discover.Found, refused []d
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "\n  BACKEND\tURL\tFOUND BY\tMODELS")
 	for _, f := range found {
-		names := make([]string, len(f.Models))
+		names := discover.ServedAs(cfg, f)
 		for i, m := range f.Models {
-			names[i] = m
-			if short := f.Short[m]; short != "" {
-				names[i] = short + " (" + m + ")"
+			if names[i] != m {
+				names[i] += " (" + m + ")"
 			}
 		}
 		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", f.Backend, f.URL, f.Source, strings.Join(names, ", "))

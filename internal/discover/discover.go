@@ -61,10 +61,23 @@ type Found struct {
 	Models  []string
 	// APIKey is the key the engine wanted, from its KeyEnv ("" for none).
 	APIKey string
-	// Short maps a model id that is a file path (llama-server -m
-	// /models/Qwen3-8B-Q4_K_M.gguf, vllm serve /models/Qwen3-8B) to the
-	// short name Build registered for it instead of the id.
-	Short map[string]string
+}
+
+// ServedAs returns the names cfg serves f's models under, in f's order:
+// a model id that is a file path (llama-server -m /models/x.gguf, vllm
+// serve /models/x) is served under its ShortName when Build gave it one.
+func ServedAs(cfg *config.Config, f Found) []string {
+	names := make([]string, 0, len(f.Models))
+	for _, id := range f.Models {
+		name := id
+		if short := ShortName(id); short != "" {
+			if m := cfg.Models[short]; m != nil && m.Backend == f.Backend && m.UpstreamModel == id {
+				name = short
+			}
+		}
+		names = append(names, name)
+	}
+	return names
 }
 
 // ShortName is the name a client can type for a model id that is a file
@@ -120,7 +133,7 @@ func Probe(ctx context.Context, host string, ports []LocalPort, timeout time.Dur
 			key, tried := "", ""
 			if status == http.StatusUnauthorized || status == http.StatusForbidden {
 				if v, ok := lookupKey(lookup, p.KeyEnv); ok {
-					key, tried = strings.TrimSpace(v), p.KeyEnv
+					key, tried = v, p.KeyEnv
 					models, status, err = listModels(ctx, client, base, key)
 					source += ", key from $" + p.KeyEnv
 				}
@@ -181,7 +194,8 @@ func lookupKey(lookup func(string) (string, bool), name string) (string, bool) {
 		return "", false
 	}
 	v, ok := lookup(name)
-	return v, ok && strings.TrimSpace(v) != ""
+	v = strings.TrimSpace(v)
+	return v, ok && v != ""
 }
 
 // refusal says what an HTTP answer other than a model list means.
@@ -274,15 +288,14 @@ func Build(local []Found, lookup func(string) (string, bool), clouds []Cloud) (*
 		}
 		found = append(found, Found{Backend: c.Name, URL: c.URL, Source: "env " + c.EnvKey, Models: c.Models})
 	}
-	addShortNames(cfg, found[:len(local)])
+	addShortNames(cfg, local)
 	return cfg, found
 }
 
 // addShortNames renames each found local model whose id is a path to its
-// short name, once every id is registered, and notes it in found.
+// short name, once every id is registered.
 func addShortNames(cfg *config.Config, found []Found) {
-	for i := range found {
-		f := &found[i]
+	for _, f := range found {
 		for _, id := range f.Models {
 			short := ShortName(id)
 			if short == "" {
@@ -299,10 +312,6 @@ func addShortNames(cfg *config.Config, found []Found) {
 			// lists the short one.
 			delete(cfg.Models, id)
 			cfg.Models[short] = &config.Model{Backend: f.Backend, UpstreamModel: id}
-			if f.Short == nil {
-				f.Short = map[string]string{}
-			}
-			f.Short[id] = short
 		}
 	}
 }

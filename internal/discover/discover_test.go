@@ -134,8 +134,11 @@ func TestBuild_PathModelIDsGetAShortNameThatNeverShadowsAnID(t *testing.T) {
 	if p := cfg.Models["phi-4"]; p == nil || p.Backend != "ollama-11434" {
 		t.Errorf("a real id must win over a short name: %+v", p)
 	}
-	if found[0].Short["/m/qwen3-8b.gguf"] != "qwen3-8b" || found[0].Short["/m/phi-4.gguf"] != "" || found[1].Short != nil {
-		t.Errorf("found's short names: %+v, %+v", found[0].Short, found[1].Short)
+	if got := strings.Join(ServedAs(cfg, found[0]), ","); got != "qwen3-8b,/m/phi-4.gguf" {
+		t.Errorf("found[0] served as %s", got)
+	}
+	if got := strings.Join(ServedAs(cfg, found[1]), ","); got != "/other/qwen3-8b.gguf" {
+		t.Errorf("found[1] served as %s", got)
 	}
 }
 
