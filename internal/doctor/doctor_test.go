@@ -669,6 +669,13 @@ func TestRun_ToolsRefusedAreAFailureWithTheServersFix(t *testing.T) {
 		expect(t, r, "tools", StatusFail, fmt.Sprintf("HTTP %d, where the same request without one passed: %s", tc.status, tc.msg), tc.fixHas)
 		srv.Close()
 	}
+	// The refusal hidden in a 200 (an error envelope, no choices) fails too.
+	f := newFake()
+	f.toolsRefused, f.toolsMessage = http.StatusOK, "tools are not enabled on this deployment"
+	srv := httptest.NewServer(f)
+	defer srv.Close()
+	r := run(t, baseOpts(t, srv.URL, f))
+	expect(t, r, "tools", StatusFail, "HTTP 200 without choices", "4xx/5xx status")
 }
 
 // OpenAI's newer models refuse max_tokens: the chat, tool and stream

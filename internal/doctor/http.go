@@ -64,16 +64,27 @@ func (d *diagnosis) do(ctx context.Context, method, url string, headers map[stri
 }
 
 // postChat posts a chat completion request whose output limit is
-// max_tokens. Newer OpenAI models refuse max_tokens: it is then sent again
-// as max_completion_tokens, the way their clients do.
+// max_tokens, sent again as max_completion_tokens when the model refuses
+// max_tokens (see useMaxCompletionTokens).
 func (d *diagnosis) postChat(ctx context.Context, req map[string]any) httpResult {
 	r := d.do(ctx, http.MethodPost, d.api+"/chat/completions", d.bearer(d.keyForRequests), req)
-	if r.err == nil && r.status == http.StatusBadRequest && strings.Contains(string(r.body), "max_completion_tokens") {
-		req["max_completion_tokens"] = req["max_tokens"]
-		delete(req, "max_tokens")
+	if useMaxCompletionTokens(r, req) {
 		r = d.do(ctx, http.MethodPost, d.api+"/chat/completions", d.bearer(d.keyForRequests), req)
 	}
 	return r
+}
+
+// useMaxCompletionTokens reports whether r refused req's max_tokens and
+// asked for max_completion_tokens, as OpenAI's newer models do; req's
+// limit is then moved to max_completion_tokens for the retry, the way
+// those models' clients send it.
+func useMaxCompletionTokens(r httpResult, req map[string]any) bool {
+	if r.err != nil || r.status != http.StatusBadRequest || !strings.Contains(string(r.body), "max_completion_tokens") {
+		return false
+	}
+	req["max_completion_tokens"] = req["max_tokens"]
+	delete(req, "max_tokens")
+	return true
 }
 
 // send sends req with the doctor's client. A request sent on a kept-alive

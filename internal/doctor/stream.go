@@ -9,7 +9,6 @@ import (
 	"io"
 	"mime"
 	"net/http"
-	"strings"
 	"time"
 
 	"llmgate/internal/servertiming"
@@ -72,10 +71,7 @@ func (d *diagnosis) checkStream(ctx context.Context) {
 		"messages":       []map[string]string{{"role": "user", "content": "Count from 1 to 20, separated by spaces."}}}
 	start := time.Now()
 	resp, r := d.openStream(rctx, d.api+"/chat/completions", d.bearer(d.keyForRequests), req)
-	if resp == nil && r.err == nil && r.status == http.StatusBadRequest && strings.Contains(string(r.body), "max_completion_tokens") {
-		// As postChat: OpenAI's newer models take only max_completion_tokens.
-		req["max_completion_tokens"] = req["max_tokens"]
-		delete(req, "max_tokens")
+	if resp == nil && useMaxCompletionTokens(r, req) {
 		start = time.Now()
 		resp, r = d.openStream(rctx, d.api+"/chat/completions", d.bearer(d.keyForRequests), req)
 	}

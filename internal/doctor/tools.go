@@ -38,7 +38,14 @@ func (d *diagnosis) checkTools(ctx context.Context) {
 	case r.err != nil:
 		c.Status, c.Detail, c.Fix = StatusFail, "POST /chat/completions with tools failed: "+shortErr(r.err), requestErrFix(r.err, d.opts.Timeout)
 	case is2xx(r.status):
-		c.Status, c.Detail = StatusPass, "a chat completion with a tool was answered ("+toolAnswer(r.body)+")"
+		answer, ok := toolAnswer(r.body)
+		if !ok {
+			c.Status = StatusFail
+			c.Detail = fmt.Sprintf("a chat completion with a tool → HTTP %d without choices: %s", r.status, quote(string(r.body), 160))
+			c.Fix = "The server (or a proxy in between) must report errors with a 4xx/5xx status and an error envelope, not HTTP 200."
+			return
+		}
+		c.Status, c.Detail = StatusPass, "a chat completion with a tool was answered ("+answer+")"
 	default:
 		msg := errorMessage(r.body)
 		c.Status = StatusFail
@@ -51,8 +58,9 @@ func (d *diagnosis) checkTools(ctx context.Context) {
 	}
 }
 
-// toolAnswer says whether the model called the tool or answered in text.
-func toolAnswer(body []byte) string {
+// toolAnswer says whether the model called the tool or answered in text;
+// false for a body without choices (an error hidden in a 200).
+func toolAnswer(body []byte) (string, bool) {
 	var v struct {
 		Choices []struct {
 			Message struct {
@@ -65,10 +73,10 @@ func toolAnswer(body []byte) string {
 		} `json:"choices"`
 	}
 	if json.Unmarshal(body, &v) != nil || len(v.Choices) == 0 {
-		return "HTTP 200"
+		return "", false
 	}
 	if tc := v.Choices[0].Message.ToolCalls; len(tc) > 0 {
-		return "the model called " + tc[0].Function.Name
+		return "the model called " + tc[0].Function.Name, true
 	}
-	return "the model answered in text, without calling it"
+	return "the model answered in text, without calling it", true
 }
