@@ -100,6 +100,7 @@ const (
 	outcomeTimeout                    // no answer in time
 	outcomeRateLimited                // 429
 	outcomeNeutral                    // says nothing about the deployment (client went away)
+	outcomeRefused                    // a failure: the connection was refused (nothing listens there)
 )
 
 // breaker is the health state of one deployment. All methods take the
@@ -121,6 +122,11 @@ type breaker struct {
 	trips       int
 	lastErr     string
 	lastErrAt   time.Time
+	// refused: the last failure was a refused connection. An engine
+	// that is not running refuses connections until it is started
+	// again; once something serves there the open period may end early
+	// (listening).
+	refused bool
 }
 
 func newBreaker(cfg *BreakerConfig) *breaker { return &breaker{cfg: cfg, state: StateClosed} }
@@ -191,16 +197,18 @@ func (b *breaker) record(now time.Time, o outcome, retryAfter time.Duration, err
 	case outcomeSuccess:
 		b.total++
 		b.consecutive = 0
+		b.refused = false
 		if b.state == StateHalfOpen {
 			b.state = StateClosed
 			b.probing = false
 			b.fails, b.total = 0, 0
 		}
-	case outcomeFailure, outcomeTimeout:
+	case outcomeFailure, outcomeTimeout, outcomeRefused:
 		w := 1.0
 		if o == outcomeTimeout {
 			w = b.cfg.TimeoutWeight
 		}
+		b.refused = o == outcomeRefused
 		b.total++
 		b.fails += w
 		b.consecutive += w
@@ -230,6 +238,31 @@ func (b *breaker) trip(now time.Time) {
 	b.probing = false
 	b.consecutive, b.fails, b.total = 0, 0, 0
 	b.trips++
+}
+
+// awaitsListener reports whether the breaker is open, its open period
+// not over, because connections were refused: since when (the trip) if
+// so.
+func (b *breaker) awaitsListener(now time.Time) (since time.Time, ok bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.state != StateOpen || !b.refused || !now.Before(b.openUntil) {
+		return time.Time{}, false
+	}
+	return b.lastTrip, true
+}
+
+// listening ends the open period of a breaker that awaits a listener:
+// something serves at the backend's address again (an engine that was
+// restarted), so the next request is the half-open probe instead of
+// waiting out a period that grows with each trip. The trip's penalty is
+// kept: if the probe fails, the next open period is longer.
+func (b *breaker) listening(now time.Time, since time.Time) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.state == StateOpen && b.refused && !b.lastTrip.After(since) {
+		b.openUntil = now
+	}
 }
 
 // penalty is the number of doublings still owed, after forgiving one per

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"llmgate/internal/apierror"
@@ -52,7 +53,7 @@ func (t *Table) ForwardHint(ctx context.Context, route *Route, hint Hint, attemp
 	if len(route.Deployments) == 1 && len(fallbacks) == 0 {
 		// The common single-deployment route: no ordering, no retries.
 		d := route.Deployments[0]
-		ok, probe := d.s.allow(t.opt.Now())
+		ok, probe := d.s.allow(ctx, t.opt.Now())
 		if !ok {
 			return t.unavailable(route, fallbacks)
 		}
@@ -93,7 +94,7 @@ routes:
 				break
 			}
 			d := r.Deployments[order[k]]
-			ok, probe := d.s.allow(t.opt.Now())
+			ok, probe := d.s.allow(ctx, t.opt.Now())
 			if !ok {
 				continue
 			}
@@ -218,7 +219,7 @@ func (t *Table) try(ctx context.Context, r *Route, d Deployment, probe bool, hin
 	if to != "" {
 		t.logTransition(r, d, from, to, msg)
 	}
-	retry = !committed && (o == outcomeFailure || o == outcomeTimeout || o == outcomeRateLimited)
+	retry = !committed && (o == outcomeFailure || o == outcomeTimeout || o == outcomeRefused || o == outcomeRateLimited)
 	return committed, err, retry
 }
 
@@ -253,6 +254,8 @@ func classify(ctx context.Context, err error) (outcome, time.Duration) {
 		return outcomeRateLimited, retryAfter(e.Header)
 	case e.Kind == apierror.KindTimeout || e.Status == http.StatusGatewayTimeout:
 		return outcomeTimeout, 0
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return outcomeRefused, 0
 	case e.Status >= 400 && e.Status < 500:
 		// The request itself was refused (context too long, bad
 		// parameter): the deployment is healthy and another would refuse

@@ -44,6 +44,7 @@ func (t *Table) startHealthCheck(st *backendState) {
 				}
 			} else {
 				fails = 0
+				st.servingAt.Store(t.opt.Now().UnixNano())
 				recovered := st.down.Swap(false)
 				if recovered {
 					t.log().Info("backend passing health checks again", "backend", st.b.Name)

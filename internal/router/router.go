@@ -161,8 +161,13 @@ type backendState struct {
 	checkMu  sync.Mutex
 	checkErr string
 	checkAt  time.Time
-	stop     context.CancelFunc
-	done     chan struct{}
+	// servingAt is when the backend was last seen serving by an active
+	// check or a recheck (Unix ns); recheckAt is the earliest time of the
+	// next recheck (depState.allow).
+	servingAt atomic.Int64
+	recheckAt atomic.Int64
+	stop      context.CancelFunc
+	done      chan struct{}
 	// inflight counts this gateway's requests in flight to the backend,
 	// over every deployment on it; scraper reads the engine's /metrics
 	// (nil when no engine-aware model uses the backend).
@@ -187,12 +192,60 @@ type depState struct {
 	q   *fairq.Queue // the fair queue (max_concurrency)
 }
 
-// allow reports whether the deployment may take a request now.
-func (s *depState) allow(now time.Time) (ok, probe bool) {
+// allow reports whether the deployment may take a request now. A
+// deployment whose breaker opened on refused connections (its engine was
+// not running) is taken back as soon as the backend serves again: seen by
+// an active health check, or by a recheck this request makes (one GET of
+// the backend's health URL, at most one a second per backend), so that a
+// restarted engine is not refused for the rest of an open period that
+// grew while it was down.
+func (s *depState) allow(ctx context.Context, now time.Time) (ok, probe bool) {
 	if s.be.down.Load() {
 		return false, false
 	}
+	ok, probe = s.br.allow(now)
+	if ok {
+		return ok, probe
+	}
+	trip, awaits := s.br.awaitsListener(now)
+	if !awaits {
+		return false, false
+	}
+	seen, serving := s.be.servingSince(ctx, now, trip)
+	if !serving {
+		return false, false
+	}
+	s.br.listening(now, seen)
 	return s.br.allow(now)
+}
+
+// recheckEvery bounds the rechecks of a backend whose deployments await a
+// listener: at most one a second, however many requests find it refused.
+const recheckEvery = time.Second
+
+// recheckTimeout bounds the request that makes a recheck: an engine that
+// accepts connections before it serves holds it no longer than this.
+const recheckTimeout = time.Second
+
+// servingSince reports whether the backend was seen serving after trip,
+// and when: by an active health check, or by a recheck made now when none
+// was made in the last recheckEvery (one at a time).
+func (s *backendState) servingSince(ctx context.Context, now, trip time.Time) (time.Time, bool) {
+	if at := s.servingAt.Load(); at > trip.UnixNano() {
+		return time.Unix(0, at), true
+	}
+	next := s.recheckAt.Load()
+	if now.UnixNano() < next || !s.recheckAt.CompareAndSwap(next, now.Add(recheckEvery).UnixNano()) {
+		return time.Time{}, false
+	}
+	pctx, cancel := context.WithTimeout(ctx, recheckTimeout)
+	err := s.b.Probe(pctx, s.b.HealthURL())
+	cancel()
+	if err != nil {
+		return time.Time{}, false
+	}
+	s.servingAt.Store(now.UnixNano())
+	return now, true
 }
 
 // New builds a table from a validated configuration.
