@@ -306,7 +306,7 @@ func (t *Table) unavailable(route *Route, fallbacks []*Route) error {
 	routes := append([]*Route{route}, fallbacks...)
 	for _, r := range routes {
 		for _, d := range r.Deployments {
-			at := d.s.br.readyAt(now)
+			at := d.s.readyAt(now)
 			if !at.IsZero() && (soonest.IsZero() || at.Before(soonest)) {
 				soonest = at
 			}
@@ -342,6 +342,10 @@ func (t *Table) reason(d Deployment, now time.Time) (string, bool) {
 		d.s.be.checkMu.Lock()
 		defer d.s.be.checkMu.Unlock()
 		return fmt.Sprintf("%s: failing health checks (%s)", name, d.s.be.checkErr), false
+	}
+	if _, awaits := d.s.br.awaitsListener(now); awaits {
+		return fmt.Sprintf("%s: connections to %s were refused: is the engine running? It is taken back at the first request after it serves again (checked at most four times a second)",
+			name, d.Backend.BaseURL), false
 	}
 	st := d.s.br.status(now)
 	switch {

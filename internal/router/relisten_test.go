@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -48,7 +49,7 @@ func TestBreaker_RefusedConnectionsEndTheOpenPeriodOnceTheBackendServesAgain(t *
 		}
 	}
 	// Open. The engine still does not serve: one recheck, then none for
-	// a second however many requests come.
+	// recheckEvery however many requests come.
 	up := &script{by: map[string]func() (bool, error){"a": func() (bool, error) { return true, nil }}}
 	for range 3 {
 		if err := forward(t, tb, "m", up); apierror.From(err).Code != "no_healthy_deployment" {
@@ -58,13 +59,19 @@ func TestBreaker_RefusedConnectionsEndTheOpenPeriodOnceTheBackendServesAgain(t *
 	if len(up.calls) != 0 || checks.Load() != 1 {
 		t.Fatalf("calls %v, health checks %d: want no attempt and one recheck", up.calls, checks.Load())
 	}
+	// The answer says what to do, and to come back in a second (the next
+	// recheck), not at the end of the open period.
+	e := apierror.From(forward(t, tb, "m", up))
+	if ra := e.Header.Get("Retry-After"); ra != "1" || !strings.Contains(e.Message, "is the engine running?") {
+		t.Fatalf("Retry-After %q, message %q: want 1 and the refused connections named", ra, e.Message)
+	}
 	serving.Store(true)
 	if err := forward(t, tb, "m", up); err == nil || checks.Load() != 1 {
-		t.Fatalf("within a second of the last recheck: err %v, checks %d; want still refused, no new recheck", err, checks.Load())
+		t.Fatalf("within recheckEvery of the last recheck: err %v, checks %d; want still refused, no new recheck", err, checks.Load())
 	}
-	clk.Advance(time.Second)
+	clk.Advance(recheckEvery)
 	if err := forward(t, tb, "m", up); err != nil || len(up.calls) != 1 || checks.Load() != 2 {
-		t.Fatalf("engine serving again, 1 s into a 5 s open period: err %v, calls %v, checks %d; want the request served after one recheck",
+		t.Fatalf("engine serving again, early in a 5 s open period: err %v, calls %v, checks %d; want the request served after one recheck",
 			err, up.calls, checks.Load())
 	}
 	r, _ := tb.Route("m")
@@ -107,5 +114,35 @@ func TestBreaker_PassingHealthCheckEndsARefusedOpenPeriod(t *testing.T) {
 	up := &script{by: map[string]func() (bool, error){"a": func() (bool, error) { return true, nil }}}
 	if err := forward(t, tb, "m", up); err != nil || len(up.calls) != 1 || checks.Load() != 0 {
 		t.Fatalf("err %v, calls %v, checks %d: want the request served on the health check's word", err, up.calls, checks.Load())
+	}
+}
+
+// An engine that accepts connections before it serves (vLLM binds its
+// port early) holds one recheck, not one per request.
+func TestBreaker_OneRecheckAtATime(t *testing.T) {
+	var checks atomic.Int64
+	release, started := make(chan struct{}), make(chan struct{}, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		checks.Add(1)
+		started <- struct{}{}
+		<-release
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}))
+	defer srv.Close()
+	defer close(release)
+	tb, clk := table(t, "backends:\n  a: {url: "+srv.URL+"}\nmodels:\n  m: {backend: a}\n")
+	for range 5 {
+		_ = forward(t, tb, "m", &script{by: map[string]func() (bool, error){"a": fails(refusedErr)}})
+	}
+	done := make(chan error, 1)
+	go func() { done <- forward(t, tb, "m", &script{}) }()
+	<-started
+	clk.Advance(2 * recheckEvery)
+	if err := forward(t, tb, "m", &script{}); apierror.From(err).Code != "no_healthy_deployment" || checks.Load() != 1 {
+		t.Fatalf("while a recheck hangs: err %v, checks %d; want refused at once, no second recheck", err, checks.Load())
+	}
+	release <- struct{}{}
+	if err := <-done; apierror.From(err).Code != "no_healthy_deployment" {
+		t.Fatalf("the request whose recheck got 503: %v", err)
 	}
 }

@@ -164,10 +164,11 @@ type backendState struct {
 	// servingAt is when the backend was last seen serving by an active
 	// check or a recheck (Unix ns); recheckAt is the earliest time of the
 	// next recheck (depState.allow).
-	servingAt atomic.Int64
-	recheckAt atomic.Int64
-	stop      context.CancelFunc
-	done      chan struct{}
+	servingAt  atomic.Int64
+	recheckAt  atomic.Int64
+	rechecking atomic.Bool
+	stop       context.CancelFunc
+	done       chan struct{}
 	// inflight counts this gateway's requests in flight to the backend,
 	// over every deployment on it; scraper reads the engine's /metrics
 	// (nil when no engine-aware model uses the backend).
@@ -196,7 +197,7 @@ type depState struct {
 // deployment whose breaker opened on refused connections (its engine was
 // not running) is taken back as soon as the backend serves again: seen by
 // an active health check, or by a recheck this request makes (one GET of
-// the backend's health URL, at most one a second per backend), so that a
+// the backend's health URL, at most four a second per backend), so that a
 // restarted engine is not refused for the rest of an open period that
 // grew while it was down.
 func (s *depState) allow(ctx context.Context, now time.Time) (ok, probe bool) {
@@ -219,9 +220,27 @@ func (s *depState) allow(ctx context.Context, now time.Time) (ok, probe bool) {
 	return s.br.allow(now)
 }
 
+// readyAt is when the deployment may next be tried (zero if now): for
+// one that awaits a listener, the next recheck, however long the open
+// period has to run.
+func (s *depState) readyAt(now time.Time) time.Time {
+	at := s.br.readyAt(now)
+	if _, awaits := s.br.awaitsListener(now); awaits {
+		next := time.Unix(0, s.be.recheckAt.Load())
+		if !next.After(now) {
+			return time.Time{}
+		}
+		if next.Before(at) {
+			at = next
+		}
+	}
+	return at
+}
+
 // recheckEvery bounds the rechecks of a backend whose deployments await a
-// listener: at most one a second, however many requests find it refused.
-const recheckEvery = time.Second
+// listener: at most four a second, one at a time, however many requests
+// find it refused.
+const recheckEvery = 250 * time.Millisecond
 
 // recheckTimeout bounds the request that makes a recheck: an engine that
 // accepts connections before it serves holds it no longer than this.
@@ -229,13 +248,18 @@ const recheckTimeout = time.Second
 
 // servingSince reports whether the backend was seen serving after trip,
 // and when: by an active health check, or by a recheck made now when none
-// was made in the last recheckEvery (one at a time).
+// was made in the last recheckEvery (one at a time: an engine that
+// accepts connections before it serves holds one request, not many).
 func (s *backendState) servingSince(ctx context.Context, now, trip time.Time) (time.Time, bool) {
 	if at := s.servingAt.Load(); at > trip.UnixNano() {
 		return time.Unix(0, at), true
 	}
 	next := s.recheckAt.Load()
-	if now.UnixNano() < next || !s.recheckAt.CompareAndSwap(next, now.Add(recheckEvery).UnixNano()) {
+	if now.UnixNano() < next || !s.rechecking.CompareAndSwap(false, true) {
+		return time.Time{}, false
+	}
+	defer s.rechecking.Store(false)
+	if !s.recheckAt.CompareAndSwap(next, now.Add(recheckEvery).UnixNano()) {
 		return time.Time{}, false
 	}
 	pctx, cancel := context.WithTimeout(ctx, recheckTimeout)
