@@ -197,6 +197,12 @@ func watchLocalEngines(ctx context.Context, g *gateway.Gateway, f serveFlags, kn
 		g.UseConfig(cfg)
 		known = merged
 		for _, a := range added {
+			if len(a.Models) == 0 {
+				// Merge reports an engine whose models are the same but
+				// whose key variable changed.
+				log.Info("a local engine's API key variable changed: its requests carry the new key", "backend", a.Backend, "url", a.URL)
+				continue
+			}
 			log.Info("local engine found: its models are served now", "backend", a.Backend, "url", a.URL, "models", strings.Join(discover.ServedAs(cfg, a), ", "))
 		}
 		for _, r := range removed {

@@ -70,7 +70,8 @@ func TestServe_ZeroConfigAddsAnEngineThatCameUpLater(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	go watchLocalEngines(ctx, g, f, nil, slog.New(slog.NewTextHandler(io.Discard, nil)), time.Millisecond, probe)
+	var logs testenv.SyncBuffer
+	go watchLocalEngines(ctx, g, f, nil, slog.New(slog.NewTextHandler(&logs, nil)), time.Millisecond, probe)
 	testenv.Eventually(t, 10*time.Second, func() bool { st, _ := chat(); return st == http.StatusOK }, "the engine found by the second probe is served")
 	if st, body := chat(); st != http.StatusOK || !strings.Contains(body, `"content":"hi"`) {
 		t.Fatalf("after the engine was found: %d %s", st, body)
@@ -88,5 +89,12 @@ func TestServe_ZeroConfigAddsAnEngineThatCameUpLater(t *testing.T) {
 	testenv.Eventually(t, 10*time.Second, func() bool { st, _ := chatTo("phi-4"); return st == http.StatusOK }, "the new model is served")
 	if st, body := chat(); st != http.StatusNotFound || !strings.Contains(body, "phi-4") {
 		t.Fatalf("the model the engine no longer lists: %d %s", st, body)
+	}
+	// Only the key variable changed: said as such, not as an engine
+	// found with no models.
+	up.Store(&discover.Found{Backend: "llamacpp-8080", URL: engine.URL + "/v1", Source: "probe test", Models: []string{"/models/phi-4.gguf"}, APIKey: "k2"})
+	testenv.Eventually(t, 10*time.Second, func() bool { return strings.Contains(logs.String(), "API key variable changed") }, "the key change logged")
+	if l := logs.String(); strings.Contains(l, "models=\"\"") || strings.Contains(l, "models=\n") {
+		t.Fatalf("a log line names no models:\n%s", l)
 	}
 }
