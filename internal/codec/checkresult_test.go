@@ -2,9 +2,11 @@ package codec
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
+	"llmgate/internal/api/openai"
 	"llmgate/internal/apierror"
 )
 
@@ -34,7 +36,7 @@ func TestCheckResult(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			u, err := checkResult([]byte(tc.body), tc.ep, "vllm")
+			u, est, err := checkResult([]byte(tc.body), tc.ep, "vllm")
 			if tc.code == "" {
 				if err != nil {
 					t.Fatalf("rejected: %v", err)
@@ -55,6 +57,90 @@ func TestCheckResult(t *testing.T) {
 			if u == nil && strings.Contains(tc.body, `"text":"x"`) && generatedChars([]byte(tc.body)) == 0 {
 				t.Fatal("no usage and no generated-text estimate")
 			}
+			if est {
+				t.Fatal("usage said to be estimated")
+			}
 		})
+	}
+}
+
+// llama.cpp answers n > 1 with the usage of the first choice alone (and
+// its timings beside it): the others are estimated from their text, at
+// the first choice's characters per token (4 a token when it has no
+// text), and the count says so. Other servers count every choice and are
+// taken at their word.
+func TestCheckResult_LlamaCppSeveralChoicesAreAllCounted(t *testing.T) {
+	const usage = `"usage":{"completion_tokens":4,"prompt_tokens":9,"total_tokens":13}`
+	cases := []struct {
+		name, body string
+		compl      int
+		est        bool
+	}{
+		// 16 characters in 4 tokens: 8 are 2, 3+9 are 3.
+		{"llama.cpp chat n=3", `{"choices":[{"index":0,"message":{"role":"assistant","content":"abcdefghijklmnop"}},` +
+			`{"index":1,"message":{"role":"assistant","content":"12345678"}},` +
+			`{"index":2,"message":{"role":"assistant","reasoning_content":"xyz","content":"abcdefghi"}}],` + usage + `,"timings":{"predicted_n":4}}`,
+			4 + 2 + 3, true},
+		// 4 characters in 4 tokens: 12 are 12; 1 is at least 1.
+		{"llama.cpp text n=3", `{"choices":[{"text":"abcd","index":0},{"text":"0123456789ab","index":1},{"text":"x","index":2}],` + usage + `,"timings":{"predicted_n":4}}`,
+			4 + 12 + 1, true},
+		// The first choice has no text: 4 characters a token.
+		{"llama.cpp first empty", `{"choices":[{"text":"","index":0},{"text":"0123456789ab","index":1},{"text":"","index":2}],` + usage + `,"timings":{"predicted_n":4}}`,
+			4 + 3, true},
+		{"llama.cpp n=1", `{"choices":[{"text":"abcd","index":0}],` + usage + `,"timings":{"predicted_n":4}}`, 4, false},
+		{"vLLM n=2 counts both", `{"choices":[{"text":"abcd","index":0},{"text":"0123456789ab","index":1}],` + usage + `}`, 4, false},
+		{"timings null", `{"choices":[{"text":"abcd","index":0},{"text":"0123456789ab","index":1}],` + usage + `,"timings":null}`, 4, false},
+	}
+	for _, tc := range cases {
+		u, est, err := checkResult([]byte(tc.body), "choices", "llama")
+		if err != nil || u == nil {
+			t.Fatalf("%s: %v %v", tc.name, u, err)
+		}
+		if u.CompletionTokens != tc.compl || est != tc.est || u.PromptTokens != 9 || u.TotalTokens != 9+tc.compl {
+			t.Errorf("%s: usage %+v estimated %v, want %d output tokens (estimated %v), prompt 9", tc.name, u, est, tc.compl, tc.est)
+		}
+	}
+}
+
+// llama.cpp ends each choice of a stream with several (n > 1) with that
+// choice's usage and timings: the decoder's usage is their sum, the
+// prompt counted once. A server that sends one usage for all choices
+// (vLLM, no timings) is taken as it is.
+func TestOpenAIDecoder_LlamaCppPerChoiceUsageIsSummed(t *testing.T) {
+	perChoice := func(compl int) []byte {
+		return fmt.Appendf(nil, `{"choices":[],"usage":{"completion_tokens":%d,"prompt_tokens":9,"total_tokens":%d,"prompt_tokens_details":{"cached_tokens":8}},"timings":{"predicted_n":%d}}`,
+			compl, 9+compl, compl)
+	}
+	content := []byte(`{"choices":[{"index":1,"delta":{"content":"hi"}}]}`)
+	last := func(choices int, chunks ...[]byte) *openai.Usage {
+		t.Helper()
+		d := NewDecoder(&Request{Dialect: Chat, Choices: choices, Stream: true}, Target{Backend: "llama"}, true)
+		var u *openai.Usage
+		for _, c := range chunks {
+			evs, err := d.Event(nil, "", c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, ev := range evs {
+				if ev.Usage != nil {
+					u = ev.Usage
+				}
+			}
+		}
+		return u
+	}
+	if u := last(3, content, perChoice(5), content, perChoice(7), perChoice(2)); u.CompletionTokens != 14 || u.PromptTokens != 9 || u.TotalTokens != 23 ||
+		u.PromptTokensDetails == nil || u.PromptTokensDetails.CachedTokens != 8 {
+		t.Errorf("three choices: %+v, want 14 output tokens (5+7+2), prompt 9 once, cached 8", u)
+	}
+	if u := last(2, perChoice(5), perChoice(7), perChoice(7)); u.CompletionTokens != 12 {
+		t.Errorf("a report beyond the 2 choices asked for was added: %+v", u)
+	}
+	if u := last(1, perChoice(5)); u.CompletionTokens != 5 {
+		t.Errorf("one choice: %+v", u)
+	}
+	vllm := []byte(`{"choices":[],"usage":{"completion_tokens":12,"prompt_tokens":9,"total_tokens":21}}`)
+	if u := last(2, content, vllm); u.CompletionTokens != 12 {
+		t.Errorf("vLLM's one usage for both choices: %+v", u)
 	}
 }

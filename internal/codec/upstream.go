@@ -15,6 +15,7 @@ import (
 	"llmgate/internal/dialect"
 	"llmgate/internal/jsonscan"
 	"llmgate/internal/translate"
+	"llmgate/internal/usage"
 )
 
 // Event is one piece of a backend's answer, decoded: the payload in the
@@ -33,6 +34,9 @@ type Event struct {
 	End bool
 	// Usage, when set, is the backend's usage as of this event.
 	Usage *openai.Usage
+	// UsageEstimated: part of Usage is the gateway's estimate (choices
+	// the backend's count left out).
+	UsageEstimated bool
 	// OutChars counts characters of generated text in the event, for an
 	// estimate when the backend reports no usage.
 	OutChars int
@@ -69,6 +73,10 @@ type openaiDecoder struct {
 	r       *Request
 	backend string
 	started bool // a chunk with content was seen
+	// perChoice sums the usage llama.cpp reports for each choice of a
+	// stream with several (n > 1); perChoiceN counts the reports.
+	perChoice  openai.Usage
+	perChoiceN int
 }
 
 func (d *openaiDecoder) Form() Form { return FormOpenAI }
@@ -79,12 +87,40 @@ func (d *openaiDecoder) Event(dst []Event, _ string, data []byte) ([]Event, erro
 	if bytes.Equal(data, doneData) {
 		return append(dst, Event{End: true}), nil
 	}
-	ev, err := tapChunk(data, d.backend, d.started)
+	ev, perChoice, err := tapChunk(data, d.backend, d.started)
 	if err != nil {
 		return dst, err
 	}
 	d.started = d.started || ev.Content
+	if perChoice && ev.Usage != nil && d.r.Choices > 1 {
+		d.sumChoice(&ev)
+	}
 	return append(dst, ev), nil
+}
+
+// sumChoice makes ev's usage the sum of the choices reported so far, for
+// llama.cpp's stream of several choices: it ends each choice with that
+// choice's own usage (and its timings), so the last report alone counts
+// one choice's output. The prompt is counted once, as OpenAI bills it;
+// reports beyond the choices asked for are not added.
+func (d *openaiDecoder) sumChoice(ev *Event) {
+	d.perChoiceN++
+	u := ev.Usage
+	switch {
+	case d.perChoiceN == 1:
+		d.perChoice = *u
+	case d.perChoiceN <= d.r.Choices:
+		d.perChoice.CompletionTokens += u.CompletionTokens
+		if r := u.CompletionTokensDetails; r != nil {
+			if d.perChoice.CompletionTokensDetails == nil {
+				d.perChoice.CompletionTokensDetails = &openai.CompletionTokensDetails{}
+			}
+			d.perChoice.CompletionTokensDetails.ReasoningTokens += r.ReasoningTokens
+		}
+		d.perChoice.TotalTokens = d.perChoice.PromptTokens + d.perChoice.CompletionTokens
+	}
+	sum := d.perChoice
+	ev.Usage = &sum
 }
 
 var (
@@ -95,16 +131,18 @@ var (
 
 // tapChunk reads one OpenAI chunk: generated output, usage, an in-band
 // error. Once content was seen (started), a chunk that mentions neither
-// usage nor error is not parsed: the hot path of a stream.
-func tapChunk(data []byte, backend string, started bool) (Event, error) {
-	ev := Event{Data: data, OutChars: generatedChars(data)}
+// usage nor error is not parsed: the hot path of a stream. perChoice
+// reports a usage with llama.cpp's timings beside it: with several
+// choices, that usage is one choice's.
+func tapChunk(data []byte, backend string, started bool) (ev Event, perChoice bool, err error) {
+	ev = Event{Data: data, OutChars: generatedChars(data)}
 	hasUsage, hasError := bytes.Contains(data, keyUsage), bytes.Contains(data, keyError)
 	if started && !hasUsage && !hasError {
 		ev.Content = true
-		return ev, nil
+		return ev, false, nil
 	}
-	var sp [3]jsonscan.Span // choices, usage, error
-	err := jsonscan.Fields(data, func(key []byte, val jsonscan.Span) bool {
+	var sp [4]jsonscan.Span // choices, usage, error, timings
+	err = jsonscan.Fields(data, func(key []byte, val jsonscan.Span) bool {
 		switch string(key) {
 		case "choices":
 			sp[0] = val
@@ -112,16 +150,18 @@ func tapChunk(data []byte, backend string, started bool) (Event, error) {
 			sp[1] = val
 		case "error":
 			sp[2] = val
+		case "timings":
+			sp[3] = val
 		}
 		return true
 	})
 	if err != nil {
-		return ev, nil // not an object: relayed as is; the client's parser will say
+		return ev, false, nil // not an object: relayed as is; the client's parser will say
 	}
 	choicesEmpty := !sp[0].Valid() || bytes.Equal(bytes.TrimSpace(data[sp[0].Start:sp[0].End]), emptyChoices)
 	ev.Content = !choicesEmpty
 	if hasError && !jsonscan.IsNull(data, sp[2]) && !sp[0].Valid() {
-		return ev, apierror.Newf(http.StatusBadGateway, apierror.KindUpstream, "upstream_stream_error",
+		return ev, false, apierror.Newf(http.StatusBadGateway, apierror.KindUpstream, "upstream_stream_error",
 			"backend %q reported an error mid-stream: %s", backend, ErrorMessage(data))
 	}
 	if hasUsage && !jsonscan.IsNull(data, sp[1]) {
@@ -131,16 +171,16 @@ func tapChunk(data []byte, backend string, started bool) (Event, error) {
 		}
 		ev.UsageOnly = choicesEmpty && sp[0].Valid()
 	}
-	return ev, nil
+	return ev, sp[3].Valid() && !jsonscan.IsNull(data, sp[3]), nil
 }
 
 func (d *openaiDecoder) Body(raw []byte) ([]Event, error) {
-	u, err := checkResult(raw, dialects[d.r.Dialect].required, d.backend)
+	u, estimated, err := checkResult(raw, dialects[d.r.Dialect].required, d.backend)
 	if err != nil {
 		return nil, err
 	}
 	if !d.r.Stream {
-		ev := Event{Data: raw, Content: true, End: true, Usage: u}
+		ev := Event{Data: raw, Content: true, End: true, Usage: u, UsageEstimated: estimated}
 		if u == nil {
 			ev.OutChars = generatedChars(raw)
 		}
@@ -149,14 +189,14 @@ func (d *openaiDecoder) Body(raw []byte) ([]Event, error) {
 	// The client asked for a stream and the backend ignored "stream": true
 	// (some llama.cpp builds, proxies, batch-only backends): the completion
 	// becomes what a streaming backend would have sent.
-	return completionEvents(raw, d.r.Dialect == Completions, u, d.backend)
+	return completionEvents(raw, d.r.Dialect == Completions, u, estimated, d.backend)
 }
 
 // completionEvents turns a chat (or text) completion body into the chunks
 // of the equivalent stream: one with every choice's whole message (tool
 // calls numbered as stream deltas are), a usage-only chunk when the body
 // has usage, and the end.
-func completionEvents(raw []byte, text bool, u *openai.Usage, backend string) ([]Event, error) {
+func completionEvents(raw []byte, text bool, u *openai.Usage, estimated bool, backend string) ([]Event, error) {
 	chunk, usageChunk, err := completionAsChunks(raw, !text)
 	if err != nil {
 		return nil, apierror.Newf(http.StatusBadGateway, apierror.KindUpstream, "bad_upstream_response",
@@ -164,7 +204,7 @@ func completionEvents(raw []byte, text bool, u *openai.Usage, backend string) ([
 	}
 	evs := []Event{{Data: chunk, Content: true, OutChars: generatedChars(chunk)}}
 	if usageChunk != nil {
-		evs = append(evs, Event{Data: usageChunk, UsageOnly: true, Usage: u})
+		evs = append(evs, Event{Data: usageChunk, UsageOnly: true, Usage: u, UsageEstimated: estimated})
 	}
 	return append(evs, Event{End: true}), nil
 }
@@ -173,8 +213,10 @@ var answerParsers fastjson.ParserPool
 
 // checkResult verifies that a 2xx body carries a result (its required
 // top-level key) and takes its usage. A 200 with an error, or without the
-// result, is a backend failure the client could not read.
-func checkResult(body []byte, required, backend string) (*openai.Usage, error) {
+// result, is a backend failure the client could not read. estimated
+// says that the usage's output count includes the gateway's estimate of
+// choices the backend did not count (llama.cpp, below).
+func checkResult(body []byte, required, backend string) (_ *openai.Usage, estimated bool, _ error) {
 	bad := func(why string) error {
 		return apierror.Newf(http.StatusBadGateway, apierror.KindUpstream, "bad_upstream_response",
 			"backend %q answered 200 but %s; the body starts: %s", backend, why, QuoteStart(body, 200))
@@ -185,24 +227,47 @@ func checkResult(body []byte, required, backend string) (*openai.Usage, error) {
 	defer answerParsers.Put(p)
 	v, err := p.ParseBytes(body)
 	if err != nil {
-		return nil, bad("the body is not valid JSON")
+		return nil, false, bad("the body is not valid JSON")
 	}
 	obj, err := v.Object()
 	if err != nil {
-		return nil, bad("the body is not a JSON object")
+		return nil, false, bad("the body is not a JSON object")
 	}
-	result, usage, errv := obj.Get(required), obj.Get("usage"), obj.Get("error")
+	result, usageV, errv := obj.Get(required), obj.Get("usage"), obj.Get("error")
 	if errv != nil && errv.Type() != fastjson.TypeNull && result == nil {
-		return nil, apierror.Newf(http.StatusBadGateway, apierror.KindUpstream, "upstream_error_in_body",
+		return nil, false, apierror.Newf(http.StatusBadGateway, apierror.KindUpstream, "upstream_error_in_body",
 			"backend %q answered 200 with an error: %s", backend, ErrorMessage(body))
 	}
 	if result == nil || result.Type() == fastjson.TypeNull {
-		return nil, bad(fmt.Sprintf("its body has no %q", required))
+		return nil, false, bad(fmt.Sprintf("its body has no %q", required))
 	}
-	if u, ok := usageOf(usage); ok {
-		return &u, nil
+	u, ok := usageOf(usageV)
+	if !ok {
+		return nil, false, nil
 	}
-	return nil, nil
+	if t := obj.Get("timings"); t != nil && t.Type() == fastjson.TypeObject && result.Type() == fastjson.TypeArray {
+		// llama.cpp answers several choices (n > 1) with the usage and
+		// timings of the first alone: the others' output is estimated
+		// from their text, at the first choice's characters per token
+		// (its count is exact), rather than left out of the bill.
+		if choices, _ := result.Array(); len(choices) > 1 {
+			first, extra := textChars(choices[0]), 0
+			for _, c := range choices[1:] {
+				n := textChars(c)
+				switch {
+				case n == 0:
+				case first > 0 && u.CompletionTokens > 0:
+					extra += max(1, (n*u.CompletionTokens+first/2)/first)
+				default:
+					extra += usage.EstimateTokensFromChars(n)
+				}
+			}
+			u.CompletionTokens += extra
+			u.TotalTokens = u.PromptTokens + u.CompletionTokens
+			return &u, extra > 0, nil
+		}
+	}
+	return &u, false, nil
 }
 
 // usageOf reads an OpenAI usage object; ok is false when v is not one
@@ -297,7 +362,7 @@ func (d *anthropicDecoder) Event(dst []Event, name string, data []byte) ([]Event
 		if bytes.Equal(c.Data, doneData) {
 			continue
 		}
-		ev, err := tapChunk(c.Data, d.backend, false)
+		ev, _, err := tapChunk(c.Data, d.backend, false)
 		if err != nil {
 			return dst, err
 		}
@@ -417,7 +482,7 @@ func (d *anthropicDecoder) Body(raw []byte) ([]Event, error) {
 	if !d.r.Stream {
 		return []Event{{Data: chat, Content: true, End: true, Usage: u}}, nil
 	}
-	return completionEvents(chat, false, u, d.backend)
+	return completionEvents(chat, false, u, false, d.backend)
 }
 
 func (d *anthropicDecoder) errorInBody(raw []byte) error {

@@ -187,7 +187,10 @@ type usageTap struct {
 	// cachedKnown: the usage had prompt_tokens_details (an engine that
 	// reports no cache says nothing, which is not zero).
 	cachedKnown bool
-	outChars    int
+	// estimated: the backend's count left some output out, which the
+	// gateway estimated (llama.cpp's several choices).
+	estimated bool
+	outChars  int
 }
 
 // failed records e as the attempt's outcome.
@@ -215,6 +218,7 @@ func (r *Result) tap(ev *codec.Event, start time.Time) {
 	}
 	if u := ev.Usage; u != nil {
 		r.Usage.prompt, r.Usage.completion, r.Usage.have = u.PromptTokens, u.CompletionTokens, true
+		r.Usage.estimated = ev.UsageEstimated
 		r.Usage.cached, r.Usage.cachedKnown = 0, false
 		if d := u.PromptTokensDetails; d != nil {
 			r.Usage.cached, r.Usage.cachedKnown = d.CachedTokens, true
@@ -533,6 +537,7 @@ func (rl *Relay) settle(c *Call, res Result) {
 	switch {
 	case u.have && countable:
 		rec.PromptTokens, rec.CompletionTokens, rec.CachedTokens = u.prompt, u.completion, u.cached
+		rec.Estimated = u.estimated
 		// A stream cut before its final count (an Anthropic backend sends 1
 		// output token in message_start) carries more text than counted.
 		if est := usage.EstimateTokensFromChars(u.outChars); res.Status != http.StatusOK && est > rec.CompletionTokens {

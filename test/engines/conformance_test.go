@@ -228,6 +228,39 @@ func (c *conf) run(t *testing.T) {
 		}
 		return fmt.Sprintf("prompt %d, completion %d, from the engine's usage", rec.PromptTokens, rec.CompletionTokens)
 	})
+	if c.tg.real {
+		// llama.cpp reports one choice's output for n > 1 (the simulator
+		// refuses n > 1, as its doc says).
+		c.check(t, "several choices (n=2): every choice's output in the ledger", func(t *testing.T) string {
+			body := func(stream bool) string {
+				return fmt.Sprintf(`{"model":%q,"max_tokens":4,"n":2,"ignore_eos":true,"stream":%v,"messages":[{"role":"user","content":"Say hi."}]}`, model, stream)
+			}
+			r := c.post(t, "/v1/chat/completions", body(true), nil)
+			if r.status != 200 || strings.Count(r.body, `"index":1`) == 0 {
+				t.Fatalf("stream: %d %s", r.status, r.body)
+			}
+			if rec := c.record(t, r.id); rec.CompletionTokens != 8 || rec.Estimated {
+				t.Fatalf("stream of 2 choices of 4 tokens: ledger has %d output tokens (estimated %v), want 8", rec.CompletionTokens, rec.Estimated)
+			}
+			w := c.post(t, "/v1/chat/completions", body(false), nil)
+			var resp struct {
+				Choices []json.RawMessage `json:"choices"`
+				Usage   struct {
+					CompletionTokens int `json:"completion_tokens"`
+				} `json:"usage"`
+			}
+			if w.status != 200 || json.Unmarshal([]byte(w.body), &resp) != nil || len(resp.Choices) != 2 {
+				t.Fatalf("whole answer: %d %s", w.status, w.body)
+			}
+			rec := c.record(t, w.id)
+			if rec.CompletionTokens <= resp.Usage.CompletionTokens || !rec.Estimated {
+				t.Fatalf("whole answer of 2 choices: the engine counted %d, the ledger %d (estimated %v): want the second choice added, estimated",
+					resp.Usage.CompletionTokens, rec.CompletionTokens, rec.Estimated)
+			}
+			return fmt.Sprintf("stream: 8 output tokens from the engine's two per-choice reports; whole answer: the engine's %d + the second choice estimated = %d",
+				resp.Usage.CompletionTokens, rec.CompletionTokens)
+		})
+	}
 	var counted int
 	c.check(t, "count_tokens is the engine's own count", func(t *testing.T) string {
 		msgs := `{"model":"` + model + `","system":"You are terse.","messages":[{"role":"user","content":"What is the capital of France?"}]}`
