@@ -144,3 +144,76 @@ func TestOpenAIDecoder_LlamaCppPerChoiceUsageIsSummed(t *testing.T) {
 		t.Errorf("vLLM's one usage for both choices: %+v", u)
 	}
 }
+
+// A completions prompt list: llama.cpp generates for each prompt (n
+// each) and reports each sequence's usage in a stream, the first
+// sequence's alone in a whole answer. The ledger gets every prompt once
+// and every sequence's output.
+func TestOpenAIDecoder_LlamaCppPromptListIsAllCounted(t *testing.T) {
+	report := func(prompt, compl int) []byte {
+		return fmt.Appendf(nil, `{"choices":[{"text":"","index":0,"finish_reason":"length"}],"usage":{"completion_tokens":%d,"prompt_tokens":%d,"total_tokens":%d},"timings":{}}`,
+			compl, prompt, prompt+compl)
+	}
+	stream := func(body string, chunks ...[]byte) *openai.Usage {
+		t.Helper()
+		r, err := Decode(Completions, []byte(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := NewDecoder(r, Target{Backend: "llama"}, true)
+		var u *openai.Usage
+		for _, c := range chunks {
+			evs, err := d.Event(nil, "", c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, ev := range evs {
+				if ev.Usage != nil {
+					u = ev.Usage
+				}
+			}
+		}
+		return u
+	}
+	two := `{"model":"m","prompt":["hello there","hi"],"max_tokens":4,"stream":true}`
+	if u := stream(two, report(2, 4), report(1, 4)); u.PromptTokens != 3 || u.CompletionTokens != 8 {
+		t.Errorf("two prompts: %+v, want prompt 2+1, output 4+4", u)
+	}
+	twoByTwo := `{"model":"m","prompt":["hello there","hi"],"n":2,"max_tokens":4,"stream":true}`
+	if u := stream(twoByTwo, report(2, 4), report(2, 4), report(1, 4), report(1, 4)); u.PromptTokens != 3 || u.CompletionTokens != 16 {
+		t.Errorf("two prompts, n=2: %+v, want prompt 2+1 (each once), output 4 x 4", u)
+	}
+
+	// The whole answer: the first prompt's count (2 tokens for 11
+	// characters) sizes the others: "hi" and "abcdefghijklmnopqrstuv" (22
+	// characters) are 1 and 4; token ids count one each.
+	body := `{"model":"m","prompt":["hello there","hi","abcdefghijklmnopqrstuv"],"max_tokens":4}`
+	ids := `{"model":"m","prompt":[[1,2],[3,4,5]],"max_tokens":4}`
+	answer := func(n int) []byte {
+		b := []byte(`{"choices":[`)
+		for i := range n {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = fmt.Appendf(b, `{"text":"abcd","index":%d}`, i)
+		}
+		return append(b, `],"usage":{"completion_tokens":4,"prompt_tokens":2,"total_tokens":6},"timings":{}}`...)
+	}
+	for _, tc := range []struct {
+		body            string
+		choices, prompt int
+	}{{body, 3, 2 + 1 + 4}, {ids, 2, 2 + 3}} {
+		r, err := Decode(Completions, []byte(tc.body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		evs, err := NewDecoder(r, Target{Backend: "llama"}, false).Body(answer(tc.choices))
+		if err != nil {
+			t.Fatal(err)
+		}
+		u := evs[0].Usage
+		if u.PromptTokens != tc.prompt || u.CompletionTokens != 4*tc.choices || !evs[0].UsageEstimated {
+			t.Errorf("%s: %+v (estimated %v), want prompt %d, output %d, estimated", tc.body, u, evs[0].UsageEstimated, tc.prompt, 4*tc.choices)
+		}
+	}
+}

@@ -29,6 +29,7 @@ import (
 	"llmgate/internal/jsonscan"
 	"llmgate/internal/sat"
 	"llmgate/internal/translate"
+	"llmgate/internal/usage"
 )
 
 // Dialect is a client API the gateway serves.
@@ -392,6 +393,46 @@ func (r *Request) boundedInt(f field, min, most int, hint string) (n int, ok boo
 			name, min, most, truncate(string(r.Body[s.Start:s.End]), 40), hint), name)
 	}
 	return int(v), true, nil
+}
+
+// otherPromptTokens estimates the tokens of a completions request's
+// prompts after the first, given the first one's exact count: a prompt of
+// token ids counts one token an id; a text prompt counts at the first
+// text prompt's characters per token (4 a token, one a CJK character,
+// when the first is not text).
+func (r *Request) otherPromptTokens(firstTokens int) int {
+	s := r.fields[fPrompt]
+	if r.Prompts < 2 || !s.Valid() || r.Body[s.Start] != '[' {
+		return 0
+	}
+	list := r.Body[s.Start:s.End]
+	firstChars, n := 0, 0
+	_ = jsonscan.Elements(list, func(i int, v jsonscan.Span) bool {
+		e := list[v.Start:v.End]
+		if e[0] == '[' {
+			if i > 0 {
+				ids, _ := jsonscan.Len(e)
+				n += ids
+			}
+			return true
+		}
+		var text string
+		if json.Unmarshal(e, &text) != nil {
+			return true
+		}
+		chars := utf8.RuneCountInString(text)
+		switch {
+		case i == 0:
+			firstChars = chars
+		case chars == 0:
+		case firstChars > 0 && firstTokens > 0:
+			n += max(1, (chars*firstTokens+firstChars/2)/firstChars)
+		default:
+			n += usage.EstimateTokens(text)
+		}
+		return true
+	})
+	return n
 }
 
 // countPrompts reads a completions prompt or an embeddings input: a list

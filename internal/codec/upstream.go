@@ -73,10 +73,17 @@ type openaiDecoder struct {
 	r       *Request
 	backend string
 	started bool // a chunk with content was seen
-	// perChoice sums the usage llama.cpp reports for each choice of a
-	// stream with several (n > 1); perChoiceN counts the reports.
-	perChoice  openai.Usage
-	perChoiceN int
+	// tasks adds up the usage llama.cpp reports for each sequence of a
+	// stream with several (n > 1, or a completions prompt list); tasksN
+	// counts the reports.
+	tasks  taskUsage
+	tasksN int
+}
+
+// taskUsage is the running sum of per-sequence usage reports.
+type taskUsage struct {
+	prompt, completion, cached, reasoning int
+	reasoningKnown, cachedKnown           bool
 }
 
 func (d *openaiDecoder) Form() Form { return FormOpenAI }
@@ -87,39 +94,50 @@ func (d *openaiDecoder) Event(dst []Event, _ string, data []byte) ([]Event, erro
 	if bytes.Equal(data, doneData) {
 		return append(dst, Event{End: true}), nil
 	}
-	ev, perChoice, err := tapChunk(data, d.backend, d.started)
+	ev, perTask, err := tapChunk(data, d.backend, d.started)
 	if err != nil {
 		return dst, err
 	}
 	d.started = d.started || ev.Content
-	if perChoice && ev.Usage != nil && d.r.Choices > 1 {
-		d.sumChoice(&ev)
+	if perTask && ev.Usage != nil && d.r.sequences() > 1 {
+		d.sumTasks(&ev)
 	}
 	return append(dst, ev), nil
 }
 
-// sumChoice makes ev's usage the sum of the choices reported so far, for
-// llama.cpp's stream of several choices: it ends each choice with that
-// choice's own usage (and its timings), so the last report alone counts
-// one choice's output. The prompt is counted once, as OpenAI bills it;
-// reports beyond the choices asked for are not added.
-func (d *openaiDecoder) sumChoice(ev *Event) {
-	d.perChoiceN++
-	u := ev.Usage
-	switch {
-	case d.perChoiceN == 1:
-		d.perChoice = *u
-	case d.perChoiceN <= d.r.Choices:
-		d.perChoice.CompletionTokens += u.CompletionTokens
-		if r := u.CompletionTokensDetails; r != nil {
-			if d.perChoice.CompletionTokensDetails == nil {
-				d.perChoice.CompletionTokensDetails = &openai.CompletionTokensDetails{}
-			}
-			d.perChoice.CompletionTokensDetails.ReasoningTokens += r.ReasoningTokens
+// sequences is how many sequences the request asks an engine to
+// generate: n for each prompt.
+func (r *Request) sequences() int { return max(r.Choices, 1) * max(r.Prompts, 1) }
+
+// sumTasks makes ev's usage the sum of the sequences reported so far, for
+// llama.cpp's stream of several (n choices for each of the prompts): it
+// ends each sequence with that sequence's own usage (and its timings), so
+// the last report alone counts one sequence. Output adds up; each prompt
+// is counted once, as OpenAI bills n > 1: every report of a prompt's n
+// sequences repeats that prompt's count, so the sum of the prompt counts
+// is divided by n (the cached share likewise). Reports beyond the
+// sequences asked for are not added.
+func (d *openaiDecoder) sumTasks(ev *Event) {
+	if d.tasksN++; d.tasksN <= d.r.sequences() {
+		u, t := ev.Usage, &d.tasks
+		t.prompt += u.PromptTokens
+		t.completion += u.CompletionTokens
+		if p := u.PromptTokensDetails; p != nil {
+			t.cached, t.cachedKnown = t.cached+p.CachedTokens, true
 		}
-		d.perChoice.TotalTokens = d.perChoice.PromptTokens + d.perChoice.CompletionTokens
+		if c := u.CompletionTokensDetails; c != nil {
+			t.reasoning, t.reasoningKnown = t.reasoning+c.ReasoningTokens, true
+		}
 	}
-	sum := d.perChoice
+	t, n := d.tasks, max(d.r.Choices, 1)
+	sum := openai.Usage{PromptTokens: t.prompt / n, CompletionTokens: t.completion}
+	sum.TotalTokens = sum.PromptTokens + sum.CompletionTokens
+	if t.cachedKnown {
+		sum.PromptTokensDetails = &openai.PromptTokensDetails{CachedTokens: min(t.cached/n, sum.PromptTokens)}
+	}
+	if t.reasoningKnown {
+		sum.CompletionTokensDetails = &openai.CompletionTokensDetails{ReasoningTokens: t.reasoning}
+	}
 	ev.Usage = &sum
 }
 
@@ -131,10 +149,10 @@ var (
 
 // tapChunk reads one OpenAI chunk: generated output, usage, an in-band
 // error. Once content was seen (started), a chunk that mentions neither
-// usage nor error is not parsed: the hot path of a stream. perChoice
+// usage nor error is not parsed: the hot path of a stream. perTask
 // reports a usage with llama.cpp's timings beside it: with several
 // choices, that usage is one choice's.
-func tapChunk(data []byte, backend string, started bool) (ev Event, perChoice bool, err error) {
+func tapChunk(data []byte, backend string, started bool) (ev Event, perTask bool, err error) {
 	ev = Event{Data: data, OutChars: generatedChars(data)}
 	hasUsage, hasError := bytes.Contains(data, keyUsage), bytes.Contains(data, keyError)
 	if started && !hasUsage && !hasError {
@@ -179,6 +197,11 @@ func (d *openaiDecoder) Body(raw []byte) ([]Event, error) {
 	if err != nil {
 		return nil, err
 	}
+	if estimated && d.r.Prompts > 1 {
+		// The same llama.cpp answer counted the first prompt only.
+		u.PromptTokens += d.r.otherPromptTokens(u.PromptTokens)
+		u.TotalTokens = u.PromptTokens + u.CompletionTokens
+	}
 	if !d.r.Stream {
 		ev := Event{Data: raw, Content: true, End: true, Usage: u, UsageEstimated: estimated}
 		if u == nil {
@@ -214,8 +237,9 @@ var answerParsers fastjson.ParserPool
 // checkResult verifies that a 2xx body carries a result (its required
 // top-level key) and takes its usage. A 200 with an error, or without the
 // result, is a backend failure the client could not read. estimated
-// says that the usage's output count includes the gateway's estimate of
-// choices the backend did not count (llama.cpp, below).
+// says that the backend counted the first of several choices only
+// (llama.cpp, below): the output count includes the gateway's estimate of
+// the others (and the prompt count is the first prompt's).
 func checkResult(body []byte, required, backend string) (_ *openai.Usage, estimated bool, _ error) {
 	bad := func(why string) error {
 		return apierror.Newf(http.StatusBadGateway, apierror.KindUpstream, "bad_upstream_response",
@@ -264,7 +288,7 @@ func checkResult(body []byte, required, backend string) (_ *openai.Usage, estima
 			}
 			u.CompletionTokens += extra
 			u.TotalTokens = u.PromptTokens + u.CompletionTokens
-			return &u, extra > 0, nil
+			return &u, true, nil
 		}
 	}
 	return &u, false, nil

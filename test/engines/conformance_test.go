@@ -231,7 +231,7 @@ func (c *conf) run(t *testing.T) {
 	if c.tg.real {
 		// llama.cpp reports one choice's output for n > 1 (the simulator
 		// refuses n > 1, as its doc says).
-		c.check(t, "several choices (n=2): every choice's output in the ledger", func(t *testing.T) string {
+		c.check(t, "several choices (n=2, a prompt list): every sequence's output and every prompt in the ledger", func(t *testing.T) string {
 			body := func(stream bool) string {
 				return fmt.Sprintf(`{"model":%q,"max_tokens":4,"n":2,"ignore_eos":true,"stream":%v,"messages":[{"role":"user","content":"Say hi."}]}`, model, stream)
 			}
@@ -257,8 +257,32 @@ func (c *conf) run(t *testing.T) {
 				t.Fatalf("whole answer of 2 choices: the engine counted %d, the ledger %d (estimated %v): want the second choice added, estimated",
 					resp.Usage.CompletionTokens, rec.CompletionTokens, rec.Estimated)
 			}
-			return fmt.Sprintf("stream: 8 output tokens from the engine's two per-choice reports; whole answer: the engine's %d + the second choice estimated = %d",
-				resp.Usage.CompletionTokens, rec.CompletionTokens)
+			// A completions prompt list: every prompt once, every sequence.
+			prompts := []string{"Say hi.", "Tell me about the sea in a few words."}
+			each := 0
+			for _, p := range prompts {
+				one := c.post(t, "/v1/completions", fmt.Sprintf(`{"model":%q,"max_tokens":1,"prompt":%s}`, model, jsonString(p)), nil)
+				var u struct {
+					Usage struct {
+						PromptTokens int `json:"prompt_tokens"`
+					} `json:"usage"`
+				}
+				if one.status != 200 || json.Unmarshal([]byte(one.body), &u) != nil || u.Usage.PromptTokens == 0 {
+					t.Fatalf("one prompt: %d %s", one.status, one.body)
+				}
+				each += u.Usage.PromptTokens
+			}
+			list := c.post(t, "/v1/completions", fmt.Sprintf(`{"model":%q,"max_tokens":4,"n":2,"ignore_eos":true,"stream":true,"prompt":[%s,%s]}`,
+				model, jsonString(prompts[0]), jsonString(prompts[1])), nil)
+			if list.status != 200 {
+				t.Fatalf("prompt list: %d %s", list.status, list.body)
+			}
+			if rec := c.record(t, list.id); rec.PromptTokens != each || rec.CompletionTokens != 16 || rec.Estimated {
+				t.Fatalf("2 prompts x n=2 x 4 tokens: ledger %d+%d (estimated %v), want %d (the prompts' own counts, once each) + 16",
+					rec.PromptTokens, rec.CompletionTokens, rec.Estimated, each)
+			}
+			return fmt.Sprintf("stream: 8 output tokens from the engine's two per-choice reports; whole answer: the engine's %d + the second choice estimated = %d; "+
+				"2 prompts x n=2 streamed: prompt %d (each once), output 16", resp.Usage.CompletionTokens, rec.CompletionTokens, each)
 		})
 	}
 	var counted int
