@@ -41,9 +41,9 @@ var runtimeCodes = []runtimeCode{
 	{
 		file:   "internal/codec/request.go",
 		expr:   `"invalid_"+name`,
-		reason: "boundedInt names the integer decision field it refuses (fieldNames[f]); it reads the output-limit aliases (limitFields) and n and best_of",
+		reason: "boundedInt names the integer decision field it refuses (fieldNames[f]); it reads the output-limit aliases (limitFields) and the choice aliases (choiceFields: n, best_of, n_cmpl)",
 		codes: []string{"invalid_max_tokens", "invalid_max_completion_tokens", "invalid_max_output_tokens",
-			"invalid_max_new_tokens", "invalid_n_predict", "invalid_n", "invalid_best_of"},
+			"invalid_max_new_tokens", "invalid_n_predict", "invalid_n", "invalid_best_of", "invalid_n_cmpl"},
 	},
 }
 

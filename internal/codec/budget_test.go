@@ -22,6 +22,7 @@ func TestDecode_ChoicesAboveTheMaximumAre400(t *testing.T) {
 			{`{"model":"a","max_tokens":30000,"n":129}`, "invalid_n"},
 			{`{"model":"a","max_tokens":30000,"best_of":2147483648}`, "invalid_best_of"},
 			{`{"model":"a","max_tokens":30000,"best_of":1e300}`, "invalid_best_of"},
+			{`{"model":"a","max_tokens":30000,"n_cmpl":129}`, "invalid_n_cmpl"},
 		} {
 			_, err := Decode(d, []byte(tc.body))
 			var e *apierror.Error
@@ -34,6 +35,11 @@ func TestDecode_ChoicesAboveTheMaximumAre400(t *testing.T) {
 		if err != nil || r.MaxOutput([]dialect.Dialect{dialect.OpenAI}, 0) != 1280 {
 			t.Errorf("%s n=128: %v", d.Name(), err)
 		}
+		// llama.cpp reads n_cmpl as n: it reserves as n does.
+		r, err = Decode(d, []byte(`{"model":"a","max_tokens":10,"n_cmpl":16}`))
+		if err != nil || r.Choices != 16 || r.MaxOutput([]dialect.Dialect{dialect.OpenAI}, 0) != 160 {
+			t.Errorf("%s n_cmpl=16: %v", d.Name(), err)
+		}
 	}
 }
 
@@ -42,7 +48,7 @@ func TestDecode_ChoicesAboveTheMaximumAre400(t *testing.T) {
 // an Anthropic backend getting the client's own bytes gets no n either.
 func TestMaxOutput_MessagesAndResponsesIgnoreChoices(t *testing.T) {
 	both := []dialect.Dialect{dialect.OpenAI, dialect.Anthropic}
-	msgs := `{"model":"a","max_tokens":30000,"n":2147483648,"best_of":7,"messages":[{"role":"user","content":"hi"}]}`
+	msgs := `{"model":"a","max_tokens":30000,"n":2147483648,"best_of":7,"n_cmpl":3,"messages":[{"role":"user","content":"hi"}]}`
 	r, err := Decode(Messages, []byte(msgs))
 	if err != nil {
 		t.Fatal(err)
@@ -51,7 +57,7 @@ func TestMaxOutput_MessagesAndResponsesIgnoreChoices(t *testing.T) {
 		t.Errorf("messages: MaxOutput %d, want 30000", got)
 	}
 	out, err := r.Outbound(Target{Dialect: dialect.Anthropic, UpstreamModel: "claude"})
-	if err != nil || strings.Contains(string(out.Body), `"n"`) || strings.Contains(string(out.Body), `"best_of"`) ||
+	if err != nil || strings.Contains(string(out.Body), `"n"`) || strings.Contains(string(out.Body), `"best_of"`) || strings.Contains(string(out.Body), `"n_cmpl"`) ||
 		!strings.Contains(string(out.Body), `"max_tokens":30000`) {
 		t.Errorf("messages passthrough body %s (%v): want it without n and best_of", out.Body, err)
 	}

@@ -214,13 +214,19 @@ func skipWS(b []byte, i int) int {
 // anthropicPassthrough is the body of a Messages request to an Anthropic
 // backend: the client's, with the model renamed. History produced by a chat
 // backend carries thinking blocks with empty signatures, which Anthropic
-// rejects; those are dropped (the body is then re-encoded). A client's n or
-// best_of is dropped too (see Request.Choices).
+// rejects; those are dropped (the body is then re-encoded). A client's n,
+// best_of or n_cmpl is dropped too (see Request.Choices).
 func (r *Request) anthropicPassthrough(model string) []byte {
-	if r.fields.has(fN) || r.fields.has(fBestOf) {
+	var drop []string
+	for _, f := range choiceFields {
+		if r.fields.has(f) {
+			drop = append(drop, fieldNames[f])
+		}
+	}
+	if len(drop) > 0 {
 		// The Messages API has no choices, and the gateway reserves for
 		// one: a backend that took n from the body would generate more.
-		return jsonscan.Without(r.anthropicPassthroughBody(model), []string{fieldNames[fN], fieldNames[fBestOf]})
+		return jsonscan.Without(r.anthropicPassthroughBody(model), drop)
 	}
 	return r.anthropicPassthroughBody(model)
 }

@@ -94,7 +94,8 @@ type Request struct {
 	// when none is set.
 	OutputLimit int
 	// Choices is the number of sequences generated per prompt (n,
-	// best_of), at least 1 and at most MaxChoices. Always 1 for Messages
+	// best_of, llama.cpp's n_cmpl: the largest), at least 1 and at most
+	// MaxChoices. Always 1 for Messages
 	// and Responses, whose APIs have no such field and whose backends are
 	// never sent one.
 	Choices int
@@ -146,6 +147,7 @@ const (
 	fNPredict
 	fN
 	fBestOf
+	fNCmpl
 	fTools
 	fToolChoice
 	fThinking
@@ -159,7 +161,7 @@ const (
 var fieldNames = [numFields]string{
 	fModel: "model", fStream: "stream", fStreamOptions: "stream_options",
 	fMaxTokens: "max_tokens", fMaxCompletionTokens: "max_completion_tokens", fMaxOutputTokens: "max_output_tokens",
-	fMaxNewTokens: "max_new_tokens", fNPredict: "n_predict", fN: "n", fBestOf: "best_of",
+	fMaxNewTokens: "max_new_tokens", fNPredict: "n_predict", fN: "n", fBestOf: "best_of", fNCmpl: "n_cmpl",
 	fTools: "tools", fToolChoice: "tool_choice", fThinking: "thinking",
 	fPreviousResponseID: "previous_response_id", fStore: "store",
 	fPrompt: "prompt", fInput: "input",
@@ -171,6 +173,11 @@ var fieldNames = [numFields]string{
 func otherDialects(f field, d Dialect) bool {
 	return f == fPrompt && d != Completions || f == fInput && d != Embeddings
 }
+
+// choiceFields are the members engines read as the number of choices:
+// n, best_of (sequences generated, the best returned) and llama.cpp's
+// n_cmpl (its own name for n).
+var choiceFields = [...]field{fN, fBestOf, fNCmpl}
 
 // limitFields are the token-limit aliases engines honour for output length.
 var limitFields = [...]field{fMaxTokens, fMaxCompletionTokens, fMaxOutputTokens, fMaxNewTokens, fNPredict}
@@ -339,7 +346,7 @@ func (r *Request) readFields() error {
 		}
 	}
 	if r.Dialect == Chat || r.Dialect == Completions { // Messages and Responses have no choices: see Choices
-		for _, cf := range [...]field{fN, fBestOf} {
+		for _, cf := range choiceFields {
 			n, ok, err := r.choicesField(cf)
 			if err != nil {
 				return err

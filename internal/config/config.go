@@ -379,7 +379,7 @@ func LoadWithEnv(r io.Reader, source string, lookup func(string) (string, bool))
 // (routing, allow-lists, limits, prices): drop_params may not remove them.
 // The codec's decision fields must all be here (a codec test checks).
 var GatewayDecidedFields = []string{"model", "stream", "stream_options", "max_tokens", "max_completion_tokens",
-	"max_output_tokens", "max_new_tokens", "n_predict", "n", "best_of", "tools", "tool_choice", "thinking",
+	"max_output_tokens", "max_new_tokens", "n_predict", "n", "best_of", "n_cmpl", "tools", "tool_choice", "thinking",
 	"previous_response_id", "store", "prompt", "input"}
 
 // blockTypes are the struct types behind each kind of block checkKnownKeys
