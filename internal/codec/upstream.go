@@ -32,11 +32,11 @@ type Event struct {
 	UsageOnly bool
 	// End: the backend's normal end ([DONE], message_stop, a whole body).
 	End bool
-	// Usage, when set, is the backend's usage as of this event.
-	Usage *openai.Usage
 	// UsageEstimated: part of Usage is the gateway's estimate (choices
 	// the backend's count left out).
 	UsageEstimated bool
+	// Usage, when set, is the backend's usage as of this event.
+	Usage *openai.Usage
 	// OutChars counts characters of generated text in the event, for an
 	// estimate when the backend reports no usage.
 	OutChars int
