@@ -269,12 +269,12 @@ func checkResult(body []byte, required, backend string) (_ *openai.Usage, estima
 	if !ok {
 		return nil, false, nil
 	}
-	if t := obj.Get("timings"); t != nil && t.Type() == fastjson.TypeObject && result.Type() == fastjson.TypeArray {
+	if choices, _ := result.Array(); len(choices) > 1 {
 		// llama.cpp answers several choices (n > 1) with the usage and
 		// timings of the first alone: the others' output is estimated
 		// from their text, at the first choice's characters per token
 		// (its count is exact), rather than left out of the bill.
-		if choices, _ := result.Array(); len(choices) > 1 {
+		if t := obj.Get("timings"); t != nil && t.Type() == fastjson.TypeObject {
 			first, extra := textChars(choices[0]), 0
 			for _, c := range choices[1:] {
 				n := textChars(c)
