@@ -136,6 +136,9 @@ func TestOpenAIDecoder_LlamaCppPerChoiceUsageIsSummed(t *testing.T) {
 	if u := last(2, perChoice(5), perChoice(7), perChoice(7)); u.CompletionTokens != 12 {
 		t.Errorf("a report beyond the 2 choices asked for was added: %+v", u)
 	}
+	if u := last(2, content, perChoice(5)); u.CompletionTokens != 5 || u.PromptTokens != 9 || u.PromptTokensDetails.CachedTokens != 8 {
+		t.Errorf("a stream of 2 choices cut after the first one's report: %+v, want its prompt (9, 8 cached) whole", u)
+	}
 	if u := last(1, perChoice(5)); u.CompletionTokens != 5 {
 		t.Errorf("one choice: %+v", u)
 	}
@@ -178,6 +181,9 @@ func TestOpenAIDecoder_LlamaCppPromptListIsAllCounted(t *testing.T) {
 	two := `{"model":"m","prompt":["hello there","hi"],"max_tokens":4,"stream":true}`
 	if u := stream(two, report(2, 4), report(1, 4)); u.PromptTokens != 3 || u.CompletionTokens != 8 {
 		t.Errorf("two prompts: %+v, want prompt 2+1, output 4+4", u)
+	}
+	if u := stream(`{"model":"m","prompt":["hello there","hi"],"n":2,"max_tokens":4,"stream":true}`, report(2, 4)); u.PromptTokens != 2 {
+		t.Errorf("two prompts, n=2, cut after the first report: %+v, want the first prompt's 2 whole", u)
 	}
 	twoByTwo := `{"model":"m","prompt":["hello there","hi"],"n":2,"max_tokens":4,"stream":true}`
 	if u := stream(twoByTwo, report(2, 4), report(2, 4), report(1, 4), report(1, 4)); u.PromptTokens != 3 || u.CompletionTokens != 16 {

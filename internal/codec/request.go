@@ -95,9 +95,8 @@ type Request struct {
 	OutputLimit int
 	// Choices is the number of sequences generated per prompt (n,
 	// best_of, llama.cpp's n_cmpl: the largest), at least 1 and at most
-	// MaxChoices. Always 1 for Messages
-	// and Responses, whose APIs have no such field and whose backends are
-	// never sent one.
+	// MaxChoices. Always 1 for Messages and Responses, whose APIs have no
+	// such field and whose backends are never sent one.
 	Choices int
 	// Prompts is the number of prompts a completions request gives (a
 	// list of strings or of token-id lists): the engine generates Choices

@@ -80,9 +80,11 @@ type openaiDecoder struct {
 	tasksN int
 }
 
-// taskUsage is the running sum of per-sequence usage reports.
+// taskUsage is the running sum of per-sequence usage reports, with the
+// largest prompt and cached counts of one report.
 type taskUsage struct {
 	prompt, completion, cached, reasoning int
+	maxPrompt, maxCached                  int
 	reasoningKnown, cachedKnown           bool
 }
 
@@ -115,25 +117,28 @@ func (r *Request) sequences() int { return max(r.Choices, 1) * max(r.Prompts, 1)
 // the last report alone counts one sequence. Output adds up; each prompt
 // is counted once, as OpenAI bills n > 1: every report of a prompt's n
 // sequences repeats that prompt's count, so the sum of the prompt counts
-// is divided by n (the cached share likewise). Reports beyond the
-// sequences asked for are not added.
+// is divided by n (the cached share likewise), and never less than one
+// report's (a stream cut after its first report still counts its prompt
+// whole). Reports beyond the sequences asked for are not added.
 func (d *openaiDecoder) sumTasks(ev *Event) {
 	if d.tasksN++; d.tasksN <= d.r.sequences() {
 		u, t := ev.Usage, &d.tasks
 		t.prompt += u.PromptTokens
+		t.maxPrompt = max(t.maxPrompt, u.PromptTokens)
 		t.completion += u.CompletionTokens
 		if p := u.PromptTokensDetails; p != nil {
 			t.cached, t.cachedKnown = t.cached+p.CachedTokens, true
+			t.maxCached = max(t.maxCached, p.CachedTokens)
 		}
 		if c := u.CompletionTokensDetails; c != nil {
 			t.reasoning, t.reasoningKnown = t.reasoning+c.ReasoningTokens, true
 		}
 	}
 	t, n := d.tasks, max(d.r.Choices, 1)
-	sum := openai.Usage{PromptTokens: t.prompt / n, CompletionTokens: t.completion}
+	sum := openai.Usage{PromptTokens: max(t.prompt/n, t.maxPrompt), CompletionTokens: t.completion}
 	sum.TotalTokens = sum.PromptTokens + sum.CompletionTokens
 	if t.cachedKnown {
-		sum.PromptTokensDetails = &openai.PromptTokensDetails{CachedTokens: min(t.cached/n, sum.PromptTokens)}
+		sum.PromptTokensDetails = &openai.PromptTokensDetails{CachedTokens: min(max(t.cached/n, t.maxCached), sum.PromptTokens)}
 	}
 	if t.reasoningKnown {
 		sum.CompletionTokensDetails = &openai.CompletionTokensDetails{ReasoningTokens: t.reasoning}

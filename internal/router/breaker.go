@@ -256,11 +256,12 @@ func (b *breaker) awaitsListener(now time.Time) (since time.Time, ok bool) {
 // something serves at the backend's address again (an engine that was
 // restarted), so the next request is the half-open probe instead of
 // waiting out a period that grows with each trip. The trip's penalty is
-// kept: if the probe fails, the next open period is longer.
-func (b *breaker) listening(now time.Time, since time.Time) {
+// kept: if the probe fails, the next open period is longer. servingAt is
+// when the backend was seen serving: a trip after it is not ended by it.
+func (b *breaker) listening(now, servingAt time.Time) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.state == StateOpen && b.refused && !b.lastTrip.After(since) {
+	if b.state == StateOpen && b.refused && !b.lastTrip.After(servingAt) {
 		b.openUntil = now
 	}
 }
