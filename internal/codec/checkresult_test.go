@@ -114,20 +114,7 @@ func TestOpenAIDecoder_LlamaCppPerChoiceUsageIsSummed(t *testing.T) {
 	content := []byte(`{"choices":[{"index":1,"delta":{"content":"hi"}}]}`)
 	last := func(choices int, chunks ...[]byte) *openai.Usage {
 		t.Helper()
-		d := NewDecoder(&Request{Dialect: Chat, Choices: choices, Stream: true}, Target{Backend: "llama"}, true)
-		var u *openai.Usage
-		for _, c := range chunks {
-			evs, err := d.Event(nil, "", c)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, ev := range evs {
-				if ev.Usage != nil {
-					u = ev.Usage
-				}
-			}
-		}
-		return u
+		return lastUsage(t, &Request{Dialect: Chat, Choices: choices, Stream: true}, chunks...)
 	}
 	if u := last(3, content, perChoice(5), content, perChoice(7), perChoice(2)); u.CompletionTokens != 14 || u.PromptTokens != 9 || u.TotalTokens != 23 ||
 		u.PromptTokensDetails == nil || u.PromptTokensDetails.CachedTokens != 8 {
@@ -163,20 +150,7 @@ func TestOpenAIDecoder_LlamaCppPromptListIsAllCounted(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		d := NewDecoder(r, Target{Backend: "llama"}, true)
-		var u *openai.Usage
-		for _, c := range chunks {
-			evs, err := d.Event(nil, "", c)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, ev := range evs {
-				if ev.Usage != nil {
-					u = ev.Usage
-				}
-			}
-		}
-		return u
+		return lastUsage(t, r, chunks...)
 	}
 	two := `{"model":"m","prompt":["hello there","hi"],"max_tokens":4,"stream":true}`
 	if u := stream(two, report(2, 4), report(1, 4)); u.PromptTokens != 3 || u.CompletionTokens != 8 {
@@ -222,4 +196,24 @@ func TestOpenAIDecoder_LlamaCppPromptListIsAllCounted(t *testing.T) {
 			t.Errorf("%s: %+v (estimated %v), want prompt %d, output %d, estimated", tc.body, u, evs[0].UsageEstimated, tc.prompt, 4*tc.choices)
 		}
 	}
+}
+
+// lastUsage feeds a llama.cpp stream's chunks to the decoder of r and
+// returns the last usage it reported.
+func lastUsage(t *testing.T, r *Request, chunks ...[]byte) *openai.Usage {
+	t.Helper()
+	d := NewDecoder(r, Target{Backend: "llama"}, true)
+	var u *openai.Usage
+	for _, c := range chunks {
+		evs, err := d.Event(nil, "", c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ev := range evs {
+			if ev.Usage != nil {
+				u = ev.Usage
+			}
+		}
+	}
+	return u
 }
