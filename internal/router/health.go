@@ -162,6 +162,13 @@ func (t *Table) ModelHealth(r *Route) ModelHealth {
 			dh.Status, dh.RetryInS = "rate_limited", st.RestingFor.Seconds()
 		case st.State == StateOpen:
 			dh.Status, dh.RetryInS = StateOpen, st.OpenFor.Seconds()
+			if _, awaits := d.s.br.awaitsListener(now); awaits {
+				// Tried again at the next recheck, not at the period's end.
+				dh.RetryInS = 0
+				if at := d.s.readyAt(now); !at.IsZero() {
+					dh.RetryInS = at.Sub(now).Seconds()
+				}
+			}
 		case st.State == StateHalfOpen:
 			dh.Status = StateHalfOpen
 		default:

@@ -59,6 +59,11 @@ func TestBreaker_RefusedConnectionsEndTheOpenPeriodOnceTheBackendServesAgain(t *
 	if len(up.calls) != 0 || checks.Load() != 1 {
 		t.Fatalf("calls %v, health checks %d: want no attempt and one recheck", up.calls, checks.Load())
 	}
+	// The health page says when it is tried again: at the next recheck.
+	r, _ := tb.Route("m")
+	if dh := tb.ModelHealth(r).Deployments[0]; dh.Status != StateOpen || dh.RetryInS <= 0 || dh.RetryInS > recheckEvery.Seconds() {
+		t.Fatalf("health: status %q, retry in %gs; want open, retried within %s", dh.Status, dh.RetryInS, recheckEvery)
+	}
 	// The answer says what to do, and to come back in a second (the next
 	// recheck), not at the end of the open period.
 	e := apierror.From(forward(t, tb, "m", up))
@@ -74,7 +79,6 @@ func TestBreaker_RefusedConnectionsEndTheOpenPeriodOnceTheBackendServesAgain(t *
 		t.Fatalf("engine serving again, early in a 5 s open period: err %v, calls %v, checks %d; want the request served after one recheck",
 			err, up.calls, checks.Load())
 	}
-	r, _ := tb.Route("m")
 	if st := tb.ModelHealth(r).Deployments[0].Status; st != "healthy" {
 		t.Fatalf("status %q after the probe served, want healthy", st)
 	}
