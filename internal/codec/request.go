@@ -427,13 +427,11 @@ func (r *Request) otherPromptTokens(firstTokens int) int {
 			return true
 		}
 		chars := utf8.RuneCountInString(text)
-		switch {
-		case i == 0:
+		if i == 0 {
 			firstChars = chars
-		case chars == 0:
-		case firstChars > 0 && firstTokens > 0:
-			n += max(1, (chars*firstTokens+firstChars/2)/firstChars)
-		default:
+		} else if k, ok := tokensLike(chars, firstChars, firstTokens); ok {
+			n += k
+		} else {
 			n += usage.EstimateTokens(text)
 		}
 		return true

@@ -283,11 +283,9 @@ func checkResult(body []byte, required, backend string) (_ *openai.Usage, estima
 			first, extra := textChars(choices[0]), 0
 			for _, c := range choices[1:] {
 				n := textChars(c)
-				switch {
-				case n == 0:
-				case first > 0 && u.CompletionTokens > 0:
-					extra += max(1, (n*u.CompletionTokens+first/2)/first)
-				default:
+				if k, ok := tokensLike(n, first, u.CompletionTokens); ok {
+					extra += k
+				} else {
 					extra += usage.EstimateTokensFromChars(n)
 				}
 			}
@@ -297,6 +295,20 @@ func checkResult(body []byte, required, backend string) (_ *openai.Usage, estima
 		}
 	}
 	return &u, false, nil
+}
+
+// tokensLike estimates the tokens of a text of chars characters at the
+// rate of a reference text of refChars characters that an engine counted
+// refTokens tokens: at least one for any text, none for none. ok is false
+// when the reference gives no rate (no text, or no count).
+func tokensLike(chars, refChars, refTokens int) (n int, ok bool) {
+	if refChars <= 0 || refTokens <= 0 {
+		return 0, false
+	}
+	if chars <= 0 {
+		return 0, true
+	}
+	return max(1, (chars*refTokens+refChars/2)/refChars), true
 }
 
 // usageOf reads an OpenAI usage object; ok is false when v is not one

@@ -161,13 +161,11 @@ func (t *Table) ModelHealth(r *Route) ModelHealth {
 		case st.RestingFor > 0:
 			dh.Status, dh.RetryInS = "rate_limited", st.RestingFor.Seconds()
 		case st.State == StateOpen:
-			dh.Status, dh.RetryInS = StateOpen, st.OpenFor.Seconds()
-			if _, awaits := d.s.br.awaitsListener(now); awaits {
-				// Tried again at the next recheck, not at the period's end.
-				dh.RetryInS = 0
-				if at := d.s.readyAt(now); !at.IsZero() {
-					dh.RetryInS = at.Sub(now).Seconds()
-				}
+			// When it is tried next: the open period's end, or the next
+			// recheck of one that awaits its engine.
+			dh.Status = StateOpen
+			if at := d.s.readyAt(now); !at.IsZero() {
+				dh.RetryInS = at.Sub(now).Seconds()
 			}
 		case st.State == StateHalfOpen:
 			dh.Status = StateHalfOpen
